@@ -1,0 +1,129 @@
+# kvix: build, check, install, sanitizers, bench.
+#
+#   make                      libkvix.a and every tool in build/bin
+#   make check                install missing packages, then every test: -Werror build,
+#                             ASan+UBSan, TSan (tests/check.sh prints "N passed, N failed")
+#   make demo                 the main job on the bundled example
+#   make bench                benchmarks; figures in bench/RESULTS.md
+#   make SANITIZE=address,undefined   instrumented build in build/asan
+#   make SANITIZE=thread              instrumented build in build/tsan
+#   make install PREFIX=/usr/local DESTDIR=
+
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
+FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
+
+CC ?= cc
+PKGS := libxxhash jansson msgpack libzmq liburcu liblzma libzstd zlib
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+OPT ?= -O2
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith \
+        -Wformat=2 -Wundef -Wcast-align -Wwrite-strings -Wno-format-nonliteral
+ifeq ($(WERROR),1)
+WARN += -Werror
+endif
+
+ifeq ($(SANITIZE),)
+BUILD ?= build
+SANFLAGS :=
+else ifeq ($(SANITIZE),thread)
+BUILD ?= build/tsan
+SANFLAGS := -fsanitize=thread
+else
+BUILD ?= build/asan
+SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+endif
+
+CFLAGS ?= $(OPT) -g
+ALL_CFLAGS := -std=gnu11 -pthread -Iinclude -Ilib $(WARN) $(SANFLAGS) $(PKG_CFLAGS) $(CFLAGS)
+ALL_LDFLAGS := -pthread $(SANFLAGS) $(LDFLAGS)
+LIBS := $(PKG_LIBS) -lm
+
+LIB_SRC := $(wildcard lib/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+CLI_SRC := $(wildcard cmd/cli*.c)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+TOOL_SRC := $(filter-out $(CLI_SRC),$(wildcard cmd/*.c))
+TOOLS := $(TOOL_SRC:cmd/%.c=$(BUILD)/bin/%)
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+UNIT_SUPPORT := $(filter-out $(UNIT_SRC),$(wildcard tests/unit/*.c))
+UNIT_SUPPORT_OBJ := $(UNIT_SUPPORT:%.c=$(BUILD)/obj/%.o)
+BENCH_SRC := $(wildcard bench/*.c)
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+LIBKVIX := $(BUILD)/libkvix.a
+
+.PHONY: all tools tests benches check demo bench deps install uninstall clean
+all: $(LIBKVIX) $(TOOLS)
+tools: $(TOOLS)
+tests: all $(UNIT_BIN)
+benches: all $(BENCH_BIN)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
+
+$(LIBKVIX): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/bin/%: $(BUILD)/obj/cmd/%.o $(CLI_OBJ) $(LIBKVIX)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(CLI_OBJ) $(LIBKVIX) $(LIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(UNIT_SUPPORT_OBJ) $(LIBKVIX)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(UNIT_SUPPORT_OBJ) $(LIBKVIX) $(LIBS)
+
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBKVIX)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LIBKVIX) $(LIBS)
+
+deps:
+	@sh .ci/deps
+
+check: deps
+	@bash tests/check.sh
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@bash tests/demo.sh
+
+bench: deps
+	@$(MAKE) --no-print-directory benches
+	@bash bench/run.sh
+
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 \
+	    $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
+	install -m 755 $(TOOLS) $(DESTDIR)$(BINDIR)
+	install -m 644 $(wildcard man/*.1) $(DESTDIR)$(MANDIR)/man1
+	install -m 644 $(wildcard man/*.5) $(DESTDIR)$(MANDIR)/man5
+	for f in completions/*.bash; do [ -e "$$f" ] || continue; \
+	    install -m 644 $$f $(DESTDIR)$(BASHCOMPDIR)/$$(basename $$f .bash); done
+	for f in completions/_*; do [ -e "$$f" ] || continue; \
+	    install -m 644 $$f $(DESTDIR)$(ZSHCOMPDIR); done
+	for f in completions/*.fish; do [ -e "$$f" ] || continue; \
+	    install -m 644 $$f $(DESTDIR)$(FISHCOMPDIR); done
+
+uninstall:
+	rm -f $(TOOLS:$(BUILD)/bin/%=$(DESTDIR)$(BINDIR)/%)
+	rm -f $(patsubst man/%,$(DESTDIR)$(MANDIR)/man1/%,$(wildcard man/*.1))
+	rm -f $(patsubst man/%,$(DESTDIR)$(MANDIR)/man5/%,$(wildcard man/*.5))
+	rm -f $(patsubst completions/%.bash,$(DESTDIR)$(BASHCOMPDIR)/%,$(wildcard completions/*.bash))
+	rm -f $(patsubst completions/%,$(DESTDIR)$(ZSHCOMPDIR)/%,$(wildcard completions/_*))
+	rm -f $(patsubst completions/%,$(DESTDIR)$(FISHCOMPDIR)/%,$(wildcard completions/*.fish))
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+.PHONY: print-build
+print-build:
+	@echo $(BUILD)

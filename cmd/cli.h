@@ -1,0 +1,74 @@
+/* kvix tools: what every command shares. One exit-code table, messages in
+ * one format, and option tables that are the single source of --help, the
+ * man pages' OPTIONS sections and the shell completions (completions/gen.sh
+ * reads `TOOL --list-options`). */
+#ifndef KVIX_CLI_H
+#define KVIX_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kvix/error.h"
+
+/* The exit-code table of every kvix tool (man pages: EXIT STATUS). */
+enum {
+    KVIX_EXIT_OK = 0,       /* success */
+    KVIX_EXIT_REJECTED = 1, /* finished, but some input records were rejected;
+                               kvdump --diff: the snapshots differ */
+    KVIX_EXIT_USAGE = 2,    /* bad command line; kvdump --diff: any trouble (as diff(1)) */
+    KVIX_EXIT_IO = 3,       /* a file could not be opened, read or written (stdout too) */
+    KVIX_EXIT_CORRUPT = 4,  /* a snapshot is corrupt, truncated or of another version */
+    KVIX_EXIT_STRICT = 5,   /* --strict: stopped at the first rejected record (state saved) */
+    KVIX_EXIT_SYS = 6,      /* out of memory, or a system facility failed (threads, ZMQ) */
+};
+
+/* One option. arg == NULL for a flag. complete says what the argument is for
+ * completions: "file", "dir", NULL (free text), or words separated by '|'. */
+typedef struct cli_opt {
+    int id;             /* returned by cli_next; a short letter when shrt != 0 */
+    char shrt;          /* 0 for long only */
+    const char *lng;
+    const char *arg;    /* metavariable ("N", "FILE") or NULL */
+    const char *complete;
+    const char *help;   /* one line, lowercase */
+} cli_opt;
+
+typedef struct cli_tool {
+    const char *name;
+    const char *usage;    /* after the name: "-b N [options] [FILE...]" */
+    const char *summary;  /* one line */
+    const cli_opt *opts;  /* ends with an entry whose lng is NULL */
+    const char *operands; /* what positional arguments complete to: "file" or NULL */
+} cli_tool;
+
+/* Remember the tool for messages; make stdout line-buffered on a pipe. */
+void cli_init(const cli_tool *tool);
+const char *cli_name(void);
+
+/* Next option from argv (getopt_long built from the table). Handles --help,
+ * --version and --list-options itself (prints, exits 0) and exits with
+ * KVIX_EXIT_USAGE on an unknown option or a missing argument. Returns the
+ * option's id with *arg set, or -1 when options end (optind is the first
+ * operand). */
+int cli_next(int argc, char **argv, const char **arg);
+
+/* "TOOL: message" on stderr. */
+void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Warn and exit with code. */
+_Noreturn void cli_die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Usage error: message, a hint to --help, exit KVIX_EXIT_USAGE. */
+_Noreturn void cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Map a library status to the exit-code table. */
+int cli_exit_for(int kvix_status);
+
+/* Flush and close stdout, reporting a write error (a full disk is an error).
+ * Returns code unchanged when all is well, KVIX_EXIT_IO otherwise. */
+int cli_finish(int code);
+
+/* Parse a decimal unsigned integer in [min, max] for option what; exits with
+ * a usage error otherwise. */
+uint64_t cli_parse_uint(const char *s, uint64_t min, uint64_t max, const char *what);
+double cli_parse_double(const char *s, double min, double max, const char *what);
+
+#endif

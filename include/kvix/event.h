@@ -1,0 +1,99 @@
+/* kvix: the in-memory form of one kvix record (contract sections 3 and 4):
+ * a stored / removed / cleared event, or a query.
+ *
+ * An event owns its arrays. Decoders reuse them (kvix_event_reset keeps the
+ * capacity), so a reader loop allocates only while records keep growing. */
+#ifndef KVIX_EVENT_H
+#define KVIX_EVENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvix/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Ceilings on one record: input is untrusted. */
+#define KVIX_NAME_MAX 256          /* model, tenant, lora: bytes incl. NUL */
+#define KVIX_ID_MAX 256            /* a query id, as raw JSON text incl. NUL */
+#define KVIX_EVENT_BLOCKS_MAX 65536 /* blocks in a stored event, hashes in a removed one */
+#define KVIX_TOKENS_MAX (1u << 24) /* tokens in one record */
+#define KVIX_BS_MAX 65536          /* largest block size */
+
+typedef enum kvix_event_type {
+    KVIX_EV_NONE = 0,
+    KVIX_EV_STORED,
+    KVIX_EV_REMOVED,
+    KVIX_EV_CLEARED,
+    KVIX_EV_QUERY,
+} kvix_event_type;
+
+typedef enum kvix_medium {
+    KVIX_MEDIUM_GPU = 0,
+    KVIX_MEDIUM_CPU,
+    KVIX_MEDIUM_DISK,
+    KVIX_MEDIUM_EXTERNAL,
+    KVIX_MEDIUM_COUNT
+} kvix_medium;
+
+typedef struct kvix_block {
+    uint64_t local; /* content hash (contract section 1) */
+    uint64_t seq;   /* the engine's own hash for the block: opaque */
+} kvix_block;
+
+typedef struct kvix_event {
+    int type;               /* kvix_event_type */
+    uint64_t worker;
+    uint32_t dp;
+    int medium;             /* kvix_medium */
+    unsigned has_eid : 1, has_ts : 1, has_parent : 1, has_tokens : 1, has_id : 1;
+    uint64_t eid;
+    double ts;
+    uint32_t bs;            /* stored: block size; query: 0 = the partition's */
+    uint64_t parent;        /* stored: engine hash of the parent when has_parent */
+    char model[KVIX_NAME_MAX];  /* default "default" */
+    char tenant[KVIX_NAME_MAX]; /* default "default" */
+    char lora[KVIX_NAME_MAX];   /* "" = no LoRA */
+    char id[KVIX_ID_MAX];       /* query id as raw JSON text, when has_id */
+
+    kvix_block *blocks;     /* stored: nblocks blocks */
+    size_t nblocks, cap_blocks;
+    uint64_t *hashes;       /* removed: engine hashes; query: local hashes */
+    size_t nhashes, cap_hashes;
+    uint32_t *tokens;       /* stored (forensic, nblocks*bs) or query tokens, when has_tokens */
+    size_t ntokens, cap_tokens;
+} kvix_event;
+
+/* Zero ev and set the defaults. Owns nothing yet. */
+void kvix_event_init(kvix_event *ev);
+/* Free the arrays ev owns; ev may be reused after kvix_event_init. */
+void kvix_event_release(kvix_event *ev);
+/* Set the defaults again, keeping the arrays' capacity for reuse. */
+void kvix_event_reset(kvix_event *ev);
+
+/* Grow ev's arrays so that n elements fit (n is checked against the ceilings
+ * above: KVIX_ELIMIT past them, KVIX_ENOMEM if allocation fails). Contents
+ * up to the old count are kept; the count fields are not changed. */
+int kvix_event_reserve_blocks(kvix_event *ev, size_t n, kvix_err *err);
+int kvix_event_reserve_hashes(kvix_event *ev, size_t n, kvix_err *err);
+int kvix_event_reserve_tokens(kvix_event *ev, size_t n, kvix_err *err);
+
+/* Deep copy src into dst (dst initialised; its arrays are reused). */
+int kvix_event_copy(kvix_event *dst, const kvix_event *src, kvix_err *err);
+
+/* Copy a name into one of the fixed fields; KVIX_ELIMIT when too long. */
+int kvix_event_set_name(char dst[KVIX_NAME_MAX], const char *s, size_t len, kvix_err *err);
+
+/* "gpu", "cpu", "disk", "external"; "?" for an unknown value. Static string. */
+const char *kvix_medium_name(int medium);
+/* Parse a contract medium name; KVIX_EINVAL when unknown. */
+int kvix_medium_parse(const char *s, size_t len, int *out);
+/* "stored", "removed", "cleared", "query"; "?" otherwise. Static string. */
+const char *kvix_event_type_name(int type);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

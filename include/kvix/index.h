@@ -1,0 +1,179 @@
+/* kvix: the global KV-cache block index (contract sections 3 and 4).
+ *
+ * One index holds partitions keyed by (model, tenant); each partition's block
+ * size is fixed by its first event. Per (worker, dp) the index keeps the
+ * engine hash of every block only as the key for later removals, and places
+ * each block by position and by a canonical rolling hash it computes itself
+ * from the parent's canonical hash and the block's local hash, so opaque
+ * engine hashes (vLLM's SHA-256 chain) still index positionally.
+ *
+ * Concurrency (what may run at the same time as what):
+ *  - kvix_index_query* may be called from any number of threads, concurrently
+ *    with each other and with every writer call below; only kvix_index_free
+ *    must not overlap anything.
+ *  - kvix_index_apply and the kvix_index_remove_* calls may run concurrently
+ *    for DIFFERENT workers; calls touching the same worker must be serialised
+ *    by the caller, in event order.
+ *  - kvix_index_submit queues an event for the index's own writer pool: each
+ *    worker is sticky to one writer thread, so per-worker order is kept while
+ *    different workers proceed in parallel. Submit from one thread only (or
+ *    serialise submits); mixing submit and apply for the same worker is not
+ *    allowed. kvix_index_sync waits until everything submitted is applied.
+ *  - kvix_index_foreach, kvix_index_stats and kvix_index_memory read a quiet
+ *    index: no writer call (and no unsynced submit) may overlap them.
+ */
+#ifndef KVIX_INDEX_H
+#define KVIX_INDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvix/error.h"
+#include "kvix/event.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kvix_index kvix_index;
+
+typedef enum kvix_backend {
+    KVIX_BACKEND_POSITIONAL = 0, /* default: position-keyed maps, jump search */
+    KVIX_BACKEND_RADIX,          /* radix tree of canonical hashes */
+    KVIX_BACKEND_REFERENCE,      /* simplest obviously-correct model */
+} kvix_backend;
+
+/* Called on a writer thread for an event submitted with kvix_index_submit
+ * that the index rejected; tag is the one given to submit. */
+typedef void (*kvix_reject_fn)(void *ctx, uint64_t tag, const kvix_err *err);
+
+typedef struct kvix_index_opts {
+    kvix_backend backend;
+    unsigned jump;      /* positional: jump size in positions; 0 = the measured default */
+    int binsearch;      /* positional: binary search inside a failed jump (default 1) */
+    unsigned threads;   /* writer threads behind kvix_index_submit; 0 = submit applies inline */
+    kvix_reject_fn on_reject;
+    void *reject_ctx;
+} kvix_index_opts;
+
+/* What applying one event did, for the caller's counters. */
+typedef struct kvix_apply_result {
+    uint32_t stored;     /* blocks newly stored */
+    uint32_t duplicate;  /* blocks the worker already held (idempotent store) */
+    uint32_t removed;    /* blocks removed (by removed, cleared or worker removal) */
+    uint32_t unknown;    /* removed hashes the worker did not hold: counted, skipped */
+} kvix_apply_result;
+
+typedef struct kvix_score {
+    uint64_t worker;
+    uint32_t dp;
+    uint32_t blocks;                        /* matched contiguous prefix, any tier */
+    uint32_t tier_blocks[KVIX_MEDIUM_COUNT]; /* of those, how many the worker holds per tier */
+} kvix_score;
+
+/* A query answer (contract section 4). Owns scores; reuse it across queries
+ * and free its array with kvix_answer_release. */
+typedef struct kvix_answer {
+    uint32_t query_blocks; /* whole blocks in the query */
+    uint32_t bs;           /* the partition's block size (0 if the partition is unknown) */
+    kvix_score *scores;    /* sorted: blocks desc, then worker, then dp asc */
+    size_t nscores, cap;
+} kvix_answer;
+
+void kvix_answer_init(kvix_answer *ans);
+void kvix_answer_release(kvix_answer *ans);
+
+/* Defaults: positional backend, measured jump, binary search on, no threads. */
+void kvix_index_opts_init(kvix_index_opts *opts);
+
+/* Create an empty index; *out is owned by the caller (kvix_index_free). */
+int kvix_index_new(kvix_index **out, const kvix_index_opts *opts, kvix_err *err);
+/* Stop the writer pool (applying what was submitted) and free. NULL is fine. */
+void kvix_index_free(kvix_index *idx);
+
+/* Apply one stored / removed / cleared event on the caller's thread.
+ * Errors: KVIX_EBLOCKSIZE (bs differs from the partition's), KVIX_EPARENT
+ * (the parent is unknown to that worker: nothing of the event is applied),
+ * KVIX_EINVAL (not an event, or a query), KVIX_ERANGE (too deep). Unknown
+ * removed hashes are not an error: they are counted in res. res may be NULL.
+ * ev is only read during the call. */
+int kvix_index_apply(kvix_index *idx, const kvix_event *ev, kvix_apply_result *res,
+                     kvix_err *err);
+
+/* Queue a copy of ev for the writer pool (or apply inline when threads == 0,
+ * reporting a rejection through on_reject as well as the return value). */
+int kvix_index_submit(kvix_index *idx, const kvix_event *ev, uint64_t tag, kvix_err *err);
+/* Wait until every submitted event has been applied. */
+void kvix_index_sync(kvix_index *idx);
+/* Totals of kvix_apply_result over every event applied so far (including
+ * submitted ones once synced). */
+void kvix_index_totals(const kvix_index *idx, kvix_apply_result *out);
+
+/* Drop every block of a worker in every partition (all dp ranks), or of one
+ * (worker, dp). res may be NULL. */
+int kvix_index_remove_worker(kvix_index *idx, uint64_t worker, kvix_apply_result *res,
+                             kvix_err *err);
+int kvix_index_remove_worker_dp(kvix_index *idx, uint64_t worker, uint32_t dp,
+                                kvix_apply_result *res, kvix_err *err);
+
+/* Query by local hashes: for each (worker, dp), the number of leading blocks
+ * it holds contiguously from position 0 whose canonical rolling hash equals
+ * the query's. An unknown partition answers no scores (not an error). */
+int kvix_index_query(kvix_index *idx, const char *model, const char *tenant,
+                     const uint64_t *local, size_t n, kvix_answer *ans, kvix_err *err);
+/* Query by tokens: hashed with the partition's block size (or bs when the
+ * partition is unknown and bs > 0) and the LoRA name (NULL or "" = none). */
+int kvix_index_query_tokens(kvix_index *idx, const char *model, const char *tenant,
+                            const char *lora, const uint32_t *tokens, size_t ntokens,
+                            kvix_answer *ans, kvix_err *err);
+/* Query with a decoded query record (tokens or local hashes, model, tenant,
+ * lora, bs). */
+int kvix_index_query_event(kvix_index *idx, const kvix_event *q, kvix_answer *ans,
+                           kvix_err *err);
+
+/* Block size of a partition, 0 when unknown. */
+uint32_t kvix_index_block_size(const kvix_index *idx, const char *model, const char *tenant);
+
+/* One stored block as the index holds it, for snapshots and dumps. */
+typedef struct kvix_block_info {
+    uint32_t position;
+    uint64_t local;
+    uint64_t engine;      /* the engine's hash (key for removals) */
+    uint64_t parent;      /* the engine hash of the parent; meaningless at position 0 */
+    unsigned tiers;       /* bit (1 << kvix_medium) per tier holding it; never 0 */
+} kvix_block_info;
+
+/* Visitor of kvix_index_foreach: called once per (partition, worker, dp) with
+ * its blocks sorted by position, then by engine hash. Arrays are only valid
+ * during the call. Return non-zero to stop (the value is returned). */
+typedef int (*kvix_foreach_fn)(void *ctx, const char *model, const char *tenant, uint32_t bs,
+                               uint64_t worker, uint32_t dp, int has_eid, uint64_t last_eid,
+                               const kvix_block_info *blocks, size_t n);
+
+/* Visit every (partition, worker, dp) in a stable order: model, tenant,
+ * worker, dp ascending. Partitions with no worker are visited once with
+ * worker = UINT64_MAX and n = 0, so an empty partition survives a snapshot. */
+int kvix_index_foreach(kvix_index *idx, kvix_foreach_fn fn, void *ctx);
+
+/* Restore the last applied eid of a (worker, dp) (from a snapshot). */
+int kvix_index_set_eid(kvix_index *idx, const char *model, const char *tenant, uint32_t bs,
+                       uint64_t worker, uint32_t dp, uint64_t eid, kvix_err *err);
+
+typedef struct kvix_index_stats {
+    size_t partitions;
+    size_t workers;        /* distinct (partition, worker, dp) with state */
+    size_t blocks;         /* stored (worker, block) pairs */
+    size_t unique_blocks;  /* distinct (partition, position, canonical hash) */
+    size_t bytes;          /* memory held by the index */
+} kvix_index_stats;
+
+void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out);
+
+/* "positional", "radix", "reference"; parse returns KVIX_EINVAL if unknown. */
+const char *kvix_backend_name(kvix_backend b);
+int kvix_backend_parse(const char *s, kvix_backend *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

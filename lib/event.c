@@ -1,0 +1,144 @@
+#include "kvix/event.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void kvix_event_init(kvix_event *ev)
+{
+    memset(ev, 0, sizeof *ev);
+    kvix_event_reset(ev);
+}
+
+void kvix_event_release(kvix_event *ev)
+{
+    free(ev->blocks);
+    free(ev->hashes);
+    free(ev->tokens);
+    ev->blocks = NULL;
+    ev->hashes = NULL;
+    ev->tokens = NULL;
+    ev->cap_blocks = ev->cap_hashes = ev->cap_tokens = 0;
+    ev->nblocks = ev->nhashes = ev->ntokens = 0;
+}
+
+void kvix_event_reset(kvix_event *ev)
+{
+    ev->type = KVIX_EV_NONE;
+    ev->worker = 0;
+    ev->dp = 0;
+    ev->medium = KVIX_MEDIUM_GPU;
+    ev->has_eid = ev->has_ts = ev->has_parent = ev->has_tokens = ev->has_id = 0;
+    ev->eid = 0;
+    ev->ts = 0;
+    ev->bs = 0;
+    ev->parent = 0;
+    memcpy(ev->model, "default", 8);
+    memcpy(ev->tenant, "default", 8);
+    ev->lora[0] = '\0';
+    ev->id[0] = '\0';
+    ev->nblocks = ev->nhashes = ev->ntokens = 0;
+}
+
+static int grow(void **p, size_t *cap, size_t n, size_t elem, size_t limit, const char *what,
+                kvix_err *err)
+{
+    if (n > limit)
+        return kvix_err_set(err, KVIX_ELIMIT, "too many %s: %zu (limit %zu)", what, n, limit);
+    if (n <= *cap)
+        return KVIX_OK;
+    size_t c = *cap ? *cap : 16;
+    while (c < n)
+        c *= 2;
+    void *q = realloc(*p, c * elem);
+    if (!q)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for %zu %s", n, what);
+    *p = q;
+    *cap = c;
+    return KVIX_OK;
+}
+
+int kvix_event_reserve_blocks(kvix_event *ev, size_t n, kvix_err *err)
+{
+    return grow((void **)&ev->blocks, &ev->cap_blocks, n, sizeof *ev->blocks,
+                KVIX_EVENT_BLOCKS_MAX, "blocks", err);
+}
+
+int kvix_event_reserve_hashes(kvix_event *ev, size_t n, kvix_err *err)
+{
+    return grow((void **)&ev->hashes, &ev->cap_hashes, n, sizeof *ev->hashes,
+                KVIX_EVENT_BLOCKS_MAX, "hashes", err);
+}
+
+int kvix_event_reserve_tokens(kvix_event *ev, size_t n, kvix_err *err)
+{
+    return grow((void **)&ev->tokens, &ev->cap_tokens, n, sizeof *ev->tokens, KVIX_TOKENS_MAX,
+                "tokens", err);
+}
+
+int kvix_event_copy(kvix_event *dst, const kvix_event *src, kvix_err *err)
+{
+    int rc;
+    if ((rc = kvix_event_reserve_blocks(dst, src->nblocks, err)) ||
+        (rc = kvix_event_reserve_hashes(dst, src->nhashes, err)) ||
+        (rc = kvix_event_reserve_tokens(dst, src->ntokens, err)))
+        return rc;
+    kvix_block *b = dst->blocks;
+    uint64_t *h = dst->hashes;
+    uint32_t *t = dst->tokens;
+    size_t cb = dst->cap_blocks, ch = dst->cap_hashes, ct = dst->cap_tokens;
+    *dst = *src;
+    dst->blocks = b;
+    dst->hashes = h;
+    dst->tokens = t;
+    dst->cap_blocks = cb;
+    dst->cap_hashes = ch;
+    dst->cap_tokens = ct;
+    if (src->nblocks)
+        memcpy(b, src->blocks, src->nblocks * sizeof *b);
+    if (src->nhashes)
+        memcpy(h, src->hashes, src->nhashes * sizeof *h);
+    if (src->ntokens)
+        memcpy(t, src->tokens, src->ntokens * sizeof *t);
+    return KVIX_OK;
+}
+
+int kvix_event_set_name(char dst[KVIX_NAME_MAX], const char *s, size_t len, kvix_err *err)
+{
+    if (len >= KVIX_NAME_MAX)
+        return kvix_err_set(err, KVIX_ELIMIT, "name of %zu bytes (limit %d)", len,
+                            KVIX_NAME_MAX - 1);
+    if (memchr(s, '\0', len))
+        return kvix_err_set(err, KVIX_EINVAL, "name contains a NUL byte");
+    memcpy(dst, s, len);
+    dst[len] = '\0';
+    return KVIX_OK;
+}
+
+static const char *const medium_names[KVIX_MEDIUM_COUNT] = {"gpu", "cpu", "disk", "external"};
+
+const char *kvix_medium_name(int medium)
+{
+    return medium >= 0 && medium < KVIX_MEDIUM_COUNT ? medium_names[medium] : "?";
+}
+
+int kvix_medium_parse(const char *s, size_t len, int *out)
+{
+    for (int m = 0; m < KVIX_MEDIUM_COUNT; m++) {
+        if (strlen(medium_names[m]) == len && memcmp(s, medium_names[m], len) == 0) {
+            *out = m;
+            return KVIX_OK;
+        }
+    }
+    return KVIX_EINVAL;
+}
+
+const char *kvix_event_type_name(int type)
+{
+    switch (type) {
+    case KVIX_EV_STORED: return "stored";
+    case KVIX_EV_REMOVED: return "removed";
+    case KVIX_EV_CLEARED: return "cleared";
+    case KVIX_EV_QUERY: return "query";
+    }
+    return "?";
+}

@@ -1,0 +1,199 @@
+#include "kvix/hash.h"
+
+#include <string.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack: no allocation per hash */
+#include <xxhash.h>
+
+uint64_t kvix_hash_lora_seed(const char *name, size_t len)
+{
+    if (!name || len == 0)
+        return KVIX_HASH_SEED;
+    return (uint64_t)KVIX_HASH_SEED + XXH3_64bits_withSeed(name, len, 0);
+}
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define KVIX_HOST_LE 1
+#else
+#define KVIX_HOST_LE 0
+#endif
+
+static inline void put_le64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* Tokens are hashed as le32; on a little-endian host that is their memory
+ * image, so the common case hashes in place without a copy. */
+static void update_tokens(XXH3_state_t *st, const uint32_t *tokens, size_t bs)
+{
+#if KVIX_HOST_LE
+    XXH3_64bits_update(st, tokens, bs * sizeof *tokens);
+#else
+    unsigned char buf[256];
+    size_t n = 0;
+    for (size_t i = 0; i < bs; i++) {
+        for (int b = 0; b < 4; b++)
+            buf[n++] = (unsigned char)(tokens[i] >> (8 * b));
+        if (n == sizeof buf) {
+            XXH3_64bits_update(st, buf, n);
+            n = 0;
+        }
+    }
+    XXH3_64bits_update(st, buf, n);
+#endif
+}
+
+uint64_t kvix_hash_local(const uint32_t *tokens, size_t bs, uint64_t seed)
+{
+#if KVIX_HOST_LE
+    return XXH3_64bits_withSeed(tokens, bs * sizeof *tokens, seed);
+#else
+    XXH3_state_t st;
+    XXH3_64bits_reset_withSeed(&st, seed);
+    update_tokens(&st, tokens, bs);
+    return XXH3_64bits_digest(&st);
+#endif
+}
+
+int kvix_hash_local_mm(const uint32_t *tokens, size_t bs, uint64_t seed,
+                       const uint64_t *mm, size_t nmm, uint64_t *out, kvix_err *err)
+{
+    if (nmm > KVIX_HASH_MM_MAX)
+        return kvix_err_set(err, KVIX_ELIMIT, "%zu multimodal hashes in one block (limit %u)",
+                            nmm, KVIX_HASH_MM_MAX);
+    uint64_t sorted[KVIX_HASH_MM_MAX];
+    for (size_t i = 0; i < nmm; i++) { /* insertion sort: nmm is small */
+        size_t j = i;
+        while (j > 0 && sorted[j - 1] > mm[i]) {
+            sorted[j] = sorted[j - 1];
+            j--;
+        }
+        sorted[j] = mm[i];
+    }
+    XXH3_state_t st;
+    XXH3_64bits_reset_withSeed(&st, seed);
+    update_tokens(&st, tokens, bs);
+    for (size_t i = 0; i < nmm; i++) {
+        unsigned char le[8];
+        put_le64(le, sorted[i]);
+        XXH3_64bits_update(&st, le, sizeof le);
+    }
+    *out = XXH3_64bits_digest(&st);
+    return KVIX_OK;
+}
+
+uint64_t kvix_hash_seq_next(uint64_t prev, uint64_t local)
+{
+    unsigned char buf[16];
+    put_le64(buf, prev);
+    put_le64(buf + 8, local);
+    return XXH3_64bits_withSeed(buf, sizeof buf, KVIX_HASH_SEED);
+}
+
+size_t kvix_hash_blocks(const uint32_t *tokens, size_t ntokens, size_t bs, uint64_t seed,
+                        uint64_t *local_out, uint64_t *seq_out)
+{
+    size_t n = ntokens / bs;
+    uint64_t seq = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t local = kvix_hash_local(tokens + i * bs, bs, seed);
+        seq = i == 0 ? local : kvix_hash_seq_next(seq, local);
+        if (local_out)
+            local_out[i] = local;
+        if (seq_out)
+            seq_out[i] = seq;
+    }
+    return n;
+}
+
+static inline uint64_t low_bits(uint64_t v, unsigned n)
+{
+    return n >= 64 ? v : v & ((UINT64_C(1) << n) - 1);
+}
+
+int kvix_hash_psh(uint64_t seq, uint64_t pos, uint64_t local, kvix_u128 *out, kvix_err *err)
+{
+    static const struct { uint64_t limit; unsigned p, r; } modes[] = {
+        {UINT64_C(1) << 8, 8, 54},
+        {UINT64_C(1) << 16, 16, 46},
+        {UINT64_C(1) << 24, 24, 38},
+        {UINT64_C(1) << 31, 31, 31},
+    };
+    for (unsigned m = 0; m < 4; m++) {
+        if (pos < modes[m].limit) {
+            out->hi = (uint64_t)m << 62 | low_bits(pos, modes[m].p) << modes[m].r |
+                      low_bits(local, modes[m].r);
+            out->lo = seq;
+            return KVIX_OK;
+        }
+    }
+    return kvix_err_set(err, KVIX_ERANGE, "position %llu too deep for a positional sequence hash",
+                        (unsigned long long)pos);
+}
+
+/* Lineage modes: (P, M = N); the position limit of mode m is 2^P. */
+static const unsigned plh_p[3] = {8, 16, 24}, plh_m[3] = {59, 55, 51};
+
+static int plh_mode(uint64_t pos)
+{
+    for (int m = 0; m < 3; m++)
+        if (pos < (UINT64_C(1) << plh_p[m]))
+            return m;
+    return -1;
+}
+
+int kvix_hash_plh(uint64_t cur, uint64_t parent, uint64_t pos, kvix_u128 *out, kvix_err *err)
+{
+    int m = plh_mode(pos);
+    if (m < 0)
+        return kvix_err_set(err, KVIX_ERANGE,
+                            "position %llu too deep for a positional lineage hash",
+                            (unsigned long long)pos);
+    unsigned n = plh_m[m];
+    /* The block's own bits shrink to what its child's mode can hold as a
+     * parent, so a child can verify its parent across a mode boundary. */
+    int next = plh_mode(pos + 1);
+    unsigned ncur = next >= 0 && plh_m[next] < n ? plh_m[next] : n;
+    unsigned __int128 v = (unsigned __int128)m << 126 |
+                          (unsigned __int128)low_bits(pos, plh_p[m]) << (2 * n) |
+                          (unsigned __int128)low_bits(parent, n) << n |
+                          low_bits(cur, ncur);
+    out->hi = (uint64_t)(v >> 64);
+    out->lo = (uint64_t)v;
+    return KVIX_OK;
+}
+
+static const char hexdig[] = "0123456789abcdef";
+
+void kvix_hex64(uint64_t v, char out[17])
+{
+    for (int i = 15; i >= 0; i--, v >>= 4)
+        out[i] = hexdig[v & 15];
+    out[16] = '\0';
+}
+
+void kvix_hex128(kvix_u128 v, char out[33])
+{
+    kvix_hex64(v.hi, out);
+    kvix_hex64(v.lo, out + 16);
+}
+
+int kvix_parse_hex64(const char *s, size_t len, uint64_t *out)
+{
+    if (len == 0 || len > 16)
+        return KVIX_EINVAL;
+    uint64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned c = (unsigned char)s[i], d;
+        if (c >= '0' && c <= '9')
+            d = c - '0';
+        else if ((c | 32) >= 'a' && (c | 32) <= 'f')
+            d = (c | 32) - 'a' + 10;
+        else
+            return KVIX_EINVAL;
+        v = v << 4 | d;
+    }
+    *out = v;
+    return KVIX_OK;
+}

@@ -1,0 +1,82 @@
+#include "harness.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define TH_MAX 512
+
+static struct { const char *name; th_fn fn; } tests[TH_MAX];
+static int ntests, cur_failed;
+
+void th_register(const char *name, th_fn fn)
+{
+    if (ntests == TH_MAX) {
+        fprintf(stderr, "harness: more than %d tests in one binary\n", TH_MAX);
+        abort();
+    }
+    tests[ntests].name = name;
+    tests[ntests].fn = fn;
+    ntests++;
+}
+
+int th_check(int ok, const char *expr, const char *file, int line)
+{
+    if (!ok) {
+        if (cur_failed++ < 10)
+            printf("#   %s:%d: CHECK(%s) failed\n", file, line, expr);
+    }
+    return ok;
+}
+
+int th_check_u64(uint64_t a, uint64_t b, const char *ea, const char *eb, const char *file,
+                 int line)
+{
+    if (a != b && cur_failed++ < 10)
+        printf("#   %s:%d: %s == %s: %" PRIu64 " != %" PRIu64 "\n", file, line, ea, eb, a, b);
+    return a == b;
+}
+
+int th_check_str(const char *a, const char *b, const char *ea, const char *eb,
+                 const char *file, int line)
+{
+    int ok = a && b && strcmp(a, b) == 0;
+    if (!ok && cur_failed++ < 10)
+        printf("#   %s:%d: %s == %s: \"%s\" != \"%s\"\n", file, line, ea, eb, a ? a : "(null)",
+               b ? b : "(null)");
+    return ok;
+}
+
+uint64_t th_seed(void)
+{
+    const char *s = getenv("KVIX_TEST_SEED");
+    return s ? strtoull(s, NULL, 0) : UINT64_C(0x6b766978);
+}
+
+double th_scale(void)
+{
+    const char *s = getenv("KVIX_TEST_SCALE");
+    double v = s ? strtod(s, NULL) : 1.0;
+    return v > 0 ? v : 1.0;
+}
+
+int main(int argc, char **argv)
+{
+    int passed = 0, failed = 0;
+    for (int i = 0; i < ntests; i++) {
+        if (argc > 1 && !strstr(tests[i].name, argv[1]))
+            continue;
+        cur_failed = 0;
+        tests[i].fn();
+        if (cur_failed) {
+            printf("not ok - %s (%d failed checks; seed %" PRIu64 ")\n", tests[i].name,
+                   cur_failed, th_seed());
+            failed++;
+        } else {
+            printf("ok - %s\n", tests[i].name);
+            passed++;
+        }
+        fflush(stdout);
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
