@@ -1,0 +1,68 @@
+/* kvix: the engines' wire (vLLM and SGLang KV events over ZMQ/msgpack, see
+ * ../shared/docs/vllm-wire.md): decoding batches into kvix events (kvsub) and
+ * encoding kvix events as engine batches (kvreplay --pub, test publishers). */
+#ifndef KVIX_WIRE_H
+#define KVIX_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvix/buf.h"
+#include "kvix/error.h"
+#include "kvix/event.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVIX_WIRE_FRAME_MAX (64u << 20) /* largest payload accepted */
+#define KVIX_WIRE_EVENTS_MAX 65536      /* events in one batch */
+#define KVIX_WIRE_SEQ_END UINT64_MAX    /* replay end marker */
+
+/* Who the batch comes from: the registration of the endpoint. */
+typedef struct kvix_wire_source {
+    uint64_t worker;
+    uint32_t dp;          /* registered rank; a batch's own rank overrides it */
+    const char *model;    /* NULL = "default" */
+    const char *tenant;   /* NULL = "default" */
+    uint32_t block_size;  /* configured size; 0 = take each event's */
+    int keep_tokens;      /* keep token ids in stored events (--tokens) */
+} kvix_wire_source;
+
+/* Counters of what decoding skipped. */
+typedef struct kvix_wire_counts {
+    uint64_t partial_blocks;  /* stored events below the block size: skipped */
+    uint64_t unknown_events;  /* event types skipped (BlockInactive, ...) */
+} kvix_wire_counts;
+
+/* Receives each decoded event; ev is valid only during the call. Return
+ * non-zero to stop decoding (returned as is). */
+typedef int (*kvix_wire_event_fn)(void *ctx, const kvix_event *ev);
+
+/* Decode one batch payload (the third frame) with sequence number seq (the
+ * events' eid). Events are delivered in batch order. A malformed payload
+ * delivers nothing and returns KVIX_EINVAL / KVIX_ELIMIT: batches are
+ * checked whole before any event is delivered. counts may be NULL. */
+int kvix_wire_decode(const void *payload, size_t len, uint64_t seq,
+                     const kvix_wire_source *src, kvix_wire_event_fn fn, void *ctx,
+                     kvix_wire_counts *counts, kvix_err *err);
+
+typedef enum kvix_wire_style {
+    KVIX_WIRE_MAP = 0, /* current vLLM: events as maps with "type" */
+    KVIX_WIRE_ARRAY,   /* legacy vLLM: events as arrays, 12 elements */
+} kvix_wire_style;
+
+/* Encode events ev[0..n) (all of one (worker, dp)) as one batch payload
+ * [ts, events, dp] appended to out. Stored events need their tokens
+ * (has_tokens) since engines send token ids, not local hashes. */
+int kvix_wire_encode(const kvix_event *const *ev, size_t n, double ts, uint32_t dp,
+                     kvix_wire_style style, kvix_buf *out, kvix_err *err);
+
+/* The medium names engines use, mapped to kvix tiers ("GPU", "CPU_PINNED",
+ * "CPU_TIER1", "CPU_TIER2" -> cpu, "DISK", "EXTERNAL"); unknown -> gpu. */
+int kvix_wire_medium(const char *s, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,89 @@
+/* libkvix private: the interface between the index front end (lib/index.c:
+ * partitions, per-(worker, dp) state, engine-hash bookkeeping, writer pool)
+ * and the backends that hold the shared, query-side structure (positional,
+ * radix, reference).
+ *
+ * The front end turns every event into add/del calls on canonical blocks:
+ * a block is identified by (position, canonical rolling hash); its local hash
+ * is given too because the positional backend keys its maps by it. A worker
+ * is a dense "slot" number per partition (worker, dp) -> slot, so backends
+ * can keep worker sets as bitsets.
+ *
+ * Concurrency every backend must provide:
+ *  - add/del for DIFFERENT slots may run concurrently (one writer thread per
+ *    slot at a time; the front end guarantees a slot's calls are ordered);
+ *  - query may run concurrently with add/del and with other queries, and must
+ *    never wait for a whole-table operation (no stop-the-world resize);
+ *  - memory/unique/destroy run on a quiet backend.
+ */
+#ifndef KVIX_INDEX_INT_H
+#define KVIX_INDEX_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvix/error.h"
+#include "kvix/event.h"
+#include "kvix/hash.h"
+#include "kvix/index.h"
+
+/* Ceiling on (worker, dp) slots per partition. */
+#define KVIX_SLOTS_MAX (1u << 16)
+
+/* The query side of one block position: lazily computed canonical chain, so a
+ * query that fails at position 3 of 200 hashes 4 blocks, not 200. */
+typedef struct kvix_qchain {
+    const uint64_t *local; /* the query's local hashes */
+    uint64_t *canon;       /* scratch of n entries, filled up to `done` */
+    size_t n, done;
+} kvix_qchain;
+
+static inline uint64_t kvix_qchain_at(kvix_qchain *q, size_t i)
+{
+    while (q->done <= i) {
+        size_t j = q->done;
+        q->canon[j] = j == 0 ? q->local[0] : kvix_hash_seq_next(q->canon[j - 1], q->local[j]);
+        q->done++;
+    }
+    return q->canon[i];
+}
+
+/* One matched slot of a query. */
+typedef struct kvix_qhit {
+    uint32_t slot;
+    uint32_t blocks;                         /* matched contiguous prefix, any tier */
+    uint32_t tier_blocks[KVIX_MEDIUM_COUNT]; /* of those, held per tier */
+} kvix_qhit;
+
+/* Where a backend writes its hits; owned by the caller, grown by the backend
+ * through kvix_qhits_push. */
+typedef struct kvix_qhits {
+    kvix_qhit *v;
+    size_t n, cap;
+} kvix_qhits;
+
+int kvix_qhits_push(kvix_qhits *h, const kvix_qhit *hit, kvix_err *err);
+
+typedef struct kvix_backend_ops {
+    const char *name;
+    /* One backend instance per partition. */
+    void *(*create)(const kvix_index_opts *opts, kvix_err *err);
+    void (*destroy)(void *be);
+    /* slot now holds (pos, canon) in tier; it did not hold it in that tier
+     * before. parent_canon is the parent's canonical hash (0 at pos 0). */
+    int (*add)(void *be, uint32_t pos, uint64_t local, uint64_t canon, uint64_t parent_canon,
+               uint32_t slot, unsigned tier, kvix_err *err);
+    /* slot no longer holds (pos, canon) in tier; it did before. */
+    void (*del)(void *be, uint32_t pos, uint64_t local, uint64_t canon, uint64_t parent_canon,
+                uint32_t slot, unsigned tier);
+    /* Append one hit per slot with at least one matched block (any order). */
+    int (*query)(void *be, kvix_qchain *q, kvix_qhits *out, kvix_err *err);
+    size_t (*memory)(void *be);        /* bytes held */
+    size_t (*unique_blocks)(void *be); /* distinct (pos, canon) held by any slot */
+} kvix_backend_ops;
+
+extern const kvix_backend_ops kvix_backend_reference_ops;
+extern const kvix_backend_ops kvix_backend_radix_ops;
+extern const kvix_backend_ops kvix_backend_positional_ops;
+
+#endif
