@@ -1,0 +1,738 @@
+#include "kvix/mooncake.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kvix/hash.h"
+
+/* ---- trace lines ---------------------------------------------------------- */
+
+void kvix_mooncake_req_init(kvix_mooncake_req *r)
+{
+    memset(r, 0, sizeof *r);
+}
+
+void kvix_mooncake_req_release(kvix_mooncake_req *r)
+{
+    free(r->ids);
+    kvix_mooncake_req_init(r);
+}
+
+static int get_count(json_t *o, const char *key, uint64_t *out, kvix_err *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v)
+        return kvix_err_set(err, KVIX_EINVAL, "missing \"%s\"", key);
+    if (json_is_integer(v)) {
+        json_int_t i = json_integer_value(v);
+        if (i < 0)
+            return kvix_err_set(err, KVIX_ERANGE, "negative \"%s\"", key);
+        *out = (uint64_t)i;
+        return KVIX_OK;
+    }
+    if (json_is_real(v)) { /* a timestamp written as 1.0e3 is still a count */
+        double d = json_real_value(v);
+        if (!(d >= 0 && d < 1.8e19))
+            return kvix_err_set(err, KVIX_ERANGE, "\"%s\" out of range", key);
+        *out = (uint64_t)d;
+        return KVIX_OK;
+    }
+    return kvix_err_set(err, KVIX_EINVAL, "\"%s\" is not a number", key);
+}
+
+int kvix_mooncake_parse(const char *line, size_t len, kvix_mooncake_req *r, kvix_err *err)
+{
+    if (len > KVIX_MOONCAKE_LINE_MAX)
+        return kvix_err_set(err, KVIX_ELIMIT, "line of %zu bytes (limit %u)", len,
+                            KVIX_MOONCAKE_LINE_MAX);
+    json_error_t je;
+    json_t *o = json_loadb(line, len, JSON_REJECT_DUPLICATES, &je);
+    if (!o)
+        return kvix_err_set(err, KVIX_EINVAL, "bad json: %s", je.text);
+    int rc = KVIX_OK;
+    if (!json_is_object(o)) {
+        rc = kvix_err_set(err, KVIX_EINVAL, "not a json object");
+        goto out;
+    }
+    if ((rc = get_count(o, "timestamp", &r->timestamp_ms, err)) ||
+        (rc = get_count(o, "input_length", &r->input_length, err)))
+        goto out;
+    r->output_length = 0;
+    if (json_object_get(o, "output_length") &&
+        (rc = get_count(o, "output_length", &r->output_length, err)))
+        goto out;
+    json_t *ids = json_object_get(o, "hash_ids");
+    if (!ids || !json_is_array(ids)) {
+        rc = kvix_err_set(err, KVIX_EINVAL, ids ? "\"hash_ids\" is not an array"
+                                                : "missing \"hash_ids\"");
+        goto out;
+    }
+    size_t n = json_array_size(ids);
+    if (n > KVIX_MOONCAKE_IDS_MAX) {
+        rc = kvix_err_set(err, KVIX_ELIMIT, "%zu hash ids (limit %u)", n, KVIX_MOONCAKE_IDS_MAX);
+        goto out;
+    }
+    if (n > r->cap) {
+        uint32_t *p = realloc(r->ids, n * sizeof *p);
+        if (!p) {
+            rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory for %zu hash ids", n);
+            goto out;
+        }
+        r->ids = p;
+        r->cap = n;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(ids, i);
+        if (!json_is_integer(v)) {
+            rc = kvix_err_set(err, KVIX_EINVAL, "hash id %zu is not an integer", i);
+            goto out;
+        }
+        json_int_t x = json_integer_value(v);
+        if (x < 0 || x > (json_int_t)UINT32_MAX) {
+            rc = kvix_err_set(err, KVIX_ERANGE, "hash id %zu out of range: %" JSON_INTEGER_FORMAT,
+                              i, x);
+            goto out;
+        }
+        r->ids[i] = (uint32_t)x;
+    }
+    r->nids = n;
+out:
+    json_decref(o);
+    if (rc)
+        r->nids = 0;
+    return rc;
+}
+
+struct kvix_mooncake_trace {
+    int fd;
+    char *buf;
+    size_t len, off, cap; /* buf[off..len) is unread */
+    int eof, skipping;
+    uint64_t line;        /* lines consumed */
+    uint64_t req_line;    /* line of the request last returned */
+};
+
+int kvix_mooncake_trace_new(kvix_mooncake_trace **out, int fd, kvix_err *err)
+{
+    kvix_mooncake_trace *t = calloc(1, sizeof *t);
+    if (!t || !(t->buf = malloc(64u << 10))) {
+        free(t);
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    }
+    t->fd = fd;
+    t->cap = 64u << 10;
+    *out = t;
+    return KVIX_OK;
+}
+
+void kvix_mooncake_trace_free(kvix_mooncake_trace *t)
+{
+    if (!t)
+        return;
+    free(t->buf);
+    free(t);
+}
+
+uint64_t kvix_mooncake_trace_line(const kvix_mooncake_trace *t)
+{
+    return t->req_line;
+}
+
+/* Make room to read more: compact, then grow up to the line ceiling. */
+static int fill(kvix_mooncake_trace *t, kvix_err *err)
+{
+    if (t->off) {
+        memmove(t->buf, t->buf + t->off, t->len - t->off);
+        t->len -= t->off;
+        t->off = 0;
+    }
+    if (t->len == t->cap) {
+        if (t->cap > KVIX_MOONCAKE_LINE_MAX) {
+            /* Over the ceiling: drop what we have and skip to the next newline. */
+            t->len = 0;
+            t->skipping = 1;
+        } else {
+            char *p = realloc(t->buf, t->cap * 2);
+            if (!p)
+                return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a trace line");
+            t->buf = p;
+            t->cap *= 2;
+        }
+    }
+    for (;;) {
+        ssize_t n = read(t->fd, t->buf + t->len, t->cap - t->len);
+        if (n > 0) {
+            t->len += (size_t)n;
+            return KVIX_OK;
+        }
+        if (n == 0) {
+            t->eof = 1;
+            return KVIX_OK;
+        }
+        if (errno != EINTR)
+            return kvix_err_set(err, KVIX_EIO, "read error: %s", strerror(errno));
+    }
+}
+
+int kvix_mooncake_trace_next(kvix_mooncake_trace *t, kvix_mooncake_req *r, kvix_err *err)
+{
+    for (;;) {
+        char *start = t->buf + t->off;
+        char *nl = memchr(start, '\n', t->len - t->off);
+        if (!nl && !t->eof) {
+            int rc = fill(t, err);
+            if (rc)
+                return rc;
+            continue;
+        }
+        size_t n = nl ? (size_t)(nl - start) : t->len - t->off;
+        if (!nl && n == 0 && !t->skipping)
+            return KVIX_EOF;
+        t->off += n + (nl ? 1 : 0);
+        t->line++;
+        t->req_line = t->line;
+        if (t->skipping) {
+            t->skipping = 0;
+            return kvix_err_set(err, KVIX_ELIMIT, "line longer than %u bytes",
+                                KVIX_MOONCAKE_LINE_MAX);
+        }
+        if (n && start[n - 1] == '\r')
+            n--;
+        size_t i = 0;
+        while (i < n && (start[i] == ' ' || start[i] == '\t'))
+            i++;
+        if (i == n) {
+            if (!nl && t->eof)
+                return KVIX_EOF;
+            continue;
+        }
+        return kvix_mooncake_parse(start, n, r, err);
+    }
+}
+
+/* ---- the simulator ---------------------------------------------------------- */
+
+uint64_t kvix_splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += UINT64_C(0x9E3779B97F4A7C15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+typedef struct node {
+    uint64_t engine, local, stamp;
+    uint32_t worker, depth, nchildren;
+    int32_t parent;   /* node index, -1 at the root; next free node when free */
+    int32_t heap_pos; /* index in the worker's leaf heap, -1 when not a leaf */
+} node;
+
+typedef struct worker {
+    int32_t *heap;    /* leaves, min-heap by stamp */
+    size_t nheap, cap;
+    uint32_t size;    /* blocks cached */
+    uint64_t eid;
+} worker;
+
+struct kvix_mooncake {
+    kvix_mooncake_opts o;
+    char model[KVIX_NAME_MAX];
+    uint64_t rng, clock;
+    worker *w;
+    node *nodes;
+    size_t nnodes, cap_nodes;
+    int32_t free_node;
+    int32_t *slots;   /* open addressing on (worker, engine); -1 empty */
+    size_t nslots, used;
+    uint64_t *local, *engine; /* the current request's blocks */
+    int32_t *path;            /* its cached nodes */
+    uint32_t *tied;
+    size_t cap_req;
+    kvix_event ev;
+    kvix_mooncake_stats st;
+};
+
+void kvix_mooncake_opts_init(kvix_mooncake_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->workers = 256;
+    o->capacity = 16384;
+    o->route = KVIX_ROUTE_RANDOM;
+    o->queries = 1;
+}
+
+int kvix_mooncake_new(kvix_mooncake **out, const kvix_mooncake_opts *o, kvix_err *err)
+{
+    *out = NULL;
+    if (o->workers == 0 || o->capacity == 0)
+        return kvix_err_set(err, KVIX_EINVAL, "need at least one worker and one block");
+    if (o->workers > KVIX_MOONCAKE_WORKERS_MAX || o->capacity > KVIX_MOONCAKE_CAPACITY_MAX)
+        return kvix_err_set(err, KVIX_ELIMIT, "at most %u workers of %u blocks",
+                            KVIX_MOONCAKE_WORKERS_MAX, KVIX_MOONCAKE_CAPACITY_MAX);
+    if (o->route != KVIX_ROUTE_RANDOM && o->route != KVIX_ROUTE_BEST)
+        return kvix_err_set(err, KVIX_EINVAL, "unknown route");
+    kvix_mooncake *m = calloc(1, sizeof *m);
+    if (!m || !(m->w = calloc(o->workers, sizeof *m->w)) ||
+        !(m->tied = malloc(o->workers * sizeof *m->tied)) ||
+        !(m->slots = malloc(1024 * sizeof *m->slots))) {
+        if (m) {
+            free(m->w);
+            free(m->tied);
+        }
+        free(m);
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    }
+    m->o = *o;
+    int rc = kvix_event_set_name(m->model, o->model ? o->model : "default",
+                                 strlen(o->model ? o->model : "default"), err);
+    if (rc) {
+        kvix_mooncake_free(m);
+        return rc;
+    }
+    m->o.model = m->model;
+    m->rng = o->seed;
+    m->nslots = 1024;
+    memset(m->slots, 0xff, 1024 * sizeof *m->slots);
+    m->free_node = -1;
+    kvix_event_init(&m->ev);
+    *out = m;
+    return KVIX_OK;
+}
+
+void kvix_mooncake_free(kvix_mooncake *m)
+{
+    if (!m)
+        return;
+    if (m->w)
+        for (uint32_t i = 0; i < m->o.workers; i++)
+            free(m->w[i].heap);
+    free(m->w);
+    free(m->nodes);
+    free(m->slots);
+    free(m->local);
+    free(m->engine);
+    free(m->path);
+    free(m->tied);
+    kvix_event_release(&m->ev);
+    free(m);
+}
+
+void kvix_mooncake_stats_get(const kvix_mooncake *m, kvix_mooncake_stats *out)
+{
+    *out = m->st;
+}
+
+/* -- the (worker, engine hash) -> node table: linear probing, backward-shift
+ *    deletion (no tombstones: blocks come and go all the time). */
+
+static size_t slot_of(const kvix_mooncake *m, uint32_t w, uint64_t engine)
+{
+    uint64_t h = engine ^ ((uint64_t)w * UINT64_C(0x9E3779B97F4A7C15));
+    h ^= h >> 33;
+    h *= UINT64_C(0xff51afd7ed558ccd);
+    h ^= h >> 33;
+    return (size_t)h & (m->nslots - 1);
+}
+
+static int32_t lookup(const kvix_mooncake *m, uint32_t w, uint64_t engine)
+{
+    for (size_t i = slot_of(m, w, engine);; i = (i + 1) & (m->nslots - 1)) {
+        int32_t n = m->slots[i];
+        if (n < 0)
+            return -1;
+        if (m->nodes[n].engine == engine && m->nodes[n].worker == w)
+            return n;
+    }
+}
+
+static void slot_put(kvix_mooncake *m, int32_t n)
+{
+    size_t i = slot_of(m, m->nodes[n].worker, m->nodes[n].engine);
+    while (m->slots[i] >= 0)
+        i = (i + 1) & (m->nslots - 1);
+    m->slots[i] = n;
+    m->used++;
+}
+
+static int grow_slots(kvix_mooncake *m, kvix_err *err)
+{
+    if ((m->used + 1) * 2 <= m->nslots)
+        return KVIX_OK;
+    size_t ns = m->nslots * 2;
+    int32_t *s = malloc(ns * sizeof *s);
+    if (!s)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for %zu cached blocks", m->used);
+    int32_t *old = m->slots;
+    size_t on = m->nslots;
+    m->slots = s;
+    m->nslots = ns;
+    m->used = 0;
+    memset(s, 0xff, ns * sizeof *s);
+    for (size_t i = 0; i < on; i++)
+        if (old[i] >= 0)
+            slot_put(m, old[i]);
+    free(old);
+    return KVIX_OK;
+}
+
+static void slot_del(kvix_mooncake *m, int32_t n)
+{
+    size_t mask = m->nslots - 1;
+    size_t i = slot_of(m, m->nodes[n].worker, m->nodes[n].engine);
+    while (m->slots[i] != n)
+        i = (i + 1) & mask;
+    /* Shift later members of the cluster back over the hole when their home
+     * slot does not lie cyclically in (hole, their position]. */
+    size_t j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        int32_t x = m->slots[j];
+        if (x < 0)
+            break;
+        size_t home = slot_of(m, m->nodes[x].worker, m->nodes[x].engine);
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            m->slots[i] = x;
+            i = j;
+        }
+    }
+    m->slots[i] = -1;
+    m->used--;
+}
+
+/* -- per-worker leaf heap, by stamp */
+
+static int before(const kvix_mooncake *m, int32_t a, int32_t b)
+{
+    return m->nodes[a].stamp < m->nodes[b].stamp;
+}
+
+static void heap_set(kvix_mooncake *m, worker *w, size_t i, int32_t n)
+{
+    w->heap[i] = n;
+    m->nodes[n].heap_pos = (int32_t)i;
+}
+
+static void sift_up(kvix_mooncake *m, worker *w, size_t i)
+{
+    int32_t n = w->heap[i];
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!before(m, n, w->heap[p]))
+            break;
+        heap_set(m, w, i, w->heap[p]);
+        i = p;
+    }
+    heap_set(m, w, i, n);
+}
+
+static void sift_down(kvix_mooncake *m, worker *w, size_t i)
+{
+    int32_t n = w->heap[i];
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= w->nheap)
+            break;
+        if (c + 1 < w->nheap && before(m, w->heap[c + 1], w->heap[c]))
+            c++;
+        if (!before(m, w->heap[c], n))
+            break;
+        heap_set(m, w, i, w->heap[c]);
+        i = c;
+    }
+    heap_set(m, w, i, n);
+}
+
+static int heap_push(kvix_mooncake *m, worker *w, int32_t n, kvix_err *err)
+{
+    if (w->nheap == w->cap) {
+        size_t c = w->cap ? w->cap * 2 : 64;
+        int32_t *h = realloc(w->heap, c * sizeof *h);
+        if (!h)
+            return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a worker's cache");
+        w->heap = h;
+        w->cap = c;
+    }
+    w->heap[w->nheap++] = n;
+    sift_up(m, w, w->nheap - 1);
+    return KVIX_OK;
+}
+
+static void heap_remove(kvix_mooncake *m, worker *w, int32_t n)
+{
+    size_t i = (size_t)m->nodes[n].heap_pos;
+    m->nodes[n].heap_pos = -1;
+    int32_t last = w->heap[--w->nheap];
+    if (i == w->nheap)
+        return;
+    heap_set(m, w, i, last);
+    sift_up(m, w, i);
+    sift_down(m, w, (size_t)m->nodes[last].heap_pos);
+}
+
+/* -- nodes */
+
+static int node_new(kvix_mooncake *m, int32_t *out, kvix_err *err)
+{
+    if (m->free_node >= 0) {
+        *out = m->free_node;
+        m->free_node = m->nodes[*out].parent;
+        return KVIX_OK;
+    }
+    if (m->nnodes == m->cap_nodes) {
+        size_t c = m->cap_nodes ? m->cap_nodes * 2 : 1024;
+        if (c > (size_t)INT32_MAX)
+            return kvix_err_set(err, KVIX_ELIMIT, "more than %d cached blocks", INT32_MAX);
+        node *p = realloc(m->nodes, c * sizeof *p);
+        if (!p)
+            return kvix_err_set(err, KVIX_ENOMEM, "out of memory for %zu cached blocks", c);
+        m->nodes = p;
+        m->cap_nodes = c;
+    }
+    *out = (int32_t)m->nnodes++;
+    return KVIX_OK;
+}
+
+/* Evict the worker's least recently used leaf; its engine hash goes to ev. */
+static void evict_one(kvix_mooncake *m, uint32_t wi)
+{
+    worker *w = &m->w[wi];
+    int32_t n = w->heap[0];
+    heap_remove(m, w, n);
+    node *x = &m->nodes[n];
+    m->ev.hashes[m->ev.nhashes++] = x->engine;
+    slot_del(m, n);
+    if (x->parent >= 0) {
+        node *p = &m->nodes[x->parent];
+        /* The parent was not a leaf while x existed; now it may be. Its
+         * stamp keeps its place in recency order. heap_push cannot fail
+         * here: the heap just lost an element. */
+        if (--p->nchildren == 0)
+            heap_push(m, w, x->parent, NULL);
+    }
+    x->parent = m->free_node;
+    m->free_node = n;
+    w->size--;
+    m->st.cached_blocks--;
+}
+
+static int reserve_req(kvix_mooncake *m, size_t n, kvix_err *err)
+{
+    if (n <= m->cap_req)
+        return KVIX_OK;
+    size_t c = m->cap_req ? m->cap_req : 64;
+    while (c < n)
+        c *= 2;
+    uint64_t *a = realloc(m->local, c * sizeof *a);
+    if (a)
+        m->local = a;
+    uint64_t *b = a ? realloc(m->engine, c * sizeof *b) : NULL;
+    if (b)
+        m->engine = b;
+    int32_t *p = b ? realloc(m->path, c * sizeof *p) : NULL;
+    if (!p)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a %zu-block request", n);
+    m->path = p;
+    m->cap_req = c;
+    return KVIX_OK;
+}
+
+static uint32_t cached_prefix(const kvix_mooncake *m, uint32_t w, size_t n)
+{
+    uint32_t k = 0;
+    while (k < n && lookup(m, w, m->engine[k]) >= 0)
+        k++;
+    return k;
+}
+
+static uint32_t route(kvix_mooncake *m, size_t n)
+{
+    uint64_t draw = kvix_splitmix64(&m->rng);
+    if (m->o.route == KVIX_ROUTE_RANDOM)
+        return (uint32_t)(draw % m->o.workers);
+    uint32_t best = 0, ntied = 0;
+    for (uint32_t w = 0; w < m->o.workers; w++) {
+        uint32_t k = cached_prefix(m, w, n);
+        if (k > best || ntied == 0) {
+            best = k;
+            ntied = 0;
+        }
+        if (k == best)
+            m->tied[ntied++] = w;
+    }
+    return m->tied[draw % ntied];
+}
+
+static void event_base(kvix_mooncake *m, int type, uint32_t w, double ts)
+{
+    kvix_event_reset(&m->ev);
+    m->ev.type = type;
+    memcpy(m->ev.model, m->model, sizeof m->model);
+    m->ev.has_ts = 1;
+    m->ev.ts = ts;
+    if (type != KVIX_EV_QUERY) {
+        m->ev.worker = w;
+        m->ev.has_eid = 1;
+        m->ev.eid = m->w[w].eid++;
+    }
+}
+
+int kvix_mooncake_step(kvix_mooncake *m, const kvix_mooncake_req *r, uint64_t id,
+                       kvix_mooncake_emit_fn fn, void *ctx, kvix_err *err)
+{
+    size_t full = r->input_length / KVIX_MOONCAKE_BS;
+    if (full > r->nids)
+        full = r->nids; /* a line with fewer ids than its length says: trust the ids */
+    m->st.partial_blocks += r->nids - full;
+    if (full == 0) {
+        m->st.skipped++;
+        return KVIX_OK;
+    }
+    int rc = reserve_req(m, full, err);
+    if (rc)
+        return rc;
+    uint64_t prev = 0;
+    for (size_t i = 0; i < full; i++) {
+        uint32_t t[KVIX_MOONCAKE_BS];
+        for (size_t j = 0; j < KVIX_MOONCAKE_BS; j++)
+            t[j] = r->ids[i];
+        m->local[i] = kvix_hash_local(t, KVIX_MOONCAKE_BS, KVIX_HASH_SEED);
+        m->engine[i] = i ? kvix_hash_seq_next(prev, m->local[i]) : m->local[i];
+        prev = m->engine[i];
+    }
+    double ts = (double)r->timestamp_ms / 1000.0;
+    m->st.requests++;
+    m->st.query_blocks += full;
+    uint32_t wi = route(m, full);
+    worker *w = &m->w[wi];
+
+    if (m->o.queries) {
+        event_base(m, KVIX_EV_QUERY, 0, ts);
+        m->ev.has_id = 1;
+        snprintf(m->ev.id, sizeof m->ev.id, "%" PRIu64, id);
+        if ((rc = kvix_event_reserve_hashes(&m->ev, full, err)))
+            return rc;
+        memcpy(m->ev.hashes, m->local, full * sizeof *m->local);
+        m->ev.nhashes = full;
+        if ((rc = fn(ctx, &m->ev)))
+            return rc;
+    }
+
+    /* Touch the cached prefix: it becomes the most recently used. */
+    uint32_t hit = 0;
+    for (; hit < full; hit++) {
+        int32_t n = lookup(m, wi, m->engine[hit]);
+        if (n < 0)
+            break;
+        m->path[hit] = n;
+        m->nodes[n].stamp = ++m->clock;
+        if (m->nodes[n].heap_pos >= 0)
+            sift_down(m, w, (size_t)m->nodes[n].heap_pos);
+    }
+    m->st.hit_blocks += hit;
+    size_t limit = full < m->o.capacity ? full : m->o.capacity;
+    m->st.truncated_blocks += full - limit;
+    size_t nstore = limit > hit ? limit - hit : 0;
+    if (nstore == 0)
+        return KVIX_OK;
+
+    if (w->size + nstore > m->o.capacity) {
+        event_base(m, KVIX_EV_REMOVED, wi, ts);
+        size_t need = w->size + nstore - m->o.capacity;
+        if ((rc = kvix_event_reserve_hashes(&m->ev, need, err)))
+            return rc;
+        /* The touched prefix holds the newest stamps and at most capacity -
+         * nstore blocks, so every eviction finds an older leaf off the path. */
+        while (need--)
+            evict_one(m, wi);
+        m->st.removed_events++;
+        m->st.removed_blocks += m->ev.nhashes;
+        if ((rc = fn(ctx, &m->ev)))
+            return rc;
+    }
+
+    event_base(m, KVIX_EV_STORED, wi, ts);
+    m->ev.bs = KVIX_MOONCAKE_BS;
+    if (hit) {
+        m->ev.has_parent = 1;
+        m->ev.parent = m->engine[hit - 1];
+    }
+    if ((rc = kvix_event_reserve_blocks(&m->ev, nstore, err)))
+        return rc;
+    if (m->o.tokens) {
+        if ((rc = kvix_event_reserve_tokens(&m->ev, nstore * KVIX_MOONCAKE_BS, err)))
+            return rc;
+        m->ev.has_tokens = 1;
+    }
+    int32_t parent = hit ? m->path[hit - 1] : -1;
+    for (size_t i = hit; i < limit; i++) {
+        int32_t n = -1;
+        if ((rc = grow_slots(m, err)) || (rc = node_new(m, &n, err)))
+            return rc;
+        node *x = &m->nodes[n];
+        x->engine = m->engine[i];
+        x->local = m->local[i];
+        x->worker = wi;
+        x->depth = (uint32_t)i;
+        x->nchildren = 0;
+        x->parent = parent;
+        x->heap_pos = -1;
+        x->stamp = ++m->clock;
+        slot_put(m, n);
+        if (parent >= 0 && m->nodes[parent].nchildren++ == 0 && m->nodes[parent].heap_pos >= 0)
+            heap_remove(m, w, parent);
+        if ((rc = heap_push(m, w, n, err)))
+            return rc;
+        w->size++;
+        m->st.cached_blocks++;
+        parent = n;
+        kvix_block *b = &m->ev.blocks[m->ev.nblocks++];
+        b->local = m->local[i];
+        b->seq = m->engine[i];
+        if (m->o.tokens) {
+            for (size_t j = 0; j < KVIX_MOONCAKE_BS; j++)
+                m->ev.tokens[m->ev.ntokens++] = r->ids[i];
+        }
+    }
+    m->st.stored_events++;
+    m->st.stored_blocks += nstore;
+    return fn(ctx, &m->ev);
+}
+
+typedef struct visit {
+    uint32_t worker, depth;
+    uint64_t engine, local;
+} visit;
+
+static int visit_cmp(const void *a, const void *b)
+{
+    const visit *x = a, *y = b;
+    if (x->worker != y->worker)
+        return x->worker < y->worker ? -1 : 1;
+    return x->engine < y->engine ? -1 : x->engine > y->engine;
+}
+
+int kvix_mooncake_foreach(kvix_mooncake *m, kvix_mooncake_block_fn fn, void *ctx, kvix_err *err)
+{
+    size_t n = 0;
+    visit *v = malloc((m->st.cached_blocks ? m->st.cached_blocks : 1) * sizeof *v);
+    if (!v)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    for (size_t i = 0; i < m->nslots; i++) {
+        int32_t x = m->slots[i];
+        if (x < 0)
+            continue;
+        const node *d = &m->nodes[x];
+        v[n++] = (visit){d->worker, d->depth, d->engine, d->local};
+    }
+    qsort(v, n, sizeof *v, visit_cmp);
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = fn(ctx, v[i].worker, v[i].engine, v[i].local, v[i].depth);
+    free(v);
+    return rc;
+}
