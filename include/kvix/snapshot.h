@@ -1,0 +1,150 @@
+/* kvix: the snapshot file (kvix-snapshot(5)): the whole index state, per
+ * partition and per (worker, dp), in a documented little-endian binary
+ * format closed by an XXH3-64 checksum of everything before it.
+ *
+ * Writing is crash-safe: a unique temporary file in the target's folder,
+ * written through a large buffer, fsync'ed, renamed over the target, and the
+ * folder fsync'ed. A crash at any moment leaves the old file or the new one.
+ *
+ * Reading is untrusted: kvix_snapshot_open checks magic, version, checksum
+ * and every count, length and order against the file before anything is
+ * returned, so a corrupt or truncated file is refused whole (KVIX_ECORRUPT)
+ * and never half-applied. A tool that fails to load a snapshot must not save
+ * over it; kvix_snapshot_load leaves the file untouched in every case.
+ *
+ * The same records are visited from a file (kvix_snapshot_next /
+ * kvix_snapshot_foreach) as from a live index (kvix_index_foreach), in the
+ * same order and with the same visitor type, so dumps, stats and diffs work
+ * on either. */
+#ifndef KVIX_SNAPSHOT_H
+#define KVIX_SNAPSHOT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvix/error.h"
+#include "kvix/event.h"
+#include "kvix/index.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVIX_SNAPSHOT_MAGIC "KVIXSNAP" /* 8 bytes, no NUL in the file */
+#define KVIX_SNAPSHOT_VERSION 1u
+#define KVIX_SNAPSHOT_BLOCK_BYTES 32u  /* one stored block in the file */
+
+/* Totals of one snapshot file. */
+typedef struct kvix_snapshot_info {
+    uint32_t version;
+    uint64_t partitions;
+    uint64_t groups;    /* (partition, worker, dp) records */
+    uint64_t blocks;    /* stored (worker, block) entries */
+    uint64_t bytes;     /* file size */
+    uint64_t checksum;  /* the XXH3-64 stored at the end of the file */
+} kvix_snapshot_info;
+
+/* ---- writing ---------------------------------------------------------- */
+
+typedef struct kvix_snapshot_writer kvix_snapshot_writer;
+
+/* Start writing a snapshot that will replace path on commit: creates a
+ * unique temporary file beside it. *out is owned by the caller and must be
+ * ended by kvix_snapshot_writer_commit or kvix_snapshot_writer_abort. */
+int kvix_snapshot_writer_open(kvix_snapshot_writer **out, const char *path, kvix_err *err);
+
+/* Append one (partition, worker, dp) record, exactly as kvix_index_foreach
+ * visits them: strictly ascending (model, tenant, worker, dp), blocks
+ * ascending by (position, engine hash), every parent present at the previous
+ * position. worker == UINT64_MAX with n == 0 and no eid records a partition
+ * without workers. Out-of-order or inconsistent input fails with KVIX_EINVAL
+ * (the writer is then unusable: abort it). Same shape as kvix_foreach_fn. */
+int kvix_snapshot_writer_add(kvix_snapshot_writer *w, const char *model, const char *tenant,
+                             uint32_t bs, uint64_t worker, uint32_t dp, int has_eid,
+                             uint64_t last_eid, const kvix_block_info *blocks, size_t n,
+                             kvix_err *err);
+
+/* Write the trailer and checksum, fsync, rename over the target and fsync
+ * the folder. Frees w whatever the outcome; on failure the temporary file is
+ * removed and the target is untouched. info (may be NULL) gets the totals. */
+int kvix_snapshot_writer_commit(kvix_snapshot_writer *w, kvix_snapshot_info *info,
+                                kvix_err *err);
+/* Drop the temporary file and free w. NULL is fine. */
+void kvix_snapshot_writer_abort(kvix_snapshot_writer *w);
+
+/* Save the whole index to path (writer_open + kvix_index_foreach + commit).
+ * The index must be quiet (see index.h). info may be NULL. */
+int kvix_snapshot_save(kvix_index *idx, const char *path, kvix_snapshot_info *info,
+                       kvix_err *err);
+
+/* ---- reading ---------------------------------------------------------- */
+
+typedef struct kvix_snapshot kvix_snapshot;
+
+/* One (partition, worker, dp) record of a file. Pointers are owned by the
+ * snapshot and valid until the next kvix_snapshot_next / _close. */
+typedef struct kvix_snapshot_group {
+    const char *model, *tenant;
+    uint32_t bs;
+    uint64_t worker;      /* UINT64_MAX with n == 0: a partition without workers */
+    uint32_t dp;
+    int has_eid;
+    uint64_t eid;         /* last applied source eid, when has_eid */
+    const kvix_block_info *blocks; /* sorted by (position, engine) */
+    size_t n;
+} kvix_snapshot_group;
+
+/* Open and verify a snapshot: the whole file is checked (magic, version,
+ * checksum, counts against the size, order, names, tiers, every parent
+ * present) before this returns. Errors: KVIX_ENOTFOUND (no such file),
+ * KVIX_EIO, KVIX_ECORRUPT (with what is wrong and where), KVIX_ENOMEM.
+ * *out is owned by the caller: kvix_snapshot_close. */
+int kvix_snapshot_open(kvix_snapshot **out, const char *path, kvix_err *err);
+/* The same from an open descriptor read to its end (a pipe is fine; fd is
+ * not closed). name is used in messages and copied. */
+int kvix_snapshot_open_fd(kvix_snapshot **out, int fd, const char *name, kvix_err *err);
+/* The same from memory; data is copied. */
+int kvix_snapshot_open_mem(kvix_snapshot **out, const void *data, size_t len, kvix_err *err);
+void kvix_snapshot_close(kvix_snapshot *s); /* NULL is fine */
+
+void kvix_snapshot_get_info(const kvix_snapshot *s, kvix_snapshot_info *out);
+
+/* Next record, in file order (model, tenant, worker, dp ascending):
+ * KVIX_OK with *g filled, or KVIX_EOF after the last. */
+int kvix_snapshot_next(kvix_snapshot *s, kvix_snapshot_group *g, kvix_err *err);
+/* Start again from the first record. */
+void kvix_snapshot_rewind(kvix_snapshot *s);
+/* Visit every record like kvix_index_foreach (from the first record,
+ * whatever next has consumed). Returns the visitor's non-zero value, or 0. */
+int kvix_snapshot_foreach(kvix_snapshot *s, kvix_foreach_fn fn, void *ctx);
+
+/* ---- rebuilding ------------------------------------------------------- */
+
+/* Receives one event; ev is valid only during the call. Non-zero stops. */
+typedef int (*kvix_snapshot_event_fn)(void *ctx, const kvix_event *ev);
+
+/* Turn one record's blocks into the stored events that rebuild them, in a
+ * stable order: each maximal chain (a block, then its first child by engine
+ * hash, and so on) becomes one stored event of one medium with its parent
+ * (split every KVIX_EVENT_BLOCKS_MAX blocks); blocks held in several tiers
+ * get further stored events for their other tiers. Parents always come
+ * before children. No event carries an eid (the caller decides: kvdump puts
+ * the record's eid on its last event). scratch is an initialised event whose
+ * arrays are reused. Returns the visitor's non-zero value, or an error. */
+int kvix_snapshot_group_events(const kvix_snapshot_group *g, kvix_event *scratch,
+                               kvix_snapshot_event_fn fn, void *ctx, kvix_err *err);
+
+/* Apply every record of an opened snapshot to idx, which must be empty
+ * (KVIX_EINVAL otherwise): events per (worker, dp) in position order, then
+ * the eids restored. On failure idx holds part of the snapshot: free it. */
+int kvix_snapshot_apply(kvix_snapshot *s, kvix_index *idx, kvix_err *err);
+
+/* Open, verify and apply path into the empty index idx. The file is verified
+ * whole before idx is touched, and is never modified. info may be NULL. */
+int kvix_snapshot_load(kvix_index *idx, const char *path, kvix_snapshot_info *info,
+                       kvix_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
