@@ -451,37 +451,6 @@ fail:
     return rc;
 }
 
-typedef struct save_ctx {
-    kvix_snapshot_writer *w;
-    kvix_err *err;
-    int rc;
-} save_ctx;
-
-static int save_visit(void *ctx, const char *model, const char *tenant, uint32_t bs,
-                      uint64_t worker, uint32_t dp, int has_eid, uint64_t last_eid,
-                      const kvix_block_info *blocks, size_t n)
-{
-    save_ctx *s = ctx;
-    s->rc = kvix_snapshot_writer_add(s->w, model, tenant, bs, worker, dp, has_eid, last_eid,
-                                     blocks, n, s->err);
-    return s->rc ? 1 : 0;
-}
-
-int kvix_snapshot_save(kvix_index *idx, const char *path, kvix_snapshot_info *info,
-                       kvix_err *err)
-{
-    save_ctx s = {NULL, err, 0};
-    int rc = kvix_snapshot_writer_open(&s.w, path, err);
-    if (rc)
-        return rc;
-    int stop = kvix_index_foreach(idx, save_visit, &s);
-    if (stop || s.rc) {
-        kvix_snapshot_writer_abort(s.w);
-        return s.rc ? s.rc : kvix_err_set(err, KVIX_EINVAL, "index walk stopped (%d)", stop);
-    }
-    return kvix_snapshot_writer_commit(s.w, info, err);
-}
-
 /* ---- reader ------------------------------------------------------------- */
 
 struct kvix_snapshot {
@@ -1007,77 +976,5 @@ int kvix_snapshot_group_events(const kvix_snapshot_group *g, kvix_event *scratch
 out:
     free(mem);
     free(done);
-    return rc;
-}
-
-typedef struct apply_ctx {
-    kvix_index *idx;
-    kvix_err *err;
-    int rc;
-} apply_ctx;
-
-static int apply_one(void *ctx, const kvix_event *ev)
-{
-    apply_ctx *a = ctx;
-    a->rc = kvix_index_apply(a->idx, ev, NULL, a->err);
-    return a->rc;
-}
-
-int kvix_snapshot_apply(kvix_snapshot *s, kvix_index *idx, kvix_err *err)
-{
-    kvix_index_stats st;
-    kvix_index_stats_get(idx, &st);
-    if (st.partitions != 0 || st.blocks != 0)
-        return kvix_err_set(err, KVIX_EINVAL, "a snapshot loads only into an empty index");
-    kvix_event ev;
-    kvix_event_init(&ev);
-    apply_ctx a = {idx, err, 0};
-    kvix_snapshot_group g;
-    int rc;
-    kvix_snapshot_rewind(s);
-    while ((rc = kvix_snapshot_next(s, &g, err)) == KVIX_OK) {
-        if (g.worker == UINT64_MAX && g.n == 0 && !g.has_eid) {
-            /* A partition without workers: create it with an eid-less
-             * no-op on a worker that is then dropped. */
-            kvix_event_reset(&ev);
-            ev.type = KVIX_EV_STORED;
-            ev.bs = g.bs;
-            ev.worker = UINT64_MAX;
-            if ((rc = kvix_event_set_name(ev.model, g.model, strlen(g.model), err)) ||
-                (rc = kvix_event_set_name(ev.tenant, g.tenant, strlen(g.tenant), err)) ||
-                (rc = kvix_index_apply(idx, &ev, NULL, err)) ||
-                (rc = kvix_index_remove_worker_dp(idx, UINT64_MAX, 0, NULL, err)))
-                break;
-            continue;
-        }
-        rc = kvix_snapshot_group_events(&g, &ev, apply_one, &a, err);
-        if (rc)
-            break;
-        if (g.has_eid &&
-            (rc = kvix_index_set_eid(idx, g.model, g.tenant, g.bs, g.worker, g.dp, g.eid, err)))
-            break;
-    }
-    kvix_event_release(&ev);
-    if (rc != KVIX_EOF)
-        return rc ? rc : KVIX_EINVAL;
-    kvix_index_stats_get(idx, &st);
-    if (st.blocks != s->info.blocks)
-        return kvix_err_set(err, KVIX_ECORRUPT,
-                            "%s: the index rebuilt %zu blocks from %" PRIu64 " stored", s->name,
-                            st.blocks, s->info.blocks);
-    return KVIX_OK;
-}
-
-int kvix_snapshot_load(kvix_index *idx, const char *path, kvix_snapshot_info *info,
-                       kvix_err *err)
-{
-    kvix_snapshot *s;
-    int rc = kvix_snapshot_open(&s, path, err);
-    if (rc)
-        return rc;
-    rc = kvix_snapshot_apply(s, idx, err);
-    if (!rc && info)
-        *info = s->info;
-    kvix_snapshot_close(s);
     return rc;
 }
