@@ -17,6 +17,12 @@
 #include "kvix/hash.h"
 #include "kvix/stream.h"
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define KVIX_HOST_LITTLE 1
+#else
+#define KVIX_HOST_LITTLE 0
+#endif
+
 /* Every token takes at least two bytes of a line ("1 ", "1,"), so the line
  * ceiling bounds the token count below the contract's token ceiling, and
  * positions stay below the lineage hash's limit. */
@@ -141,6 +147,48 @@ static int bad_token(const char *s, const char *end, const char *why, char *msg,
     return -1;
 }
 
+/* The digits at p (p[0] is one) as a number; *q gets the first byte after
+ * them, *big is set when the value exceeds 2^32-1. Tokens of up to seven
+ * digits, nearly all of them, are converted eight bytes at a time (SWAR):
+ * the digit test and the conversion are branch-free, so the varying token
+ * lengths cost no mispredicted branch per digit. */
+static inline uint32_t scan_uint(const char *p, const char *end, const char **q, int *big)
+{
+    if (end - p >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        /* a byte is a digit iff both nibble tests give 3; carries of the
+         * addition only reach bytes after the first non-digit */
+        uint64_t t = (w & UINT64_C(0xf0f0f0f0f0f0f0f0)) |
+                     (((w + UINT64_C(0x0606060606060606)) & UINT64_C(0xf0f0f0f0f0f0f0f0)) >> 4);
+        uint64_t m = t ^ UINT64_C(0x3333333333333333);
+        if (KVIX_HOST_LITTLE && m) {
+            unsigned k = (unsigned)__builtin_ctzll(m) >> 3; /* digits: 1..7 */
+            uint64_t x = (w << (8 * (8 - k))) & UINT64_C(0x0f0f0f0f0f0f0f0f);
+            x = (x * 2561) >> 8;
+            x = ((x & UINT64_C(0x00ff00ff00ff00ff)) * 6553601) >> 16;
+            x = ((x & UINT64_C(0x0000ffff0000ffff)) * UINT64_C(42949672960001)) >> 32;
+            *q = p + k;
+            *big = 0;
+            return (uint32_t)x;
+        }
+    }
+    uint64_t v = 0;
+    unsigned d;
+    int over = 0;
+    while (p < end && (d = (unsigned)(unsigned char)*p - '0') <= 9) {
+        v = v * 10 + d;
+        if (v > UINT32_MAX) { /* sticky, and v stays small enough not to wrap */
+            over = 1;
+            v = UINT32_MAX + UINT64_C(1);
+        }
+        p++;
+    }
+    *q = p;
+    *big = over;
+    return (uint32_t)v;
+}
+
 /* Parse p[0..end) into h->tok. The caller reserved room for (len+1)/2 tokens,
  * the most a line of that length can hold, so the loop needs no bound check. */
 static int parse_ws(hasher *h, const char *p, const char *end, char *msg, size_t cap)
@@ -154,26 +202,16 @@ static int parse_ws(hasher *h, const char *p, const char *end, char *msg, size_t
             continue;
         }
         const char *s = p;
-        uint64_t v = (unsigned)c - '0';
-        if (v > 9)
+        if ((unsigned)c - '0' > 9)
             return bad_token(s, end, c == '-' && p + 1 < end && (unsigned)(p[1] - '0') <= 9
                                          ? "is negative" : "is not a number", msg, cap);
-        for (p++; p < end; p++) {
-            unsigned d = (unsigned)(unsigned char)*p - '0';
-            if (d > 9)
-                break;
-            v = v * 10 + d;
-            if (v > UINT32_MAX) { /* checked per digit: v cannot overflow */
-                while (p < end && (unsigned)(unsigned char)*p - '0' <= 9)
-                    p++;
-                if (p < end && !is_ws((unsigned char)*p))
-                    return bad_token(s, end, "is not a number", msg, cap);
-                return bad_token(s, end, "is out of range (max 4294967295)", msg, cap);
-            }
-        }
+        int big;
+        uint32_t v = scan_uint(p, end, &p, &big);
         if (p < end && !is_ws((unsigned char)*p))
             return bad_token(s, end, "is not a number", msg, cap);
-        t[n++] = (uint32_t)v;
+        if (big)
+            return bad_token(s, end, "is out of range (max 4294967295)", msg, cap);
+        t[n++] = v;
     }
     h->ntok = n;
     return 0;
@@ -195,21 +233,15 @@ static int fast_array(hasher *h, const char *p, const char *end)
         p++;
     } else {
         for (;;) {
-            const char *s = p;
             if (p >= end || (unsigned)(unsigned char)*p - '0' > 9)
                 return 0;
             if (*p == '0' && p + 1 < end && (unsigned)(unsigned char)p[1] - '0' <= 9)
                 return 0;
-            uint64_t v = 0;
-            unsigned d;
-            while (p < end && (d = (unsigned)(unsigned char)*p - '0') <= 9) {
-                v = v * 10 + d;
-                if (++p - s > 10)
-                    return 0;
-            }
-            if (v > UINT32_MAX)
+            int big;
+            uint32_t v = scan_uint(p, end, &p, &big);
+            if (big)
                 return 0;
-            t[n++] = (uint32_t)v;
+            t[n++] = v;
             while (p < end && is_ws((unsigned char)*p))
                 p++;
             if (p < end && *p == ',') {
