@@ -1,0 +1,197 @@
+/* kvix_wire_encode: byte-exact against the engine fixtures of
+ * ../shared/fixtures/vllm (what vLLM itself sends), and its ceilings. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "kvix/wire.h"
+
+/* ../shared beside the repository: KVIX_SHARED, else found by walking up
+ * from the test binary to the directory holding include/kvix. */
+static const char *shared_dir(void)
+{
+    static char dir[PATH_MAX + 16];
+    const char *env = getenv("KVIX_SHARED");
+    if (env)
+        return env;
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return "../shared";
+    exe[n] = '\0';
+    for (char *slash; (slash = strrchr(exe, '/')) && slash != exe;) {
+        *slash = '\0';
+        char probe[PATH_MAX + 32];
+        snprintf(probe, sizeof probe, "%s/include/kvix/wire.h", exe);
+        if (access(probe, R_OK) == 0) {
+            snprintf(dir, sizeof dir, "%s/../shared", exe);
+            return dir;
+        }
+    }
+    return "../shared";
+}
+
+static size_t read_fixture(const char *name, unsigned char *buf, size_t cap)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/fixtures/vllm/%s", shared_dir(), name);
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL);
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, cap, f);
+    fclose(f);
+    return n;
+}
+
+static void check_bytes(const char *fixture, const kvix_buf *b)
+{
+    unsigned char want[4096];
+    size_t n = read_fixture(fixture, want, sizeof want);
+    CHECK(n > 0);
+    CHECK_U64(b->len, n);
+    if (b->len == n && memcmp(b->data, want, n) != 0) {
+        CHECK(!"payload bytes differ");
+        printf("#   fixture %s\n", fixture);
+    }
+}
+
+static void stored(kvix_event *ev, size_t nblocks, uint32_t first_token)
+{
+    kvix_event_init(ev);
+    ev->type = KVIX_EV_STORED;
+    ev->worker = 1;
+    ev->bs = 16;
+    kvix_event_reserve_blocks(ev, nblocks, NULL);
+    kvix_event_reserve_tokens(ev, nblocks * 16, NULL);
+    ev->nblocks = nblocks;
+    ev->has_tokens = 1;
+    for (size_t i = 0; i < nblocks * 16; i++)
+        ev->tokens[ev->ntokens++] = first_token + (uint32_t)i;
+}
+
+static void encode_one(const kvix_event *ev, uint32_t dp, kvix_wire_style style, kvix_buf *b)
+{
+    kvix_err err;
+    kvix_buf_init(b);
+    const kvix_event *p = ev;
+    int rc = kvix_wire_encode(&p, 1, 1700000000.25, dp, style, b, &err);
+    CHECK(rc == KVIX_OK);
+    if (rc)
+        printf("#   %s\n", err.msg);
+}
+
+TEST(map_stored_matches_vllm)
+{
+    kvix_event ev;
+    stored(&ev, 2, 1);
+    ev.blocks[0].seq = UINT64_C(0x0123456789abcdef);
+    ev.blocks[1].seq = UINT64_C(0xf0e1d2c3b4a59687);
+    kvix_buf b;
+    encode_one(&ev, 0, KVIX_WIRE_MAP, &b);
+    check_bytes("map-stored.bin", &b);
+    kvix_buf_release(&b);
+    encode_one(&ev, 0, KVIX_WIRE_ARRAY, &b);
+    check_bytes("array-stored.bin", &b);
+    kvix_buf_release(&b);
+    kvix_event_release(&ev);
+}
+
+TEST(map_stored_parent_lora_medium)
+{
+    kvix_event ev;
+    stored(&ev, 1, 33);
+    ev.blocks[0].seq = UINT64_C(0x8000000000000001);
+    ev.has_parent = 1;
+    ev.parent = UINT64_C(0xf0e1d2c3b4a59687);
+    kvix_buf b;
+    encode_one(&ev, 0, KVIX_WIRE_MAP, &b);
+    check_bytes("map-stored-parent.bin", &b);
+    kvix_buf_release(&b);
+
+    stored(&ev, 1, 1);
+    ev.blocks[0].seq = UINT64_C(0x0123456789abcdef);
+    strcpy(ev.lora, "adapter-a");
+    encode_one(&ev, 0, KVIX_WIRE_MAP, &b);
+    check_bytes("map-lora.bin", &b);
+    kvix_buf_release(&b);
+
+    ev.lora[0] = '\0';
+    ev.medium = KVIX_MEDIUM_CPU;
+    encode_one(&ev, 0, KVIX_WIRE_MAP, &b);
+    check_bytes("map-cpu-medium.bin", &b);
+    kvix_buf_release(&b);
+    kvix_event_release(&ev);
+}
+
+TEST(map_removed_and_cleared)
+{
+    kvix_event ev;
+    kvix_event_init(&ev);
+    ev.type = KVIX_EV_REMOVED;
+    kvix_event_reserve_hashes(&ev, 1, NULL);
+    ev.hashes[ev.nhashes++] = UINT64_C(0xf0e1d2c3b4a59687);
+    kvix_buf b;
+    encode_one(&ev, 0, KVIX_WIRE_MAP, &b);
+    check_bytes("map-removed.bin", &b);
+    kvix_buf_release(&b);
+
+    kvix_event_reset(&ev);
+    ev.type = KVIX_EV_CLEARED;
+    encode_one(&ev, 0, KVIX_WIRE_MAP, &b);
+    check_bytes("map-cleared.bin", &b);
+    kvix_buf_release(&b);
+    kvix_event_release(&ev);
+}
+
+TEST(batch_of_several_appends)
+{
+    kvix_event a, r;
+    stored(&a, 1, 1);
+    kvix_event_init(&r);
+    r.type = KVIX_EV_REMOVED;
+    const kvix_event *evs[2] = {&a, &r};
+    kvix_buf b;
+    kvix_buf_init(&b);
+    kvix_buf_append(&b, "x", 1, NULL);
+    CHECK(kvix_wire_encode(evs, 2, 1.5, 3, KVIX_WIRE_MAP, &b, NULL) == KVIX_OK);
+    /* appended after what was there: 'x', fixarray(3), float64 1.5, fixarray(2) ... dp 3 */
+    CHECK(b.len > 12);
+    CHECK(b.data[0] == 'x');
+    CHECK((unsigned char)b.data[1] == 0x93);
+    CHECK((unsigned char)b.data[2] == 0xcb);
+    CHECK((unsigned char)b.data[11] == 0x92);
+    CHECK((unsigned char)b.data[b.len - 1] == 0x03);
+    kvix_buf_release(&b);
+    kvix_event_release(&a);
+    kvix_event_release(&r);
+}
+
+TEST(rejects_what_engines_cannot_send)
+{
+    kvix_event ev;
+    stored(&ev, 2, 1);
+    kvix_buf b;
+    kvix_buf_init(&b);
+    kvix_err err;
+    const kvix_event *p = &ev;
+    ev.has_tokens = 0;
+    CHECK(kvix_wire_encode(&p, 1, 0, 0, KVIX_WIRE_MAP, &b, &err) == KVIX_EINVAL);
+    CHECK(strstr(err.msg, "tokens") != NULL);
+    ev.has_tokens = 1;
+    ev.ntokens = 31; /* not nblocks * bs */
+    CHECK(kvix_wire_encode(&p, 1, 0, 0, KVIX_WIRE_MAP, &b, &err) == KVIX_EINVAL);
+    ev.ntokens = 32;
+    ev.type = KVIX_EV_QUERY;
+    CHECK(kvix_wire_encode(&p, 1, 0, 0, KVIX_WIRE_MAP, &b, &err) == KVIX_EINVAL);
+    ev.type = KVIX_EV_STORED;
+    CHECK(kvix_wire_encode(&p, 1, 0, 0, (kvix_wire_style)7, &b, &err) == KVIX_EINVAL);
+    CHECK(kvix_wire_encode(&p, KVIX_WIRE_EVENTS_MAX + 1, 0, 0, KVIX_WIRE_MAP, &b, &err) ==
+          KVIX_ELIMIT);
+    CHECK_U64(b.len, 0); /* nothing written on failure */
+    kvix_buf_release(&b);
+    kvix_event_release(&ev);
+}
