@@ -58,8 +58,19 @@ void kvix_reader_free(kvix_reader *r);
 
 /* Next record into ev. KVIX_OK: ev holds it. KVIX_EOF: end of input.
  * KVIX_EIO: reading failed (stop). Any other error: that record is rejected
- * (err says why) and the next call continues with the following record. */
+ * (err says why) and the next call continues with the following record.
+ * Blank NDJSON lines are skipped (but counted in line numbers); a line
+ * longer than KVIX_LINE_MAX is rejected (KVIX_ELIMIT) and skipped to its
+ * newline. msgpack cannot resynchronise: after a malformed, over-size or
+ * truncated record (rejected with a message saying the rest cannot be
+ * framed) the next call returns KVIX_EOF. */
 int kvix_reader_next(kvix_reader *r, kvix_event *ev, kvix_err *err);
+
+/* By default a read(2) interrupted by a signal is retried. With report != 0
+ * kvix_reader_next returns KVIX_ESYS ("interrupted") instead, so a caller
+ * whose signal handlers set flags (without SA_RESTART) can act on them;
+ * calling kvix_reader_next again continues exactly where it stopped. */
+void kvix_reader_set_eintr(kvix_reader *r, int report);
 
 /* Position of the record last returned: its line number (NDJSON) or its
  * 1-based record number (msgpack). */

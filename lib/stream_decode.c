@@ -1,0 +1,402 @@
+/* The rules of a kvix record (contract sections 3 and 4), shared by the
+ * NDJSON and msgpack decoders through the value view of stream_int.h. */
+#include "stream_int.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvix/hash.h"
+
+enum {
+    K_TYPE, K_WORKER, K_DP, K_MODEL, K_TENANT, K_MEDIUM, K_EID, K_TS, K_BS, K_PARENT,
+    K_BLOCKS, K_LORA, K_TOKENS, K_HASHES, K_LOCAL, K_ID, K_COUNT
+};
+
+static const char *const key_names[K_COUNT] = {
+    "type", "worker", "dp", "model", "tenant", "medium", "eid", "ts", "bs", "parent",
+    "blocks", "lora", "tokens", "hashes", "local", "id",
+};
+
+static int key_index(const char *k, size_t len)
+{
+    for (int i = 0; i < K_COUNT; i++)
+        if (strlen(key_names[i]) == len && memcmp(key_names[i], k, len) == 0)
+            return i;
+    return -1;
+}
+
+/* A short printable excerpt of bad text for a message. */
+static void excerpt(const char *s, size_t len, char out[40])
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len && n < 32; i++)
+        out[n++] = (s[i] >= 0x20 && s[i] < 0x7f && s[i] != '"') ? s[i] : '?';
+    if (len > 32) {
+        memcpy(out + n, "...", 3);
+        n += 3;
+    }
+    out[n] = '\0';
+}
+
+static const char *kind_word(int kind)
+{
+    switch (kind) {
+    case SV_NIL: return "null";
+    case SV_BOOL: return "a boolean";
+    case SV_UINT: case SV_NEG: return "an integer";
+    case SV_REAL: return "a number";
+    case SV_STR: return "a string";
+    case SV_ARRAY: return "an array";
+    case SV_MAP: return "an object";
+    }
+    return "binary";
+}
+
+/* An unsigned integer field in [min, max]; what names it in messages. */
+static int get_uint(const sv *v, const char *what, uint64_t min, uint64_t max, uint64_t *out,
+                    kvix_err *err)
+{
+    if (v->kind == SV_NEG)
+        return kvix_err_set(err, KVIX_ERANGE, "%s is negative", what);
+    if (v->kind == SV_UINT && (v->u < min || v->u > max))
+        return kvix_err_set(err, KVIX_ERANGE, "%s out of range (%" PRIu64 " to %" PRIu64 ")",
+                            what, min, max);
+    if (v->kind != SV_UINT)
+        return kvix_err_set(err, KVIX_EINVAL, "%s is not an integer", what);
+    *out = v->u;
+    return KVIX_OK;
+}
+
+static int get_name(const sv *v, const char *what, char dst[KVIX_NAME_MAX], kvix_err *err)
+{
+    if (v->kind != SV_STR)
+        return kvix_err_set(err, KVIX_EINVAL, "%s is not a string", what);
+    if (v->len >= KVIX_NAME_MAX)
+        return kvix_err_set(err, KVIX_ELIMIT, "%s longer than %d bytes", what,
+                            KVIX_NAME_MAX - 1);
+    if (memchr(v->s, '\0', v->len))
+        return kvix_err_set(err, KVIX_EINVAL, "%s contains a NUL byte", what);
+    memcpy(dst, v->s, v->len);
+    dst[v->len] = '\0';
+    return KVIX_OK;
+}
+
+/* A u64 hash: 1..16 hex digits in a string, or an integer. */
+static int get_hash(const sv *v, const char *what, uint64_t *out, kvix_err *err)
+{
+    if (v->kind == SV_UINT) {
+        *out = v->u;
+        return KVIX_OK;
+    }
+    if (v->kind == SV_STR) {
+        if (kvix_parse_hex64(v->s, v->len, out) == KVIX_OK)
+            return KVIX_OK;
+        char ex[40];
+        excerpt(v->s, v->len, ex);
+        return kvix_err_set(err, KVIX_EINVAL, "bad hash \"%s\" in %s", ex, what);
+    }
+    return kvix_err_set(err, KVIX_EINVAL, "%s is not a hash (%s)", what, kind_word(v->kind));
+}
+
+static int get_array(const sv *v, const char *what, kvix_err *err)
+{
+    if (v->kind != SV_ARRAY)
+        return kvix_err_set(err, KVIX_EINVAL, "%s is not an array", what);
+    return KVIX_OK;
+}
+
+static int get_token(const sv *v, const char *what, size_t i, uint32_t *out, kvix_err *err)
+{
+    if (v->kind == SV_UINT && v->u <= UINT32_MAX) {
+        *out = (uint32_t)v->u;
+        return KVIX_OK;
+    }
+    if (v->kind == SV_UINT || v->kind == SV_NEG)
+        return kvix_err_set(err, KVIX_ERANGE, "%s[%zu] out of range (0 to 4294967295)", what, i);
+    return kvix_err_set(err, KVIX_EINVAL, "%s[%zu] is not a token id", what, i);
+}
+
+/* An array of hashes into ev->hashes. */
+static int get_hashes(const sv *v, const char *what, kvix_event *ev, kvix_err *err)
+{
+    int rc;
+    if ((rc = get_array(v, what, err)) || (rc = kvix_event_reserve_hashes(ev, v->n, err)))
+        return rc;
+    char where[48];
+    for (size_t i = 0; i < v->n; i++) {
+        sv it;
+        v->ops->item(v, i, &it);
+        if (it.kind == SV_UINT) {
+            ev->hashes[i] = it.u;
+            continue;
+        }
+        snprintf(where, sizeof where, "%s[%zu]", what, i);
+        if ((rc = get_hash(&it, where, &ev->hashes[i], err)))
+            return rc;
+    }
+    ev->nhashes = v->n;
+    return KVIX_OK;
+}
+
+/* A flat array of token ids into ev->tokens (a query). */
+static int get_tokens_flat(const sv *v, kvix_event *ev, kvix_err *err)
+{
+    int rc;
+    if ((rc = get_array(v, "\"tokens\"", err)) || (rc = kvix_event_reserve_tokens(ev, v->n, err)))
+        return rc;
+    for (size_t i = 0; i < v->n; i++) {
+        sv it;
+        v->ops->item(v, i, &it);
+        if ((rc = get_token(&it, "\"tokens\"", i, &ev->tokens[i], err)))
+            return rc;
+    }
+    ev->ntokens = v->n;
+    ev->has_tokens = 1;
+    return KVIX_OK;
+}
+
+static int get_blocks(const sv *v, kvix_event *ev, kvix_err *err)
+{
+    int rc;
+    if ((rc = get_array(v, "\"blocks\"", err)) || (rc = kvix_event_reserve_blocks(ev, v->n, err)))
+        return rc;
+    char where[64];
+    for (size_t i = 0; i < v->n; i++) {
+        sv b;
+        v->ops->item(v, i, &b);
+        if (b.kind != SV_MAP)
+            return kvix_err_set(err, KVIX_EINVAL, "\"blocks\"[%zu] is not an object", i);
+        int seen = 0;
+        const char *k;
+        size_t kl;
+        sv val;
+        for (const void *it = NULL; (it = b.ops->next(&b, it, &k, &kl, &val));) {
+            int which = kl == 5 && memcmp(k, "local", 5) == 0 ? 1
+                      : kl == 3 && memcmp(k, "seq", 3) == 0   ? 2
+                                                              : 0;
+            if (!which)
+                continue;
+            uint64_t *dst = which == 1 ? &ev->blocks[i].local : &ev->blocks[i].seq;
+            if (val.kind == SV_UINT) {
+                *dst = val.u;
+            } else {
+                snprintf(where, sizeof where, "\"blocks\"[%zu].%s", i, which == 1 ? "local" : "seq");
+                if ((rc = get_hash(&val, where, dst, err)))
+                    return rc;
+            }
+            seen |= which;
+        }
+        if (!(seen & 1))
+            return kvix_err_set(err, KVIX_EINVAL, "missing \"local\" in \"blocks\"[%zu]", i);
+        if (!(seen & 2))
+            return kvix_err_set(err, KVIX_EINVAL, "missing \"seq\" in \"blocks\"[%zu]", i);
+    }
+    ev->nblocks = v->n;
+    return KVIX_OK;
+}
+
+/* A stored event's forensic tokens: one array of bs ids per block. */
+static int get_block_tokens(const sv *v, kvix_event *ev, kvix_err *err)
+{
+    int rc;
+    if ((rc = get_array(v, "\"tokens\"", err)))
+        return rc;
+    if (v->n != ev->nblocks)
+        return kvix_err_set(err, KVIX_EINVAL, "\"tokens\" has %zu arrays for %zu blocks", v->n,
+                            ev->nblocks);
+    if ((uint64_t)ev->nblocks * ev->bs > KVIX_TOKENS_MAX)
+        return kvix_err_set(err, KVIX_ELIMIT, "too many tokens: %" PRIu64 " (limit %u)",
+                            (uint64_t)ev->nblocks * ev->bs, KVIX_TOKENS_MAX);
+    if ((rc = kvix_event_reserve_tokens(ev, ev->nblocks * ev->bs, err)))
+        return rc;
+    char where[48];
+    for (size_t i = 0; i < v->n; i++) {
+        sv a;
+        v->ops->item(v, i, &a);
+        snprintf(where, sizeof where, "\"tokens\"[%zu]", i);
+        if ((rc = get_array(&a, where, err)))
+            return rc;
+        if (a.n != ev->bs)
+            return kvix_err_set(err, KVIX_EINVAL, "%s has %zu tokens, expected bs %" PRIu32,
+                                where, a.n, ev->bs);
+        for (size_t j = 0; j < a.n; j++) {
+            sv t;
+            a.ops->item(&a, j, &t);
+            if ((rc = get_token(&t, where, j, &ev->tokens[i * ev->bs + j], err)))
+                return rc;
+        }
+    }
+    ev->ntokens = ev->nblocks * ev->bs;
+    ev->has_tokens = 1;
+    return KVIX_OK;
+}
+
+static int decode_type(const sv *v, kvix_event *ev, kvix_err *err)
+{
+    if (!v) {
+        ev->type = KVIX_EV_QUERY;
+        return KVIX_OK;
+    }
+    if (v->kind != SV_STR)
+        return kvix_err_set(err, KVIX_EINVAL, "\"type\" is not a string");
+    static const int types[] = {KVIX_EV_STORED, KVIX_EV_REMOVED, KVIX_EV_CLEARED, KVIX_EV_QUERY};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        const char *n = kvix_event_type_name(types[i]);
+        if (strlen(n) == v->len && memcmp(n, v->s, v->len) == 0) {
+            ev->type = types[i];
+            return KVIX_OK;
+        }
+    }
+    char ex[40];
+    excerpt(v->s, v->len, ex);
+    return kvix_err_set(err, KVIX_EINVAL, "unknown \"type\" \"%s\"", ex);
+}
+
+/* Fields every record may carry. */
+static int decode_common(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
+{
+    int rc;
+    uint64_t u;
+    if (f[K_MODEL] && (rc = get_name(f[K_MODEL], "\"model\"", ev->model, err)))
+        return rc;
+    if (f[K_TENANT] && (rc = get_name(f[K_TENANT], "\"tenant\"", ev->tenant, err)))
+        return rc;
+    if (f[K_LORA] && f[K_LORA]->kind != SV_NIL &&
+        (rc = get_name(f[K_LORA], "\"lora\"", ev->lora, err)))
+        return rc;
+    if (f[K_MEDIUM] && f[K_MEDIUM]->kind != SV_NIL) {
+        const sv *m = f[K_MEDIUM];
+        if (m->kind != SV_STR)
+            return kvix_err_set(err, KVIX_EINVAL, "\"medium\" is not a string");
+        if (kvix_medium_parse(m->s, m->len, &ev->medium) != KVIX_OK) {
+            char ex[40];
+            excerpt(m->s, m->len, ex);
+            return kvix_err_set(err, KVIX_EINVAL, "unknown \"medium\" \"%s\"", ex);
+        }
+    }
+    if (f[K_EID] && f[K_EID]->kind != SV_NIL) {
+        if ((rc = get_uint(f[K_EID], "\"eid\"", 0, UINT64_MAX, &ev->eid, err)))
+            return rc;
+        ev->has_eid = 1;
+    }
+    if (f[K_TS] && f[K_TS]->kind != SV_NIL) {
+        const sv *t = f[K_TS];
+        if (t->kind == SV_REAL && isfinite(t->d))
+            ev->ts = t->d;
+        else if (t->kind == SV_UINT)
+            ev->ts = (double)t->u;
+        else if (t->kind == SV_NEG)
+            ev->ts = (double)t->i;
+        else
+            return kvix_err_set(err, KVIX_EINVAL, "\"ts\" is not a number");
+        ev->has_ts = 1;
+    }
+    if (f[K_BS] && f[K_BS]->kind != SV_NIL) {
+        if ((rc = get_uint(f[K_BS], "\"bs\"", 1, KVIX_BS_MAX, &u, err)))
+            return rc;
+        ev->bs = (uint32_t)u;
+    }
+    return KVIX_OK;
+}
+
+static int decode_event(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
+{
+    int rc;
+    uint64_t u;
+    if (!f[K_WORKER])
+        return kvix_err_set(err, KVIX_EINVAL, "missing \"worker\"");
+    if ((rc = get_uint(f[K_WORKER], "\"worker\"", 0, UINT64_MAX, &ev->worker, err)))
+        return rc;
+    if (f[K_DP]) {
+        if ((rc = get_uint(f[K_DP], "\"dp\"", 0, UINT32_MAX, &u, err)))
+            return rc;
+        ev->dp = (uint32_t)u;
+    }
+    switch (ev->type) {
+    case KVIX_EV_STORED:
+        if (!f[K_BS] || f[K_BS]->kind == SV_NIL)
+            return kvix_err_set(err, KVIX_EINVAL, "missing \"bs\"");
+        if (f[K_PARENT] && f[K_PARENT]->kind != SV_NIL) {
+            if ((rc = get_hash(f[K_PARENT], "\"parent\"", &ev->parent, err)))
+                return rc;
+            ev->has_parent = 1;
+        }
+        if (!f[K_BLOCKS])
+            return kvix_err_set(err, KVIX_EINVAL, "missing \"blocks\"");
+        if ((rc = get_blocks(f[K_BLOCKS], ev, err)))
+            return rc;
+        if (f[K_TOKENS] && f[K_TOKENS]->kind != SV_NIL)
+            return get_block_tokens(f[K_TOKENS], ev, err);
+        return KVIX_OK;
+    case KVIX_EV_REMOVED:
+        if (!f[K_HASHES])
+            return kvix_err_set(err, KVIX_EINVAL, "missing \"hashes\"");
+        return get_hashes(f[K_HASHES], "\"hashes\"", ev, err);
+    }
+    return KVIX_OK; /* cleared */
+}
+
+static int decode_query(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
+{
+    int rc;
+    int has_t = f[K_TOKENS] && f[K_TOKENS]->kind != SV_NIL;
+    int has_l = f[K_LOCAL] && f[K_LOCAL]->kind != SV_NIL;
+    if (has_t && has_l)
+        return kvix_err_set(err, KVIX_EINVAL, "query has both \"tokens\" and \"local\"");
+    if (!has_t && !has_l)
+        return kvix_err_set(err, KVIX_EINVAL, "query has neither \"tokens\" nor \"local\"");
+    if (f[K_ID]) {
+        if ((rc = f[K_ID]->ops->json_text(f[K_ID], ev->id, sizeof ev->id, err)))
+            return rc;
+        ev->has_id = 1;
+    }
+    if (has_t)
+        return get_tokens_flat(f[K_TOKENS], ev, err);
+    return get_hashes(f[K_LOCAL], "\"local\"", ev, err);
+}
+
+int kvix_stream_decode(const sv *root, kvix_event *ev, kvix_err *err)
+{
+    kvix_event_reset(ev);
+    if (root->kind == SV_ARRAY) {
+        ev->type = KVIX_EV_QUERY;
+        return get_tokens_flat(root, ev, err);
+    }
+    if (root->kind != SV_MAP)
+        return kvix_err_set(err, KVIX_EINVAL, "record is %s, not an object",
+                            kind_word(root->kind));
+    sv vals[K_COUNT];
+    sv *f[K_COUNT] = {0};
+    const char *k;
+    size_t kl;
+    sv val;
+    for (const void *it = NULL; (it = root->ops->next(root, it, &k, &kl, &val));) {
+        if (kl == SIZE_MAX)
+            continue; /* a non-string key: not ours, ignored like unknown keys */
+        int ki = key_index(k, kl);
+        if (ki < 0)
+            continue;
+        vals[ki] = val;
+        f[ki] = &vals[ki];
+    }
+    int rc = decode_type(f[K_TYPE], ev, err);
+    if (!rc)
+        rc = decode_common(f, ev, err);
+    if (!rc)
+        rc = ev->type == KVIX_EV_QUERY ? decode_query(f, ev, err) : decode_event(f, ev, err);
+    return rc;
+}
+
+void kvix_stream_fmt_double(double d, char out[32])
+{
+    /* The shortest of %.15g..%.17g that reads back exactly: timestamps stay
+     * readable (1700000000.25) and still round-trip. */
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(out, 32, "%.*g", prec, d);
+        if (strtod(out, NULL) == d)
+            break;
+    }
+}

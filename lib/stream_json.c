@@ -1,0 +1,409 @@
+/* NDJSON framing of kvix records: decoding through jansson, encoding in a
+ * fixed key order with names escaped by jansson. */
+#include "kvix/stream.h"
+
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kvix/hash.h"
+#include "stream_int.h"
+
+/* ---- decoding: jansson values seen as sv ---- */
+
+static const sv_ops json_ops;
+
+static void jsv(json_t *j, sv *out)
+{
+    out->ops = &json_ops;
+    out->p = j;
+    out->n = 0;
+    switch (json_typeof(j)) {
+    case JSON_OBJECT:
+        out->kind = SV_MAP;
+        out->n = json_object_size(j);
+        break;
+    case JSON_ARRAY:
+        out->kind = SV_ARRAY;
+        out->n = json_array_size(j);
+        break;
+    case JSON_STRING:
+        out->kind = SV_STR;
+        out->s = json_string_value(j);
+        out->len = json_string_length(j);
+        break;
+    case JSON_INTEGER: {
+        json_int_t v = json_integer_value(j);
+        if (v < 0) {
+            out->kind = SV_NEG;
+            out->i = v;
+        } else {
+            out->kind = SV_UINT;
+            out->u = (uint64_t)v;
+        }
+        break;
+    }
+    case JSON_REAL:
+        out->kind = SV_REAL;
+        out->d = json_real_value(j);
+        break;
+    case JSON_TRUE:
+    case JSON_FALSE:
+        out->kind = SV_BOOL;
+        out->u = json_is_true(j);
+        break;
+    default:
+        out->kind = SV_NIL;
+        break;
+    }
+}
+
+static void json_item(const sv *arr, size_t i, sv *out)
+{
+    jsv(json_array_get((json_t *)arr->p, i), out);
+}
+
+static const void *json_next(const sv *map, const void *it, const char **key, size_t *klen,
+                             sv *val)
+{
+    json_t *obj = (json_t *)map->p;
+    void *i = it ? json_object_iter_next(obj, (void *)it) : json_object_iter(obj);
+    if (!i)
+        return NULL;
+    *key = json_object_iter_key(i);
+    *klen = json_object_iter_key_len(i);
+    jsv(json_object_iter_value(i), val);
+    return i;
+}
+
+static int dump_id(json_t *j, char *out, size_t cap, kvix_err *err)
+{
+    size_t n = json_dumpb(j, out, cap - 1, JSON_ENCODE_ANY | JSON_COMPACT);
+    if (n == 0)
+        return kvix_err_set(err, KVIX_EINVAL, "\"id\" cannot be encoded");
+    if (n >= cap)
+        return kvix_err_set(err, KVIX_ELIMIT, "\"id\" longer than %zu bytes", cap - 1);
+    out[n] = '\0';
+    return KVIX_OK;
+}
+
+static int json_text(const sv *v, char *out, size_t cap, kvix_err *err)
+{
+    return dump_id((json_t *)v->p, out, cap, err);
+}
+
+static const sv_ops json_ops = {json_item, json_next, json_text};
+
+/* jansson bounds its own recursion; this is kvix's tighter ceiling. */
+static int depth_ok(json_t *j, int depth)
+{
+    if (depth > KVIX_JSON_DEPTH_MAX)
+        return 0;
+    if (json_is_array(j)) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(j, i, e)
+            if ((json_is_array(e) || json_is_object(e)) && !depth_ok(e, depth + 1))
+                return 0;
+    } else if (json_is_object(j)) {
+        const char *k;
+        json_t *e;
+        json_object_foreach(j, k, e)
+            if ((json_is_array(e) || json_is_object(e)) && !depth_ok(e, depth + 1))
+                return 0;
+    }
+    return 1;
+}
+
+int kvix_event_from_json(const char *line, size_t len, kvix_event *ev, kvix_err *err)
+{
+    kvix_event_reset(ev);
+    if (len > KVIX_LINE_MAX)
+        return kvix_err_set(err, KVIX_ELIMIT, "line longer than %u bytes", KVIX_LINE_MAX);
+    json_error_t jerr;
+    /* A duplicated key would make the record mean whichever copy a reader
+     * happens to keep: reject it. */
+    json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return kvix_err_set(err, json_error_code(&jerr) == json_error_out_of_memory
+                                     ? KVIX_ENOMEM : KVIX_EINVAL,
+                            "malformed json at column %d: %s", jerr.column, jerr.text);
+    int rc;
+    if (!depth_ok(root, 1)) {
+        rc = kvix_err_set(err, KVIX_ELIMIT, "nested deeper than %d levels", KVIX_JSON_DEPTH_MAX);
+    } else {
+        sv r;
+        jsv(root, &r);
+        rc = kvix_stream_decode(&r, ev, err);
+    }
+    json_decref(root);
+    return rc;
+}
+
+/* ---- encoding ---- */
+
+static char *put_u64(char *p, uint64_t v)
+{
+    char tmp[20];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n)
+        *p++ = tmp[--n];
+    return p;
+}
+
+static int app(kvix_buf *b, const char *s, kvix_err *err)
+{
+    return kvix_buf_append(b, s, strlen(s), err);
+}
+
+static int app_u64(kvix_buf *b, const char *prefix, uint64_t v, kvix_err *err)
+{
+    size_t pl = strlen(prefix);
+    int rc = kvix_buf_reserve(b, pl + 20, err);
+    if (rc)
+        return rc;
+    char *p = b->data + b->len;
+    memcpy(p, prefix, pl);
+    p = put_u64(p + pl, v);
+    b->len = (size_t)(p - b->data);
+    b->data[b->len] = '\0';
+    return KVIX_OK;
+}
+
+static int app_hex(kvix_buf *b, const char *prefix, uint64_t v, kvix_err *err)
+{
+    size_t pl = strlen(prefix);
+    int rc = kvix_buf_reserve(b, pl + 18, err);
+    if (rc)
+        return rc;
+    char *p = b->data + b->len;
+    memcpy(p, prefix, pl);
+    p[pl] = '"';
+    kvix_hex64(v, p + pl + 1);
+    p[pl + 17] = '"';
+    b->len += pl + 18;
+    b->data[b->len] = '\0';
+    return KVIX_OK;
+}
+
+/* A JSON string. Names made only of printable ASCII without quote or
+ * backslash are their own JSON text; anything else goes through jansson. */
+static int app_str(kvix_buf *b, const char *prefix, const char *s, kvix_err *err)
+{
+    size_t len = strlen(s);
+    int plain = 1;
+    for (size_t i = 0; i < len && plain; i++) {
+        unsigned char c = (unsigned char)s[i];
+        plain = c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
+    }
+    int rc = app(b, prefix, err);
+    if (rc)
+        return rc;
+    if (plain) {
+        if ((rc = kvix_buf_reserve(b, len + 2, err)))
+            return rc;
+        b->data[b->len++] = '"';
+        memcpy(b->data + b->len, s, len);
+        b->len += len;
+        b->data[b->len++] = '"';
+        b->data[b->len] = '\0';
+        return KVIX_OK;
+    }
+    json_t *j = json_stringn(s, len);
+    if (!j)
+        return kvix_err_set(err, KVIX_EINVAL, "name is not valid utf-8");
+    size_t need = json_dumpb(j, NULL, 0, JSON_ENCODE_ANY);
+    if ((rc = kvix_buf_reserve(b, need, err)) == KVIX_OK) {
+        json_dumpb(j, b->data + b->len, need, JSON_ENCODE_ANY);
+        b->len += need;
+        b->data[b->len] = '\0';
+    }
+    json_decref(j);
+    return rc;
+}
+
+static int app_hash_array(kvix_buf *b, const char *prefix, const uint64_t *h, size_t n,
+                          kvix_err *err)
+{
+    int rc = app(b, prefix, err);
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = app_hex(b, i ? "," : "", h[i], err);
+    return rc ? rc : app(b, "]", err);
+}
+
+static int app_tokens(kvix_buf *b, const uint32_t *t, size_t n, kvix_err *err)
+{
+    int rc = kvix_buf_reserve(b, n * 11 + 2, err);
+    if (rc)
+        return rc;
+    char *p = b->data + b->len;
+    *p++ = '[';
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            *p++ = ',';
+        p = put_u64(p, t[i]);
+    }
+    *p++ = ']';
+    b->len = (size_t)(p - b->data);
+    b->data[b->len] = '\0';
+    return KVIX_OK;
+}
+
+static int to_json_stored(const kvix_event *ev, kvix_buf *out, kvix_err *err)
+{
+    int rc = app_u64(out, ",\"bs\":", ev->bs, err);
+    if (!rc)
+        rc = ev->has_parent ? app_hex(out, ",\"parent\":", ev->parent, err)
+                            : app(out, ",\"parent\":null", err);
+    if (!rc)
+        rc = app(out, ",\"blocks\":[", err);
+    for (size_t i = 0; i < ev->nblocks && !rc; i++) {
+        rc = app_hex(out, i ? ",{\"local\":" : "{\"local\":", ev->blocks[i].local, err);
+        if (!rc)
+            rc = app_hex(out, ",\"seq\":", ev->blocks[i].seq, err);
+        if (!rc)
+            rc = app(out, "}", err);
+    }
+    if (!rc)
+        rc = app(out, "]", err);
+    if (!rc && ev->lora[0])
+        rc = app_str(out, ",\"lora\":", ev->lora, err);
+    if (!rc && ev->has_tokens && ev->bs && ev->ntokens == ev->nblocks * ev->bs) {
+        rc = app(out, ",\"tokens\":[", err);
+        for (size_t i = 0; i < ev->nblocks && !rc; i++) {
+            if (i)
+                rc = app(out, ",", err);
+            if (!rc)
+                rc = app_tokens(out, ev->tokens + i * ev->bs, ev->bs, err);
+        }
+        if (!rc)
+            rc = app(out, "]", err);
+    }
+    return rc;
+}
+
+static int to_json_query(const kvix_event *ev, kvix_buf *out, kvix_err *err)
+{
+    int rc = app_str(out, "{\"type\":\"query\",\"model\":", ev->model, err);
+    if (!rc)
+        rc = app_str(out, ",\"tenant\":", ev->tenant, err);
+    if (!rc && ev->lora[0])
+        rc = app_str(out, ",\"lora\":", ev->lora, err);
+    if (!rc && ev->has_id) {
+        rc = app(out, ",\"id\":", err);
+        if (!rc)
+            rc = app(out, ev->id, err);
+    }
+    if (!rc && ev->bs)
+        rc = app_u64(out, ",\"bs\":", ev->bs, err);
+    if (!rc && ev->has_tokens) {
+        rc = app(out, ",\"tokens\":", err);
+        if (!rc)
+            rc = app_tokens(out, ev->tokens, ev->ntokens, err);
+    } else if (!rc) {
+        rc = app_hash_array(out, ",\"local\":[", ev->hashes, ev->nhashes, err);
+    }
+    return rc ? rc : app(out, "}\n", err);
+}
+
+int kvix_event_to_json(const kvix_event *ev, kvix_buf *out, kvix_err *err)
+{
+    size_t start = out->len;
+    int rc;
+    if (ev->type == KVIX_EV_QUERY) {
+        rc = to_json_query(ev, out, err);
+        goto done;
+    }
+    if (ev->type != KVIX_EV_STORED && ev->type != KVIX_EV_REMOVED && ev->type != KVIX_EV_CLEARED) {
+        rc = kvix_err_set(err, KVIX_EINVAL, "event of unknown type %d", ev->type);
+        goto done;
+    }
+    rc = app(out, "{\"type\":\"", err);
+    if (!rc)
+        rc = app(out, kvix_event_type_name(ev->type), err);
+    if (!rc)
+        rc = app_u64(out, "\",\"worker\":", ev->worker, err);
+    if (!rc)
+        rc = app_u64(out, ",\"dp\":", ev->dp, err);
+    if (!rc)
+        rc = app_str(out, ",\"model\":", ev->model, err);
+    if (!rc)
+        rc = app_str(out, ",\"tenant\":", ev->tenant, err);
+    if (!rc)
+        rc = app_str(out, ",\"medium\":", kvix_medium_name(ev->medium), err);
+    if (!rc && ev->has_eid)
+        rc = app_u64(out, ",\"eid\":", ev->eid, err);
+    if (!rc && ev->has_ts) {
+        char d[32];
+        kvix_stream_fmt_double(ev->ts, d);
+        rc = app(out, ",\"ts\":", err);
+        if (!rc)
+            rc = app(out, d, err);
+    }
+    if (!rc && ev->type == KVIX_EV_STORED)
+        rc = to_json_stored(ev, out, err);
+    else if (!rc && ev->type == KVIX_EV_REMOVED)
+        rc = app_hash_array(out, ",\"hashes\":[", ev->hashes, ev->nhashes, err);
+    if (!rc)
+        rc = app(out, "}\n", err);
+done:
+    if (rc && out->len > start) {
+        out->len = start; /* never leave half a record behind */
+        out->data[start] = '\0';
+    }
+    return rc;
+}
+
+int kvix_answer_to_json(const kvix_answer *ans, const kvix_event *q, kvix_buf *out,
+                        kvix_err *err)
+{
+    size_t start = out->len;
+    uint64_t bs = ans->bs ? ans->bs : (q ? q->bs : 0);
+    int rc = app(out, "{", err);
+    if (!rc && q && q->has_id) {
+        rc = app(out, "\"id\":", err);
+        if (!rc)
+            rc = app(out, q->id, err);
+        if (!rc)
+            rc = app(out, ",", err);
+    }
+    if (!rc)
+        rc = app_u64(out, "\"blocks\":", ans->query_blocks, err);
+    if (!rc)
+        rc = app(out, ",\"scores\":[", err);
+    for (size_t i = 0; i < ans->nscores && !rc; i++) {
+        const kvix_score *s = &ans->scores[i];
+        rc = app_u64(out, i ? ",{\"worker\":" : "{\"worker\":", s->worker, err);
+        if (!rc)
+            rc = app_u64(out, ",\"dp\":", s->dp, err);
+        if (!rc)
+            rc = app_u64(out, ",\"blocks\":", s->blocks, err);
+        if (!rc)
+            rc = app_u64(out, ",\"tokens\":", (uint64_t)s->blocks * bs, err);
+        if (!rc)
+            rc = app(out, ",\"tiers\":{", err);
+        int first = 1;
+        for (int m = 0; m < KVIX_MEDIUM_COUNT && !rc; m++) {
+            if (!s->tier_blocks[m])
+                continue;
+            char key[32];
+            snprintf(key, sizeof key, "%s\"%s\":", first ? "" : ",", kvix_medium_name(m));
+            rc = app_u64(out, key, s->tier_blocks[m], err);
+            first = 0;
+        }
+        if (!rc)
+            rc = app(out, "}}", err);
+    }
+    if (!rc)
+        rc = app(out, "]}\n", err);
+    if (rc && out->len > start) {
+        out->len = start;
+        out->data[start] = '\0';
+    }
+    return rc;
+}

@@ -1,0 +1,398 @@
+/* msgpack framing of kvix records: one map per record with the NDJSON keys;
+ * hashes are msgpack uint64 (not hex strings), a query's id is the msgpack
+ * form of its JSON value. Decoding goes through msgpack-c. */
+#include "kvix/stream.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <msgpack.h>
+#include <string.h>
+
+#include "stream_int.h"
+
+/* ---- decoding: msgpack objects seen as sv ---- */
+
+static const sv_ops mp_ops;
+
+static void msv(const msgpack_object *o, sv *out)
+{
+    out->ops = &mp_ops;
+    out->p = o;
+    out->n = 0;
+    switch (o->type) {
+    case MSGPACK_OBJECT_NIL: out->kind = SV_NIL; break;
+    case MSGPACK_OBJECT_BOOLEAN:
+        out->kind = SV_BOOL;
+        out->u = o->via.boolean;
+        break;
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+        out->kind = SV_UINT;
+        out->u = o->via.u64;
+        break;
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+        out->kind = SV_NEG;
+        out->i = o->via.i64;
+        break;
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64:
+        out->kind = SV_REAL;
+        out->d = o->via.f64;
+        break;
+    case MSGPACK_OBJECT_STR:
+        out->kind = SV_STR;
+        out->s = o->via.str.ptr;
+        out->len = o->via.str.size;
+        break;
+    case MSGPACK_OBJECT_ARRAY:
+        out->kind = SV_ARRAY;
+        out->n = o->via.array.size;
+        break;
+    case MSGPACK_OBJECT_MAP:
+        out->kind = SV_MAP;
+        out->n = o->via.map.size;
+        break;
+    default: out->kind = SV_OTHER; break;
+    }
+}
+
+static void mp_item(const sv *arr, size_t i, sv *out)
+{
+    msv(&((const msgpack_object *)arr->p)->via.array.ptr[i], out);
+}
+
+static const void *mp_next(const sv *map, const void *it, const char **key, size_t *klen,
+                           sv *val)
+{
+    const msgpack_object *o = map->p;
+    const msgpack_object_kv *kv = it ? (const msgpack_object_kv *)it + 1 : o->via.map.ptr;
+    if (kv == o->via.map.ptr + o->via.map.size)
+        return NULL;
+    if (kv->key.type == MSGPACK_OBJECT_STR) {
+        *key = kv->key.via.str.ptr;
+        *klen = kv->key.via.str.size;
+    } else {
+        *key = "";
+        *klen = SIZE_MAX;
+    }
+    msv(&kv->val, val);
+    return kv;
+}
+
+/* The JSON value of a msgpack id (NULL if it has none: bin, ext, a huge
+ * integer, invalid utf-8, too deep). */
+static json_t *to_json(const msgpack_object *o, int depth)
+{
+    if (depth > KVIX_JSON_DEPTH_MAX)
+        return NULL;
+    switch (o->type) {
+    case MSGPACK_OBJECT_NIL: return json_null();
+    case MSGPACK_OBJECT_BOOLEAN: return json_boolean(o->via.boolean);
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+        return o->via.u64 <= INT64_MAX ? json_integer((json_int_t)o->via.u64) : NULL;
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER: return json_integer(o->via.i64);
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64: return isfinite(o->via.f64) ? json_real(o->via.f64) : NULL;
+    case MSGPACK_OBJECT_STR: return json_stringn(o->via.str.ptr, o->via.str.size);
+    case MSGPACK_OBJECT_ARRAY: {
+        json_t *a = json_array();
+        for (uint32_t i = 0; a && i < o->via.array.size; i++) {
+            json_t *e = to_json(&o->via.array.ptr[i], depth + 1);
+            if (!e || json_array_append_new(a, e)) {
+                json_decref(a);
+                return NULL;
+            }
+        }
+        return a;
+    }
+    case MSGPACK_OBJECT_MAP: {
+        json_t *m = json_object();
+        for (uint32_t i = 0; m && i < o->via.map.size; i++) {
+            const msgpack_object_kv *kv = &o->via.map.ptr[i];
+            json_t *e = kv->key.type == MSGPACK_OBJECT_STR ? to_json(&kv->val, depth + 1) : NULL;
+            if (!e || json_object_setn_new(m, kv->key.via.str.ptr, kv->key.via.str.size, e)) {
+                json_decref(m);
+                return NULL;
+            }
+        }
+        return m;
+    }
+    default: return NULL;
+    }
+}
+
+static int mp_json_text(const sv *v, char *out, size_t cap, kvix_err *err)
+{
+    json_t *j = to_json(v->p, 2);
+    if (!j)
+        return kvix_err_set(err, KVIX_EINVAL, "\"id\" has no json form");
+    size_t n = json_dumpb(j, out, cap - 1, JSON_ENCODE_ANY | JSON_COMPACT);
+    json_decref(j);
+    if (n == 0)
+        return kvix_err_set(err, KVIX_EINVAL, "\"id\" has no json form");
+    if (n >= cap)
+        return kvix_err_set(err, KVIX_ELIMIT, "\"id\" longer than %zu bytes", cap - 1);
+    out[n] = '\0';
+    return KVIX_OK;
+}
+
+static const sv_ops mp_ops = {mp_item, mp_next, mp_json_text};
+
+static int mp_depth_ok(const msgpack_object *o, int depth)
+{
+    if (depth > KVIX_JSON_DEPTH_MAX)
+        return 0;
+    if (o->type == MSGPACK_OBJECT_ARRAY) {
+        for (uint32_t i = 0; i < o->via.array.size; i++) {
+            const msgpack_object *e = &o->via.array.ptr[i];
+            if ((e->type == MSGPACK_OBJECT_ARRAY || e->type == MSGPACK_OBJECT_MAP) &&
+                !mp_depth_ok(e, depth + 1))
+                return 0;
+        }
+    } else if (o->type == MSGPACK_OBJECT_MAP) {
+        for (uint32_t i = 0; i < o->via.map.size; i++) {
+            const msgpack_object *e = &o->via.map.ptr[i].val;
+            if ((e->type == MSGPACK_OBJECT_ARRAY || e->type == MSGPACK_OBJECT_MAP) &&
+                !mp_depth_ok(e, depth + 1))
+                return 0;
+        }
+    }
+    return 1;
+}
+
+int kvix_stream_decode_msgpack_object(const void *obj, kvix_event *ev, kvix_err *err)
+{
+    const msgpack_object *o = obj;
+    if (!mp_depth_ok(o, 1)) {
+        kvix_event_reset(ev);
+        return kvix_err_set(err, KVIX_ELIMIT, "nested deeper than %d levels", KVIX_JSON_DEPTH_MAX);
+    }
+    sv r;
+    msv(o, &r);
+    return kvix_stream_decode(&r, ev, err);
+}
+
+int kvix_event_from_msgpack(const char *buf, size_t len, size_t *used, kvix_event *ev,
+                            kvix_err *err)
+{
+    msgpack_unpacked res;
+    msgpack_unpacked_init(&res);
+    size_t off = 0;
+    int rc;
+    *used = 0;
+    kvix_event_reset(ev);
+    switch (msgpack_unpack_next(&res, buf, len, &off)) {
+    case MSGPACK_UNPACK_SUCCESS:
+        *used = off;
+        if (off > KVIX_LINE_MAX)
+            rc = kvix_err_set(err, KVIX_ELIMIT, "msgpack record longer than %u bytes",
+                              KVIX_LINE_MAX);
+        else
+            rc = kvix_stream_decode_msgpack_object(&res.data, ev, err);
+        break;
+    case MSGPACK_UNPACK_CONTINUE:
+        rc = kvix_err_set(err, KVIX_EINVAL, "truncated msgpack record");
+        break;
+    case MSGPACK_UNPACK_NOMEM_ERROR:
+        rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory decoding a msgpack record");
+        break;
+    default:
+        rc = kvix_err_set(err, KVIX_EINVAL, "malformed msgpack");
+        break;
+    }
+    msgpack_unpacked_destroy(&res);
+    return rc;
+}
+
+/* ---- encoding ---- */
+
+typedef struct mp_sink {
+    kvix_buf *out;
+    kvix_err *err;
+    int rc;
+} mp_sink;
+
+static int sink_write(void *data, const char *buf, size_t len)
+{
+    mp_sink *s = data;
+    if (s->rc)
+        return -1;
+    s->rc = kvix_buf_append(s->out, buf, len, s->err);
+    return s->rc ? -1 : 0;
+}
+
+static void pk_str(msgpack_packer *pk, const char *s)
+{
+    size_t n = strlen(s);
+    msgpack_pack_str(pk, n);
+    msgpack_pack_str_body(pk, s, n);
+}
+
+static void pk_kv_str(msgpack_packer *pk, const char *k, const char *v)
+{
+    pk_str(pk, k);
+    pk_str(pk, v);
+}
+
+static void pk_kv_u64(msgpack_packer *pk, const char *k, uint64_t v)
+{
+    pk_str(pk, k);
+    msgpack_pack_uint64(pk, v);
+}
+
+static int pack_json(msgpack_packer *pk, json_t *j)
+{
+    switch (json_typeof(j)) {
+    case JSON_OBJECT: {
+        const char *k;
+        json_t *v;
+        msgpack_pack_map(pk, json_object_size(j));
+        json_object_foreach(j, k, v) {
+            pk_str(pk, k);
+            if (pack_json(pk, v))
+                return -1;
+        }
+        return 0;
+    }
+    case JSON_ARRAY: {
+        size_t i;
+        json_t *v;
+        msgpack_pack_array(pk, json_array_size(j));
+        json_array_foreach(j, i, v)
+            if (pack_json(pk, v))
+                return -1;
+        return 0;
+    }
+    case JSON_STRING:
+        msgpack_pack_str(pk, json_string_length(j));
+        return msgpack_pack_str_body(pk, json_string_value(j), json_string_length(j));
+    case JSON_INTEGER: return msgpack_pack_int64(pk, json_integer_value(j));
+    case JSON_REAL: return msgpack_pack_double(pk, json_real_value(j));
+    case JSON_TRUE: return msgpack_pack_true(pk);
+    case JSON_FALSE: return msgpack_pack_false(pk);
+    default: return msgpack_pack_nil(pk);
+    }
+}
+
+static int pack_id(msgpack_packer *pk, const char *id, kvix_err *err)
+{
+    json_error_t jerr;
+    json_t *j = json_loads(id, JSON_DECODE_ANY, &jerr);
+    if (!j)
+        return kvix_err_set(err, KVIX_EINVAL, "query id is not json: %s", jerr.text);
+    pk_str(pk, "id");
+    pack_json(pk, j);
+    json_decref(j);
+    return KVIX_OK;
+}
+
+static void pack_hashes(msgpack_packer *pk, const char *key, const uint64_t *h, size_t n)
+{
+    pk_str(pk, key);
+    msgpack_pack_array(pk, n);
+    for (size_t i = 0; i < n; i++)
+        msgpack_pack_uint64(pk, h[i]);
+}
+
+static void pack_tokens(msgpack_packer *pk, const uint32_t *t, size_t n)
+{
+    msgpack_pack_array(pk, n);
+    for (size_t i = 0; i < n; i++)
+        msgpack_pack_uint32(pk, t[i]);
+}
+
+static int pack_query(msgpack_packer *pk, const kvix_event *ev, kvix_err *err)
+{
+    size_t n = 4 + !!ev->lora[0] + ev->has_id + !!ev->bs;
+    msgpack_pack_map(pk, n);
+    pk_kv_str(pk, "type", "query");
+    pk_kv_str(pk, "model", ev->model);
+    pk_kv_str(pk, "tenant", ev->tenant);
+    if (ev->lora[0])
+        pk_kv_str(pk, "lora", ev->lora);
+    if (ev->has_id) {
+        int rc = pack_id(pk, ev->id, err);
+        if (rc)
+            return rc;
+    }
+    if (ev->bs)
+        pk_kv_u64(pk, "bs", ev->bs);
+    if (ev->has_tokens) {
+        pk_str(pk, "tokens");
+        pack_tokens(pk, ev->tokens, ev->ntokens);
+    } else {
+        pack_hashes(pk, "local", ev->hashes, ev->nhashes);
+    }
+    return KVIX_OK;
+}
+
+static void pack_stored(msgpack_packer *pk, const kvix_event *ev, int with_tokens)
+{
+    pk_kv_u64(pk, "bs", ev->bs);
+    pk_str(pk, "parent");
+    if (ev->has_parent)
+        msgpack_pack_uint64(pk, ev->parent);
+    else
+        msgpack_pack_nil(pk);
+    pk_str(pk, "blocks");
+    msgpack_pack_array(pk, ev->nblocks);
+    for (size_t i = 0; i < ev->nblocks; i++) {
+        msgpack_pack_map(pk, 2);
+        pk_kv_u64(pk, "local", ev->blocks[i].local);
+        pk_kv_u64(pk, "seq", ev->blocks[i].seq);
+    }
+    if (ev->lora[0])
+        pk_kv_str(pk, "lora", ev->lora);
+    if (with_tokens) {
+        pk_str(pk, "tokens");
+        msgpack_pack_array(pk, ev->nblocks);
+        for (size_t i = 0; i < ev->nblocks; i++)
+            pack_tokens(pk, ev->tokens + i * ev->bs, ev->bs);
+    }
+}
+
+int kvix_event_to_msgpack(const kvix_event *ev, kvix_buf *out, kvix_err *err)
+{
+    size_t start = out->len;
+    mp_sink sink = {out, err, KVIX_OK};
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sink, sink_write);
+    int rc = KVIX_OK;
+    if (ev->type == KVIX_EV_QUERY) {
+        rc = pack_query(&pk, ev, err);
+    } else if (ev->type == KVIX_EV_STORED || ev->type == KVIX_EV_REMOVED ||
+               ev->type == KVIX_EV_CLEARED) {
+        int with_tokens = ev->type == KVIX_EV_STORED && ev->has_tokens && ev->bs &&
+                          ev->ntokens == ev->nblocks * ev->bs;
+        size_t n = 6 + ev->has_eid + ev->has_ts;
+        if (ev->type == KVIX_EV_STORED)
+            n += 3 + !!ev->lora[0] + with_tokens;
+        else if (ev->type == KVIX_EV_REMOVED)
+            n += 1;
+        msgpack_pack_map(&pk, n);
+        pk_kv_str(&pk, "type", kvix_event_type_name(ev->type));
+        pk_kv_u64(&pk, "worker", ev->worker);
+        pk_kv_u64(&pk, "dp", ev->dp);
+        pk_kv_str(&pk, "model", ev->model);
+        pk_kv_str(&pk, "tenant", ev->tenant);
+        pk_kv_str(&pk, "medium", kvix_medium_name(ev->medium));
+        if (ev->has_eid)
+            pk_kv_u64(&pk, "eid", ev->eid);
+        if (ev->has_ts) {
+            pk_str(&pk, "ts");
+            msgpack_pack_double(&pk, ev->ts);
+        }
+        if (ev->type == KVIX_EV_STORED)
+            pack_stored(&pk, ev, with_tokens);
+        else if (ev->type == KVIX_EV_REMOVED)
+            pack_hashes(&pk, "hashes", ev->hashes, ev->nhashes);
+    } else {
+        rc = kvix_err_set(err, KVIX_EINVAL, "event of unknown type %d", ev->type);
+    }
+    if (!rc)
+        rc = sink.rc;
+    if (rc && out->len > start) {
+        out->len = start;
+        out->data[start] = '\0';
+    }
+    return rc;
+}
