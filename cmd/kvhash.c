@@ -299,15 +299,16 @@ static int push_json_token(hasher *h, const json_t *v, char *msg, size_t cap)
     return 0;
 }
 
-/* Token ids from a JSON array; an array of arrays (a stored event's per-block
- * "tokens") is flattened one level. Room is reserved by the caller. */
-static int tokens_from_json(hasher *h, const json_t *arr, char *msg, size_t cap)
+/* Token ids from a JSON array. In an object, an array of arrays (a stored
+ * event's per-block "tokens") is flattened one level. Room is reserved by
+ * the caller. */
+static int tokens_from_json(hasher *h, const json_t *arr, int nested, char *msg, size_t cap)
 {
     size_t i, j;
     json_t *v, *w;
     h->ntok = 0;
     json_array_foreach(arr, i, v) {
-        if (json_is_array(v)) {
+        if (nested && json_is_array(v)) {
             json_array_foreach(v, j, w) {
                 if (push_json_token(h, w, msg, cap) < 0)
                     return -1;
@@ -373,7 +374,7 @@ static int parse_json(hasher *h, const char *line, size_t len, line_meta *meta, 
         snprintf(msg, cap, "not an array of token ids or an object with \"tokens\"");
         goto out;
     }
-    rc = tokens_from_json(h, arr, msg, cap);
+    rc = tokens_from_json(h, arr, arr != root, msg, cap);
 out:
     json_decref(root);
     return rc;

@@ -1,0 +1,212 @@
+# kvhash: contract vectors, input shapes, output forms, bad lines, exit codes.
+# shellcheck shell=bash
+. "$(dirname "$0")/lib.sh"
+
+# contract section 1, block size 4: tokens 1..12
+begin "contract vectors: local and seq, hex and decimal"
+seq 1 12 | tr '\n' ' ' >in
+run kvhash -b 4 -d in
+expect_rc 0
+assert_eq "$(jq -c .local out)" '["14643705804678351452","16777012769546811212","483935686894639516"]' local
+assert_eq "$(jq -c .seq out)" '["14643705804678351452","4945711292740353085","12583592247330656132"]' seq
+run kvhash -b 4 in
+assert_eq "$(jq -r '.local[0]' out)" "$(printf '%016x' 14643705804678351452)" "hex of local[0]"
+assert_eq "$(jq -r '.seq[2]' out)" "$(printf '%016x' 12583592247330656132)" "hex of seq[2]"
+golden kvhash_vectors
+end
+
+begin "contract vectors: one block, LoRA, block size 2"
+echo 0 1 2 3 >in
+run kvhash -b 4 --decimal --plain local in
+assert_eq "$(cat out)" 9143094415614847814 "tokens 0..3"
+run kvhash -b 4 --lora adapter-a --decimal --plain local in
+assert_eq "$(cat out)" 6665157333201000639 "LoRA adapter-a"
+run kvhash -b 4 --lora '' --decimal --plain local in
+assert_eq "$(cat out)" 9143094415614847814 "an empty LoRA name is no LoRA"
+echo 0 1 2 3 4 5 | kvhash -b 2 -d -p local >out
+assert_eq "$(cat out)" "10918435022357402928 10731123482949079648 12189426826560619506" "bs 2"
+end
+
+begin "contract vectors: positional hashes of tokens 1..8"
+echo 1 2 3 4 5 6 7 8 >in
+run kvhash -b 4 --positional in
+expect_rc 0
+assert_eq "$(jq -c .psh out)" '["0038e4d7fb2dca5ccb38e4d7fb2dca5c","0053ec39b907b74c44a2b2379d6d3c3d"]' psh
+assert_eq "$(jq -c .plh out)" '["00000000000000000338e4d7fb2dca5c","0059c726bfd96e52e4a2b2379d6d3c3d"]' plh
+run kvhash -b 4 -p plh in
+assert_eq "$(cat out)" "00000000000000000338e4d7fb2dca5c 0059c726bfd96e52e4a2b2379d6d3c3d" "plain plh"
+run kvhash -b 4 -P -d in
+# u128 in decimal: hi * 2^64 + lo, checked with python's integers
+want=$($PY -c 'print(int("0053ec39b907b74c44a2b2379d6d3c3d", 16))')
+assert_eq "$(jq -r '.psh[1]' out)" "$want" "decimal psh"
+golden kvhash_positional_decimal
+end
+
+begin "input shapes: whitespace, JSON array, query object, per-block arrays agree"
+{
+    echo "1 2 3 4 5 6 7 8 9"
+    printf '\t 1  2\t3 4 5 6 7 8 9 \r\n'
+    echo "001 2 3 4 5 6 7 8 0009"
+    echo "[1,2,3,4,5,6,7,8,9]"
+    echo " [ 1 , 2,3,4,5,6,7,8,9 ] "
+    echo '{"model":"m","tenant":"t","tokens":[1,2,3,4,5,6,7,8,9]}'
+    echo '{"type":"stored","tokens":[[1,2,3,4],[5,6,7,8],[9]]}'
+    echo '[1, 2, 3, 4, 5, 6, 7, 8, 9.0e0]'
+} >in
+run kvhash -b 4 in
+expect_rc 1
+assert_eq "$(head -n 7 out | sort -u | wc -l)" 1 "seven shapes, one result"
+assert_eq "$(wc -l <out)" 7 "output lines"
+assert_grep '"partial":1' out
+assert_eq "$(cat err)" "kvhash: bad line at in:8: token '9.0' is not an integer" "a real is not a token"
+end
+
+begin "empty lines give empty arrays; a line may lack its newline"
+printf '\n   \n[]\n{"tokens":[]}\n1 2 3' >in
+run kvhash -b 4 in
+expect_rc 0
+golden kvhash_empty
+end
+
+begin "query objects: id echoed, own lora wins over --lora, null or absent lora takes it"
+{
+    echo '{"id":7,"tokens":[0,1,2,3]}'
+    echo '{"id":"q-1","lora":"adapter-a","tokens":[0,1,2,3]}'
+    echo '{"lora":"","tokens":[0,1,2,3]}'
+    echo '{"lora":null,"id":{"a":[1]},"tokens":[0,1,2,3]}'
+    echo '[0,1,2,3]'
+} >in
+run kvhash -b 4 -d --lora adapter-a in
+expect_rc 0
+a=6665157333201000639 n=9143094415614847814
+assert_eq "$(jq -c '[.id, .local[0]]' out | tr '\n' ' ')" \
+    "[7,\"$a\"] [\"q-1\",\"$a\"] [null,\"$n\"] [{\"a\":[1]},\"$a\"] [null,\"$a\"] " "ids and seeds"
+golden kvhash_objects
+end
+
+begin "bad lines: reported with file:line and reason, the rest processed, exit 1"
+{
+    echo "1 2 3 4"
+    echo "1 two 3"
+    echo "1 -2 3"
+    echo "4294967295 4294967296"
+    echo "99999999999999999999999"
+    echo "12abc"
+    echo "[1,2,]"
+    echo "[01]"
+    echo "[1] x"
+    echo "[-1]"
+    echo "[4294967296]"
+    echo '["1"]'
+    echo '[[1]]'
+    echo '{"tokens":"1 2"}'
+    echo '{"tokens":[1],"lora":5}'
+    echo '{"x":1}'
+    echo '{"tokens":[1],"tokens":[2]}'
+    printf '1 \001\377x 2\n'
+    echo "true"
+    echo "5 6 7 8"
+} >in
+run kvhash -b 4 in
+expect_rc 1
+assert_eq "$(wc -l <out)" 2 "two good lines"
+golden kvhash_bad_lines.out out
+golden kvhash_bad_lines.err err
+end
+
+begin "--strict stops at the first bad line, keeps what came before, exit 5"
+printf '1 2\n3 4\nx\n5 6\n' >in
+run kvhash -b 2 --strict in
+expect_rc 5
+assert_eq "$(wc -l <out)" 2 "lines before the bad one"
+assert_eq "$(cat err)" "kvhash: bad line at in:3: token 'x' is not a number" message
+end
+
+begin "several files and stdin: line numbers per file, missing file exit 3"
+printf '1 2\nbad\n' >a
+printf '3 4\n\n[x]\n' >b
+run kvhash -b 2 -p seq a - nosuch b <<<"5 6 oops"
+expect_rc 3
+golden kvhash_files.out out
+golden kvhash_files.err err
+end
+
+begin "a line past the 16 MiB ceiling is rejected, the next one is hashed"
+{
+    echo "1 2"
+    head -c $((16 * 1024 * 1024 + 10)) /dev/zero | tr '\0' '7'
+    echo
+    echo "3 4"
+} >in
+run kvhash -b 2 -p local in
+expect_rc 1
+assert_eq "$(wc -l <out)" 2 "two good lines"
+assert_eq "$(cat err)" "kvhash: bad line at in:2: line longer than 16777216 bytes" message
+# just under the ceiling is fine: a single 16 MiB token is out of range, not too long
+head -c $((16 * 1024 * 1024)) /dev/zero | tr '\0' '7' >in2
+run kvhash -b 2 in2
+expect_rc 1
+assert_grep "in2:1: token '777777777777777777777777\.\.\.' is out of range" err
+end
+
+begin "usage errors exit 2"
+run kvhash
+expect_rc 2
+assert_grep "missing -b" err
+run kvhash -b 0
+expect_rc 2
+run kvhash -b 65537
+expect_rc 2
+run kvhash -b 4 --plain bogus
+expect_rc 2
+assert_grep "bad field for --plain" err
+run kvhash -b 4 --no-such-option
+expect_rc 2
+run kvhash -b 4 --lora "$(head -c 300 /dev/zero | tr '\0' a)"
+expect_rc 2
+end
+
+begin "a write error on stdout is exit 3"
+if [ -w /dev/full ]; then
+    echo 1 2 | kvhash -b 1 >/dev/full 2>err
+    rc=$?
+    expect_rc 3
+    assert_grep "error writing standard output" err
+else
+    fail "/dev/full is missing: cannot test write errors"
+fi
+end
+
+begin "results are written as each input line completes (pipes)"
+coproc KVH { kvhash -b 2 -p local; }
+pid=$KVH_PID
+echo "1 2" >&"${KVH[1]}"
+line=""
+read -r -t 60 line <&"${KVH[0]}"
+assert_eq "$line" "$(echo 1 2 | kvhash -b 2 -p local)" "first result before end of input"
+echo "3 4" >&"${KVH[1]}"
+read -r -t 60 line <&"${KVH[0]}"
+assert_eq "$line" "$(echo 3 4 | kvhash -b 2 -p local)" "second result"
+exec {KVH[1]}>&-
+wait "$pid"
+assert_eq "$?" 0 "exit status"
+end
+
+begin "the scanners agree with jansson on every digit count"
+$PY - >in <<'EOF'
+import random
+r = random.Random(5)
+for d in range(1, 11):
+    for _ in range(50):
+        toks = [r.randrange(10 ** (d - 1), min(10 ** d, 1 << 32)) for _ in range(r.randrange(1, 20))]
+        print(" ".join(map(str, toks)))
+        print("[" + ",".join(map(str, toks)) + "]")
+        print('{"tokens":[' + ", ".join(map(str, toks)) + "]}")
+EOF
+run kvhash -b 1 -p local in
+expect_rc 0
+# lines come in threes: whitespace (own scanner), flat array (fast path), object (jansson)
+assert_eq "$(awk 'NR%3==1{a=$0} NR%3==2{b=$0} NR%3==0{if(a!=$0||b!=$0)bad++} END{print bad+0}' out)" 0 \
+    "shapes disagree"
+assert_eq "$(wc -l <out)" 1500 lines
+end
