@@ -33,6 +33,8 @@ typedef struct kvix_wire_source {
 typedef struct kvix_wire_counts {
     uint64_t partial_blocks;  /* stored events below the block size: skipped */
     uint64_t unknown_events;  /* event types skipped (BlockInactive, ...) */
+    uint32_t dp;              /* out: the rank of the last batch decoded (its own, else
+                                 the registered one), even when it held no event */
 } kvix_wire_counts;
 
 /* Receives each decoded event; ev is valid only during the call. Return
