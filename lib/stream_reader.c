@@ -202,10 +202,12 @@ static int next_ndjson(kvix_reader *r, kvix_event *ev, kvix_err *err)
 static int start_msgpack(kvix_reader *r, kvix_err *err)
 {
     size_t have = r->end - r->start;
-    if (!msgpack_unpacker_init(&r->up, have > READ_CHUNK ? have : READ_CHUNK))
+    if (!msgpack_unpacker_init(&r->up, READ_CHUNK))
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a msgpack reader");
     r->up_init = 1;
     if (have) { /* the bytes read to detect the format */
+        if (!msgpack_unpacker_reserve_buffer(&r->up, have))
+            return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a msgpack reader");
         memcpy(msgpack_unpacker_buffer(&r->up), r->buf + r->start, have);
         msgpack_unpacker_buffer_consumed(&r->up, have);
     }

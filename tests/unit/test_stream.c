@@ -1,0 +1,596 @@
+/* Event streams: the NDJSON and msgpack codecs (contract sections 2-4), answer
+ * lines, every error message, the ceilings, and the reader. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "kvix/stream.h"
+
+static const char *contract_lines[] = {
+    "{\"type\":\"stored\",\"worker\":1,\"dp\":0,\"model\":\"llama\",\"bs\":16,\"eid\":0,\"parent\":null,"
+    "\"blocks\":[{\"local\":\"cb38e4d7fb2dca5c\",\"seq\":\"0123456789abcdef\"}]}",
+    "{\"type\":\"removed\",\"worker\":1,\"dp\":0,\"model\":\"llama\",\"eid\":1,\"hashes\":[\"0123456789abcdef\"]}",
+    "{\"type\":\"cleared\",\"worker\":1,\"dp\":0,\"model\":\"llama\",\"eid\":2}",
+};
+
+static int from_json(const char *s, kvix_event *ev, kvix_err *err)
+{
+    return kvix_event_from_json(s, strlen(s), ev, err);
+}
+
+TEST(contract_examples_decode)
+{
+    kvix_event ev;
+    kvix_err err;
+    kvix_event_init(&ev);
+    CHECK(from_json(contract_lines[0], &ev, &err) == KVIX_OK);
+    CHECK(ev.type == KVIX_EV_STORED);
+    CHECK_U64(ev.worker, 1);
+    CHECK_U64(ev.dp, 0);
+    CHECK_STR(ev.model, "llama");
+    CHECK_STR(ev.tenant, "default");
+    CHECK(ev.medium == KVIX_MEDIUM_GPU);
+    CHECK_U64(ev.bs, 16);
+    CHECK(ev.has_eid && ev.eid == 0);
+    CHECK(!ev.has_parent && !ev.has_ts && !ev.has_tokens);
+    CHECK_U64(ev.nblocks, 1);
+    CHECK_U64(ev.blocks[0].local, UINT64_C(0xcb38e4d7fb2dca5c));
+    CHECK_U64(ev.blocks[0].seq, UINT64_C(0x0123456789abcdef));
+
+    CHECK(from_json(contract_lines[1], &ev, &err) == KVIX_OK);
+    CHECK(ev.type == KVIX_EV_REMOVED);
+    CHECK_U64(ev.nhashes, 1);
+    CHECK_U64(ev.hashes[0], UINT64_C(0x0123456789abcdef));
+    CHECK_U64(ev.eid, 1);
+
+    CHECK(from_json(contract_lines[2], &ev, &err) == KVIX_OK);
+    CHECK(ev.type == KVIX_EV_CLEARED);
+    CHECK_U64(ev.eid, 2);
+    CHECK_U64(ev.nblocks + ev.nhashes, 0);
+    kvix_event_release(&ev);
+}
+
+TEST(optional_fields_and_defaults)
+{
+    kvix_event ev;
+    kvix_err err;
+    kvix_event_init(&ev);
+    CHECK(from_json("{\"type\":\"stored\",\"worker\":7,\"dp\":3,\"tenant\":\"t\",\"medium\":\"cpu\","
+                    "\"ts\":1700000000.5,\"bs\":2,\"parent\":\"ff\",\"lora\":\"ad\",\"x\":{\"y\":1},"
+                    "\"blocks\":[{\"local\":12,\"seq\":\"00000000000000AB\",\"extra\":true}],"
+                    "\"tokens\":[[5,6]]}",
+                    &ev, &err) == KVIX_OK);
+    CHECK_U64(ev.worker, 7);
+    CHECK_U64(ev.dp, 3);
+    CHECK_STR(ev.model, "default");
+    CHECK_STR(ev.tenant, "t");
+    CHECK(ev.medium == KVIX_MEDIUM_CPU);
+    CHECK(ev.has_ts && ev.ts == 1700000000.5);
+    CHECK(ev.has_parent && ev.parent == 0xff);
+    CHECK_STR(ev.lora, "ad");
+    CHECK_U64(ev.blocks[0].local, 12);
+    CHECK_U64(ev.blocks[0].seq, 0xab);
+    CHECK(ev.has_tokens);
+    CHECK_U64(ev.ntokens, 2);
+    CHECK_U64(ev.tokens[1], 6);
+    /* null means absent for the optional fields */
+    CHECK(from_json("{\"type\":\"cleared\",\"worker\":1,\"medium\":null,\"eid\":null,\"ts\":null,"
+                    "\"lora\":null}",
+                    &ev, &err) == KVIX_OK);
+    CHECK(!ev.has_eid && !ev.has_ts && ev.medium == KVIX_MEDIUM_GPU && ev.lora[0] == 0);
+    /* the decoder resets what a previous record left */
+    CHECK_U64(ev.nblocks, 0);
+    CHECK(!ev.has_tokens);
+    kvix_event_release(&ev);
+}
+
+TEST(queries_decode)
+{
+    kvix_event ev;
+    kvix_err err;
+    kvix_event_init(&ev);
+    CHECK(from_json("[1,2,3,4294967295]", &ev, &err) == KVIX_OK);
+    CHECK(ev.type == KVIX_EV_QUERY && ev.has_tokens && !ev.has_id);
+    CHECK_U64(ev.ntokens, 4);
+    CHECK_U64(ev.tokens[3], UINT32_MAX);
+    CHECK_STR(ev.model, "default");
+
+    CHECK(from_json("{\"model\":\"m\",\"tenant\":\"t\",\"lora\":\"l\",\"id\":7,\"bs\":4,"
+                    "\"tokens\":[9,8]}",
+                    &ev, &err) == KVIX_OK);
+    CHECK(ev.type == KVIX_EV_QUERY);
+    CHECK_STR(ev.id, "7");
+    CHECK_U64(ev.bs, 4);
+    CHECK_STR(ev.lora, "l");
+
+    CHECK(from_json("{\"type\":\"query\",\"id\":{\"a\": [1, \"x\"]},\"local\":[\"01\",2]}", &ev,
+                    &err) == KVIX_OK);
+    CHECK(ev.type == KVIX_EV_QUERY && !ev.has_tokens && ev.has_id);
+    CHECK_STR(ev.id, "{\"a\":[1,\"x\"]}");
+    CHECK_U64(ev.nhashes, 2);
+    CHECK_U64(ev.hashes[0], 1);
+    CHECK_U64(ev.hashes[1], 2);
+    CHECK(from_json("{\"id\":\"q-1\",\"tokens\":[]}", &ev, &err) == KVIX_OK);
+    CHECK_STR(ev.id, "\"q-1\"");
+    CHECK_U64(ev.ntokens, 0);
+    kvix_event_release(&ev);
+}
+
+struct bad {
+    const char *line;
+    int code;
+    const char *msg;
+};
+
+static const struct bad bad_lines[] = {
+    {"{\"type\":\"cleared\",\"dp\":0}", KVIX_EINVAL, "missing \"worker\""},
+    {"{\"type\":\"cleared\",\"worker\":\"1\"}", KVIX_EINVAL, "\"worker\" is not an integer"},
+    {"{\"type\":\"cleared\",\"worker\":1.5}", KVIX_EINVAL, "\"worker\" is not an integer"},
+    {"{\"type\":\"cleared\",\"worker\":-1}", KVIX_ERANGE, "\"worker\" is negative"},
+    {"{\"type\":\"cleared\",\"worker\":1,\"dp\":4294967296}", KVIX_ERANGE,
+     "\"dp\" out of range (0 to 4294967295)"},
+    {"{\"type\":5,\"worker\":1}", KVIX_EINVAL, "\"type\" is not a string"},
+    {"{\"type\":\"evicted\",\"worker\":1}", KVIX_EINVAL, "unknown \"type\" \"evicted\""},
+    {"{\"type\":\"cleared\",\"worker\":1,\"model\":3}", KVIX_EINVAL, "\"model\" is not a string"},
+    {"{\"type\":\"cleared\",\"worker\":1,\"tenant\":[]}", KVIX_EINVAL, "\"tenant\" is not a string"},
+    {"{\"type\":\"cleared\",\"worker\":1,\"medium\":\"tape\"}", KVIX_EINVAL,
+     "unknown \"medium\" \"tape\""},
+    {"{\"type\":\"cleared\",\"worker\":1,\"medium\":1}", KVIX_EINVAL, "\"medium\" is not a string"},
+    {"{\"type\":\"cleared\",\"worker\":1,\"eid\":-3}", KVIX_ERANGE, "\"eid\" is negative"},
+    {"{\"type\":\"cleared\",\"worker\":1,\"ts\":\"now\"}", KVIX_EINVAL, "\"ts\" is not a number"},
+    {"{\"type\":\"stored\",\"worker\":1,\"blocks\":[]}", KVIX_EINVAL, "missing \"bs\""},
+    {"{\"type\":\"stored\",\"worker\":1,\"bs\":0,\"blocks\":[]}", KVIX_ERANGE,
+     "\"bs\" out of range (1 to 65536)"},
+    {"{\"type\":\"stored\",\"worker\":1,\"bs\":65537,\"blocks\":[]}", KVIX_ERANGE,
+     "\"bs\" out of range (1 to 65536)"},
+    {"{\"type\":\"stored\",\"worker\":1,\"bs\":4}", KVIX_EINVAL, "missing \"blocks\""},
+    {"{\"type\":\"stored\",\"worker\":1,\"bs\":4,\"blocks\":{}}", KVIX_EINVAL,
+     "\"blocks\" is not an array"},
+    {"{\"type\":\"stored\",\"worker\":1,\"bs\":4,\"blocks\":[1]}", KVIX_EINVAL,
+     "\"blocks\"[0] is not an object"},
+    {"{\"type\":\"stored\",\"worker\":1,\"bs\":4,\"blocks\":[{\"local\":1,\"seq\":1},{\"seq\":1}]}",
+     KVIX_EINVAL, "missing \"local\" in \"blocks\"[1]"},
+    {"{\"type\":\"stored\",\"worker\":1,\"bs\":4,\"blocks\":[{\"local\":1}]}", KVIX_EINVAL,
+     "missing \"seq\" in \"blocks\"[0]"},
+    {"{\"type\":\"stored\",\"worker\":1,\"bs\":4,\"blocks\":[{\"local\":1,\"seq\":1},{\"local\":1,"
+     "\"seq\":1},{\"local\":1,\"seq\":1},{\"local\":\"zz\",\"seq\":1}]}",
+     KVIX_EINVAL, "bad hash \"zz\" in \"blocks\"[3].local"},
+    {"{\"type\":\"stored\",\"worker\":1,\"bs\":4,\"blocks\":[{\"local\":1,\"seq\":\"12345678901234567\"}]}",
+     KVIX_EINVAL, "bad hash \"12345678901234567\" in \"blocks\"[0].seq"},
+    {"{\"type\":\"stored\",\"worker\":1,\"bs\":4,\"blocks\":[{\"local\":1,\"seq\":true}]}",
+     KVIX_EINVAL, "\"blocks\"[0].seq is not a hash (a boolean)"},
+    {"{\"type\":\"stored\",\"worker\":1,\"bs\":4,\"parent\":\"xyz\",\"blocks\":[]}", KVIX_EINVAL,
+     "bad hash \"xyz\" in \"parent\""},
+    {"{\"type\":\"stored\",\"worker\":1,\"bs\":4,\"parent\":-1,\"blocks\":[]}", KVIX_EINVAL,
+     "\"parent\" is not a hash (an integer)"},
+    {"{\"type\":\"stored\",\"worker\":1,\"bs\":2,\"blocks\":[{\"local\":1,\"seq\":1}],\"tokens\":[]}",
+     KVIX_EINVAL, "\"tokens\" has 0 arrays for 1 blocks"},
+    {"{\"type\":\"stored\",\"worker\":1,\"bs\":2,\"blocks\":[{\"local\":1,\"seq\":1}],\"tokens\":[[1]]}",
+     KVIX_EINVAL, "\"tokens\"[0] has 1 tokens, expected bs 2"},
+    {"{\"type\":\"stored\",\"worker\":1,\"bs\":2,\"blocks\":[{\"local\":1,\"seq\":1}],\"tokens\":[[1,-2]]}",
+     KVIX_ERANGE, "\"tokens\"[0][1] out of range (0 to 4294967295)"},
+    {"{\"type\":\"stored\",\"worker\":1,\"bs\":2,\"blocks\":[{\"local\":1,\"seq\":1}],\"tokens\":[3]}",
+     KVIX_EINVAL, "\"tokens\"[0] is not an array"},
+    {"{\"type\":\"removed\",\"worker\":1}", KVIX_EINVAL, "missing \"hashes\""},
+    {"{\"type\":\"removed\",\"worker\":1,\"hashes\":[\"01\",\"0g\"]}", KVIX_EINVAL,
+     "bad hash \"0g\" in \"hashes\"[1]"},
+    {"{\"type\":\"removed\",\"worker\":1,\"hashes\":[\"\"]}", KVIX_EINVAL,
+     "bad hash \"\" in \"hashes\"[0]"},
+    {"{\"model\":\"m\"}", KVIX_EINVAL, "query has neither \"tokens\" nor \"local\""},
+    {"{\"tokens\":[1],\"local\":[1]}", KVIX_EINVAL, "query has both \"tokens\" and \"local\""},
+    {"{\"tokens\":[1,\"2\"]}", KVIX_EINVAL, "\"tokens\"[1] is not a token id"},
+    {"[1,4294967296]", KVIX_ERANGE, "\"tokens\"[1] out of range (0 to 4294967295)"},
+    {"[1,[2]]", KVIX_EINVAL, "\"tokens\"[1] is not a token id"},
+    {"{\"local\":[\"abc\",{}]}", KVIX_EINVAL, "\"local\"[1] is not a hash (an object)"},
+    {"{\"type\":\"query\",\"bs\":\"16\",\"tokens\":[]}", KVIX_EINVAL, "\"bs\" is not an integer"},
+    {"not json", KVIX_EINVAL, "malformed json at column 3: '[' or '{' expected near 'not'"},
+    {"{\"type\":\"cleared\",\"worker\":1", KVIX_EINVAL,
+     "malformed json at column 28: '}' expected near end of file"},
+    {"{\"worker\":1,\"worker\":2}", KVIX_EINVAL,
+     "malformed json at column 20: duplicate object key near '\"worker\"'"},
+    {"{\"a\":[[[[[[[[1]]]]]]]]}", KVIX_ELIMIT, "nested deeper than 8 levels"},
+    {"", KVIX_EINVAL, "malformed json at column 0: '[' or '{' expected near end of file"},
+};
+
+TEST(every_error_message)
+{
+    kvix_event ev;
+    kvix_event_init(&ev);
+    for (size_t i = 0; i < sizeof bad_lines / sizeof bad_lines[0]; i++) {
+        kvix_err err = {0, ""};
+        int rc = from_json(bad_lines[i].line, &ev, &err);
+        if (!CHECK(rc == bad_lines[i].code))
+            fprintf(stderr, "#   line %zu: %s -> %d %s\n", i, bad_lines[i].line, rc, err.msg);
+        CHECK_STR(err.msg, bad_lines[i].msg);
+        CHECK(err.code == rc);
+    }
+    /* seven levels of nesting under the root are fine */
+    kvix_err err;
+    CHECK(from_json("{\"a\":[[[[[[[1]]]]]]],\"tokens\":[]}", &ev, &err) == KVIX_OK);
+    kvix_event_release(&ev);
+}
+
+TEST(name_and_id_ceilings)
+{
+    kvix_event ev;
+    kvix_err err;
+    kvix_event_init(&ev);
+    char line[1024];
+    char name[KVIX_NAME_MAX + 1];
+    memset(name, 'm', KVIX_NAME_MAX);
+    name[KVIX_NAME_MAX - 1] = '\0'; /* 255 bytes: fits */
+    snprintf(line, sizeof line, "{\"model\":\"%s\",\"tokens\":[]}", name);
+    CHECK(from_json(line, &ev, &err) == KVIX_OK);
+    CHECK_U64(strlen(ev.model), KVIX_NAME_MAX - 1);
+    name[KVIX_NAME_MAX - 1] = 'm';
+    name[KVIX_NAME_MAX] = '\0'; /* 256 bytes: too long */
+    snprintf(line, sizeof line, "{\"lora\":\"%s\",\"tokens\":[]}", name);
+    CHECK(from_json(line, &ev, &err) == KVIX_ELIMIT);
+    CHECK_STR(err.msg, "\"lora\" longer than 255 bytes");
+    CHECK(from_json("{\"model\":\"a\\u0000b\",\"tokens\":[]}", &ev, &err) == KVIX_EINVAL);
+
+    snprintf(line, sizeof line, "{\"id\":\"%s\",\"tokens\":[]}", name);
+    CHECK(from_json(line, &ev, &err) == KVIX_ELIMIT);
+    CHECK_STR(err.msg, "\"id\" longer than 255 bytes");
+    kvix_event_release(&ev);
+}
+
+TEST(blocks_ceiling)
+{
+    size_t n = KVIX_EVENT_BLOCKS_MAX + 1;
+    kvix_buf b;
+    kvix_buf_init(&b);
+    kvix_buf_printf(&b, NULL, "{\"type\":\"stored\",\"worker\":1,\"bs\":1,\"blocks\":[");
+    for (size_t i = 0; i < n; i++)
+        kvix_buf_printf(&b, NULL, "%s{\"local\":1,\"seq\":%zu}", i ? "," : "", i);
+    kvix_buf_printf(&b, NULL, "]}");
+    kvix_event ev;
+    kvix_err err;
+    kvix_event_init(&ev);
+    CHECK(kvix_event_from_json(b.data, b.len, &ev, &err) == KVIX_ELIMIT);
+    CHECK_STR(err.msg, "too many blocks: 65537 (limit 65536)");
+    kvix_buf_release(&b);
+    kvix_event_release(&ev);
+}
+
+TEST(json_round_trip_is_canonical)
+{
+    static const char *canon[] = {
+        "{\"type\":\"stored\",\"worker\":1,\"dp\":0,\"model\":\"llama\",\"tenant\":\"default\","
+        "\"medium\":\"gpu\",\"eid\":0,\"bs\":16,\"parent\":null,\"blocks\":[{\"local\":"
+        "\"cb38e4d7fb2dca5c\",\"seq\":\"0123456789abcdef\"}]}\n",
+        "{\"type\":\"stored\",\"worker\":9223372036854775807,\"dp\":4294967295,\"model\":"
+        "\"m\\\"\\\\\\n\\u0001\",\"tenant\":\"t\xc3\xa9\",\"medium\":\"external\",\"eid\":9,"
+        "\"ts\":1700000000.125,\"bs\":2,\"parent\":\"ffffffffffffffff\",\"blocks\":[{\"local\":"
+        "\"0000000000000001\",\"seq\":\"0000000000000002\"},{\"local\":\"0000000000000003\","
+        "\"seq\":\"0000000000000004\"}],\"lora\":\"ad\",\"tokens\":[[1,2],[4294967295,0]]}\n",
+        "{\"type\":\"removed\",\"worker\":3,\"dp\":1,\"model\":\"default\",\"tenant\":\"default\","
+        "\"medium\":\"disk\",\"hashes\":[\"0123456789abcdef\",\"0000000000000000\"]}\n",
+        "{\"type\":\"cleared\",\"worker\":1,\"dp\":0,\"model\":\"llama\",\"tenant\":\"default\","
+        "\"medium\":\"cpu\",\"eid\":2,\"ts\":0.1}\n",
+        "{\"type\":\"query\",\"model\":\"m\",\"tenant\":\"t\",\"lora\":\"l\",\"id\":{\"k\":[1,2]},"
+        "\"bs\":16,\"tokens\":[1,2,3]}\n",
+        "{\"type\":\"query\",\"model\":\"default\",\"tenant\":\"default\",\"local\":"
+        "[\"00000000000000aa\"]}\n",
+    };
+    kvix_event ev, ev2;
+    kvix_err err;
+    kvix_buf b, m;
+    kvix_event_init(&ev);
+    kvix_event_init(&ev2);
+    kvix_buf_init(&b);
+    kvix_buf_init(&m);
+    for (size_t i = 0; i < sizeof canon / sizeof canon[0]; i++) {
+        size_t len = strlen(canon[i]) - 1;
+        CHECK(kvix_event_from_json(canon[i], len, &ev, &err) == KVIX_OK);
+        b.len = 0;
+        CHECK(kvix_event_to_json(&ev, &b, &err) == KVIX_OK);
+        CHECK_STR(b.data, canon[i]);
+        /* through msgpack and back: the same record */
+        m.len = 0;
+        CHECK(kvix_event_to_msgpack(&ev, &m, &err) == KVIX_OK);
+        size_t used = 0;
+        CHECK(kvix_event_from_msgpack(m.data, m.len, &used, &ev2, &err) == KVIX_OK);
+        CHECK_U64(used, m.len);
+        b.len = 0;
+        CHECK(kvix_event_to_json(&ev2, &b, &err) == KVIX_OK);
+        CHECK_STR(b.data, canon[i]);
+    }
+    kvix_event_release(&ev);
+    kvix_event_release(&ev2);
+    kvix_buf_release(&b);
+    kvix_buf_release(&m);
+}
+
+TEST(msgpack_hashes_are_uint64)
+{
+    kvix_event ev;
+    kvix_err err;
+    kvix_buf m;
+    kvix_event_init(&ev);
+    kvix_buf_init(&m);
+    ev.type = KVIX_EV_REMOVED;
+    ev.worker = 1;
+    kvix_event_reserve_hashes(&ev, 1, &err);
+    ev.hashes[0] = UINT64_MAX;
+    ev.nhashes = 1;
+    CHECK(kvix_event_to_msgpack(&ev, &m, &err) == KVIX_OK);
+    /* the hash is the last value: 0xcf then 8 bytes of 0xff */
+    CHECK(m.len > 9 && (unsigned char)m.data[m.len - 9] == 0xcf);
+    CHECK((unsigned char)m.data[m.len - 1] == 0xff);
+    /* truncated and malformed single records */
+    size_t used;
+    CHECK(kvix_event_from_msgpack(m.data, m.len - 1, &used, &ev, &err) == KVIX_EINVAL);
+    CHECK_STR(err.msg, "truncated msgpack record");
+    CHECK(kvix_event_from_msgpack("\xc1", 1, &used, &ev, &err) == KVIX_EINVAL);
+    CHECK_STR(err.msg, "malformed msgpack");
+    CHECK(kvix_event_from_msgpack("\x05", 1, &used, &ev, &err) == KVIX_EINVAL);
+    CHECK_STR(err.msg, "record is an integer, not an object");
+    /* non-string keys are ignored, string hashes still accepted */
+    const char rec[] = "\x83\x01\x02\xa4type\xa7removed\xa6worker\x01";
+    CHECK(kvix_event_from_msgpack(rec, sizeof rec - 1, &used, &ev, &err) == KVIX_EINVAL);
+    CHECK_STR(err.msg, "missing \"hashes\"");
+    kvix_event_release(&ev);
+    kvix_buf_release(&m);
+}
+
+TEST(encode_rejects_what_json_cannot_say)
+{
+    kvix_event ev;
+    kvix_err err;
+    kvix_buf b;
+    kvix_event_init(&ev);
+    kvix_buf_init(&b);
+    ev.type = KVIX_EV_CLEARED;
+    memcpy(ev.model, "\xff\xfe", 3);
+    kvix_buf_append(&b, "x", 1, NULL);
+    CHECK(kvix_event_to_json(&ev, &b, &err) == KVIX_EINVAL);
+    CHECK_STR(err.msg, "name is not valid utf-8");
+    CHECK_U64(b.len, 1); /* nothing half-written */
+    ev.type = 99;
+    CHECK(kvix_event_to_json(&ev, &b, &err) == KVIX_EINVAL);
+    CHECK(kvix_event_to_msgpack(&ev, &b, &err) == KVIX_EINVAL);
+    CHECK_U64(b.len, 1);
+    kvix_event_release(&ev);
+    kvix_buf_release(&b);
+}
+
+TEST(answer_lines)
+{
+    kvix_answer ans;
+    memset(&ans, 0, sizeof ans);
+    kvix_score s[2] = {{1, 0, 2, {2, 0, 0, 0}}, {2, 0, 1, {0, 1, 0, 1}}};
+    ans.scores = s;
+    ans.nscores = 2;
+    ans.query_blocks = 3;
+    ans.bs = 16;
+    kvix_event q;
+    kvix_err err;
+    kvix_event_init(&q);
+    CHECK(from_json("{\"id\":7,\"tokens\":[]}", &q, &err) == KVIX_OK);
+    kvix_buf b;
+    kvix_buf_init(&b);
+    CHECK(kvix_answer_to_json(&ans, &q, &b, &err) == KVIX_OK);
+    CHECK_STR(b.data, "{\"id\":7,\"blocks\":3,\"scores\":[{\"worker\":1,\"dp\":0,\"blocks\":2,"
+                      "\"tokens\":32,\"tiers\":{\"gpu\":2}},{\"worker\":2,\"dp\":0,\"blocks\":1,"
+                      "\"tokens\":16,\"tiers\":{\"cpu\":1,\"external\":1}}]}\n");
+    /* no id, no scores */
+    b.len = 0;
+    ans.nscores = 0;
+    ans.query_blocks = 0;
+    CHECK(from_json("[1]", &q, &err) == KVIX_OK);
+    CHECK(kvix_answer_to_json(&ans, &q, &b, &err) == KVIX_OK);
+    CHECK_STR(b.data, "{\"blocks\":0,\"scores\":[]}\n");
+    kvix_buf_release(&b);
+    kvix_event_release(&q);
+}
+
+TEST(format_names)
+{
+    kvix_format f;
+    CHECK_STR(kvix_format_name(KVIX_FMT_NDJSON), "ndjson");
+    CHECK_STR(kvix_format_name(KVIX_FMT_MSGPACK), "msgpack");
+    CHECK_STR(kvix_format_name(KVIX_FMT_AUTO), "auto");
+    CHECK(kvix_format_parse("msgpack", &f) == KVIX_OK && f == KVIX_FMT_MSGPACK);
+    CHECK(kvix_format_parse("ndjson", &f) == KVIX_OK && f == KVIX_FMT_NDJSON);
+    CHECK(kvix_format_parse("auto", &f) == KVIX_OK && f == KVIX_FMT_AUTO);
+    CHECK(kvix_format_parse("xml", &f) == KVIX_EINVAL);
+}
+
+/* ---- the reader ---- */
+
+static int tmp_with(const void *data, size_t len)
+{
+    FILE *f = tmpfile();
+    if (!f)
+        return -1;
+    int fd = dup(fileno(f));
+    fclose(f);
+    if (write(fd, data, len) != (ssize_t)len)
+        return -1;
+    lseek(fd, 0, SEEK_SET);
+    return fd;
+}
+
+TEST(reader_ndjson_positions)
+{
+    const char in[] = "\n"
+                      "{\"type\":\"cleared\",\"worker\":1}\r\n"
+                      "   \n"
+                      "{\"type\":\"cleared\"}\n"
+                      "[1,2]\n"
+                      "{\"type\":\"cleared\",\"worker\":2}"; /* no final newline */
+    int fd = tmp_with(in, sizeof in - 1);
+    kvix_reader *r;
+    kvix_err err;
+    kvix_event ev;
+    kvix_event_init(&ev);
+    CHECK(kvix_reader_new(&r, fd, "<stdin>", KVIX_FMT_AUTO, &err) == KVIX_OK);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_OK);
+    CHECK_U64(kvix_reader_pos(r), 2);
+    CHECK(kvix_reader_format(r) == KVIX_FMT_NDJSON);
+    CHECK_U64(ev.worker, 1);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_EINVAL);
+    CHECK_U64(kvix_reader_pos(r), 4);
+    CHECK_STR(err.msg, "missing \"worker\"");
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_OK);
+    CHECK_U64(kvix_reader_pos(r), 5);
+    CHECK(ev.type == KVIX_EV_QUERY);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_OK);
+    CHECK_U64(kvix_reader_pos(r), 6);
+    CHECK_U64(ev.worker, 2);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_EOF);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_EOF);
+    CHECK_U64(kvix_reader_offset(r), sizeof in - 1);
+    CHECK_STR(kvix_reader_name(r), "<stdin>");
+    kvix_reader_free(r);
+    close(fd);
+    kvix_event_release(&ev);
+}
+
+TEST(reader_long_line_is_skipped)
+{
+    size_t big = KVIX_LINE_MAX + 10;
+    char *in = malloc(big + 200);
+    size_t n = 0;
+    n += (size_t)sprintf(in + n, "{\"type\":\"cleared\",\"worker\":1}\n");
+    n += (size_t)sprintf(in + n, "{\"pad\":\"");
+    memset(in + n, 'x', big);
+    n += big;
+    n += (size_t)sprintf(in + n, "\"}\n{\"type\":\"cleared\",\"worker\":3}\n");
+    int fd = tmp_with(in, n);
+    free(in);
+    kvix_reader *r;
+    kvix_err err;
+    kvix_event ev;
+    kvix_event_init(&ev);
+    CHECK(kvix_reader_new(&r, fd, "f", KVIX_FMT_NDJSON, &err) == KVIX_OK);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_OK);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_ELIMIT);
+    CHECK_U64(kvix_reader_pos(r), 2);
+    CHECK_STR(err.msg, "line longer than 16777216 bytes");
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_OK);
+    CHECK_U64(kvix_reader_pos(r), 3);
+    CHECK_U64(ev.worker, 3);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_EOF);
+    kvix_reader_free(r);
+    close(fd);
+    kvix_event_release(&ev);
+}
+
+TEST(reader_msgpack_stream)
+{
+    kvix_buf m;
+    kvix_buf_init(&m);
+    kvix_event ev;
+    kvix_err err;
+    kvix_event_init(&ev);
+    /* 3000 records, big enough to cross read boundaries */
+    for (int i = 0; i < 3000; i++) {
+        kvix_event_reset(&ev);
+        ev.type = KVIX_EV_STORED;
+        ev.worker = (uint64_t)i;
+        ev.bs = 16;
+        kvix_event_reserve_blocks(&ev, 40, NULL);
+        for (int j = 0; j < 40; j++)
+            ev.blocks[j] = (kvix_block){(uint64_t)j * 0x9e3779b97f4a7c15u, (uint64_t)i};
+        ev.nblocks = 40;
+        CHECK(kvix_event_to_msgpack(&ev, &m, &err) == KVIX_OK);
+    }
+    kvix_buf_append(&m, "\xc1\x80", 2, NULL); /* 0xc1 is never valid msgpack */
+    int fd = tmp_with(m.data, m.len);
+    kvix_reader *r;
+    CHECK(kvix_reader_new(&r, fd, "m", KVIX_FMT_AUTO, &err) == KVIX_OK);
+    int ok = 0, rc;
+    uint64_t sum = 0;
+    while ((rc = kvix_reader_next(r, &ev, &err)) == KVIX_OK) {
+        ok++;
+        sum += ev.worker + ev.blocks[39].local;
+    }
+    CHECK(kvix_reader_format(r) == KVIX_FMT_MSGPACK);
+    CHECK_U64(ok, 3000);
+    CHECK_U64(sum, 2999u * 3000 / 2 + 3000 * (39 * 0x9e3779b97f4a7c15u));
+    CHECK(rc == KVIX_EINVAL);
+    CHECK_U64(kvix_reader_pos(r), 3001);
+    CHECK_STR(err.msg, "malformed msgpack record (the rest of the input cannot be framed)");
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_EOF);
+    kvix_reader_free(r);
+    close(fd);
+
+    /* a truncated last record */
+    fd = tmp_with(m.data, 20);
+    CHECK(kvix_reader_new(&r, fd, "m", KVIX_FMT_MSGPACK, &err) == KVIX_OK);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_EINVAL);
+    CHECK_STR(err.msg, "truncated msgpack record at end of input");
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_EOF);
+    kvix_reader_free(r);
+    close(fd);
+    kvix_buf_release(&m);
+    kvix_event_release(&ev);
+}
+
+TEST(reader_empty_and_blank)
+{
+    kvix_reader *r;
+    kvix_err err;
+    kvix_event ev;
+    kvix_event_init(&ev);
+    int fd = tmp_with("", 0);
+    CHECK(kvix_reader_new(&r, fd, "e", KVIX_FMT_AUTO, &err) == KVIX_OK);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_EOF);
+    kvix_reader_free(r);
+    close(fd);
+    fd = tmp_with(" \n\n\t\n", 5);
+    CHECK(kvix_reader_new(&r, fd, "e", KVIX_FMT_AUTO, &err) == KVIX_OK);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_EOF);
+    kvix_reader_free(r);
+    close(fd);
+    /* a closed descriptor is a read error, not end of input */
+    CHECK(kvix_reader_new(&r, 1000, "gone", KVIX_FMT_NDJSON, &err) == KVIX_OK);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_EIO);
+    CHECK(strstr(err.msg, "error reading gone") != NULL);
+    kvix_reader_free(r);
+    kvix_event_release(&ev);
+}
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+}
+
+TEST(reader_reports_eintr_when_asked)
+{
+    int p[2];
+    CHECK(pipe(p) == 0);
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm; /* no SA_RESTART: read(2) fails with EINTR */
+    sigaction(SIGALRM, &sa, &old);
+    kvix_reader *r;
+    kvix_err err;
+    kvix_event ev;
+    kvix_event_init(&ev);
+    CHECK(kvix_reader_new(&r, p[0], "<pipe>", KVIX_FMT_AUTO, &err) == KVIX_OK);
+    kvix_reader_set_eintr(r, 1);
+    struct itimerval it = {{0, 0}, {0, 20000}};
+    setitimer(ITIMER_REAL, &it, NULL);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_ESYS);
+    CHECK_STR(err.msg, "interrupted");
+    /* the reader carries on where it stopped */
+    const char line[] = "{\"type\":\"cleared\",\"worker\":4}\n";
+    CHECK(write(p[1], line, sizeof line - 1) == (ssize_t)(sizeof line - 1));
+    close(p[1]);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_OK);
+    CHECK_U64(ev.worker, 4);
+    CHECK_U64(kvix_reader_pos(r), 1);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_EOF);
+    sigaction(SIGALRM, &old, NULL);
+    kvix_reader_free(r);
+    close(p[0]);
+    kvix_event_release(&ev);
+}
