@@ -12,7 +12,9 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 drift=0
 
-man_escape() { sed -e 's/\\/\\e/g' -e 's/-/\\-/g'; }
+# Backslashes and hyphens escaped; a line that would start with a control
+# character ('.' or "'") is protected with \&.
+man_escape() { sed -e 's/\\/\\e/g' -e 's/-/\\-/g' -e "s/^[.']/\\\\\&&/"; }
 
 gen_tool() {
     local tool=$1 list
@@ -95,6 +97,8 @@ gen_tool() {
             line+=" -d '${h//\'/\\\'}'"
             echo "$line"
         done <<<"$opts"
+        # fish offers file names by default: not where operands are something else
+        [ "$operands" = file ] || echo "complete -c $tool -f"
     } >"$out/$tool.fish"
 
     # man page OPTIONS section, between the markers
@@ -115,7 +119,11 @@ gen_tool() {
         /^\.\\" OPTIONS BEGIN/ { print; while ((getline l < gen) > 0) print l; skip=1; next }
         /^\.\\" OPTIONS END/ { skip=0 }
         !skip { print }' "$man" >"$out/$tool.1"
-    grep -q '^\.\\" OPTIONS BEGIN' "$man" || { echo "gen.sh: $man has no OPTIONS BEGIN marker" >&2; drift=1; }
+    local marker
+    for marker in BEGIN END; do
+        grep -q "^\\.\\\\\" OPTIONS $marker" "$man" ||
+            { echo "gen.sh: $man has no OPTIONS $marker marker" >&2; drift=1; }
+    done
 
     local f
     for f in "$tool.bash:completions/$tool.bash" "_$tool:completions/_$tool" \

@@ -1,0 +1,93 @@
+# The one exit-code table: kvhash's codes, the table in cmd/cli.h, README.md
+# and every man page's EXIT STATUS section agree; --help and --version exit 0
+# and an unknown option exits 2 for every tool.
+# shellcheck shell=bash
+. "$(dirname "$0")/lib.sh"
+
+begin "kvhash: 0 ok, 1 rejected lines, 2 usage, 3 unreadable file, 5 --strict"
+printf '1 2\n' >good
+printf '1 2\nx\n3 4\n' >bad
+run kvhash -b 2 good
+expect_rc 0
+run kvhash -b 2 bad
+expect_rc 1
+assert_eq "$(wc -l <out)" 2 "lines hashed around the rejected one"
+run kvhash good
+expect_rc 2
+run kvhash -b 2 good missing
+expect_rc 3
+assert_eq "$(wc -l <out)" 1 "the readable file is still hashed"
+mkdir dir
+run kvhash -b 2 dir
+expect_rc 3
+assert_grep "^kvhash: error reading dir: " err
+run kvhash -b 2 --strict bad
+expect_rc 5
+assert_eq "$(wc -l <out)" 1 "lines before the stop"
+# precedence: --strict over i/o over rejected lines
+run kvhash -b 2 --strict missing bad
+expect_rc 5
+run kvhash -b 2 bad missing
+expect_rc 3
+end
+
+# The README table: "| code | meaning |" rows after "## Exit status".
+readme_table() {
+    awk '/^## Exit status/ { on = 1; next } /^## / { on = 0 } on && /^\| [0-9]+ \|/' "$ROOT/README.md" |
+        sed -E 's/^\| ([0-9]+) \| (.*) \|$/\1 \2/; s/`//g'
+}
+
+# A man page's EXIT STATUS entries: ".TP / .B N / text" or ".IP N / text",
+# font escapes and \- undone.
+man_table() {
+    awk '
+        /^\.SH/ { on = ($0 ~ /^\.SH "?EXIT STATUS"?$/); next }
+        !on { next }
+        /^\.(TP|PP|P|LP)$/ { flush(); next }
+        /^\.B [0-9]+$/ { flush(); code = $2; next }
+        /^\.IP [0-9]+/ { flush(); code = $2; next }
+        /^\.[A-Za-z]/ { next }
+        code != "" { text = text (text == "" ? "" : " ") $0 }
+        function flush() { if (code != "") print code " " text; code = ""; text = "" }
+        END { flush() }' "$1" | sed -e 's/\\f[BIRP]//g' -e 's/\\-/-/g' -e 's/\\(aq/'"'"'/g'
+}
+
+begin "cmd/cli.h, README.md and --help list the same exit codes"
+readme_table >readme
+[ "$(wc -l <readme)" -ge 7 ] || fail "README exit-status table not found"
+sed -nE 's/^ *KVIX_EXIT_[A-Z]+ = ([0-9]+),.*/\1/p' "$ROOT/cmd/cli.h" >header
+assert_eq "$(tr '\n' ' ' <header)" "$(cut -d' ' -f1 readme | tr '\n' ' ')" "codes in cli.h and README"
+kvhash --help >help
+while read -r code _; do
+    grep -qE "(^|[ ,])$code [a-z]" help || fail "--help does not mention exit status $code"
+done <readme
+end
+
+for page in "$ROOT"/man/*.1; do
+    [ -f "$page" ] || continue
+    begin "$(basename "$page"): EXIT STATUS is README's table"
+    readme_table >readme
+    man_table "$page" >man
+    if ! diff -u readme man >d; then
+        fail "EXIT STATUS of $(basename "$page") differs from README.md"
+        sed 's/^/#     /' d | head -20
+    fi
+    end
+done
+
+for bin in "$KVIX_BIN"/kv*; do
+    [ -f "$bin" ] && [ -x "$bin" ] || continue
+    tool=$(basename "$bin")
+    begin "$tool: --help and --version exit 0, an unknown option exits 2"
+    run "$tool" --help
+    expect_rc 0
+    assert_grep "^usage: $tool "
+    [ -s err ] && fail "--help wrote to stderr"
+    run "$tool" --version
+    expect_rc 0
+    assert_grep "^$tool \(kvix\) "
+    run "$tool" --no-such-option-anywhere
+    expect_rc 2
+    assert_grep "try '$tool --help'" err
+    end
+done

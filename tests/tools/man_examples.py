@@ -1,0 +1,81 @@
+#!/usr/bin/python3
+"""Run the examples of a man page and check what they print.
+
+In the EXAMPLES section, every .EX/.EE block is a transcript: a line
+starting with "$ " is a command (run with bash in a scratch directory),
+and the lines after it, up to the next command or .EE, are its exact
+standard output. Roff escapes are undone first (\\- \\e \\(aq \\(dq \\& \\fX).
+
+    man_examples.py PAGE      (the tools under test must be on PATH)
+
+Prints "ok - ..." or "not ok - ..." per example and "N examples" last;
+exits 1 when an example fails or the page has none."""
+import re
+import subprocess
+import sys
+import tempfile
+
+ESCAPES = {"-": "-", "e": "\\", "\\": "\\", "&": "", "(aq": "'", "(dq": '"', "(ga": "`",
+           "(ti": "~", "(ha": "^", "(rs": "\\"}
+
+
+def unroff(line):
+    def sub(m):
+        s = m.group(1)
+        if s.startswith("f"):
+            return ""
+        if s not in ESCAPES:
+            raise ValueError("unknown roff escape \\%s in: %s" % (s, line))
+        return ESCAPES[s]
+    return re.sub(r"\\(\(..|f.|.)", sub, line)
+
+
+def examples(path):
+    section, inside, out = None, False, []
+    for raw in open(path, encoding="utf-8").read().split("\n"):
+        if raw.startswith(".SH"):
+            section = raw[3:].strip().strip('"')
+            continue
+        if section != "EXAMPLES":
+            continue
+        if raw.startswith(".EX"):
+            inside = True
+        elif raw.startswith(".EE"):
+            inside = False
+        elif inside:
+            line = unroff(raw)
+            if line.startswith("$ "):
+                out.append([line[2:], []])
+            elif out:
+                out[-1][1].append(line)
+    return out
+
+
+def main():
+    page = sys.argv[1]
+    ex = examples(page)
+    bad = 0
+    for i, (cmd, want) in enumerate(ex, 1):
+        with tempfile.TemporaryDirectory() as d:
+            p = subprocess.run(["bash", "-c", cmd], cwd=d, capture_output=True, text=True,
+                               stdin=subprocess.DEVNULL)
+        got = p.stdout.split("\n")
+        if got and got[-1] == "":
+            got.pop()
+        if got == want:
+            print("ok - example %d: %s" % (i, cmd))
+        else:
+            bad += 1
+            print("not ok - example %d: %s" % (i, cmd))
+            for w in want:
+                print("#   want: %s" % w)
+            for g in got:
+                print("#   got:  %s" % g)
+            for e in p.stderr.split("\n")[:5]:
+                print("#   stderr: %s" % e)
+    print("%d examples" % len(ex))
+    return 1 if bad or not ex else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
