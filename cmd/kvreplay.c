@@ -1,0 +1,969 @@
+/* kvreplay: replay captured event logs, or generate one from a Mooncake
+ * trace, at recorded speed, faster, at a fixed rate or as fast as possible;
+ * to stdout (NDJSON or msgpack records) or as engines on the ZMQ wire.
+ *
+ * Logs are read in the order given (concatenated, not merged by time), plain
+ * or compressed (xz, zstd, gzip: told by their first bytes). Timing follows
+ * each record's ts: the first record with a ts starts the clock; a record
+ * without ts, or one recorded earlier than the clock, goes out at once.
+ * Filters (--worker, --since/--until, --since-eid/--until-eid) drop records
+ * before timing, so a filtered stretch costs no waiting. */
+#define _GNU_SOURCE /* strptime, timegm */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "cli.h"
+#include "kvix/buf.h"
+#include "kvix/enginepub.h"
+#include "kvix/event.h"
+#include "kvix/hash.h"
+#include "kvix/logio.h"
+#include "kvix/mooncake.h"
+#include "kvix/stream.h"
+#include "kvix/wire.h"
+
+enum {
+    O_FAST = 0x100, O_SINCE, O_UNTIL, O_SINCE_EID, O_UNTIL_EID, O_NO_QUERIES, O_STRICT,
+    O_PUB, O_REPLAY_EP, O_REPLAY_BUFFER, O_WIRE, O_PUB_WAIT, O_PUB_HOLD, O_MAP_FILE, O_TOPIC,
+    O_MOONCAKE, O_WORKERS, O_CAPACITY, O_ROUTE, O_SEED, O_MODEL, O_TOKENS, O_FINAL_STATE,
+};
+
+static const cli_opt options[] = {
+    {'f', 'f', "format", "FMT", "ndjson|msgpack", "output records as ndjson (default) or msgpack"},
+    {O_FAST, 0, "fast", NULL, NULL, "as fast as possible (default with --mooncake)"},
+    {'x', 'x', "speed", "X", NULL, "X times the recorded speed (default 1: as recorded)"},
+    {'r', 'r', "rate", "N", NULL, "a fixed N records per second, ignoring ts"},
+    {O_SINCE, 0, "since", "T", NULL,
+     "drop records before ts T: seconds since the epoch, +S after the first ts, or utc iso 8601"},
+    {O_UNTIL, 0, "until", "T", NULL, "drop records after ts T (same forms as --since)"},
+    {O_SINCE_EID, 0, "since-eid", "N", NULL, "drop events whose eid is below N"},
+    {O_UNTIL_EID, 0, "until-eid", "N", NULL, "drop events whose eid is above N"},
+    {'w', 'w', "worker", "ID[:DP]", NULL, "keep only events of this worker (repeatable)"},
+    {O_NO_QUERIES, 0, "no-queries", NULL, NULL, "drop query records"},
+    {'n', 'n', "limit", "N", NULL, "stop after N records written (--mooncake: N trace requests)"},
+    {O_STRICT, 0, "strict", NULL, NULL, "stop at the first rejected record (exit 5)"},
+    {'q', 'q', "quiet", NULL, NULL, "no progress and no counters on stderr"},
+    {O_PUB, 0, "pub", "ENDPOINT", NULL,
+     "publish as engines: one bound socket per worker and dp (tcp port + k, or ipc path-W-DP)"},
+    {O_MAP_FILE, 0, "map-file", "FILE", "file",
+     "write the publishers as worker:dp=endpoint lines (kvsub --workers-file)"},
+    {O_REPLAY_EP, 0, "replay-endpoint", "ENDPOINT", NULL,
+     "also serve replay requests per publisher (derived like --pub)"},
+    {O_REPLAY_BUFFER, 0, "replay-buffer", "N", NULL, "batches kept for replay (default 10000)"},
+    {O_WIRE, 0, "wire", "STYLE", "map|array", "engine events as maps (current vllm, default) or arrays"},
+    {O_TOPIC, 0, "topic", "TOPIC", NULL, "topic frame of every message (default empty)"},
+    {O_PUB_WAIT, 0, "pub-wait", "SECONDS", NULL,
+     "wait up to SECONDS for every publisher to have a subscriber (default 1)"},
+    {O_PUB_HOLD, 0, "pub-hold", "SECONDS", NULL,
+     "after the last batch, keep serving replay requests for SECONDS (default 0)"},
+    {O_MOONCAKE, 0, "mooncake", "TRACE", "file",
+     "generate the log from a mooncake trace (jsonl, may be compressed) instead of reading logs"},
+    {O_WORKERS, 0, "workers", "N", NULL, "mooncake: workers (default 256)"},
+    {O_CAPACITY, 0, "capacity", "N", NULL, "mooncake: blocks cached per worker (default 16384)"},
+    {O_ROUTE, 0, "route", "HOW", "random|best", "mooncake: route requests at random (default) or to the best prefix"},
+    {O_SEED, 0, "seed", "N", NULL, "mooncake: seed of the routing generator (default 0)"},
+    {O_MODEL, 0, "model", "NAME", NULL, "mooncake: model name of the records (default \"default\")"},
+    {O_TOKENS, 0, "tokens", NULL, NULL, "mooncake: stored events carry their token ids (needed by --pub)"},
+    {O_FINAL_STATE, 0, "final-state", "FILE", "file",
+     "mooncake: write each worker's final cache as 'worker engine local depth' lines"},
+    {0, 0, NULL, NULL, NULL, NULL},
+};
+
+static const cli_tool tool = {
+    .name = "kvreplay",
+    .usage = "[options] [LOG...]",
+    .summary = "replay kv event logs (or a mooncake trace) to stdout or as zmq engine publishers",
+    .opts = options,
+    .operands = "file",
+};
+
+#define WORKER_FILTERS_MAX 256
+#define BATCH_MAX 1024
+
+typedef struct wfilter {
+    uint64_t worker;
+    uint32_t dp;
+    int any_dp;
+} wfilter;
+
+typedef struct tbound {
+    int set, relative;
+    double v; /* absolute, or seconds after the first ts */
+} tbound;
+
+typedef struct pubent {
+    uint64_t worker;
+    uint32_t dp;
+    kvix_enginepub *p;
+    uint64_t batches;
+} pubent;
+
+enum { T_RECORDED, T_FAST, T_RATE };
+
+typedef struct replay {
+    /* options */
+    kvix_format fmt;
+    int timing;
+    double speed, rate;
+    tbound since, until;
+    int has_since_eid, has_until_eid;
+    uint64_t since_eid, until_eid;
+    wfilter wf[WORKER_FILTERS_MAX];
+    size_t nwf;
+    int no_queries, strict, quiet;
+    uint64_t limit;
+    const char *pub, *replay_ep, *map_file, *topic;
+    size_t replay_buffer;
+    kvix_wire_style wire;
+    double pub_wait, pub_hold;
+
+    /* clock */
+    int have_ts0, have_first_ts;
+    double ts0, first_ts;
+    struct timespec wall0;
+    int wall_started;
+
+    /* output */
+    kvix_buf out;
+
+    /* publishers, sorted by (worker, dp) */
+    void *zctx;
+    pubent *pubs;
+    size_t npubs;
+    kvix_event batch[BATCH_MAX];
+    size_t nbatch;
+    kvix_buf payload;
+
+    /* progress and counters */
+    int progress;
+    struct timespec last_progress;
+    uint64_t in, written, filtered, rejected, by_type[5], batches, pub_skipped;
+    int stop;     /* limit reached */
+    int fatal;    /* an exit code when something failed for good */
+} replay;
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* ---- option parsing ------------------------------------------------------ */
+
+static void parse_worker(replay *r, const char *s)
+{
+    if (r->nwf == WORKER_FILTERS_MAX)
+        cli_usage_error("at most %d --worker filters", WORKER_FILTERS_MAX);
+    wfilter *f = &r->wf[r->nwf++];
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", s);
+    char *colon = strchr(buf, ':');
+    f->any_dp = colon == NULL;
+    if (colon) {
+        *colon = '\0';
+        f->dp = (uint32_t)cli_parse_uint(colon + 1, 0, UINT32_MAX, "--worker dp rank");
+    }
+    f->worker = cli_parse_uint(buf, 0, UINT64_MAX, "--worker id");
+}
+
+static void parse_time(tbound *b, const char *s, const char *what)
+{
+    b->set = 1;
+    if (s[0] == '+') {
+        b->relative = 1;
+        b->v = cli_parse_double(s + 1, 0, 1e12, what);
+        return;
+    }
+    if (strchr(s, '-') && strchr(s, 'T')) {
+        struct tm tm;
+        memset(&tm, 0, sizeof tm);
+        const char *end = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+        double frac = 0;
+        if (end && *end == '.') {
+            char *e2;
+            frac = strtod(end, &e2);
+            end = e2;
+        }
+        if (end && *end == 'Z')
+            end++;
+        if (!end || *end)
+            cli_usage_error("bad %s: '%s' (expected YYYY-MM-DDTHH:MM:SS[.frac][Z], utc)", what, s);
+        b->v = (double)timegm(&tm) + frac;
+        return;
+    }
+    b->v = cli_parse_double(s, -1e12, 1e12, what);
+}
+
+/* ---- publishers ------------------------------------------------------------ */
+
+static pubent *find_pub(replay *r, uint64_t worker, uint32_t dp)
+{
+    size_t lo = 0, hi = r->npubs;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        pubent *p = &r->pubs[mid];
+        if (p->worker == worker && p->dp == dp)
+            return p;
+        if (p->worker < worker || (p->worker == worker && p->dp < dp))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+static void add_pub_key(replay *r, size_t *cap, uint64_t worker, uint32_t dp)
+{
+    if (find_pub(r, worker, dp))
+        return;
+    if (r->npubs == *cap) {
+        *cap = *cap ? *cap * 2 : 16;
+        r->pubs = realloc(r->pubs, *cap * sizeof *r->pubs);
+        if (!r->pubs)
+            cli_die(KVIX_EXIT_SYS, "out of memory");
+    }
+    size_t i = r->npubs;
+    while (i > 0 && (r->pubs[i - 1].worker > worker ||
+                     (r->pubs[i - 1].worker == worker && r->pubs[i - 1].dp > dp))) {
+        r->pubs[i] = r->pubs[i - 1];
+        i--;
+    }
+    r->pubs[i] = (pubent){worker, dp, NULL, 0};
+    r->npubs++;
+}
+
+/* The k-th publisher's endpoint: tcp ports count up from the base (an
+ * ephemeral "*" or "0" stays ephemeral), ipc paths get "-WORKER-DP". */
+static void derive_endpoint(const char *base, size_t k, const pubent *p, char *out, size_t cap,
+                            const char *what)
+{
+    if (strncmp(base, "tcp://", 6) == 0) {
+        const char *colon = strrchr(base + 6, ':');
+        if (!colon)
+            cli_usage_error("%s needs a port: '%s'", what, base);
+        const char *port = colon + 1;
+        if (strcmp(port, "*") == 0 || strcmp(port, "0") == 0) {
+            snprintf(out, cap, "%.*s:*", (int)(colon - base), base);
+            return;
+        }
+        uint64_t pn = cli_parse_uint(port, 1, 65535, what);
+        if (pn + k > 65535)
+            cli_usage_error("%s: %zu publishers do not fit above port %" PRIu64, what, k + 1, pn);
+        snprintf(out, cap, "%.*s:%" PRIu64, (int)(colon - base), base, pn + k);
+        return;
+    }
+    if (strncmp(base, "ipc://", 6) == 0) {
+        snprintf(out, cap, "%s-%" PRIu64 "-%" PRIu32, base, p->worker, p->dp);
+        return;
+    }
+    cli_usage_error("%s must be tcp://HOST:PORT or ipc://PATH: '%s'", what, base);
+}
+
+/* What a subscriber connects to: a wildcard bind becomes loopback. */
+static void connectable(const char *bound, char *out, size_t cap)
+{
+    const char *w = strstr(bound, "0.0.0.0");
+    if (strncmp(bound, "tcp://", 6) == 0 && w == bound + 6)
+        snprintf(out, cap, "tcp://127.0.0.1%s", w + 7);
+    else
+        snprintf(out, cap, "%s", bound);
+}
+
+static void write_map(replay *r)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", r->map_file, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        cli_die(KVIX_EXIT_IO, "cannot write %s: %s", tmp, strerror(errno));
+    for (size_t i = 0; i < r->npubs; i++) {
+        char ep[KVIX_ENGINEPUB_ENDPOINT_MAX + 32];
+        connectable(kvix_enginepub_endpoint(r->pubs[i].p), ep, sizeof ep);
+        fprintf(f, "%" PRIu64 ":%" PRIu32 "=%s", r->pubs[i].worker, r->pubs[i].dp, ep);
+        const char *rep = kvix_enginepub_replay_endpoint(r->pubs[i].p);
+        if (rep) {
+            connectable(rep, ep, sizeof ep);
+            fprintf(f, " replay=%s", ep);
+        }
+        fputc('\n', f);
+    }
+    /* Renamed into place whole, so a waiting subscriber never reads half. */
+    if (fflush(f) != 0 || ferror(f) | fclose(f) || rename(tmp, r->map_file) != 0)
+        cli_die(KVIX_EXIT_IO, "cannot write %s: %s", r->map_file, strerror(errno));
+}
+
+static void service_all(replay *r)
+{
+    kvix_err err;
+    for (size_t i = 0; i < r->npubs; i++)
+        if (kvix_enginepub_service(r->pubs[i].p, &err))
+            cli_die(KVIX_EXIT_SYS, "%s", err.msg);
+}
+
+/* Wait until deadline (monotonic seconds), answering subscriptions and
+ * replay requests meanwhile. */
+static void pub_sleep_until(replay *r, double deadline)
+{
+    zmq_pollitem_t stack[64], *items = stack;
+    size_t n = 0;
+    if (r->npubs * 2 > 64) {
+        items = malloc(r->npubs * 2 * sizeof *items);
+        if (!items)
+            cli_die(KVIX_EXIT_SYS, "out of memory");
+    }
+    for (size_t i = 0; i < r->npubs; i++) {
+        void *s[2];
+        int k;
+        kvix_enginepub_sockets(r->pubs[i].p, s, &k);
+        for (int j = 0; j < k; j++)
+            items[n++] = (zmq_pollitem_t){s[j], 0, ZMQ_POLLIN, 0};
+    }
+    for (;;) {
+        service_all(r);
+        double left = deadline - now_s();
+        if (left <= 0)
+            break;
+        long ms = (long)(left * 1000) + 1;
+        if (zmq_poll(items, (int)n, ms > 100 ? 100 : ms) < 0 && zmq_errno() != EINTR)
+            cli_die(KVIX_EXIT_SYS, "zmq_poll: %s", zmq_strerror(zmq_errno()));
+    }
+    if (items != stack)
+        free(items);
+}
+
+static void start_pubs(replay *r)
+{
+    r->zctx = zmq_ctx_new();
+    if (!r->zctx)
+        cli_die(KVIX_EXIT_SYS, "cannot create a zmq context: %s", zmq_strerror(zmq_errno()));
+    kvix_err err;
+    for (size_t k = 0; k < r->npubs; k++) {
+        char ep[KVIX_ENGINEPUB_ENDPOINT_MAX], rep[KVIX_ENGINEPUB_ENDPOINT_MAX];
+        derive_endpoint(r->pub, k, &r->pubs[k], ep, sizeof ep, "--pub");
+        if (r->replay_ep)
+            derive_endpoint(r->replay_ep, k, &r->pubs[k], rep, sizeof rep, "--replay-endpoint");
+        if (kvix_enginepub_new(&r->pubs[k].p, r->zctx, ep, r->replay_ep ? rep : NULL, r->topic,
+                               r->replay_buffer, &err))
+            cli_die(KVIX_EXIT_SYS, "%s", err.msg);
+        if (!r->map_file && !r->quiet)
+            fprintf(stderr, "%s: worker %" PRIu64 " dp %" PRIu32 " publishes on %s\n", cli_name(),
+                    r->pubs[k].worker, r->pubs[k].dp, kvix_enginepub_endpoint(r->pubs[k].p));
+    }
+    if (r->map_file)
+        write_map(r);
+    /* ZMQ's slow joiner: what a PUB sends before a subscriber has joined is
+     * lost, so wait (bounded) until each publisher has one. */
+    double deadline = now_s() + r->pub_wait;
+    for (;;) {
+        service_all(r);
+        size_t missing = 0;
+        for (size_t i = 0; i < r->npubs; i++)
+            missing += kvix_enginepub_subscribers(r->pubs[i].p) == 0;
+        if (missing == 0)
+            break;
+        if (now_s() >= deadline) {
+            if (!r->quiet && r->pub_wait > 0)
+                cli_warn("%zu of %zu publishers have no subscriber after %g s; publishing anyway",
+                         missing, r->npubs, r->pub_wait);
+            break;
+        }
+        double step = now_s() + 0.02;
+        pub_sleep_until(r, step < deadline ? step : deadline);
+    }
+}
+
+static void stop_pubs(replay *r)
+{
+    if (!r->zctx)
+        return;
+    if (r->pub_hold > 0)
+        pub_sleep_until(r, now_s() + r->pub_hold);
+    for (size_t i = 0; i < r->npubs; i++)
+        kvix_enginepub_free(r->pubs[i].p, 5000); /* bounded: a stuck peer cannot hang us */
+    zmq_ctx_term(r->zctx);
+    r->zctx = NULL;
+}
+
+static void flush_batch(replay *r)
+{
+    if (r->nbatch == 0)
+        return;
+    const kvix_event *ev[BATCH_MAX];
+    for (size_t i = 0; i < r->nbatch; i++)
+        ev[i] = &r->batch[i];
+    pubent *p = find_pub(r, r->batch[0].worker, r->batch[0].dp);
+    kvix_err err;
+    r->payload.len = 0;
+    /* A batch without ts gets the time of sending, as an engine would stamp it. */
+    double ts = r->batch[0].has_ts ? r->batch[0].ts : (double)time(NULL);
+    int rc = p ? kvix_wire_encode(ev, r->nbatch, ts, r->batch[0].dp, r->wire, &r->payload, &err)
+               : kvix_err_set(&err, KVIX_EINVAL, "no publisher for worker %" PRIu64 " dp %" PRIu32,
+                              r->batch[0].worker, r->batch[0].dp);
+    if (rc == KVIX_OK)
+        rc = kvix_enginepub_send(p->p, r->payload.data, r->payload.len, NULL, &err);
+    if (rc == KVIX_ESYS || rc == KVIX_ENOMEM)
+        cli_die(cli_exit_for(rc), "%s", err.msg);
+    if (rc) {
+        cli_warn("cannot publish a batch of worker %" PRIu64 ": %s", r->batch[0].worker, err.msg);
+        r->rejected += r->nbatch;
+        r->written -= r->nbatch;
+        if (r->strict)
+            r->fatal = KVIX_EXIT_STRICT;
+    } else {
+        p->batches++;
+        r->batches++;
+    }
+    r->nbatch = 0;
+}
+
+/* ---- timing and progress --------------------------------------------------- */
+
+static double wall_elapsed(const replay *r)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - r->wall0.tv_sec) + (double)(t.tv_nsec - r->wall0.tv_nsec) / 1e9;
+}
+
+static void sleep_for(replay *r, double s)
+{
+    if (s <= 0)
+        return;
+    fflush(stdout); /* downstream sees everything due before we wait */
+    if (r->zctx) {
+        pub_sleep_until(r, now_s() + s);
+        return;
+    }
+    struct timespec d = {(time_t)s, (long)((s - floor(s)) * 1e9)};
+    while (nanosleep(&d, &d) != 0 && errno == EINTR) {
+    }
+}
+
+static void wait_for(replay *r, const kvix_event *ev)
+{
+    if (!r->wall_started) {
+        clock_gettime(CLOCK_MONOTONIC, &r->wall0);
+        r->wall_started = 1;
+    }
+    if (r->timing == T_FAST)
+        return;
+    double target;
+    if (r->timing == T_RATE) {
+        target = (double)r->written / r->rate;
+    } else {
+        if (!ev->has_ts)
+            return;
+        if (!r->have_ts0) {
+            r->have_ts0 = 1;
+            r->ts0 = ev->ts;
+            clock_gettime(CLOCK_MONOTONIC, &r->wall0);
+            return;
+        }
+        target = (ev->ts - r->ts0) / r->speed;
+    }
+    sleep_for(r, target - wall_elapsed(r));
+}
+
+static void progress(replay *r, int final)
+{
+    if (!r->progress)
+        return;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+    double dt = (double)(t.tv_sec - r->last_progress.tv_sec) +
+                (double)(t.tv_nsec - r->last_progress.tv_nsec) / 1e9;
+    if (!final && dt < 0.25)
+        return;
+    r->last_progress = t;
+    double el = r->wall_started ? wall_elapsed(r) : 0;
+    fprintf(stderr, "\r%s: %" PRIu64 " read, %" PRIu64 " written, %.0f/s%s", cli_name(), r->in,
+            r->written, el > 0 ? (double)r->written / el : 0.0, final ? "\033[K\r" : "\033[K");
+    if (final)
+        fputs("\r\033[K", stderr);
+}
+
+/* ---- the record path ------------------------------------------------------- */
+
+static int keep_worker(const replay *r, const kvix_event *ev)
+{
+    if (r->nwf == 0)
+        return 1;
+    for (size_t i = 0; i < r->nwf; i++)
+        if (r->wf[i].worker == ev->worker && (r->wf[i].any_dp || r->wf[i].dp == ev->dp))
+            return 1;
+    return 0;
+}
+
+static double bound_value(const replay *r, const tbound *b)
+{
+    return b->relative ? r->first_ts + b->v : b->v;
+}
+
+static int keep(replay *r, const kvix_event *ev)
+{
+    if (ev->has_ts && !r->have_first_ts) {
+        r->have_first_ts = 1;
+        r->first_ts = ev->ts;
+    }
+    if (ev->type == KVIX_EV_QUERY)
+        return !r->no_queries;
+    if (!keep_worker(r, ev))
+        return 0;
+    if (ev->has_eid && ((r->has_since_eid && ev->eid < r->since_eid) ||
+                        (r->has_until_eid && ev->eid > r->until_eid)))
+        return 0;
+    return 1;
+}
+
+static int keep_time(replay *r, const kvix_event *ev)
+{
+    if (!ev->has_ts || !r->have_first_ts)
+        return 1;
+    if (r->since.set && ev->ts < bound_value(r, &r->since))
+        return 0;
+    if (r->until.set && ev->ts > bound_value(r, &r->until))
+        return 0;
+    return 1;
+}
+
+/* One record in: filter, time, write or publish. Returns non-zero to stop. */
+static int emit(void *ctx, const kvix_event *ev)
+{
+    replay *r = ctx;
+    r->in++;
+    progress(r, 0);
+    if (!keep(r, ev) || !keep_time(r, ev)) {
+        r->filtered++;
+        return 0;
+    }
+    if (r->zctx && ev->type == KVIX_EV_QUERY) {
+        r->pub_skipped++; /* engines do not publish queries */
+        return 0;
+    }
+    kvix_err err;
+    if (r->zctx) {
+        const kvix_event *b0 = r->nbatch ? &r->batch[0] : NULL;
+        /* Events of one (worker, dp) sharing an eid were one engine batch. */
+        int same = b0 && ev->has_eid && b0->has_eid && b0->eid == ev->eid &&
+                   b0->worker == ev->worker && b0->dp == ev->dp && r->nbatch < BATCH_MAX;
+        if (!same) {
+            flush_batch(r);
+            wait_for(r, ev);
+        }
+        if (kvix_event_copy(&r->batch[r->nbatch], ev, &err))
+            cli_die(KVIX_EXIT_SYS, "%s", err.msg);
+        r->nbatch++;
+    } else {
+        wait_for(r, ev);
+        r->out.len = 0;
+        int rc = r->fmt == KVIX_FMT_MSGPACK ? kvix_event_to_msgpack(ev, &r->out, &err)
+                                            : kvix_event_to_json(ev, &r->out, &err);
+        if (rc) {
+            if (rc == KVIX_ENOMEM)
+                cli_die(KVIX_EXIT_SYS, "%s", err.msg);
+            cli_warn("cannot write a %s record: %s", kvix_event_type_name(ev->type), err.msg);
+            r->rejected++;
+            if (r->strict) {
+                r->fatal = KVIX_EXIT_STRICT;
+                return 1;
+            }
+            return 0;
+        }
+        if (fwrite(r->out.data, 1, r->out.len, stdout) != r->out.len) {
+            r->fatal = KVIX_EXIT_IO;
+            return 1;
+        }
+    }
+    r->written++;
+    r->by_type[ev->type >= 0 && ev->type < 5 ? ev->type : 0]++;
+    if (r->fatal)
+        return 1;
+    if (r->limit && r->written >= r->limit) {
+        r->stop = 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- inputs ---------------------------------------------------------------- */
+
+static int open_input(const char *path, kvix_logio **lio)
+{
+    int fd = strcmp(path, "-") == 0 ? dup(STDIN_FILENO) : open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        cli_warn("cannot open %s: %s", path, strerror(errno));
+        return KVIX_EXIT_IO;
+    }
+    kvix_err err;
+    if (kvix_logio_open(lio, fd, strcmp(path, "-") == 0 ? "<stdin>" : path, &err)) {
+        cli_warn("%s", err.msg);
+        return cli_exit_for(err.code);
+    }
+    return 0;
+}
+
+static int close_input(kvix_logio *lio)
+{
+    kvix_err err;
+    if (kvix_logio_close(lio, &err)) {
+        cli_warn("%s", err.msg);
+        return KVIX_EXIT_IO;
+    }
+    return 0;
+}
+
+typedef int (*record_fn)(replay *r, const kvix_event *ev);
+
+/* Read one log, passing each good record to fn. Returns an exit code (0 ok). */
+static int read_log(replay *r, const char *path, record_fn fn, int quiet_rejects)
+{
+    kvix_logio *lio;
+    int code = open_input(path, &lio);
+    if (code)
+        return code;
+    kvix_reader *rd;
+    kvix_err err;
+    const char *name = strcmp(path, "-") == 0 ? "<stdin>" : path;
+    if (kvix_reader_new(&rd, kvix_logio_fd(lio), name, KVIX_FMT_AUTO, &err)) {
+        cli_warn("%s", err.msg);
+        close_input(lio);
+        return cli_exit_for(err.code);
+    }
+    kvix_event ev;
+    kvix_event_init(&ev);
+    for (;;) {
+        int rc = kvix_reader_next(rd, &ev, &err);
+        if (rc == KVIX_EOF)
+            break;
+        if (rc == KVIX_EIO) {
+            cli_warn("%s: %s", name, err.msg);
+            code = KVIX_EXIT_IO;
+            break;
+        }
+        if (rc) {
+            if (!quiet_rejects) {
+                cli_warn("bad record at %s:%" PRIu64 ": %s", name, kvix_reader_pos(rd), err.msg);
+                r->rejected++;
+                if (r->strict) {
+                    code = KVIX_EXIT_STRICT;
+                    break;
+                }
+            }
+            continue;
+        }
+        if (fn(r, &ev))
+            break;
+    }
+    kvix_event_release(&ev);
+    kvix_reader_free(rd);
+    int c2 = close_input(lio);
+    return code ? code : c2;
+}
+
+static int emit_record(replay *r, const kvix_event *ev)
+{
+    return emit(r, ev);
+}
+
+static size_t prescan_cap;
+
+static int collect_pub(replay *r, const kvix_event *ev)
+{
+    if (ev->type != KVIX_EV_QUERY && keep_worker(r, ev))
+        add_pub_key(r, &prescan_cap, ev->worker, ev->dp);
+    return 0;
+}
+
+/* ---- mooncake -------------------------------------------------------------- */
+
+typedef struct mooncake_args {
+    const char *trace;
+    kvix_mooncake_opts o;
+    const char *final_state;
+} mooncake_args;
+
+static int write_block(void *ctx, uint32_t worker, uint64_t engine, uint64_t local, uint32_t depth)
+{
+    char e[17], l[17];
+    kvix_hex64(engine, e);
+    kvix_hex64(local, l);
+    return fprintf(ctx, "%" PRIu32 " %s %s %" PRIu32 "\n", worker, e, l, depth) < 0;
+}
+
+static int run_mooncake(replay *r, mooncake_args *a)
+{
+    kvix_err err;
+    kvix_mooncake *m;
+    if (kvix_mooncake_new(&m, &a->o, &err))
+        cli_usage_error("%s", err.msg);
+    if (r->pub) {
+        size_t cap = 0;
+        for (uint32_t w = 0; w < a->o.workers; w++) {
+            kvix_event probe = {.worker = w, .dp = 0};
+            if (keep_worker(r, &probe))
+                add_pub_key(r, &cap, w, 0);
+        }
+        start_pubs(r);
+    }
+    kvix_logio *lio;
+    int code = open_input(a->trace, &lio);
+    if (code) {
+        kvix_mooncake_free(m);
+        return code;
+    }
+    kvix_mooncake_trace *t;
+    if (kvix_mooncake_trace_new(&t, kvix_logio_fd(lio), &err))
+        cli_die(KVIX_EXIT_SYS, "%s", err.msg);
+    kvix_mooncake_req req;
+    kvix_mooncake_req_init(&req);
+    uint64_t n = 0;
+    /* --limit counts trace requests here, not records. */
+    uint64_t limit = r->limit;
+    r->limit = 0;
+    while (!limit || n < limit) {
+        int rc = kvix_mooncake_trace_next(t, &req, &err);
+        if (rc == KVIX_EOF)
+            break;
+        if (rc == KVIX_EIO || rc == KVIX_ENOMEM) {
+            cli_warn("%s: %s", a->trace, err.msg);
+            code = cli_exit_for(rc);
+            break;
+        }
+        if (rc) {
+            cli_warn("bad request at %s:%" PRIu64 ": %s", a->trace, kvix_mooncake_trace_line(t),
+                     err.msg);
+            r->rejected++;
+            if (r->strict) {
+                code = KVIX_EXIT_STRICT;
+                break;
+            }
+            continue;
+        }
+        rc = kvix_mooncake_step(m, &req, kvix_mooncake_trace_line(t) - 1, emit, r, &err);
+        n++;
+        if (rc < 0)
+            cli_die(cli_exit_for(rc), "%s", err.msg);
+        if (rc > 0 || r->fatal)
+            break;
+    }
+    if (r->zctx)
+        flush_batch(r);
+    kvix_mooncake_req_release(&req);
+    kvix_mooncake_trace_free(t);
+    int c2 = close_input(lio);
+    if (!code)
+        code = c2;
+    if (a->final_state) {
+        FILE *f = fopen(a->final_state, "w");
+        if (!f)
+            cli_die(KVIX_EXIT_IO, "cannot write %s: %s", a->final_state, strerror(errno));
+        int bad = kvix_mooncake_foreach(m, write_block, f, &err);
+        if (bad < 0)
+            cli_die(cli_exit_for(bad), "%s", err.msg);
+        if (bad || fflush(f) != 0 || ferror(f) | fclose(f))
+            cli_die(KVIX_EXIT_IO, "cannot write %s: %s", a->final_state, strerror(errno));
+    }
+    if (!r->quiet) {
+        kvix_mooncake_stats s;
+        kvix_mooncake_stats_get(m, &s);
+        cli_warn("mooncake: %" PRIu64 " requests (%" PRIu64 " skipped), %" PRIu64
+                 " blocks asked, %" PRIu64 " hit (%.1f%%), %" PRIu64 " stored in %" PRIu64
+                 " events, %" PRIu64 " removed in %" PRIu64 " events, %" PRIu64
+                 " cached at the end (%" PRIu64 " partial, %" PRIu64 " past capacity)",
+                 s.requests, s.skipped, s.query_blocks, s.hit_blocks,
+                 s.query_blocks ? 100.0 * (double)s.hit_blocks / (double)s.query_blocks : 0.0,
+                 s.stored_blocks, s.stored_events, s.removed_blocks, s.removed_events,
+                 s.cached_blocks, s.partial_blocks, s.truncated_blocks);
+    }
+    kvix_mooncake_free(m);
+    return code;
+}
+
+/* ---- main ------------------------------------------------------------------ */
+
+static void report(const replay *r)
+{
+    if (r->quiet)
+        return;
+    if (r->pub)
+        cli_warn("%" PRIu64 " records read, %" PRIu64 " events published in %" PRIu64
+                 " batches by %zu publishers (%" PRIu64 " stored, %" PRIu64 " removed, %" PRIu64
+                 " cleared), %" PRIu64 " queries not published, %" PRIu64 " filtered, %" PRIu64
+                 " rejected",
+                 r->in, r->written, r->batches, r->npubs, r->by_type[KVIX_EV_STORED],
+                 r->by_type[KVIX_EV_REMOVED], r->by_type[KVIX_EV_CLEARED], r->pub_skipped,
+                 r->filtered, r->rejected);
+    else
+        cli_warn("%" PRIu64 " records read, %" PRIu64 " written (%" PRIu64 " stored, %" PRIu64
+                 " removed, %" PRIu64 " cleared, %" PRIu64 " queries), %" PRIu64
+                 " filtered, %" PRIu64 " rejected",
+                 r->in, r->written, r->by_type[KVIX_EV_STORED], r->by_type[KVIX_EV_REMOVED],
+                 r->by_type[KVIX_EV_CLEARED], r->by_type[KVIX_EV_QUERY], r->filtered,
+                 r->rejected);
+}
+
+int main(int argc, char **argv)
+{
+    cli_init(&tool);
+    static replay r;
+    r.fmt = KVIX_FMT_NDJSON;
+    r.speed = 1;
+    r.pub_wait = 1;
+    r.wire = KVIX_WIRE_MAP;
+    mooncake_args mc = {0};
+    kvix_mooncake_opts_init(&mc.o);
+    int timing_set = 0, mooncake_only = 0;
+    const char *arg;
+    int c;
+    while ((c = cli_next(argc, argv, &arg)) != -1) {
+        switch (c) {
+        case 'f':
+            if (kvix_format_parse(arg, &r.fmt) || r.fmt == KVIX_FMT_AUTO)
+                cli_usage_error("bad --format: '%s' (ndjson or msgpack)", arg);
+            break;
+        case O_FAST: r.timing = T_FAST; timing_set = 1; break;
+        case 'x':
+            r.speed = cli_parse_double(arg, 1e-6, 1e9, "--speed");
+            r.timing = T_RECORDED;
+            timing_set = 1;
+            break;
+        case 'r':
+            r.rate = cli_parse_double(arg, 1e-6, 1e12, "--rate");
+            r.timing = T_RATE;
+            timing_set = 1;
+            break;
+        case O_SINCE: parse_time(&r.since, arg, "--since"); break;
+        case O_UNTIL: parse_time(&r.until, arg, "--until"); break;
+        case O_SINCE_EID:
+            r.since_eid = cli_parse_uint(arg, 0, UINT64_MAX, "--since-eid");
+            r.has_since_eid = 1;
+            break;
+        case O_UNTIL_EID:
+            r.until_eid = cli_parse_uint(arg, 0, UINT64_MAX, "--until-eid");
+            r.has_until_eid = 1;
+            break;
+        case 'w': parse_worker(&r, arg); break;
+        case O_NO_QUERIES: r.no_queries = 1; break;
+        case 'n': r.limit = cli_parse_uint(arg, 1, UINT64_MAX, "--limit"); break;
+        case O_STRICT: r.strict = 1; break;
+        case 'q': r.quiet = 1; break;
+        case O_PUB: r.pub = arg; break;
+        case O_MAP_FILE: r.map_file = arg; break;
+        case O_REPLAY_EP: r.replay_ep = arg; break;
+        case O_REPLAY_BUFFER:
+            r.replay_buffer = cli_parse_uint(arg, 1, KVIX_ENGINEPUB_BUFFER_MAX, "--replay-buffer");
+            break;
+        case O_WIRE:
+            if (strcmp(arg, "map") == 0)
+                r.wire = KVIX_WIRE_MAP;
+            else if (strcmp(arg, "array") == 0)
+                r.wire = KVIX_WIRE_ARRAY;
+            else
+                cli_usage_error("bad --wire: '%s' (map or array)", arg);
+            break;
+        case O_TOPIC: r.topic = arg; break;
+        case O_PUB_WAIT: r.pub_wait = cli_parse_double(arg, 0, 86400, "--pub-wait"); break;
+        case O_PUB_HOLD: r.pub_hold = cli_parse_double(arg, 0, 86400, "--pub-hold"); break;
+        case O_MOONCAKE: mc.trace = arg; break;
+        case O_WORKERS:
+            mc.o.workers = (uint32_t)cli_parse_uint(arg, 1, KVIX_MOONCAKE_WORKERS_MAX, "--workers");
+            mooncake_only = 1;
+            break;
+        case O_CAPACITY:
+            mc.o.capacity =
+                (uint32_t)cli_parse_uint(arg, 1, KVIX_MOONCAKE_CAPACITY_MAX, "--capacity");
+            mooncake_only = 1;
+            break;
+        case O_ROUTE:
+            if (strcmp(arg, "random") == 0)
+                mc.o.route = KVIX_ROUTE_RANDOM;
+            else if (strcmp(arg, "best") == 0)
+                mc.o.route = KVIX_ROUTE_BEST;
+            else
+                cli_usage_error("bad --route: '%s' (random or best)", arg);
+            mooncake_only = 1;
+            break;
+        case O_SEED: mc.o.seed = cli_parse_uint(arg, 0, UINT64_MAX, "--seed"); mooncake_only = 1; break;
+        case O_MODEL: mc.o.model = arg; mooncake_only = 1; break;
+        case O_TOKENS: mc.o.tokens = 1; mooncake_only = 1; break;
+        case O_FINAL_STATE: mc.final_state = arg; mooncake_only = 1; break;
+        }
+    }
+    if (mooncake_only && !mc.trace)
+        cli_usage_error("--workers, --capacity, --route, --seed, --model, --tokens and "
+                        "--final-state need --mooncake");
+    if (mc.trace && optind < argc)
+        cli_usage_error("--mooncake reads a trace, not logs: '%s'", argv[optind]);
+    if ((r.map_file || r.replay_ep || r.topic || r.replay_buffer) && !r.pub)
+        cli_usage_error("--map-file, --replay-endpoint, --replay-buffer and --topic need --pub");
+    if (r.pub && r.fmt == KVIX_FMT_MSGPACK)
+        cli_usage_error("--format applies to stdout, not to --pub");
+    if (mc.trace && !timing_set)
+        r.timing = T_FAST; /* a generator: an hour of trace should not take an hour */
+    if (mc.trace && r.pub)
+        mc.o.tokens = 1; /* engines send token ids */
+    r.progress = !r.quiet && isatty(STDERR_FILENO);
+    kvix_buf_init(&r.out);
+    kvix_buf_init(&r.payload);
+    for (size_t i = 0; i < BATCH_MAX; i++)
+        kvix_event_init(&r.batch[i]);
+
+    int code = 0;
+    if (mc.trace) {
+        code = run_mooncake(&r, &mc);
+    } else {
+        static char dash[] = "-";
+        char *stdin_only[] = {dash};
+        char **logs = optind < argc ? argv + optind : stdin_only;
+        int nlogs = optind < argc ? argc - optind : 1;
+        if (r.pub) {
+            /* Publishers are bound before the first batch (subscribers must
+             * know them all up front), so the logs are read twice. */
+            for (int i = 0; i < nlogs; i++)
+                if (strcmp(logs[i], "-") == 0)
+                    cli_usage_error("--pub reads its logs twice: give files, not standard input");
+            for (int i = 0; i < nlogs && !code; i++)
+                code = read_log(&r, logs[i], collect_pub, 1);
+            if (code)
+                return cli_finish(code);
+            if (r.npubs == 0) {
+                if (!r.quiet)
+                    cli_warn("no events to publish");
+                return cli_finish(KVIX_EXIT_OK);
+            }
+            start_pubs(&r);
+        }
+        for (int i = 0; i < nlogs && !r.stop && !r.fatal; i++) {
+            int c2 = read_log(&r, logs[i], emit_record, 0);
+            if (c2 && !code)
+                code = c2;
+            if (code == KVIX_EXIT_STRICT)
+                break;
+        }
+        if (r.zctx)
+            flush_batch(&r);
+    }
+    progress(&r, 1);
+    stop_pubs(&r);
+    report(&r);
+    if (r.fatal && !code)
+        code = r.fatal;
+    if (!code && r.rejected)
+        code = KVIX_EXIT_REJECTED;
+    for (size_t i = 0; i < BATCH_MAX; i++)
+        kvix_event_release(&r.batch[i]);
+    free(r.pubs);
+    kvix_buf_release(&r.out);
+    kvix_buf_release(&r.payload);
+    return cli_finish(code);
+}
