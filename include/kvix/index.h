@@ -37,6 +37,9 @@ extern "C" {
 
 typedef struct kvix_index kvix_index;
 
+/* Ceiling on block positions (a stored event past it is KVIX_ERANGE). */
+#define KVIX_INDEX_DEPTH_MAX (1u << 24)
+
 typedef enum kvix_backend {
     KVIX_BACKEND_POSITIONAL = 0, /* default: position-keyed maps, jump search */
     KVIX_BACKEND_RADIX,          /* radix tree of canonical hashes */
@@ -78,6 +81,11 @@ typedef struct kvix_answer {
     uint32_t bs;           /* the partition's block size (0 if the partition is unknown) */
     kvix_score *scores;    /* sorted: blocks desc, then worker, then dp asc */
     size_t nscores, cap;
+    /* Private scratch reused across queries (hashes, backend hits). */
+    uint64_t *scratch;
+    size_t scratch_cap;
+    void *hits;
+    size_t hits_cap;
 } kvix_answer;
 
 void kvix_answer_init(kvix_answer *ans);
@@ -141,6 +149,8 @@ typedef struct kvix_block_info {
     uint64_t engine;      /* the engine's hash (key for removals) */
     uint64_t parent;      /* the engine hash of the parent; meaningless at position 0 */
     unsigned tiers;       /* bit (1 << kvix_medium) per tier holding it; never 0 */
+    uint64_t canon;       /* the index's canonical rolling hash of the block */
+    uint64_t parent_canon; /* the parent's canonical hash (0 at position 0) */
 } kvix_block_info;
 
 /* Visitor of kvix_index_foreach: called once per (partition, worker, dp) with
@@ -155,6 +165,20 @@ typedef int (*kvix_foreach_fn)(void *ctx, const char *model, const char *tenant,
  * worker = UINT64_MAX and n = 0, so an empty partition survives a snapshot. */
 int kvix_index_foreach(kvix_index *idx, kvix_foreach_fn fn, void *ctx);
 
+/* Restore the blocks of one (worker, dp) as kvix_index_foreach gave them
+ * (snapshots), sorted by position. No parent needs to be held, so blocks
+ * whose parent was removed while they stayed (orphans, see kvix_index_apply)
+ * are restored too; canon must follow from parent_canon and local, and a
+ * parent that is held (loaded earlier or before) must sit at position - 1
+ * with canonical hash parent_canon (else KVIX_ECORRUPT). Blocks already
+ * held are merged (tiers added). Creates the partition with bs if it is
+ * unknown (KVIX_EBLOCKSIZE if it differs). Same concurrency as
+ * kvix_index_apply for that worker. blocks is only read during the call; on
+ * error the blocks before the failing one stay loaded. */
+int kvix_index_load(kvix_index *idx, const char *model, const char *tenant, uint32_t bs,
+                    uint64_t worker, uint32_t dp, const kvix_block_info *blocks, size_t n,
+                    kvix_err *err);
+
 /* Restore the last applied eid of a (worker, dp) (from a snapshot). */
 int kvix_index_set_eid(kvix_index *idx, const char *model, const char *tenant, uint32_t bs,
                        uint64_t worker, uint32_t dp, uint64_t eid, kvix_err *err);
@@ -165,6 +189,7 @@ typedef struct kvix_index_stats {
     size_t blocks;         /* stored (worker, block) pairs */
     size_t unique_blocks;  /* distinct (partition, position, canonical hash) */
     size_t bytes;          /* memory held by the index */
+    size_t backend_bytes;  /* of bytes, held by the backends (the rest: front end) */
 } kvix_index_stats;
 
 void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out);

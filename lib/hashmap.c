@@ -1,0 +1,175 @@
+#include "hashmap_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MIN_CAP 8
+
+void kvix_hmap_init(kvix_hmap *m, unsigned key_words, size_t value_size)
+{
+    m->ctrl = NULL;
+    m->ent = NULL;
+    m->cap = m->n = 0;
+    m->kw = key_words == 2 ? 2 : 1;
+    m->esize = 8 * m->kw + ((value_size + 7) & ~(size_t)7);
+}
+
+void kvix_hmap_release(kvix_hmap *m)
+{
+    free(m->ctrl);
+    free(m->ent);
+    m->ctrl = NULL;
+    m->ent = NULL;
+    m->cap = m->n = 0;
+}
+
+static inline uint64_t key_hash(const kvix_hmap *m, const uint64_t *k)
+{
+    uint64_t h = kvix_mix64(k[0]);
+    if (m->kw == 2)
+        h = kvix_mix64(h ^ (k[1] + UINT64_C(0x9e3779b97f4a7c15)));
+    return h;
+}
+
+static inline uint8_t tag_of(uint64_t h) { return (uint8_t)(0x80 | (h >> 57)); }
+
+static inline unsigned char *entry(const kvix_hmap *m, size_t i) { return m->ent + i * m->esize; }
+
+static inline int key_eq(const kvix_hmap *m, const unsigned char *e, const uint64_t *k)
+{
+    uint64_t a[2];
+    memcpy(a, e, 8 * m->kw);
+    return a[0] == k[0] && (m->kw == 1 || a[1] == k[1]);
+}
+
+/* Slot of key, or (size_t)-1. */
+static size_t find(const kvix_hmap *m, const uint64_t *key, uint64_t h)
+{
+    if (!m->cap)
+        return (size_t)-1;
+    size_t mask = m->cap - 1, i = h & mask;
+    uint8_t tag = tag_of(h);
+    for (;;) {
+        uint8_t c = m->ctrl[i];
+        if (!c)
+            return (size_t)-1;
+        if (c == tag && key_eq(m, entry(m, i), key))
+            return i;
+        i = (i + 1) & mask;
+    }
+}
+
+static int resize(kvix_hmap *m, size_t cap)
+{
+    uint8_t *ctrl = calloc(cap, 1);
+    unsigned char *ent = malloc(cap * m->esize);
+    if (!ctrl || !ent) {
+        free(ctrl);
+        free(ent);
+        return -1;
+    }
+    size_t mask = cap - 1;
+    for (size_t j = 0; j < m->cap; j++) {
+        if (!m->ctrl[j])
+            continue;
+        uint64_t k[2] = {0, 0};
+        memcpy(k, entry(m, j), 8 * m->kw);
+        uint64_t h = key_hash(m, k);
+        size_t i = h & mask;
+        while (ctrl[i])
+            i = (i + 1) & mask;
+        ctrl[i] = tag_of(h);
+        memcpy(ent + i * m->esize, entry(m, j), m->esize);
+    }
+    free(m->ctrl);
+    free(m->ent);
+    m->ctrl = ctrl;
+    m->ent = ent;
+    m->cap = cap;
+    return 0;
+}
+
+void *kvix_hmap_get(const kvix_hmap *m, const uint64_t *key)
+{
+    size_t i = find(m, key, key_hash(m, key));
+    return i == (size_t)-1 ? NULL : entry(m, i) + 8 * m->kw;
+}
+
+void *kvix_hmap_put(kvix_hmap *m, const uint64_t *key, int *inserted)
+{
+    uint64_t h = key_hash(m, key);
+    size_t i = find(m, key, h);
+    if (i != (size_t)-1) {
+        if (inserted)
+            *inserted = 0;
+        return entry(m, i) + 8 * m->kw;
+    }
+    if ((m->n + 1) * 5 > m->cap * 4) { /* keep load <= 80% */
+        if (m->cap > SIZE_MAX / 4 / m->esize)
+            return NULL;
+        if (resize(m, m->cap ? m->cap * 2 : MIN_CAP))
+            return NULL;
+    }
+    size_t mask = m->cap - 1;
+    i = h & mask;
+    while (m->ctrl[i])
+        i = (i + 1) & mask;
+    m->ctrl[i] = tag_of(h);
+    unsigned char *e = entry(m, i);
+    memset(e, 0, m->esize);
+    memcpy(e, key, 8 * m->kw);
+    m->n++;
+    if (inserted)
+        *inserted = 1;
+    return e + 8 * m->kw;
+}
+
+int kvix_hmap_del(kvix_hmap *m, const uint64_t *key)
+{
+    size_t i = find(m, key, key_hash(m, key));
+    if (i == (size_t)-1)
+        return 0;
+    size_t mask = m->cap - 1, j = i;
+    /* Backward shift: pull later entries of the cluster into the hole when
+     * the hole lies between their home slot and where they sit. */
+    for (;;) {
+        j = (j + 1) & mask;
+        if (!m->ctrl[j])
+            break;
+        uint64_t k[2] = {0, 0};
+        memcpy(k, entry(m, j), 8 * m->kw);
+        size_t home = key_hash(m, k) & mask;
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            m->ctrl[i] = m->ctrl[j];
+            memcpy(entry(m, i), entry(m, j), m->esize);
+            i = j;
+        }
+    }
+    m->ctrl[i] = 0;
+    m->n--;
+    if (m->n == 0) {
+        kvix_hmap_release(m);
+    } else if (m->cap > 64 && m->n * 10 < m->cap) {
+        (void)resize(m, m->cap / 2); /* on failure keep the larger table */
+    }
+    return 1;
+}
+
+void *kvix_hmap_next(const kvix_hmap *m, size_t *it, const uint64_t **key)
+{
+    for (size_t i = *it; i < m->cap; i++) {
+        if (m->ctrl[i]) {
+            *it = i + 1;
+            if (key)
+                *key = (const uint64_t *)(const void *)entry(m, i);
+            return entry(m, i) + 8 * m->kw;
+        }
+    }
+    *it = m->cap;
+    return NULL;
+}
+
+size_t kvix_hmap_memory(const kvix_hmap *m)
+{
+    return m->cap * (1 + m->esize);
+}

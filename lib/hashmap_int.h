@@ -1,0 +1,60 @@
+/* libkvix private: a small open-addressing hash map with fixed-size u64 keys
+ * (one or two words) and fixed-size values stored inline.
+ *
+ * Linear probing with one control byte per slot (empty, or 7 bits of the
+ * hash, so most failed comparisons never touch the entry) and backward-shift
+ * deletion (no tombstones, so a map that churns never degrades). Grows at
+ * 80% load, shrinks below 10%. Any key value is allowed, 0 included.
+ *
+ * Not thread-safe: the index gives each map a single writer and no readers
+ * on other threads. Value pointers returned by get/put are valid until the
+ * next put or del on the same map. */
+#ifndef KVIX_HASHMAP_INT_H
+#define KVIX_HASHMAP_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kvix_hmap {
+    uint8_t *ctrl;      /* cap control bytes: 0 = empty, 0x80 | top 7 hash bits = full */
+    unsigned char *ent; /* cap entries of esize bytes: key words, then the value */
+    size_t cap, n, esize;
+    unsigned kw;        /* key words: 1 or 2 */
+} kvix_hmap;
+
+/* An empty map (allocates nothing until the first put). key_words is 1 or 2;
+ * value_size may be 0 (a set). */
+void kvix_hmap_init(kvix_hmap *m, unsigned key_words, size_t value_size);
+/* Free the storage; the map is empty and reusable with the same shape. */
+void kvix_hmap_release(kvix_hmap *m);
+
+/* The value stored under key (kw words), or NULL. */
+void *kvix_hmap_get(const kvix_hmap *m, const uint64_t *key);
+/* The value under key, inserting a zeroed one (*inserted = 1) if absent.
+ * NULL when memory runs out (the map is unchanged). */
+void *kvix_hmap_put(kvix_hmap *m, const uint64_t *key, int *inserted);
+/* Remove key; returns 1 if it was present. */
+int kvix_hmap_del(kvix_hmap *m, const uint64_t *key);
+
+/* Iterate: it starts at 0; returns the next value (and its key in *key when
+ * key is non-NULL) or NULL at the end. The map must not change meanwhile. */
+void *kvix_hmap_next(const kvix_hmap *m, size_t *it, const uint64_t **key);
+
+/* Bytes of heap held (not counting the kvix_hmap struct itself). */
+size_t kvix_hmap_memory(const kvix_hmap *m);
+
+static inline size_t kvix_hmap_size(const kvix_hmap *m) { return m->n; }
+
+/* A 64-bit finaliser (MurmurHash3 fmix64): engine and test hashes may be
+ * small integers, so keys are always mixed before use. */
+static inline uint64_t kvix_mix64(uint64_t k)
+{
+    k ^= k >> 33;
+    k *= UINT64_C(0xff51afd7ed558ccd);
+    k ^= k >> 33;
+    k *= UINT64_C(0xc4ceb9fe1a85ec53);
+    k ^= k >> 33;
+    return k;
+}
+
+#endif

@@ -1,0 +1,223 @@
+/* The reference backend: the simplest obviously-correct model of the
+ * query-side structure, the yardstick the other backends are tested against.
+ *
+ * One hash map (position, canonical hash) -> holders, a sorted array of
+ * (slot, tier mask), under one reader-writer lock (writer-preferring, so a
+ * stream of queries cannot starve the writers). A query walks positions
+ * 0..n-1 and keeps the slots that held every position so far. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hashmap_int.h"
+#include "index_int.h"
+
+typedef struct holder {
+    uint32_t slot;
+    uint32_t tiers;
+} holder;
+
+typedef struct holders {
+    holder *v;
+    uint32_t n, cap;
+} holders;
+
+typedef struct refbe {
+    pthread_rwlock_t lock;
+    kvix_hmap map; /* (pos, canon) -> holders */
+    size_t heap;   /* bytes of holder arrays */
+} refbe;
+
+static void *ref_create(const kvix_index_opts *opts, kvix_err *err)
+{
+    (void)opts;
+    refbe *r = calloc(1, sizeof *r);
+    if (!r) {
+        kvix_err_set(err, KVIX_ENOMEM, "out of memory for an index partition");
+        return NULL;
+    }
+    pthread_rwlockattr_t a;
+    pthread_rwlockattr_init(&a);
+    pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    int rc = pthread_rwlock_init(&r->lock, &a);
+    pthread_rwlockattr_destroy(&a);
+    if (rc) {
+        free(r);
+        kvix_err_set(err, KVIX_ESYS, "cannot create a lock");
+        return NULL;
+    }
+    kvix_hmap_init(&r->map, 2, sizeof(holders));
+    return r;
+}
+
+static void ref_destroy(void *be)
+{
+    refbe *r = be;
+    if (!r)
+        return;
+    size_t it = 0;
+    holders *h;
+    while ((h = kvix_hmap_next(&r->map, &it, NULL)))
+        free(h->v);
+    kvix_hmap_release(&r->map);
+    pthread_rwlock_destroy(&r->lock);
+    free(r);
+}
+
+/* Index of slot in h, or of where it would go. */
+static uint32_t hfind(const holders *h, uint32_t slot)
+{
+    uint32_t lo = 0, hi = h->n;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (h->v[mid].slot < slot)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int ref_add(void *be, uint32_t pos, uint64_t local, uint64_t canon, uint64_t parent_canon,
+                   uint32_t slot, unsigned tier, kvix_err *err)
+{
+    (void)local;
+    (void)parent_canon;
+    refbe *r = be;
+    uint64_t key[2] = {pos, canon};
+    int rc = KVIX_OK, inserted = 0;
+    pthread_rwlock_wrlock(&r->lock);
+    holders *h = kvix_hmap_put(&r->map, key, &inserted);
+    if (!h) {
+        rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory for an index block");
+        goto out;
+    }
+    uint32_t i = hfind(h, slot);
+    if (i < h->n && h->v[i].slot == slot) {
+        h->v[i].tiers |= 1u << tier;
+        goto out;
+    }
+    if (h->n == h->cap) {
+        uint32_t cap = h->cap ? h->cap * 2 : 2;
+        holder *v = realloc(h->v, cap * sizeof *v);
+        if (!v) {
+            if (inserted)
+                kvix_hmap_del(&r->map, key);
+            rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory for an index block");
+            goto out;
+        }
+        r->heap += (cap - h->cap) * sizeof *v;
+        h->v = v;
+        h->cap = cap;
+    }
+    memmove(h->v + i + 1, h->v + i, (h->n - i) * sizeof *h->v);
+    h->v[i].slot = slot;
+    h->v[i].tiers = 1u << tier;
+    h->n++;
+out:
+    pthread_rwlock_unlock(&r->lock);
+    return rc;
+}
+
+static void ref_del(void *be, uint32_t pos, uint64_t local, uint64_t canon, uint64_t parent_canon,
+                    uint32_t slot, unsigned tier)
+{
+    (void)local;
+    (void)parent_canon;
+    refbe *r = be;
+    uint64_t key[2] = {pos, canon};
+    pthread_rwlock_wrlock(&r->lock);
+    holders *h = kvix_hmap_get(&r->map, key);
+    if (h) {
+        uint32_t i = hfind(h, slot);
+        if (i < h->n && h->v[i].slot == slot) {
+            h->v[i].tiers &= ~(1u << tier);
+            if (!h->v[i].tiers) {
+                memmove(h->v + i, h->v + i + 1, (h->n - i - 1) * sizeof *h->v);
+                h->n--;
+            }
+        }
+        if (!h->n) {
+            r->heap -= h->cap * sizeof *h->v;
+            free(h->v);
+            kvix_hmap_del(&r->map, key);
+        }
+    }
+    pthread_rwlock_unlock(&r->lock);
+}
+
+static void count_tiers(kvix_qhit *hit, uint32_t tiers)
+{
+    for (unsigned t = 0; t < KVIX_MEDIUM_COUNT; t++)
+        if (tiers & (1u << t))
+            hit->tier_blocks[t]++;
+}
+
+static int ref_query(void *be, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
+{
+    refbe *r = be;
+    int rc = KVIX_OK;
+    if (!q->n)
+        return KVIX_OK;
+    size_t base = out->n;
+    pthread_rwlock_rdlock(&r->lock);
+    uint64_t key[2] = {0, kvix_qchain_at(q, 0)};
+    const holders *h = kvix_hmap_get(&r->map, key);
+    for (uint32_t i = 0; h && i < h->n; i++) {
+        kvix_qhit hit;
+        memset(&hit, 0, sizeof hit);
+        hit.slot = h->v[i].slot;
+        hit.blocks = 1;
+        count_tiers(&hit, h->v[i].tiers);
+        if ((rc = kvix_qhits_push(out, &hit, err)))
+            goto out;
+    }
+    /* A hit is still extending while its blocks equal the position reached. */
+    for (size_t pos = 1; pos < q->n && out->n > base; pos++) {
+        key[0] = pos;
+        key[1] = kvix_qchain_at(q, pos);
+        h = kvix_hmap_get(&r->map, key);
+        if (!h)
+            break;
+        size_t alive = 0;
+        for (size_t j = base; j < out->n; j++) {
+            kvix_qhit *hit = &out->v[j];
+            if (hit->blocks != pos)
+                continue;
+            uint32_t i = hfind(h, hit->slot);
+            if (i < h->n && h->v[i].slot == hit->slot) {
+                hit->blocks++;
+                count_tiers(hit, h->v[i].tiers);
+                alive++;
+            }
+        }
+        if (!alive)
+            break;
+    }
+out:
+    pthread_rwlock_unlock(&r->lock);
+    return rc;
+}
+
+static size_t ref_memory(void *be)
+{
+    refbe *r = be;
+    return sizeof *r + kvix_hmap_memory(&r->map) + r->heap;
+}
+
+static size_t ref_unique(void *be)
+{
+    refbe *r = be;
+    return kvix_hmap_size(&r->map);
+}
+
+const kvix_backend_ops kvix_backend_reference_ops = {
+    .name = "reference",
+    .create = ref_create,
+    .destroy = ref_destroy,
+    .add = ref_add,
+    .del = ref_del,
+    .query = ref_query,
+    .memory = ref_memory,
+    .unique_blocks = ref_unique,
+};

@@ -1,0 +1,759 @@
+/* The index front end, hand-checked semantics, on every backend built. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "harness.h"
+#include "kvix/hash.h"
+#include "kvix/index.h"
+
+static const char *const backends[] = {"positional", "radix", "reference"};
+#define NBACKENDS 3
+
+/* An index on backend name; NULL (with the reason checked) when that backend
+ * is not built into this library. */
+static kvix_index *mk(const char *name, unsigned threads)
+{
+    kvix_backend b;
+    kvix_index_opts o;
+    kvix_index *idx = NULL;
+    kvix_err err;
+    CHECK(kvix_backend_parse(name, &b) == KVIX_OK);
+    kvix_index_opts_init(&o);
+    o.backend = b;
+    o.threads = threads;
+    int rc = kvix_index_new(&idx, &o, &err);
+    if (rc) {
+        CHECK(rc == KVIX_EINVAL && strstr(err.msg, "not built") && b != KVIX_BACKEND_REFERENCE);
+        return NULL;
+    }
+    return idx;
+}
+
+static kvix_event ev = {.model = "default", .tenant = "default"};
+
+static void ev_set(int type, const char *model, uint64_t worker, uint32_t dp, int medium)
+{
+    kvix_event_reset(&ev);
+    ev.type = type;
+    kvix_event_set_name(ev.model, model, strlen(model), NULL);
+    ev.worker = worker;
+    ev.dp = dp;
+    ev.medium = medium;
+}
+
+/* Engine hashes are made distinct from locals: engine = local ^ salt. */
+static int store(kvix_index *idx, const char *model, uint64_t worker, uint32_t dp, int medium,
+                 uint32_t bs, const uint64_t *parent, const uint64_t *local, size_t n,
+                 uint64_t salt, kvix_apply_result *r)
+{
+    ev_set(KVIX_EV_STORED, model, worker, dp, medium);
+    ev.bs = bs;
+    if (parent) {
+        ev.has_parent = 1;
+        ev.parent = *parent;
+    }
+    kvix_event_reserve_blocks(&ev, n, NULL);
+    for (size_t i = 0; i < n; i++) {
+        ev.blocks[i].local = local[i];
+        ev.blocks[i].seq = local[i] ^ salt;
+    }
+    ev.nblocks = n;
+    kvix_err err;
+    return kvix_index_apply(idx, &ev, r, &err);
+}
+
+static int removed(kvix_index *idx, const char *model, uint64_t worker, uint32_t dp, int medium,
+                   const uint64_t *hashes, size_t n, kvix_apply_result *r)
+{
+    ev_set(KVIX_EV_REMOVED, model, worker, dp, medium);
+    kvix_event_reserve_hashes(&ev, n, NULL);
+    memcpy(ev.hashes, hashes, n * sizeof *hashes);
+    ev.nhashes = n;
+    return kvix_index_apply(idx, &ev, r, NULL);
+}
+
+static int cleared(kvix_index *idx, const char *model, uint64_t worker, uint32_t dp,
+                   kvix_apply_result *r)
+{
+    ev_set(KVIX_EV_CLEARED, model, worker, dp, KVIX_MEDIUM_GPU);
+    return kvix_index_apply(idx, &ev, r, NULL);
+}
+
+static kvix_answer ans;
+
+static void query(kvix_index *idx, const char *model, const uint64_t *local, size_t n)
+{
+    kvix_err err;
+    CHECK(kvix_index_query(idx, model, "default", local, n, &ans, &err) == KVIX_OK);
+    CHECK_U64(ans.query_blocks, n);
+}
+
+/* Blocks matched by (worker, dp) in the last answer, 0 when absent. */
+static uint32_t matched(uint64_t worker, uint32_t dp)
+{
+    for (size_t i = 0; i < ans.nscores; i++)
+        if (ans.scores[i].worker == worker && ans.scores[i].dp == dp)
+            return ans.scores[i].blocks;
+    return 0;
+}
+
+static const kvix_score *score_of(uint64_t worker, uint32_t dp)
+{
+    for (size_t i = 0; i < ans.nscores; i++)
+        if (ans.scores[i].worker == worker && ans.scores[i].dp == dp)
+            return &ans.scores[i];
+    return NULL;
+}
+
+typedef struct visit {
+    char model[32], tenant[32];
+    uint32_t bs, dp;
+    uint64_t worker, eid;
+    int has_eid;
+    size_t n;
+    kvix_block_info b[16];
+} visit;
+
+static visit visits[32];
+static int nvisits;
+
+static int collect(void *ctx, const char *model, const char *tenant, uint32_t bs,
+                   uint64_t worker, uint32_t dp, int has_eid, uint64_t last_eid,
+                   const kvix_block_info *blocks, size_t n)
+{
+    (void)ctx;
+    if (nvisits == 32)
+        return 7;
+    visit *v = &visits[nvisits++];
+    snprintf(v->model, sizeof v->model, "%s", model);
+    snprintf(v->tenant, sizeof v->tenant, "%s", tenant);
+    v->bs = bs;
+    v->worker = worker;
+    v->dp = dp;
+    v->has_eid = has_eid;
+    v->eid = last_eid;
+    v->n = n;
+    if (n)
+        memcpy(v->b, blocks, (n < 16 ? n : 16) * sizeof *blocks);
+    return 0;
+}
+
+static int walk(kvix_index *idx)
+{
+    nvisits = 0;
+    return kvix_index_foreach(idx, collect, NULL);
+}
+
+#define FOR_BACKENDS(idx, threads)                                                           \
+    for (int bi_ = 0; bi_ < NBACKENDS; bi_++)                                                \
+        for (kvix_index *idx = mk(backends[bi_], threads); idx; kvix_index_free(idx), idx = NULL)
+
+static const uint64_t L[8] = {11, 22, 33, 44, 55, 66, 77, 88};
+
+TEST(partitions_and_block_size)
+{
+    FOR_BACKENDS(idx, 0) {
+        kvix_err err;
+        CHECK(store(idx, "m1", 1, 0, 0, 4, NULL, L, 3, 0x100, NULL) == KVIX_OK);
+        CHECK_U64(kvix_index_block_size(idx, "m1", "default"), 4);
+        CHECK_U64(kvix_index_block_size(idx, "m2", "default"), 0);
+        CHECK(store(idx, "m1", 2, 0, 0, 8, NULL, L, 3, 0x100, NULL) == KVIX_EBLOCKSIZE);
+        CHECK(store(idx, "m2", 2, 0, 0, 8, NULL, L, 2, 0x100, NULL) == KVIX_OK);
+        /* the same hashes in another partition are another partition's */
+        query(idx, "m1", L, 3);
+        CHECK_U64(ans.nscores, 1);
+        CHECK_U64(matched(1, 0), 3);
+        CHECK_U64(ans.bs, 4);
+        query(idx, "m2", L, 3);
+        CHECK_U64(ans.nscores, 1);
+        CHECK_U64(matched(2, 0), 2);
+        query(idx, "nope", L, 3);
+        CHECK_U64(ans.nscores, 0);
+        CHECK_U64(ans.bs, 0);
+        /* tenant isolation */
+        ev_set(KVIX_EV_STORED, "m1", 3, 0, 0);
+        kvix_event_set_name(ev.tenant, "t", 1, NULL);
+        ev.bs = 16;
+        CHECK(kvix_index_apply(idx, &ev, NULL, &err) == KVIX_OK);
+        CHECK_U64(kvix_index_block_size(idx, "m1", "t"), 16);
+        /* a query naming another block size */
+        kvix_event q;
+        kvix_event_init(&q);
+        q.type = KVIX_EV_QUERY;
+        memcpy(q.model, "m1", 3);
+        q.bs = 8;
+        kvix_event_reserve_hashes(&q, 1, NULL);
+        q.hashes[0] = L[0];
+        q.nhashes = 1;
+        CHECK(kvix_index_query_event(idx, &q, &ans, &err) == KVIX_EBLOCKSIZE);
+        q.bs = 4;
+        CHECK(kvix_index_query_event(idx, &q, &ans, &err) == KVIX_OK);
+        CHECK_U64(matched(1, 0), 1);
+        kvix_event_release(&q);
+        kvix_index_stats st;
+        kvix_index_stats_get(idx, &st);
+        CHECK_U64(st.partitions, 3);
+        CHECK_U64(st.workers, 2); /* worker 3 holds nothing and has no eid */
+        CHECK_U64(st.blocks, 5);
+        CHECK_U64(st.unique_blocks, 5);
+        /* bad input */
+        ev_set(KVIX_EV_STORED, "m1", 1, 0, 7);
+        ev.bs = 4;
+        CHECK(kvix_index_apply(idx, &ev, NULL, &err) == KVIX_EINVAL);
+        ev_set(KVIX_EV_QUERY, "m1", 1, 0, 0);
+        CHECK(kvix_index_apply(idx, &ev, NULL, &err) == KVIX_EINVAL);
+        ev_set(KVIX_EV_STORED, "m3", 1, 0, 0);
+        CHECK(kvix_index_apply(idx, &ev, NULL, &err) == KVIX_ERANGE); /* no bs */
+        CHECK_U64(kvix_index_block_size(idx, "m3", "default"), 0);
+    }
+}
+
+TEST(canonical_hash_is_the_rolling_hash_of_locals)
+{
+    /* contract section 1: tokens 1..12, bs 4 */
+    static const uint32_t tok[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    static const uint64_t seq[3] = {UINT64_C(14643705804678351452),
+                                    UINT64_C(4945711292740353085),
+                                    UINT64_C(12583592247330656132)};
+    FOR_BACKENDS(idx, 0) {
+        uint64_t local[3];
+        kvix_hash_blocks(tok, 12, 4, KVIX_HASH_SEED, local, NULL);
+        /* stored as two events: [0], then [1, 2] extending it by engine hash */
+        CHECK(store(idx, "default", 5, 0, 0, 4, NULL, local, 1, 0xabc, NULL) == KVIX_OK);
+        uint64_t parent = local[0] ^ 0xabc;
+        CHECK(store(idx, "default", 5, 0, 0, 4, &parent, local + 1, 2, 0xabc, NULL) == KVIX_OK);
+        kvix_err err;
+        CHECK(kvix_index_query_tokens(idx, "default", "default", NULL, tok, 12, &ans, &err) ==
+              KVIX_OK);
+        CHECK_U64(ans.query_blocks, 3);
+        CHECK_U64(matched(5, 0), 3);
+        CHECK(kvix_index_query_tokens(idx, "default", "default", NULL, tok, 11, &ans, &err) ==
+              KVIX_OK);
+        CHECK_U64(ans.query_blocks, 2);
+        CHECK_U64(matched(5, 0), 2);
+        /* a LoRA changes every local hash */
+        CHECK(kvix_index_query_tokens(idx, "default", "default", "adapter-a", tok, 12, &ans,
+                                      &err) == KVIX_OK);
+        CHECK_U64(ans.nscores, 0);
+        uint32_t tok2[12];
+        memcpy(tok2, tok, sizeof tok2);
+        tok2[5] = 99; /* second block differs */
+        CHECK(kvix_index_query_tokens(idx, "default", "default", "", tok2, 12, &ans, &err) ==
+              KVIX_OK);
+        CHECK_U64(matched(5, 0), 1);
+        /* the canonical hash the index computed is the contract's rolling
+         * hash: a query by the seq hashes as local hashes matches nothing
+         * past block 0, a query by locals matches all */
+        query(idx, "default", seq, 3);
+        CHECK_U64(matched(5, 0), 1);
+        query(idx, "default", local, 3);
+        CHECK_U64(matched(5, 0), 3);
+        CHECK(walk(idx) == 0);
+        CHECK_U64(nvisits, 1);
+        CHECK_U64(visits[0].n, 3);
+        for (int i = 0; i < 3 && i < (int)visits[0].n; i++) {
+            CHECK_U64(visits[0].b[i].position, i);
+            CHECK_U64(visits[0].b[i].parent, i ? local[i - 1] ^ 0xabc : 0);
+            CHECK_U64(visits[0].b[i].canon, seq[i]);
+            CHECK_U64(visits[0].b[i].parent_canon, i ? seq[i - 1] : 0);
+            CHECK_U64(visits[0].b[i].engine, local[i] ^ 0xabc);
+        }
+    }
+}
+
+TEST(unknown_parent_rejects_the_whole_event)
+{
+    FOR_BACKENDS(idx, 0) {
+        kvix_apply_result r;
+        CHECK(store(idx, "default", 1, 0, 0, 4, NULL, L, 2, 0, NULL) == KVIX_OK);
+        uint64_t bad = 999;
+        CHECK(store(idx, "default", 1, 0, 0, 4, &bad, L + 2, 3, 0, &r) == KVIX_EPARENT);
+        CHECK_U64(r.stored, 0);
+        /* a parent held by another worker, or another dp rank, is unknown too */
+        uint64_t p = L[1];
+        CHECK(store(idx, "default", 2, 0, 0, 4, &p, L + 2, 3, 0, NULL) == KVIX_EPARENT);
+        CHECK(store(idx, "default", 1, 1, 0, 4, &p, L + 2, 3, 0, NULL) == KVIX_EPARENT);
+        /* nor does a rejected event on an unknown partition create it */
+        CHECK(store(idx, "fresh", 1, 0, 0, 4, &p, L + 2, 3, 0, NULL) == KVIX_EPARENT);
+        CHECK_U64(kvix_index_block_size(idx, "fresh", "default"), 0);
+        kvix_index_stats st;
+        kvix_index_stats_get(idx, &st);
+        CHECK_U64(st.blocks, 2);
+        CHECK_U64(st.partitions, 1);
+        CHECK(store(idx, "default", 1, 0, 0, 4, &p, L + 2, 3, 0, &r) == KVIX_OK);
+        CHECK_U64(r.stored, 3);
+        query(idx, "default", L, 8);
+        CHECK_U64(matched(1, 0), 5);
+        /* a parent in the middle of a chain: a branch */
+        p = L[0];
+        uint64_t other[2] = {1000, 2000};
+        CHECK(store(idx, "default", 1, 0, 0, 4, &p, other, 2, 0, NULL) == KVIX_OK);
+        uint64_t q[3] = {L[0], 1000, 2000};
+        query(idx, "default", q, 3);
+        CHECK_U64(matched(1, 0), 3);
+        query(idx, "default", L, 8);
+        CHECK_U64(matched(1, 0), 5);
+    }
+}
+
+TEST(repeated_store_is_idempotent)
+{
+    FOR_BACKENDS(idx, 0) {
+        kvix_apply_result r, tot;
+        CHECK(store(idx, "default", 1, 0, 0, 4, NULL, L, 4, 0, &r) == KVIX_OK);
+        CHECK_U64(r.stored, 4);
+        CHECK_U64(r.duplicate, 0);
+        CHECK(store(idx, "default", 1, 0, 0, 4, NULL, L, 6, 0, &r) == KVIX_OK);
+        CHECK_U64(r.stored, 2);
+        CHECK_U64(r.duplicate, 4);
+        kvix_index_stats st;
+        kvix_index_stats_get(idx, &st);
+        CHECK_U64(st.blocks, 6);
+        CHECK_U64(st.unique_blocks, 6);
+        kvix_index_totals(idx, &tot);
+        CHECK_U64(tot.stored, 6);
+        CHECK_U64(tot.duplicate, 4);
+        /* one removal undoes the block however often it was stored */
+        CHECK(removed(idx, "default", 1, 0, 0, L, 1, &r) == KVIX_OK);
+        CHECK_U64(r.removed, 1);
+        query(idx, "default", L, 6);
+        CHECK_U64(ans.nscores, 0);
+    }
+}
+
+TEST(removes_count_unknown_hashes_and_keep_children)
+{
+    FOR_BACKENDS(idx, 0) {
+        kvix_apply_result r;
+        CHECK(store(idx, "default", 1, 0, 0, 4, NULL, L, 6, 0, NULL) == KVIX_OK);
+        uint64_t h[4] = {L[5], 12345, L[2], L[5]};
+        CHECK(removed(idx, "default", 1, 0, 0, h, 4, &r) == KVIX_OK);
+        CHECK_U64(r.removed, 2);
+        CHECK_U64(r.unknown, 2); /* 12345, and L[5] the second time */
+        /* removing a parent leaves its children at their positions: the
+         * prefix stops at the hole, the children are still walked */
+        query(idx, "default", L, 6);
+        CHECK_U64(matched(1, 0), 2);
+        CHECK(walk(idx) == 0);
+        CHECK_U64(nvisits, 1);
+        CHECK_U64(visits[0].n, 4);
+        CHECK_U64(visits[0].b[2].position, 3);
+        CHECK_U64(visits[0].b[3].position, 4);
+        CHECK_U64(visits[0].b[2].parent, L[2]); /* no longer held */
+        /* a child of the orphan can still be stored by its engine hash */
+        uint64_t p = L[4];
+        CHECK(store(idx, "default", 1, 0, 0, 4, &p, L + 5, 1, 0, &r) == KVIX_OK);
+        /* refilling the hole joins the prefix again */
+        p = L[1];
+        CHECK(store(idx, "default", 1, 0, 0, 4, &p, L + 2, 1, 0, NULL) == KVIX_OK);
+        query(idx, "default", L, 8);
+        CHECK_U64(matched(1, 0), 6);
+        /* hashes of an unknown worker or partition */
+        CHECK(removed(idx, "default", 9, 0, 0, h, 4, &r) == KVIX_OK);
+        CHECK_U64(r.unknown, 4);
+        CHECK(removed(idx, "nope", 1, 0, 0, h, 3, &r) == KVIX_OK);
+        CHECK_U64(r.unknown, 3);
+    }
+}
+
+TEST(cleared_and_worker_removal)
+{
+    FOR_BACKENDS(idx, 0) {
+        kvix_apply_result r;
+        CHECK(store(idx, "default", 1, 0, 0, 4, NULL, L, 3, 0, NULL) == KVIX_OK);
+        CHECK(store(idx, "default", 1, 0, 1, 4, NULL, L, 2, 0, NULL) == KVIX_OK); /* cpu too */
+        CHECK(store(idx, "default", 1, 1, 0, 4, NULL, L, 4, 0, NULL) == KVIX_OK);
+        CHECK(store(idx, "default", 2, 0, 0, 4, NULL, L, 5, 0, NULL) == KVIX_OK);
+        CHECK(store(idx, "other", 1, 0, 0, 4, NULL, L, 5, 0, NULL) == KVIX_OK);
+        CHECK(cleared(idx, "default", 1, 0, &r) == KVIX_OK);
+        CHECK_U64(r.removed, 3);
+        query(idx, "default", L, 8);
+        CHECK_U64(ans.nscores, 2);
+        CHECK_U64(matched(1, 0), 0);
+        CHECK_U64(matched(1, 1), 4);
+        CHECK_U64(matched(2, 0), 5);
+        CHECK(cleared(idx, "default", 7, 0, &r) == KVIX_OK);
+        CHECK_U64(r.removed, 0);
+        CHECK(kvix_index_remove_worker(idx, 1, &r, NULL) == KVIX_OK);
+        CHECK_U64(r.removed, 9); /* dp 1 here, dp 0 in "other" */
+        query(idx, "default", L, 8);
+        CHECK_U64(ans.nscores, 1);
+        CHECK_U64(matched(2, 0), 5);
+        query(idx, "other", L, 8);
+        CHECK_U64(ans.nscores, 0);
+        CHECK(store(idx, "default", 2, 3, 0, 4, NULL, L, 1, 0, NULL) == KVIX_OK);
+        CHECK(kvix_index_remove_worker_dp(idx, 2, 0, &r, NULL) == KVIX_OK);
+        CHECK_U64(r.removed, 5);
+        query(idx, "default", L, 8);
+        CHECK_U64(ans.nscores, 1);
+        CHECK_U64(matched(2, 3), 1);
+        /* a removed worker may come back */
+        CHECK(store(idx, "default", 1, 0, 0, 4, NULL, L, 2, 0, NULL) == KVIX_OK);
+        query(idx, "default", L, 8);
+        CHECK_U64(matched(1, 0), 2);
+        kvix_index_stats st;
+        kvix_index_stats_get(idx, &st);
+        CHECK_U64(st.blocks, 3);
+        CHECK_U64(st.workers, 2);
+        CHECK_U64(st.unique_blocks, 2);
+    }
+}
+
+TEST(tiers_per_worker_and_block)
+{
+    FOR_BACKENDS(idx, 0) {
+        kvix_apply_result r;
+        CHECK(store(idx, "default", 1, 0, KVIX_MEDIUM_GPU, 4, NULL, L, 4, 0, NULL) == KVIX_OK);
+        CHECK(store(idx, "default", 1, 0, KVIX_MEDIUM_CPU, 4, NULL, L, 6, 0, &r) == KVIX_OK);
+        CHECK_U64(r.stored, 6);
+        CHECK_U64(r.duplicate, 0);
+        CHECK(store(idx, "default", 1, 0, KVIX_MEDIUM_CPU, 4, NULL, L, 2, 0, &r) == KVIX_OK);
+        CHECK_U64(r.duplicate, 2);
+        query(idx, "default", L, 8);
+        const kvix_score *s = score_of(1, 0);
+        CHECK(s != NULL);
+        if (s) {
+            CHECK_U64(s->blocks, 6);
+            CHECK_U64(s->tier_blocks[KVIX_MEDIUM_GPU], 4);
+            CHECK_U64(s->tier_blocks[KVIX_MEDIUM_CPU], 6);
+            CHECK_U64(s->tier_blocks[KVIX_MEDIUM_DISK], 0);
+        }
+        /* removal is per tier: gone from gpu, still on cpu */
+        CHECK(removed(idx, "default", 1, 0, KVIX_MEDIUM_GPU, L + 1, 1, &r) == KVIX_OK);
+        CHECK_U64(r.removed, 1);
+        CHECK(removed(idx, "default", 1, 0, KVIX_MEDIUM_DISK, L + 1, 1, &r) == KVIX_OK);
+        CHECK_U64(r.unknown, 1);
+        query(idx, "default", L, 8);
+        s = score_of(1, 0);
+        CHECK(s && s->blocks == 6 && s->tier_blocks[KVIX_MEDIUM_GPU] == 3 &&
+              s->tier_blocks[KVIX_MEDIUM_CPU] == 6);
+        CHECK(removed(idx, "default", 1, 0, KVIX_MEDIUM_CPU, L + 1, 1, &r) == KVIX_OK);
+        query(idx, "default", L, 8);
+        s = score_of(1, 0);
+        CHECK(s && s->blocks == 1 && s->tier_blocks[KVIX_MEDIUM_GPU] == 1 &&
+              s->tier_blocks[KVIX_MEDIUM_CPU] == 1);
+        CHECK(walk(idx) == 0);
+        CHECK_U64(visits[0].n, 5);
+        CHECK_U64(visits[0].b[0].tiers, 3);
+        CHECK_U64(visits[0].b[2].tiers, 3);
+        CHECK_U64(visits[0].b[3].tiers, 2);
+        CHECK_U64(visits[0].b[4].tiers, 2);
+    }
+}
+
+TEST(chunk_hash_collisions_never_match)
+{
+    FOR_BACKENDS(idx, 0) {
+        /* worker 2 holds B, C under another prefix; worker 3 holds B at 0 */
+        uint64_t abc[3] = {1, 2, 3}, xbc[3] = {9, 2, 3}, b[2] = {2, 3}, bbb[3] = {2, 2, 2};
+        CHECK(store(idx, "default", 1, 0, 0, 4, NULL, abc, 3, 0x10, NULL) == KVIX_OK);
+        CHECK(store(idx, "default", 2, 0, 0, 4, NULL, xbc, 3, 0x20, NULL) == KVIX_OK);
+        CHECK(store(idx, "default", 3, 0, 0, 4, NULL, b, 2, 0x30, NULL) == KVIX_OK);
+        /* the same local three times: three blocks, three engine hashes */
+        uint64_t p = 0x42;
+        CHECK(store(idx, "default", 4, 0, 0, 4, NULL, bbb, 1, 0x40, NULL) == KVIX_OK);
+        CHECK(store(idx, "default", 4, 0, 0, 4, &p, bbb, 1, 0x50, NULL) == KVIX_OK);
+        p = 0x52;
+        CHECK(store(idx, "default", 4, 0, 0, 4, &p, bbb, 1, 0x60, NULL) == KVIX_OK);
+        query(idx, "default", abc, 3);
+        CHECK_U64(ans.nscores, 1);
+        CHECK_U64(matched(1, 0), 3);
+        query(idx, "default", xbc, 3);
+        CHECK_U64(ans.nscores, 1);
+        CHECK_U64(matched(2, 0), 3);
+        query(idx, "default", b, 2);
+        CHECK_U64(ans.nscores, 2);
+        CHECK_U64(matched(3, 0), 2);
+        CHECK_U64(matched(4, 0), 1);
+        query(idx, "default", bbb, 3);
+        CHECK_U64(ans.nscores, 2);
+        CHECK_U64(matched(4, 0), 3);
+        CHECK_U64(matched(3, 0), 1);
+        kvix_index_stats st;
+        kvix_index_stats_get(idx, &st);
+        CHECK_U64(st.unique_blocks, 10); /* abc 3, xbc 3, bc 2, bbb 2 (its first is b's) */
+    }
+}
+
+TEST(engine_hash_aliases_of_one_block)
+{
+    FOR_BACKENDS(idx, 0) {
+        /* two engine hashes (say, two cache salts) for the same content */
+        kvix_apply_result r;
+        CHECK(store(idx, "default", 1, 0, 0, 4, NULL, L, 3, 0x1000, NULL) == KVIX_OK);
+        CHECK(store(idx, "default", 1, 0, 0, 4, NULL, L, 3, 0x2000, &r) == KVIX_OK);
+        CHECK_U64(r.stored, 3);
+        kvix_index_stats st;
+        kvix_index_stats_get(idx, &st);
+        CHECK_U64(st.blocks, 6);
+        CHECK_U64(st.unique_blocks, 3);
+        uint64_t h = L[1] ^ 0x1000;
+        CHECK(removed(idx, "default", 1, 0, 0, &h, 1, NULL) == KVIX_OK);
+        query(idx, "default", L, 3);
+        CHECK_U64(matched(1, 0), 3); /* still held through the other alias */
+        h = L[1] ^ 0x2000;
+        CHECK(removed(idx, "default", 1, 0, 0, &h, 1, NULL) == KVIX_OK);
+        query(idx, "default", L, 3);
+        CHECK_U64(matched(1, 0), 1);
+        /* an engine hash stored again elsewhere moves */
+        uint64_t one = L[2] ^ 0x2000, par = L[0] ^ 0x2000;
+        ev_set(KVIX_EV_STORED, "default", 1, 0, 0);
+        ev.bs = 4;
+        ev.has_parent = 1;
+        ev.parent = par;
+        kvix_event_reserve_blocks(&ev, 1, NULL);
+        ev.blocks[0].local = L[1];
+        ev.blocks[0].seq = one;
+        ev.nblocks = 1;
+        CHECK(kvix_index_apply(idx, &ev, &r, NULL) == KVIX_OK);
+        CHECK_U64(r.stored, 1);
+        query(idx, "default", L, 3);
+        CHECK_U64(matched(1, 0), 3); /* L[1] at 1 via the moved hash, L[2] at 2 via 0x1000 */
+        kvix_index_stats_get(idx, &st);
+        CHECK_U64(st.blocks, 4);
+    }
+}
+
+TEST(answers_are_sorted)
+{
+    FOR_BACKENDS(idx, 0) {
+        struct { uint64_t w; uint32_t dp; size_t n; } s[] = {
+            {5, 0, 2}, {3, 1, 4}, {3, 0, 4}, {1, 0, 1}, {9, 2, 4}, {2, 0, 8}, {4, 0, 2}};
+        for (size_t i = 0; i < sizeof s / sizeof *s; i++)
+            CHECK(store(idx, "default", s[i].w, s[i].dp, 0, 4, NULL, L, s[i].n, s[i].w, NULL) ==
+                  KVIX_OK);
+        query(idx, "default", L, 8);
+        static const struct { uint64_t w; uint32_t dp, b; } want[] = {
+            {2, 0, 8}, {3, 0, 4}, {3, 1, 4}, {9, 2, 4}, {4, 0, 2}, {5, 0, 2}, {1, 0, 1}};
+        CHECK_U64(ans.nscores, 7);
+        for (size_t i = 0; i < 7 && i < ans.nscores; i++) {
+            CHECK_U64(ans.scores[i].worker, want[i].w);
+            CHECK_U64(ans.scores[i].dp, want[i].dp);
+            CHECK_U64(ans.scores[i].blocks, want[i].b);
+        }
+        query(idx, "default", L, 0);
+        CHECK_U64(ans.nscores, 0);
+    }
+}
+
+TEST(foreach_order_and_eids)
+{
+    FOR_BACKENDS(idx, 0) {
+        kvix_err err;
+        uint64_t x[2] = {5, 6};
+        CHECK(store(idx, "b", 2, 0, 0, 4, NULL, L, 2, 0, NULL) == KVIX_OK);
+        CHECK(store(idx, "b", 1, 1, 0, 4, NULL, L, 1, 0, NULL) == KVIX_OK);
+        CHECK(store(idx, "b", 1, 0, 0, 4, NULL, x, 2, 0, NULL) == KVIX_OK);
+        CHECK(store(idx, "b", 1, 0, 0, 4, NULL, L, 2, 0, NULL) == KVIX_OK);
+        CHECK(store(idx, "a", 7, 0, 0, 2, NULL, L, 1, 0, NULL) == KVIX_OK);
+        /* eid recorded by the event that carries it */
+        ev_set(KVIX_EV_CLEARED, "a", 7, 0, 0);
+        ev.has_eid = 1;
+        ev.eid = 41;
+        CHECK(kvix_index_apply(idx, &ev, NULL, &err) == KVIX_OK);
+        CHECK(kvix_index_set_eid(idx, "b", "default", 4, 2, 0, 99, &err) == KVIX_OK);
+        CHECK(kvix_index_set_eid(idx, "b", "default", 8, 2, 0, 99, &err) == KVIX_EBLOCKSIZE);
+        CHECK(kvix_index_set_eid(idx, "c", "default", 3, 5, 0, 7, &err) == KVIX_OK);
+        /* an empty partition: created, its only worker dropped */
+        CHECK(store(idx, "d", 4, 0, 0, 4, NULL, L, 1, 0, NULL) == KVIX_OK);
+        CHECK(kvix_index_remove_worker(idx, 4, NULL, &err) == KVIX_OK);
+        CHECK(walk(idx) == 0);
+        CHECK_U64(nvisits, 6);
+        if (nvisits != 6)
+            continue;
+        CHECK_STR(visits[0].model, "a");
+        CHECK_U64(visits[0].worker, 7);
+        CHECK_U64(visits[0].has_eid, 1);
+        CHECK_U64(visits[0].eid, 41);
+        CHECK_U64(visits[0].n, 0);
+        CHECK_U64(visits[0].bs, 2);
+        CHECK_STR(visits[1].model, "b");
+        CHECK_U64(visits[1].worker, 1);
+        CHECK_U64(visits[1].dp, 0);
+        CHECK_U64(visits[1].has_eid, 0);
+        CHECK_U64(visits[1].n, 4);
+        /* by position, then engine hash: (0, 5) (0, 11) (1, 6) (1, 22) */
+        CHECK_U64(visits[1].b[0].engine, 5);
+        CHECK_U64(visits[1].b[1].engine, 11);
+        CHECK_U64(visits[1].b[2].engine, 6);
+        CHECK_U64(visits[1].b[3].engine, 22);
+        CHECK_U64(visits[1].b[3].position, 1);
+        CHECK_U64(visits[1].b[3].parent, 11);
+        CHECK_U64(visits[2].worker, 1);
+        CHECK_U64(visits[2].dp, 1);
+        CHECK_U64(visits[3].worker, 2);
+        CHECK_U64(visits[3].eid, 99);
+        CHECK_STR(visits[4].model, "c");
+        CHECK_U64(visits[4].bs, 3);
+        CHECK_U64(visits[4].worker, 5);
+        CHECK_U64(visits[4].eid, 7);
+        CHECK_STR(visits[5].model, "d");
+        CHECK_U64(visits[5].worker, UINT64_MAX);
+        CHECK_U64(visits[5].n, 0);
+        /* a visitor's non-zero return stops the walk and is returned */
+        nvisits = 31;
+        CHECK_U64(kvix_index_foreach(idx, collect, NULL), 7);
+        /* worker removal forgets the eid too */
+        CHECK(kvix_index_remove_worker(idx, 2, NULL, &err) == KVIX_OK);
+        CHECK(walk(idx) == 0);
+        CHECK_U64(nvisits, 5);
+    }
+}
+
+/* Everything foreach shows, loaded into a fresh index, walks the same. */
+static visit saved[32];
+static int nsaved;
+
+static int same_visits(const visit *a, const visit *b, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (strcmp(a[i].model, b[i].model) || strcmp(a[i].tenant, b[i].tenant) ||
+            a[i].bs != b[i].bs || a[i].worker != b[i].worker || a[i].dp != b[i].dp ||
+            a[i].has_eid != b[i].has_eid || a[i].eid != b[i].eid || a[i].n != b[i].n)
+            return 0;
+        for (size_t j = 0; j < a[i].n && j < 16; j++) {
+            const kvix_block_info *x = &a[i].b[j], *y = &b[i].b[j];
+            if (x->position != y->position || x->local != y->local || x->engine != y->engine ||
+                x->parent != y->parent || x->tiers != y->tiers || x->canon != y->canon ||
+                x->parent_canon != y->parent_canon)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+TEST(load_restores_what_foreach_shows)
+{
+    FOR_BACKENDS(idx, 0) {
+        kvix_err err;
+        uint64_t p = L[1];
+        CHECK(store(idx, "default", 1, 0, 0, 4, NULL, L, 6, 0, NULL) == KVIX_OK);
+        CHECK(store(idx, "default", 1, 0, 1, 4, NULL, L, 3, 0, NULL) == KVIX_OK);
+        CHECK(store(idx, "default", 1, 0, 2, 4, &p, L + 5, 3, 0x77, NULL) == KVIX_OK);
+        CHECK(store(idx, "m", 2, 3, 2, 8, NULL, L + 4, 2, 0, NULL) == KVIX_OK);
+        CHECK(kvix_index_set_eid(idx, "m", "default", 8, 2, 3, 5, &err) == KVIX_OK);
+        /* an orphan: its parent removed, it stays */
+        CHECK(store(idx, "o", 1, 0, 0, 4, NULL, L, 4, 0, NULL) == KVIX_OK);
+        CHECK(removed(idx, "o", 1, 0, 0, L + 1, 1, NULL) == KVIX_OK);
+        CHECK(walk(idx) == 0);
+        memcpy(saved, visits, sizeof saved);
+        nsaved = nvisits;
+        kvix_index *two = mk(backends[bi_], 0);
+        for (int i = 0; i < nsaved; i++) {
+            visit *v = &saved[i];
+            CHECK(kvix_index_load(two, v->model, v->tenant, v->bs, v->worker, v->dp, v->b, v->n,
+                                  &err) == KVIX_OK);
+            if (v->has_eid)
+                CHECK(kvix_index_set_eid(two, v->model, v->tenant, v->bs, v->worker, v->dp,
+                                         v->eid, &err) == KVIX_OK);
+        }
+        CHECK(walk(two) == 0);
+        CHECK_U64(nvisits, nsaved);
+        CHECK(same_visits(visits, saved, nsaved));
+        query(two, "default", L, 6);
+        const kvix_score *s = score_of(1, 0);
+        CHECK(s && s->blocks == 6 && s->tier_blocks[0] == 6 && s->tier_blocks[1] == 3);
+        uint64_t q[5] = {L[0], L[1], L[5], L[6], L[7]};
+        query(two, "default", q, 5);
+        s = score_of(1, 0);
+        CHECK(s && s->blocks == 5 && s->tier_blocks[2] == 3 && s->tier_blocks[0] == 2);
+        query(two, "o", L, 4);
+        CHECK_U64(matched(1, 0), 1);
+        uint64_t p2 = L[0];
+        CHECK(store(two, "o", 1, 0, 0, 4, &p2, L + 1, 1, 0, NULL) == KVIX_OK);
+        query(two, "o", L, 4);
+        CHECK_U64(matched(1, 0), 4); /* the orphans were restored in place */
+        /* inconsistent blocks: a parent at the wrong position, a canonical
+         * hash that does not follow, no tier */
+        kvix_block_info bad[2];
+        memcpy(bad, saved[0].b, sizeof bad);
+        bad[1].position = 2;
+        CHECK(kvix_index_load(two, "x", "default", 4, 1, 0, bad, 2, &err) == KVIX_ECORRUPT);
+        bad[1].position = 1;
+        bad[1].canon ^= 1;
+        CHECK(kvix_index_load(two, "x", "default", 4, 1, 0, bad, 2, &err) == KVIX_ECORRUPT);
+        bad[1].canon ^= 1;
+        bad[1].tiers = 0;
+        CHECK(kvix_index_load(two, "x", "default", 4, 1, 0, bad, 2, &err) == KVIX_ECORRUPT);
+        bad[1].tiers = 1;
+        CHECK(kvix_index_load(two, "x", "default", 4, 1, 0, bad, 2, &err) == KVIX_OK);
+        kvix_index_free(two);
+    }
+}
+
+static uint64_t rejected[8];
+static int nrejected;
+
+static void on_reject(void *ctx, uint64_t tag, const kvix_err *err)
+{
+    (void)ctx;
+    if (nrejected < 8)
+        rejected[nrejected++] = tag * 100 + (uint64_t)-err->code;
+}
+
+TEST(submit_inline_and_pooled)
+{
+    for (unsigned threads = 0; threads <= 3; threads += 3) {
+        kvix_index_opts o;
+        kvix_index_opts_init(&o);
+        o.backend = KVIX_BACKEND_REFERENCE;
+        o.threads = threads;
+        o.on_reject = on_reject;
+        kvix_index *idx = NULL;
+        CHECK(kvix_index_new(&idx, &o, NULL) == KVIX_OK);
+        nrejected = 0;
+        kvix_err err;
+        for (uint64_t w = 0; w < 20; w++) {
+            ev_set(KVIX_EV_STORED, "default", w, 0, 0);
+            ev.bs = 4;
+            kvix_event_reserve_blocks(&ev, 8, NULL);
+            for (size_t i = 0; i < 8; i++) {
+                ev.blocks[i].local = L[i];
+                ev.blocks[i].seq = L[i] + w;
+            }
+            ev.nblocks = 1 + w % 8;
+            ev.has_eid = 1;
+            ev.eid = w;
+            CHECK(kvix_index_submit(idx, &ev, w, &err) == KVIX_OK);
+        }
+        ev_set(KVIX_EV_STORED, "default", 3, 0, 0);
+        ev.bs = 4;
+        ev.has_parent = 1;
+        ev.parent = 12345;
+        int rc = kvix_index_submit(idx, &ev, 77, &err);
+        CHECK(threads ? rc == KVIX_OK : rc == KVIX_EPARENT);
+        ev_set(KVIX_EV_QUERY, "default", 3, 0, 0);
+        CHECK(kvix_index_submit(idx, &ev, 78, &err) == KVIX_EINVAL);
+        kvix_index_sync(idx);
+        CHECK_U64(nrejected, 2);
+        CHECK(nrejected == 2 && ((rejected[0] == 7708 && rejected[1] == 7801) ||
+                                 (rejected[0] == 7801 && rejected[1] == 7708)));
+        query(idx, "default", L, 8);
+        CHECK_U64(ans.nscores, 20);
+        for (uint64_t w = 0; w < 20; w++)
+            CHECK_U64(matched(w, 0), 1 + w % 8);
+        kvix_apply_result tot;
+        kvix_index_totals(idx, &tot);
+        CHECK_U64(tot.stored, 20 + 2 * (0 + 1 + 2 + 3 + 4 + 5 + 6 + 7) + (0 + 1 + 2 + 3));
+        kvix_index_free(idx);
+    }
+}
+
+TEST(backend_names)
+{
+    kvix_backend b;
+    for (int i = 0; i < NBACKENDS; i++) {
+        CHECK(kvix_backend_parse(backends[i], &b) == KVIX_OK);
+        CHECK_STR(kvix_backend_name(b), backends[i]);
+    }
+    CHECK(kvix_backend_parse("trie", &b) == KVIX_EINVAL);
+    CHECK(kvix_backend_parse(NULL, &b) == KVIX_EINVAL);
+    CHECK_STR(kvix_backend_name((kvix_backend)42), "?");
+    kvix_index_opts o;
+    kvix_index_opts_init(&o);
+    CHECK(o.backend == KVIX_BACKEND_POSITIONAL);
+    CHECK(o.binsearch == 1);
+    kvix_index_free(NULL);
+    kvix_answer_release(&ans);
+    kvix_event_release(&ev);
+}
