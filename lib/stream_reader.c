@@ -25,6 +25,7 @@ struct kvix_reader {
     char *name;
     kvix_format fmt;   /* AUTO until the first bytes decide */
     int report_eintr;
+    int wake_fd;       /* -1, or a self-pipe polled with the input */
     int eof;           /* read(2) returned 0 */
     int dead;          /* msgpack framing lost: only KVIX_EOF from now on */
     int skipping;      /* NDJSON: discarding an over-long line */
@@ -48,6 +49,7 @@ int kvix_reader_new(kvix_reader **out, int fd, const char *name, kvix_format fmt
     }
     r->fd = fd;
     r->fmt = fmt;
+    r->wake_fd = -1;
     *out = r;
     return KVIX_OK;
 }
@@ -68,6 +70,11 @@ void kvix_reader_set_eintr(kvix_reader *r, int report)
     r->report_eintr = report;
 }
 
+void kvix_reader_set_wakeup_fd(kvix_reader *r, int fd)
+{
+    r->wake_fd = fd;
+}
+
 uint64_t kvix_reader_pos(const kvix_reader *r) { return r->pos; }
 const char *kvix_reader_name(const kvix_reader *r) { return r->name; }
 kvix_format kvix_reader_format(const kvix_reader *r) { return r->fmt; }
@@ -83,6 +90,16 @@ uint64_t kvix_reader_offset(const kvix_reader *r)
 static int read_some(kvix_reader *r, char *dst, size_t room, size_t *got, kvix_err *err)
 {
     for (;;) {
+        if (r->wake_fd >= 0) {
+            struct pollfd p[2] = {{.fd = r->fd, .events = POLLIN}, {.fd = r->wake_fd, .events = POLLIN}};
+            if (poll(p, 2, -1) < 0) {
+                if (errno == EINTR)
+                    continue; /* the handler has written to the wake-up pipe */
+                return kvix_err_set(err, KVIX_EIO, "error polling %s: %s", r->name, strerror(errno));
+            }
+            if (p[1].revents)
+                return kvix_err_set(err, KVIX_ESYS, "interrupted");
+        }
         ssize_t n = read(r->fd, dst, room);
         if (n >= 0) {
             *got = (size_t)n;

@@ -72,6 +72,12 @@ int kvix_reader_next(kvix_reader *r, kvix_event *ev, kvix_err *err);
  * calling kvix_reader_next again continues exactly where it stopped. */
 void kvix_reader_set_eintr(kvix_reader *r, int report);
 
+/* The self-pipe form of the same (no race with a signal that lands just
+ * before read(2)): with fd >= 0 the reader polls fd together with its input
+ * whenever it needs bytes, and returns KVIX_ESYS ("interrupted") as soon as
+ * fd is readable, without reading it (the caller drains it). -1 turns it off. */
+void kvix_reader_set_wakeup_fd(kvix_reader *r, int fd);
+
 /* Position of the record last returned: its line number (NDJSON) or its
  * 1-based record number (msgpack). */
 uint64_t kvix_reader_pos(const kvix_reader *r);

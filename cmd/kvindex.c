@@ -1,0 +1,556 @@
+/* kvindex: apply kvix events read from stdin (or files) to the index, keep it
+ * in a snapshot file, and answer the queries met in the input.
+ *
+ * Signals only set flags and write a byte to a self-pipe that the reader
+ * polls with its input, so a blocked read wakes at once and every decision
+ * (save, stop, print the summary) is taken in the main loop, never inside a
+ * handler. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "kvix/index.h"
+#include "kvix/snapshot.h"
+#include "kvix/stream.h"
+
+enum {
+    O_BACKEND = 0x100,
+    O_JUMP,
+    O_STRICT,
+    O_SAVE_SECS,
+    O_SAVE_EVENTS,
+    O_QUIET,
+};
+
+static const cli_opt options[] = {
+    {'s', 's', "snapshot", "FILE", "file",
+     "load FILE first if it exists; save it at end of input, on SIGTERM, SIGINT and SIGHUP"},
+    {'q', 'q', "query-only", NULL, NULL,
+     "answer queries against the snapshot (-s) without applying events"},
+    {'f', 'f', "format", "FMT", "auto|ndjson|msgpack",
+     "input format (default auto: from the first byte)"},
+    {O_BACKEND, 0, "backend", "NAME", "positional|radix|reference",
+     "index backend (default positional)"},
+    {O_JUMP, 0, "jump", "N", NULL, "positional backend: jump size in positions (default: tuned)"},
+    {'t', 't', "threads", "N", NULL,
+     "apply events on N writer threads, each worker sticky to one (default 0: inline)"},
+    {O_STRICT, 0, "strict", NULL, NULL, "stop at the first rejected record, save, exit 5"},
+    {O_SAVE_SECS, 0, "save-every-seconds", "N", NULL,
+     "also save every N seconds when the index changed"},
+    {O_SAVE_EVENTS, 0, "save-every-events", "N", NULL, "also save after every N applied events"},
+    {O_QUIET, 0, "quiet", NULL, NULL,
+     "no summary and no progress line on stderr (SIGUSR1 still prints the summary)"},
+    {'v', 'v', "verbose", NULL, NULL, "report the snapshot loaded and every save on stderr"},
+    {0, 0, NULL, NULL, NULL, NULL},
+};
+
+static const cli_tool tool = {
+    "kvindex",
+    "[-s SNAPSHOT] [options] [FILE...]",
+    "apply kvix events (NDJSON or msgpack) to the KV-cache block index and answer queries",
+    options,
+    "file",
+};
+
+/* Why records were rejected, for the summary. */
+enum {
+    R_JSON, R_MSGPACK, R_MISSING, R_TYPE, R_HASH, R_VALUE, R_RANGE, R_LIMIT, R_BS, R_PARENT,
+    R_QONLY, R_OTHER, R_COUNT
+};
+static const char *const reason_names[R_COUNT] = {
+    "malformed json", "malformed msgpack", "missing field", "wrong type", "bad hash",
+    "bad value", "out of range", "over a limit", "block size mismatch", "unknown parent",
+    "event in query-only mode", "invalid",
+};
+
+static int classify(const kvix_err *e)
+{
+    const char *m = e->msg;
+    switch (e->code) {
+    case KVIX_EBLOCKSIZE: return R_BS;
+    case KVIX_EPARENT: return R_PARENT;
+    case KVIX_ELIMIT: return R_LIMIT;
+    case KVIX_ERANGE: return R_RANGE;
+    }
+    if (strncmp(m, "malformed json", 14) == 0)
+        return R_JSON;
+    if (strstr(m, "msgpack"))
+        return R_MSGPACK;
+    if (strncmp(m, "missing ", 8) == 0 || strncmp(m, "query has neither", 17) == 0)
+        return R_MISSING;
+    if (strncmp(m, "bad hash", 8) == 0)
+        return R_HASH;
+    if (strstr(m, " is not ") || strncmp(m, "record is ", 10) == 0)
+        return R_TYPE;
+    if (strncmp(m, "event in query-only", 19) == 0)
+        return R_QONLY;
+    if (e->code == KVIX_EINVAL)
+        return R_VALUE;
+    return R_OTHER;
+}
+
+/* Tags given to kvix_index_submit: event type, input file, position. */
+#define TAG_POS_BITS 44
+#define TAG_FILE_BITS 16
+static uint64_t make_tag(int type, size_t file, uint64_t pos)
+{
+    return (uint64_t)type << (TAG_POS_BITS + TAG_FILE_BITS) |
+           (uint64_t)(file & 0xffff) << TAG_POS_BITS | (pos & ((UINT64_C(1) << TAG_POS_BITS) - 1));
+}
+
+typedef struct kvi {
+    kvix_index *idx;
+    const char *snap;
+    int query_only, strict, quiet, verbose, progress;
+    unsigned threads;
+    uint64_t save_every_events;
+    double save_every_secs;
+    const char **names;     /* input names, by file index (for rejections from threads) */
+    /* counters of the main thread */
+    uint64_t submitted[KVIX_EV_QUERY + 1];
+    uint64_t queries, answered, since_save, records;
+    double last_save, started;
+    int dirty, io_error, save_failed;
+    /* rejections: also written by writer threads */
+    pthread_mutex_t mu;
+    uint64_t rejected, reasons[R_COUNT], rejected_type[KVIX_EV_QUERY + 1];
+    int strict_hit;
+    int progress_shown;
+    kvix_apply_result base; /* totals after loading the snapshot */
+    kvix_buf out;
+    kvix_answer ans;
+} kvi;
+
+static volatile sig_atomic_t sig_stop, sig_save, sig_summary, sig_tick;
+static int wake[2] = {-1, -1};
+
+static void on_signal(int s)
+{
+    int saved = errno;
+    if (s == SIGTERM || s == SIGINT)
+        sig_stop = 1;
+    else if (s == SIGHUP)
+        sig_save = 1;
+    else if (s == SIGUSR1)
+        sig_summary = 1;
+    else if (s == SIGALRM)
+        sig_tick = 1;
+    ssize_t w = write(wake[1], "", 1); /* a full pipe is fine: a wake-up is pending */
+    (void)w;
+    errno = saved;
+}
+
+static void install_signals(int with_timer)
+{
+    if (pipe(wake) != 0)
+        cli_die(KVIX_EXIT_SYS, "cannot create a pipe: %s", strerror(errno));
+    for (int i = 0; i < 2; i++) {
+        fcntl(wake[i], F_SETFL, fcntl(wake[i], F_GETFL) | O_NONBLOCK);
+        fcntl(wake[i], F_SETFD, FD_CLOEXEC);
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART; /* stdout writes restart; the reader wakes via the pipe */
+    sigemptyset(&sa.sa_mask);
+    int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGALRM};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        sigaction(sigs[i], &sa, NULL);
+    /* A reader of our answers that goes away must not kill us before we save. */
+    signal(SIGPIPE, SIG_IGN);
+    if (with_timer) {
+        struct itimerval it = {{1, 0}, {1, 0}};
+        setitimer(ITIMER_REAL, &it, NULL);
+    }
+}
+
+static void drain_wake(void)
+{
+    char b[64];
+    while (read(wake[0], b, sizeof b) > 0)
+        ;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void clear_progress(kvi *k)
+{
+    if (k->progress_shown) {
+        fputs("\r\033[K", stderr);
+        k->progress_shown = 0;
+    }
+}
+
+static void reject(kvi *k, const char *what, const char *name, uint64_t pos, int type,
+                   const kvix_err *e)
+{
+    pthread_mutex_lock(&k->mu);
+    clear_progress(k);
+    cli_warn("bad %s at %s:%" PRIu64 ": %s", what, name, pos, e->msg);
+    k->rejected++;
+    k->reasons[classify(e)]++;
+    if (type >= 0 && type <= KVIX_EV_QUERY)
+        k->rejected_type[type]++;
+    if (k->strict)
+        k->strict_hit = 1;
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* Called on a writer thread (kvix_index_submit). */
+static void on_reject(void *ctx, uint64_t tag, const kvix_err *e)
+{
+    kvi *k = ctx;
+    int type = (int)(tag >> (TAG_POS_BITS + TAG_FILE_BITS));
+    size_t file = (size_t)(tag >> TAG_POS_BITS) & 0xffff;
+    uint64_t pos = tag & ((UINT64_C(1) << TAG_POS_BITS) - 1);
+    reject(k, "event", k->names[file], pos, type, e);
+}
+
+static void sync_writers(kvi *k)
+{
+    if (k->threads)
+        kvix_index_sync(k->idx);
+}
+
+static void human_bytes(uint64_t b, char out[32])
+{
+    if (b < 10240)
+        snprintf(out, 32, "%" PRIu64 " bytes", b);
+    else if (b < 10u << 20)
+        snprintf(out, 32, "%.1f KiB", (double)b / 1024);
+    else
+        snprintf(out, 32, "%.1f MiB", (double)b / 1048576);
+}
+
+static void summary(kvi *k)
+{
+    sync_writers(k);
+    pthread_mutex_lock(&k->mu);
+    clear_progress(k);
+    uint64_t ap[KVIX_EV_QUERY + 1];
+    uint64_t events = 0;
+    for (int t = KVIX_EV_STORED; t <= KVIX_EV_CLEARED; t++) {
+        ap[t] = k->submitted[t] - k->rejected_type[t];
+        events += ap[t];
+    }
+    cli_warn("applied %" PRIu64 " events: %" PRIu64 " stored, %" PRIu64 " removed, %" PRIu64
+             " cleared",
+             events, ap[KVIX_EV_STORED], ap[KVIX_EV_REMOVED], ap[KVIX_EV_CLEARED]);
+    kvix_apply_result tot;
+    kvix_index_totals(k->idx, &tot);
+    tot.stored -= k->base.stored;
+    tot.duplicate -= k->base.duplicate;
+    tot.removed -= k->base.removed;
+    tot.unknown -= k->base.unknown;
+    cli_warn("blocks: %" PRIu32 " stored, %" PRIu32 " duplicate, %" PRIu32 " removed, %" PRIu32
+             " unknown removals",
+             tot.stored, tot.duplicate, tot.removed, tot.unknown);
+    cli_warn("answered %" PRIu64 " of %" PRIu64 " queries", k->answered, k->queries);
+    if (k->rejected) {
+        char line[512];
+        size_t n = 0;
+        for (int r = 0; r < R_COUNT; r++)
+            if (k->reasons[r] && n < sizeof line)
+                n += (size_t)snprintf(line + n, sizeof line - n, "%s%" PRIu64 " %s",
+                                      n ? ", " : "", k->reasons[r], reason_names[r]);
+        cli_warn("rejected %" PRIu64 " records: %s", k->rejected, line);
+    } else {
+        cli_warn("rejected 0 records");
+    }
+    kvix_index_stats st;
+    kvix_index_stats_get(k->idx, &st);
+    char mem[32];
+    human_bytes(st.bytes, mem);
+    cli_warn("index: %zu partitions, %zu workers, %zu blocks, %zu unique blocks, %s",
+             st.partitions, st.workers, st.blocks, st.unique_blocks, mem);
+    pthread_mutex_unlock(&k->mu);
+}
+
+static int save(kvi *k, const char *why)
+{
+    if (!k->snap || k->query_only)
+        return KVIX_OK;
+    sync_writers(k);
+    kvix_snapshot_info info;
+    kvix_err err;
+    int rc = kvix_snapshot_save(k->idx, k->snap, &info, &err);
+    clear_progress(k);
+    if (rc) {
+        cli_warn("cannot save %s: %s", k->snap, err.msg);
+        k->save_failed = 1;
+        return rc;
+    }
+    k->save_failed = 0;
+    k->dirty = 0;
+    k->since_save = 0;
+    k->last_save = now();
+    if (k->verbose)
+        cli_warn("saved %s (%s): %" PRIu64 " blocks, %" PRIu64 " bytes", k->snap, why,
+                 info.blocks, info.bytes);
+    return KVIX_OK;
+}
+
+static void show_progress(kvi *k, kvix_reader *r)
+{
+    double el = now() - k->started;
+    pthread_mutex_lock(&k->mu);
+    fprintf(stderr, "\r%s: %s: %" PRIu64 " records, %.0f/s, %.1f MB read, %" PRIu64
+                    " rejected\033[K",
+            cli_name(), kvix_reader_name(r), k->records, el > 0 ? (double)k->records / el : 0.0,
+            (double)kvix_reader_offset(r) / 1e6, k->rejected);
+    k->progress_shown = 1;
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* What signals and timers asked for, between two records. */
+static void handle_flags(kvi *k, kvix_reader *r)
+{
+    if (sig_summary) {
+        sig_summary = 0;
+        summary(k);
+    }
+    if (sig_save) {
+        sig_save = 0;
+        save(k, "SIGHUP");
+    }
+    if (sig_tick) {
+        sig_tick = 0;
+        if (k->save_every_secs > 0 && k->dirty && now() - k->last_save >= k->save_every_secs)
+            save(k, "timer");
+        if (k->progress && r)
+            show_progress(k, r);
+    }
+}
+
+static void answer(kvi *k, kvix_reader *r, const kvix_event *q)
+{
+    kvix_err err;
+    k->queries++;
+    sync_writers(k); /* answer against every event read before the query */
+    int rc = kvix_index_query_event(k->idx, q, &k->ans, &err);
+    if (!rc) {
+        k->out.len = 0;
+        rc = kvix_answer_to_json(&k->ans, q, &k->out, &err);
+    }
+    if (rc) {
+        if (rc == KVIX_ENOMEM)
+            cli_die(KVIX_EXIT_SYS, "%s", err.msg);
+        reject(k, "query", kvix_reader_name(r), kvix_reader_pos(r), KVIX_EV_QUERY, &err);
+        return;
+    }
+    fwrite(k->out.data, 1, k->out.len, stdout);
+    k->answered++;
+}
+
+static void apply(kvi *k, kvix_reader *r, size_t file, const kvix_event *ev)
+{
+    kvix_err err;
+    k->submitted[ev->type]++;
+    if (k->query_only) {
+        kvix_err_set(&err, KVIX_EINVAL, "event in query-only mode (-q)");
+        reject(k, "event", kvix_reader_name(r), kvix_reader_pos(r), ev->type, &err);
+        return;
+    }
+    int rc;
+    if (k->threads)
+        rc = kvix_index_submit(k->idx, ev, make_tag(ev->type, file, kvix_reader_pos(r)), &err);
+    else
+        rc = kvix_index_apply(k->idx, ev, NULL, &err);
+    if (rc == KVIX_ENOMEM || rc == KVIX_ESYS) {
+        save(k, "failure");
+        cli_die(KVIX_EXIT_SYS, "%s", err.msg);
+    }
+    if (rc && !k->threads) {
+        reject(k, "event", kvix_reader_name(r), kvix_reader_pos(r), ev->type, &err);
+        return;
+    }
+    k->dirty = 1;
+    if (k->save_every_events && ++k->since_save >= k->save_every_events)
+        save(k, "event count");
+}
+
+/* Read one input to its end (or until told to stop). */
+static void run_input(kvi *k, int fd, size_t file, kvix_format fmt, kvix_event *ev)
+{
+    kvix_reader *r;
+    kvix_err err;
+    if (kvix_reader_new(&r, fd, k->names[file], fmt, &err))
+        cli_die(KVIX_EXIT_SYS, "%s", err.msg);
+    kvix_reader_set_wakeup_fd(r, wake[0]);
+    for (;;) {
+        handle_flags(k, r);
+        if (sig_stop || k->strict_hit)
+            break;
+        int rc = kvix_reader_next(r, ev, &err);
+        if (rc == KVIX_EOF)
+            break;
+        if (rc == KVIX_ESYS) { /* woken by a signal: flags are handled above */
+            drain_wake();
+            continue;
+        }
+        if (rc == KVIX_EIO) {
+            clear_progress(k);
+            cli_warn("%s", err.msg);
+            k->io_error = 1;
+            break;
+        }
+        if (rc == KVIX_ENOMEM) {
+            save(k, "failure");
+            cli_die(KVIX_EXIT_SYS, "%s", err.msg);
+        }
+        k->records++;
+        if (rc) {
+            reject(k, "event", kvix_reader_name(r), kvix_reader_pos(r), -1, &err);
+            continue;
+        }
+        if (ev->type == KVIX_EV_QUERY)
+            answer(k, r, ev);
+        else
+            apply(k, r, file, ev);
+    }
+    if (k->progress_shown) {
+        show_progress(k, r);
+        clear_progress(k);
+    }
+    kvix_reader_free(r);
+}
+
+static void load(kvi *k)
+{
+    kvix_snapshot_info info;
+    kvix_err err;
+    int rc = kvix_snapshot_load(k->idx, k->snap, &info, &err);
+    if (rc == KVIX_ENOTFOUND && !k->query_only) {
+        if (k->verbose)
+            cli_warn("no snapshot %s yet: starting empty", k->snap);
+        return;
+    }
+    if (rc == KVIX_ECORRUPT)
+        cli_die(KVIX_EXIT_CORRUPT, "cannot load %s: %s (the file is left as it is)", k->snap,
+                err.msg);
+    if (rc)
+        cli_die(cli_exit_for(rc) == KVIX_EXIT_REJECTED ? KVIX_EXIT_IO : cli_exit_for(rc),
+                "cannot load %s: %s", k->snap, err.msg);
+    if (k->verbose)
+        cli_warn("loaded %s: %" PRIu64 " partitions, %" PRIu64 " blocks", k->snap,
+                 info.partitions, info.blocks);
+}
+
+int main(int argc, char **argv)
+{
+    cli_init(&tool);
+    kvi k;
+    memset(&k, 0, sizeof k);
+    pthread_mutex_init(&k.mu, NULL);
+    kvix_index_opts io;
+    kvix_index_opts_init(&io);
+    kvix_format fmt = KVIX_FMT_AUTO;
+    const char *arg;
+    int c;
+    while ((c = cli_next(argc, argv, &arg)) != -1) {
+        switch (c) {
+        case 's': k.snap = arg; break;
+        case 'q': k.query_only = 1; break;
+        case 'f':
+            if (kvix_format_parse(arg, &fmt))
+                cli_usage_error("bad format '%s' (expected auto, ndjson or msgpack)", arg);
+            break;
+        case O_BACKEND:
+            if (kvix_backend_parse(arg, &io.backend))
+                cli_usage_error("bad backend '%s' (expected positional, radix or reference)", arg);
+            break;
+        case O_JUMP: io.jump = (unsigned)cli_parse_uint(arg, 1, 1u << 16, "jump"); break;
+        case 't': k.threads = (unsigned)cli_parse_uint(arg, 0, 256, "thread count"); break;
+        case O_STRICT: k.strict = 1; break;
+        case O_SAVE_SECS:
+            k.save_every_secs = (double)cli_parse_uint(arg, 1, 1u << 30, "save interval");
+            break;
+        case O_SAVE_EVENTS:
+            k.save_every_events = cli_parse_uint(arg, 1, UINT64_MAX, "event count");
+            break;
+        case O_QUIET: k.quiet = 1; break;
+        case 'v': k.verbose = 1; break;
+        }
+    }
+    if (k.query_only && !k.snap)
+        cli_usage_error("-q needs a snapshot to answer from (-s FILE)");
+    if (k.query_only && (k.save_every_events || k.save_every_secs))
+        cli_usage_error("-q never saves: --save-every-* make no sense with it");
+    if ((k.save_every_events || k.save_every_secs) && !k.snap)
+        cli_usage_error("--save-every-* need a snapshot (-s FILE)");
+    int nfiles = argc - optind;
+    if (nfiles > 0xffff)
+        cli_usage_error("too many input files (limit 65535)");
+    k.names = calloc(nfiles ? (size_t)nfiles : 1, sizeof *k.names);
+    if (!k.names)
+        cli_die(KVIX_EXIT_SYS, "out of memory");
+    for (int i = 0; i < nfiles; i++)
+        k.names[i] = strcmp(argv[optind + i], "-") ? argv[optind + i] : "<stdin>";
+    if (!nfiles)
+        k.names[0] = "<stdin>";
+
+    io.threads = k.query_only ? 0 : k.threads;
+    k.threads = io.threads;
+    io.on_reject = on_reject;
+    io.reject_ctx = &k;
+    kvix_err err;
+    int rc = kvix_index_new(&k.idx, &io, &err);
+    if (rc)
+        cli_die(cli_exit_for(rc), "%s", err.msg);
+    k.progress = !k.quiet && isatty(STDERR_FILENO);
+    install_signals(k.progress || k.save_every_secs > 0);
+    if (k.snap)
+        load(&k);
+    kvix_index_totals(k.idx, &k.base);
+    k.started = k.last_save = now();
+    kvix_buf_init(&k.out);
+    kvix_answer_init(&k.ans);
+
+    kvix_event ev;
+    kvix_event_init(&ev);
+    for (int i = 0; i < (nfiles ? nfiles : 1) && !sig_stop && !k.strict_hit; i++) {
+        int fd = STDIN_FILENO;
+        if (nfiles && strcmp(argv[optind + i], "-") != 0) {
+            fd = open(argv[optind + i], O_RDONLY | O_CLOEXEC);
+            if (fd < 0) {
+                cli_warn("cannot open %s: %s", argv[optind + i], strerror(errno));
+                k.io_error = 1;
+                continue;
+            }
+        }
+        run_input(&k, fd, (size_t)i, fmt, &ev);
+        if (fd != STDIN_FILENO)
+            close(fd);
+    }
+    sync_writers(&k);
+    if (k.snap && !k.query_only)
+        save(&k, sig_stop ? "signal" : k.strict_hit ? "--strict" : "end of input");
+    if (!k.quiet)
+        summary(&k);
+
+    int code = k.rejected ? KVIX_EXIT_REJECTED : KVIX_EXIT_OK;
+    if (k.strict_hit)
+        code = KVIX_EXIT_STRICT;
+    if (k.io_error || k.save_failed)
+        code = KVIX_EXIT_IO;
+    kvix_event_release(&ev);
+    kvix_answer_release(&k.ans);
+    kvix_buf_release(&k.out);
+    kvix_index_free(k.idx);
+    free(k.names);
+    return cli_finish(code);
+}
