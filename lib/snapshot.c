@@ -3,13 +3,18 @@
  *   header  magic "KVIXSNAP", u32 version, u32 flags (0)                 16 bytes
  *   PART    u32 1, u32 bs, u32 model_len, u32 tenant_len, model, tenant
  *   GROUP   u32 2, u32 dp, u64 worker, u32 flags (bit 0: has eid), u32 0,
- *           u64 eid, u64 nblocks, nblocks x block                       40 + 32n bytes
- *   block   u32 position, u32 tiers, u64 local, u64 engine, u64 parent  32 bytes
+ *           u64 eid, u64 nblocks, nblocks x block                       40 + 40n bytes
+ *   block   u32 position, u32 tiers, u64 local, u64 engine, u64 parent,
+ *           u64 parent_canon                                            40 bytes
  *   END     u32 3, u32 0, u64 partitions, u64 groups, u64 blocks,
  *           u64 XXH3-64 (seed 0) of every byte before it                 40 bytes
  *
  * Everything is little-endian. Records are strictly ordered, so one index
- * state has exactly one file: snapshots compare with cmp(1). */
+ * state has exactly one file: snapshots compare with cmp(1).
+ *
+ * A block's parent may be absent: the index keeps blocks whose parent was
+ * evicted before them ("orphans"). The parent's canonical hash is stored so
+ * such a block keeps its place; where the parent is present it must agree. */
 #define _GNU_SOURCE
 #include "kvix/snapshot.h"
 
@@ -26,6 +31,8 @@
 #include <unistd.h>
 
 #include <xxhash.h>
+
+#include "kvix/hash.h"
 
 #define TAG_PART 1u
 #define TAG_GROUP 2u
@@ -107,19 +114,17 @@ static size_t find_engine(const kvix_block_info *b, size_t lo, size_t hi, uint64
 }
 
 /* The internal consistency of one (worker, dp): blocks ascending by
- * (position, engine), tiers valid, every parent present at position - 1.
- * Fills parent_idx[i] (when non-NULL) with the parent's index or NONE. */
+ * (position, engine), tiers valid, and where the parent is held (at
+ * position - 1) its canonical hash is the one recorded. A parent that is not
+ * held is allowed (an orphan). Position-0 parents are ignored. Fills
+ * parent_idx[i] (when non-NULL) with the parent's index or NONE. */
 static int check_blocks(const kvix_block_info *b, size_t n, size_t *parent_idx, char *why,
                         size_t whylen)
 {
     size_t prev_lo = 0, prev_hi = 0, cur = 0;
     for (size_t i = 0; i < n; i++) {
-        if (i > 0 && b[i].position == b[i - 1].position && b[i].engine <= b[i - 1].engine) {
-            snprintf(why, whylen, "block %zu out of order (position %" PRIu32 ")", i,
-                     b[i].position);
-            return -1;
-        }
-        if (i > 0 && b[i].position < b[i - 1].position) {
+        if (i > 0 && (b[i].position < b[i - 1].position ||
+                      (b[i].position == b[i - 1].position && b[i].engine <= b[i - 1].engine))) {
             snprintf(why, whylen, "block %zu out of order (position %" PRIu32 " after %" PRIu32 ")",
                      i, b[i].position, b[i - 1].position);
             return -1;
@@ -137,14 +142,19 @@ static int check_blocks(const kvix_block_info *b, size_t n, size_t *parent_idx, 
             snprintf(why, whylen, "block %zu has a bad tier mask 0x%x", i, b[i].tiers);
             return -1;
         }
+        if (b[i].position >= KVIX_INDEX_DEPTH_MAX) {
+            snprintf(why, whylen, "block %zu at position %" PRIu32 " (limit %u)", i,
+                     b[i].position, KVIX_INDEX_DEPTH_MAX - 1);
+            return -1;
+        }
         size_t p = NONE;
         if (b[i].position > 0) {
             p = find_engine(b, prev_lo, prev_hi, b[i].parent);
-            if (p == NONE) {
+            if (p != NONE && b[p].canon != b[i].parent_canon) {
                 snprintf(why, whylen,
-                         "block %016" PRIx64 " at position %" PRIu32 " has no parent %016" PRIx64
-                         " at position %" PRIu32,
-                         b[i].engine, b[i].position, b[i].parent, b[i].position - 1);
+                         "block %016" PRIx64 " at position %" PRIu32
+                         " disagrees with its parent's canonical hash",
+                         b[i].engine, b[i].position);
                 return -1;
             }
         }
@@ -352,6 +362,7 @@ int kvix_snapshot_writer_add(kvix_snapshot_writer *w, const char *model, const c
         put64(p + 16, blocks[i].engine);
         /* "meaningless at position 0": store 0 so equal states give equal files */
         put64(p + 24, blocks[i].position ? blocks[i].parent : 0);
+        put64(p + 32, blocks[i].position ? blocks[i].parent_canon : 0);
         w->len += BLOCK_BYTES;
     }
     w->have_group = 1;
@@ -596,8 +607,11 @@ static int parse_group(kvix_snapshot *s, kvix_snapshot_group *g, kvix_err *err)
         bi->local = get64(b + 8);
         bi->engine = get64(b + 16);
         bi->parent = get64(b + 24);
-        if (bi->position == 0 && bi->parent != 0)
+        bi->parent_canon = get64(b + 32);
+        if (bi->position == 0 && (bi->parent != 0 || bi->parent_canon != 0))
             return CORRUPT(s, s->pos + i * BLOCK_BYTES, err, "parent set at position 0");
+        bi->canon = bi->position == 0 ? bi->local
+                                      : kvix_hash_seq_next(bi->parent_canon, bi->local);
     }
     char why[160];
     if (check_blocks(s->blocks, n, NULL, why, sizeof why))
@@ -869,33 +883,28 @@ int kvix_snapshot_foreach(kvix_snapshot *s, kvix_foreach_fn fn, void *ctx)
 
 /* ---- rebuilding ----------------------------------------------------------- */
 
-static inline unsigned lowest_tier(unsigned tiers)
+
+/* Emit runs of chain[0..n) (indexes into g->blocks) as stored events.
+ * tier < 0: every block, split where the lowest tier changes, each run in
+ * its lowest tier (chain order, so a parent always precedes its children);
+ * tier >= 0: the blocks also held in that tier (not their lowest), in runs
+ * of consecutive ones, once every block is already held somewhere. */
+static unsigned run_tier(unsigned tiers, int tier)
 {
-    return (unsigned)__builtin_ctz(tiers);
+    if (tier < 0)
+        return (unsigned)__builtin_ctz(tiers);
+    return ((tiers >> tier & 1) && (unsigned)__builtin_ctz(tiers) != (unsigned)tier)
+               ? (unsigned)tier
+               : KVIX_MEDIUM_COUNT;
 }
 
-/* Emit chain[0..n) (indexes into g->blocks) as stored events of medium
- * tier, taking only the blocks selected by want, in runs of consecutive
- * selected blocks. */
-typedef int (*want_fn)(unsigned tiers, unsigned tier);
-
-static int want_lowest(unsigned tiers, unsigned tier)
-{
-    return lowest_tier(tiers) == tier;
-}
-
-static int want_extra(unsigned tiers, unsigned tier)
-{
-    return (tiers >> tier & 1) && lowest_tier(tiers) != tier;
-}
-
-static int emit_runs(const kvix_snapshot_group *g, const size_t *chain, size_t n, unsigned tier,
-                     want_fn want, kvix_event *ev, kvix_snapshot_event_fn fn, void *ctx,
-                     kvix_err *err)
+static int emit_runs(const kvix_snapshot_group *g, const size_t *chain, size_t n, int tier,
+                     kvix_event *ev, kvix_snapshot_event_fn fn, void *ctx, kvix_err *err)
 {
     size_t i = 0;
     while (i < n) {
-        if (!want(g->blocks[chain[i]].tiers, tier)) {
+        unsigned t = run_tier(g->blocks[chain[i]].tiers, tier);
+        if (t == KVIX_MEDIUM_COUNT) {
             i++;
             continue;
         }
@@ -904,7 +913,7 @@ static int emit_runs(const kvix_snapshot_group *g, const size_t *chain, size_t n
         ev->worker = g->worker;
         ev->dp = g->dp;
         ev->bs = g->bs;
-        ev->medium = (int)tier;
+        ev->medium = (int)t;
         int rc = kvix_event_set_name(ev->model, g->model, strlen(g->model), err);
         if (!rc)
             rc = kvix_event_set_name(ev->tenant, g->tenant, strlen(g->tenant), err);
@@ -914,7 +923,8 @@ static int emit_runs(const kvix_snapshot_group *g, const size_t *chain, size_t n
         ev->has_parent = first->position > 0;
         ev->parent = first->position > 0 ? first->parent : 0;
         size_t j = i;
-        while (j < n && j - i < KVIX_EVENT_BLOCKS_MAX && want(g->blocks[chain[j]].tiers, tier))
+        while (j < n && j - i < KVIX_EVENT_BLOCKS_MAX &&
+               run_tier(g->blocks[chain[j]].tiers, tier) == t)
             j++;
         if ((rc = kvix_event_reserve_blocks(ev, j - i, err)))
             return rc;
@@ -931,9 +941,12 @@ static int emit_runs(const kvix_snapshot_group *g, const size_t *chain, size_t n
 }
 
 int kvix_snapshot_group_events(const kvix_snapshot_group *g, kvix_event *scratch,
-                               kvix_snapshot_event_fn fn, void *ctx, kvix_err *err)
+                               kvix_snapshot_event_fn fn, void *ctx, size_t *orphans,
+                               kvix_err *err)
 {
     size_t n = g->n;
+    if (orphans)
+        *orphans = 0;
     if (n == 0)
         return KVIX_OK;
     if (n > SIZE_MAX / (3 * sizeof(size_t)))
@@ -957,24 +970,32 @@ int kvix_snapshot_group_events(const kvix_snapshot_group *g, kvix_event *scratch
         child[i] = NONE;
     /* Blocks come by engine hash within a position: the first child seen
      * is the smallest, so chains are the same on every run. */
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         if (parent[i] != NONE && child[parent[i]] == NONE)
             child[parent[i]] = i;
+        /* bit 1: an orphan or below one; a replay cannot store it */
+        if ((g->blocks[i].position > 0 && parent[i] == NONE) ||
+            (parent[i] != NONE && (done[parent[i]] & 2))) {
+            done[i] = 2;
+            if (orphans)
+                (*orphans)++;
+        }
+    }
     for (size_t i = 0; i < n && !rc; i++) {
-        if (done[i])
+        if (done[i] & 1)
             continue;
         size_t len = 0;
         for (size_t k = i; k != NONE; k = child[k]) {
             chain[len++] = k;
-            done[k] = 1;
+            done[k] |= 1;
         }
-        for (unsigned t = 0; t < KVIX_MEDIUM_COUNT && !rc; t++)
-            rc = emit_runs(g, chain, len, t, want_lowest, scratch, fn, ctx, err);
-        for (unsigned t = 0; t < KVIX_MEDIUM_COUNT && !rc; t++)
-            rc = emit_runs(g, chain, len, t, want_extra, scratch, fn, ctx, err);
+        rc = emit_runs(g, chain, len, -1, scratch, fn, ctx, err);
+        for (int t = 0; t < KVIX_MEDIUM_COUNT && !rc; t++)
+            rc = emit_runs(g, chain, len, t, scratch, fn, ctx, err);
     }
 out:
     free(mem);
     free(done);
     return rc;
 }
+

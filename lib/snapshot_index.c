@@ -37,56 +37,26 @@ int kvix_snapshot_save(kvix_index *idx, const char *path, kvix_snapshot_info *in
     return kvix_snapshot_writer_commit(s.w, info, err);
 }
 
-typedef struct apply_ctx {
-    kvix_index *idx;
-    kvix_err *err;
-    int rc;
-} apply_ctx;
-
-static int apply_one(void *ctx, const kvix_event *ev)
-{
-    apply_ctx *a = ctx;
-    a->rc = kvix_index_apply(a->idx, ev, NULL, a->err);
-    return a->rc;
-}
-
 int kvix_snapshot_apply(kvix_snapshot *s, kvix_index *idx, kvix_err *err)
 {
     kvix_index_stats st;
     kvix_index_stats_get(idx, &st);
     if (st.partitions != 0 || st.blocks != 0)
         return kvix_err_set(err, KVIX_EINVAL, "a snapshot loads only into an empty index");
-    kvix_event ev;
-    kvix_event_init(&ev);
-    apply_ctx a = {idx, err, 0};
     kvix_snapshot_group g;
     int rc;
     kvix_snapshot_rewind(s);
     while ((rc = kvix_snapshot_next(s, &g, err)) == KVIX_OK) {
-        if (g.worker == UINT64_MAX && g.n == 0 && !g.has_eid) {
-            /* A partition without workers: create it with an eid-less
-             * no-op on a worker that is then dropped. */
-            kvix_event_reset(&ev);
-            ev.type = KVIX_EV_STORED;
-            ev.bs = g.bs;
-            ev.worker = UINT64_MAX;
-            if ((rc = kvix_event_set_name(ev.model, g.model, strlen(g.model), err)) ||
-                (rc = kvix_event_set_name(ev.tenant, g.tenant, strlen(g.tenant), err)) ||
-                (rc = kvix_index_apply(idx, &ev, NULL, err)) ||
-                (rc = kvix_index_remove_worker_dp(idx, UINT64_MAX, 0, NULL, err)))
-                break;
-            continue;
-        }
-        rc = kvix_snapshot_group_events(&g, &ev, apply_one, &a, err);
-        if (rc)
-            break;
+        /* n == 0 still creates the partition: one without workers survives. */
+        if ((rc = kvix_index_load(idx, g.model, g.tenant, g.bs, g.worker, g.dp, g.blocks, g.n,
+                                  err)))
+            return rc;
         if (g.has_eid &&
             (rc = kvix_index_set_eid(idx, g.model, g.tenant, g.bs, g.worker, g.dp, g.eid, err)))
-            break;
+            return rc;
     }
-    kvix_event_release(&ev);
     if (rc != KVIX_EOF)
-        return rc ? rc : KVIX_EINVAL;
+        return rc;
     kvix_snapshot_info info;
     kvix_snapshot_get_info(s, &info);
     kvix_index_stats_get(idx, &st);

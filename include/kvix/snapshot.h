@@ -32,7 +32,7 @@ extern "C" {
 
 #define KVIX_SNAPSHOT_MAGIC "KVIXSNAP" /* 8 bytes, no NUL in the file */
 #define KVIX_SNAPSHOT_VERSION 1u
-#define KVIX_SNAPSHOT_BLOCK_BYTES 32u  /* one stored block in the file */
+#define KVIX_SNAPSHOT_BLOCK_BYTES 40u  /* one stored block in the file */
 
 /* Totals of one snapshot file. */
 typedef struct kvix_snapshot_info {
@@ -55,8 +55,8 @@ int kvix_snapshot_writer_open(kvix_snapshot_writer **out, const char *path, kvix
 
 /* Append one (partition, worker, dp) record, exactly as kvix_index_foreach
  * visits them: strictly ascending (model, tenant, worker, dp), blocks
- * ascending by (position, engine hash), every parent present at the previous
- * position. worker == UINT64_MAX with n == 0 and no eid records a partition
+ * ascending by (position, engine hash), parent_canon set (canon of a held
+ * parent must match it; a parent not held is allowed: an orphan). worker == UINT64_MAX with n == 0 and no eid records a partition
  * without workers. Out-of-order or inconsistent input fails with KVIX_EINVAL
  * (the writer is then unusable: abort it). Same shape as kvix_foreach_fn. */
 int kvix_snapshot_writer_add(kvix_snapshot_writer *w, const char *model, const char *tenant,
@@ -95,8 +95,9 @@ typedef struct kvix_snapshot_group {
 } kvix_snapshot_group;
 
 /* Open and verify a snapshot: the whole file is checked (magic, version,
- * checksum, counts against the size, order, names, tiers, every parent
- * present) before this returns. Errors: KVIX_ENOTFOUND (no such file),
+ * checksum, counts against the size, order, names, tiers, each held
+ * parent's canonical hash) before this returns. Blocks come back with canon
+ * and parent_canon filled. Errors: KVIX_ENOTFOUND (no such file),
  * KVIX_EIO, KVIX_ECORRUPT (with what is wrong and where), KVIX_ENOMEM.
  * *out is owned by the caller: kvix_snapshot_close. */
 int kvix_snapshot_open(kvix_snapshot **out, const char *path, kvix_err *err);
@@ -132,11 +133,12 @@ typedef int (*kvix_snapshot_event_fn)(void *ctx, const kvix_event *ev);
  * the record's eid on its last event). scratch is an initialised event whose
  * arrays are reused. Returns the visitor's non-zero value, or an error. */
 int kvix_snapshot_group_events(const kvix_snapshot_group *g, kvix_event *scratch,
-                               kvix_snapshot_event_fn fn, void *ctx, kvix_err *err);
+                               kvix_snapshot_event_fn fn, void *ctx, size_t *orphans,
+                               kvix_err *err);
 
 /* Apply every record of an opened snapshot to idx, which must be empty
- * (KVIX_EINVAL otherwise): events per (worker, dp) in position order, then
- * the eids restored. On failure idx holds part of the snapshot: free it. */
+ * (KVIX_EINVAL otherwise): blocks restored per (worker, dp) with
+ * kvix_index_load (orphans included), then the eids. On failure idx holds part of the snapshot: free it. */
 int kvix_snapshot_apply(kvix_snapshot *s, kvix_index *idx, kvix_err *err);
 
 /* Open, verify and apply path into the empty index idx. The file is verified
