@@ -1,0 +1,831 @@
+/* The positional backend (default): every block is an entry of a sharded
+ * hash table keyed by (position, canonical rolling hash), after NVIDIA
+ * Dynamo's "Flash Indexer" but sound, with jump search.
+ *
+ * Why the key holds the canonical hash and not only the local one: a query
+ * must check the canonical hash at every probed position anyway (a local hash
+ * recurs under other prefixes), and the rolling chain is computed through
+ * every position up to the probe, so keying by canon costs the query nothing,
+ * makes a "Multi" entry unnecessary (the same local hash at the same position
+ * under different prefixes is simply two keys), and lets a writer find a
+ * block's parent, which exact hole handling needs (below).
+ *
+ * Jump search. Let C be the slots known to hold positions 0..i-1. Probe
+ * p = i + jump - 1: slots of C holding (p, canon_p) stay; the others (D) have
+ * their matched length in [i, p], found by bisection (binsearch) or a scan.
+ * This is exact only for slots without holes: a slot holding (p, canon_p)
+ * holds the query's exact prefix chain at p (canon is a rolling hash over the
+ * prefix) but, after a middle block was removed, maybe not every position
+ * below p. So each node links to its parent node and the backend keeps, per
+ * slot, the number of "orphans": blocks the slot holds whose parent it does
+ * not hold. A slot with no orphan holds every ancestor of every block it holds
+ * (induction over parents), so for it "holds (p, canon_p)" implies "holds
+ * every (x, canon_x), x <= p" and its match is monotone (bisection is exact).
+ * Slots with orphans are "untrusted": while one is a candidate the search
+ * steps one position at a time, which is the definition itself.
+ * Keeping the counts exact: an orphan can only appear or vanish when the slot
+ * itself adds or removes a block (its bits are the only ones involved), by
+ * looking at the parent's bit and, only when it may matter, at the children's
+ * bits (add: only if the slot already has orphans; remove: only if the node
+ * has children). A node stays (as an empty "ghost") while children link to it.
+ *
+ * Concurrency. Readers are lock-free under RCU (rcu_int.h): shard tables and
+ * nodes are published with release stores and freed after a grace period.
+ * Writers lock the shard of the node they change (two shards, in index order,
+ * when a parent is involved); a shard's table is rebuilt (grown, cleaned or
+ * shrunk) under its lock into a fresh table that readers switch to, so no
+ * query ever waits, and a rebuild touches 1/NSHARD of the index.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bitset_int.h"
+#include "index_int.h"
+#include "rcu_int.h"
+
+#define SHARD_BITS 6
+#define NSHARD (1u << SHARD_BITS)
+#define TABLE_MIN 8u
+#define JUMP_DEFAULT 16u
+#define JUMP_MAX 1024u
+#define DEPTH_MAX 12 /* bisection depth for JUMP_MAX */
+#define ORPH_CHUNK 256u
+#define TOMB ((pnode *)(uintptr_t)1)
+
+/* ---- RCU registration (shared with the radix backend) ---- */
+
+__thread int kvix_rcu_registered;
+#ifdef KVIX_TSAN
+char kvix_rcu_tsan_sync;
+#endif
+static pthread_key_t rcu_key;
+static pthread_once_t rcu_once = PTHREAD_ONCE_INIT;
+
+static void rcu_thread_exit(void *arg)
+{
+    (void)arg;
+    rcu_unregister_thread();
+    kvix_rcu_registered = 0;
+}
+
+static void rcu_key_init(void)
+{
+    (void)pthread_key_create(&rcu_key, rcu_thread_exit);
+}
+
+void kvix_rcu_register_slow(void)
+{
+    pthread_once(&rcu_once, rcu_key_init);
+    rcu_register_thread();
+    (void)pthread_setspecific(rcu_key, (void *)1);
+    kvix_rcu_registered = 1;
+}
+
+static void rcu_free_cb(struct rcu_head *head)
+{
+    KVIX_RCU_TSAN_ACQUIRE();
+    free(head);
+}
+
+void kvix_rcu_free(struct rcu_head *head)
+{
+    kvix_rcu_writer();
+    call_rcu(head, rcu_free_cb);
+}
+
+void kvix_rcu_barrier(void)
+{
+    kvix_rcu_writer();
+    rcu_barrier();
+}
+
+/* ---- nodes and shard tables ---- */
+
+typedef struct pnode pnode;
+struct pnode {
+    struct rcu_head rcu; /* first: kvix_rcu_free */
+    /* writer side, under the node's shard lock */
+    pnode *parent;       /* node of (pos - 1, parent canon); NULL at 0 or for a ghost */
+    pnode *kids;         /* nodes whose parent this is */
+    pnode *prev, *next;  /* siblings (under the parent's shard lock) */
+    uint32_t nkids;
+    /* read side */
+    uint32_t pos;
+    uint64_t canon;
+    uint64_t local;
+    kvix_holders h;
+    kvix_aword w[];
+};
+
+typedef struct pslot {
+    _Atomic uint64_t tag;  /* the key's hash */
+    _Atomic(pnode *) node; /* NULL: never used (ends a probe); TOMB: removed */
+} pslot;
+
+typedef struct ptable {
+    struct rcu_head rcu;
+    uint64_t mask;
+    pslot s[];
+} ptable;
+
+typedef struct pshard {
+    pthread_mutex_t mu;
+    _Atomic(ptable *) t;
+    size_t used, tomb;
+} __attribute__((aligned(64))) pshard;
+
+typedef struct pos_be {
+    kvix_bmem mem;
+    unsigned jump;
+    int binsearch;
+    _Atomic uint32_t nw;       /* words covering the highest slot seen */
+    _Atomic long unique;       /* nodes with holders */
+    _Atomic long nuntrusted;   /* slots with orphans */
+    _Atomic(uint32_t *) orph[KVIX_SLOTS_MAX / ORPH_CHUNK]; /* per-slot orphan counts */
+    kvix_aword untrusted[KVIX_SLOTS_MAX / 64];             /* bit: slot has orphans */
+    pshard shard[NSHARD];
+} pos_be;
+
+static inline uint64_t key_hash(uint32_t pos, uint64_t canon)
+{
+    uint64_t h = canon ^ ((uint64_t)pos * UINT64_C(0x9E3779B97F4A7C15));
+    h ^= h >> 33;
+    h *= UINT64_C(0xff51afd7ed558ccd);
+    h ^= h >> 33;
+    h *= UINT64_C(0xc4ceb9fe1a85ec53);
+    h ^= h >> 33;
+    return h ? h : 1;
+}
+
+static inline unsigned shard_of(uint64_t h)
+{
+    return (unsigned)(h >> (64 - SHARD_BITS));
+}
+
+static inline pnode *table_find(const ptable *t, uint64_t h, uint32_t pos, uint64_t canon)
+{
+    for (uint64_t i = h & t->mask;; i = (i + 1) & t->mask) {
+        pnode *n = atomic_load_explicit(&t->s[i].node, memory_order_acquire);
+        if (!n)
+            return NULL;
+        if (n != TOMB && atomic_load_explicit(&t->s[i].tag, memory_order_relaxed) == h &&
+            n->canon == canon && n->pos == pos)
+            return n;
+    }
+}
+
+/* Lock-free lookup (inside a read-side section, or under the shard lock). */
+static inline pnode *be_find(pos_be *be, uint32_t pos, uint64_t canon)
+{
+    uint64_t h = key_hash(pos, canon);
+    ptable *t = atomic_load_explicit(&be->shard[shard_of(h)].t, memory_order_acquire);
+    return table_find(t, h, pos, canon);
+}
+
+static ptable *table_new(uint64_t cap, kvix_bmem *mem)
+{
+    size_t sz = sizeof(ptable) + cap * sizeof(pslot);
+    ptable *t = calloc(1, sz);
+    if (t) {
+        t->mask = cap - 1;
+        atomic_fetch_add_explicit(&mem->bytes, (long)sz, memory_order_relaxed);
+    }
+    return t;
+}
+
+static void table_retire(ptable *t, kvix_bmem *mem)
+{
+    atomic_fetch_sub_explicit(&mem->bytes, (long)(sizeof(ptable) + (t->mask + 1) * sizeof(pslot)),
+                              memory_order_relaxed);
+    kvix_rcu_free(&t->rcu);
+}
+
+static void table_put(ptable *t, uint64_t h, pnode *n)
+{
+    for (uint64_t i = h & t->mask;; i = (i + 1) & t->mask) {
+        pnode *o = atomic_load_explicit(&t->s[i].node, memory_order_relaxed);
+        if (!o || o == TOMB) {
+            atomic_store_explicit(&t->s[i].tag, h, memory_order_relaxed);
+            atomic_store_explicit(&t->s[i].node, n, memory_order_release);
+            return;
+        }
+    }
+}
+
+/* Rebuild a shard's table for `want` live entries at load <= 1/2. */
+static int shard_rebuild(pshard *sh, size_t want, kvix_bmem *mem)
+{
+    uint64_t cap = TABLE_MIN;
+    while (cap < want * 2)
+        cap *= 2;
+    ptable *old = atomic_load_explicit(&sh->t, memory_order_relaxed);
+    ptable *t = table_new(cap, mem);
+    if (!t)
+        return KVIX_ENOMEM;
+    for (uint64_t i = 0; i <= old->mask; i++) {
+        pnode *n = atomic_load_explicit(&old->s[i].node, memory_order_relaxed);
+        if (n && n != TOMB)
+            table_put(t, atomic_load_explicit(&old->s[i].tag, memory_order_relaxed), n);
+    }
+    atomic_store_explicit(&sh->t, t, memory_order_release);
+    sh->tomb = 0;
+    table_retire(old, mem);
+    return KVIX_OK;
+}
+
+static int shard_insert(pshard *sh, uint64_t h, pnode *n, kvix_bmem *mem)
+{
+    ptable *t = atomic_load_explicit(&sh->t, memory_order_relaxed);
+    if ((sh->used + sh->tomb + 1) * 4 > (t->mask + 1) * 3) {
+        if (shard_rebuild(sh, sh->used + 1, mem) < 0)
+            return KVIX_ENOMEM;
+        t = atomic_load_explicit(&sh->t, memory_order_relaxed);
+    }
+    /* a tombstone slot is reused only when it is the first free one */
+    uint64_t i = h & t->mask;
+    for (;; i = (i + 1) & t->mask) {
+        pnode *o = atomic_load_explicit(&t->s[i].node, memory_order_relaxed);
+        if (!o || o == TOMB)
+            break;
+    }
+    if (atomic_load_explicit(&t->s[i].node, memory_order_relaxed) == TOMB)
+        sh->tomb--;
+    atomic_store_explicit(&t->s[i].tag, h, memory_order_relaxed);
+    atomic_store_explicit(&t->s[i].node, n, memory_order_release);
+    sh->used++;
+    return KVIX_OK;
+}
+
+static void shard_remove(pshard *sh, uint64_t h, pnode *n, kvix_bmem *mem)
+{
+    ptable *t = atomic_load_explicit(&sh->t, memory_order_relaxed);
+    for (uint64_t i = h & t->mask;; i = (i + 1) & t->mask) {
+        pnode *o = atomic_load_explicit(&t->s[i].node, memory_order_relaxed);
+        if (!o)
+            return;
+        if (o == n) {
+            atomic_store_explicit(&t->s[i].node, TOMB, memory_order_release);
+            sh->used--;
+            sh->tomb++;
+            break;
+        }
+    }
+    if (t->mask + 1 > TABLE_MIN && sh->used * 8 < t->mask + 1)
+        (void)shard_rebuild(sh, sh->used, mem); /* shrinking is optional: ENOMEM keeps it */
+}
+
+static size_t node_size(uint32_t nw)
+{
+    return sizeof(pnode) + nw * sizeof(uint64_t);
+}
+
+static pnode *node_new(pos_be *be, uint32_t pos, uint64_t canon, uint64_t local, uint32_t nw)
+{
+    pnode *n = calloc(1, node_size(nw));
+    if (!n)
+        return NULL;
+    n->pos = pos;
+    n->canon = canon;
+    n->local = local;
+    n->h.nw = nw;
+    atomic_fetch_add_explicit(&be->mem.bytes, (long)node_size(nw), memory_order_relaxed);
+    return n;
+}
+
+static void node_retire(pos_be *be, pnode *n)
+{
+    kvix_holders_retire(&n->h, &be->mem);
+    atomic_fetch_sub_explicit(&be->mem.bytes, (long)node_size(n->h.nw), memory_order_relaxed);
+    kvix_rcu_free(&n->rcu);
+}
+
+static inline int node_removable(const pnode *n)
+{
+    return n->h.count == 0 && n->nkids == 0 &&
+           !atomic_load_explicit(&n->h.tiers, memory_order_relaxed);
+}
+
+static void kid_link(pnode *p, pnode *k)
+{
+    k->parent = p;
+    k->prev = NULL;
+    k->next = p->kids;
+    if (p->kids)
+        p->kids->prev = k;
+    p->kids = k;
+    p->nkids++;
+}
+
+static void kid_unlink(pnode *p, pnode *k)
+{
+    if (k->prev)
+        k->prev->next = k->next;
+    else
+        p->kids = k->next;
+    if (k->next)
+        k->next->prev = k->prev;
+    p->nkids--;
+}
+
+static void lock2(pos_be *be, unsigned a, unsigned b)
+{
+    if (a > b) {
+        unsigned x = a;
+        a = b;
+        b = x;
+    }
+    pthread_mutex_lock(&be->shard[a].mu);
+    if (b != a)
+        pthread_mutex_lock(&be->shard[b].mu);
+}
+
+static void unlock2(pos_be *be, unsigned a, unsigned b)
+{
+    pthread_mutex_unlock(&be->shard[a].mu);
+    if (b != a)
+        pthread_mutex_unlock(&be->shard[b].mu);
+}
+
+/* ---- per-slot orphan counts (written only by the slot's own writer) ---- */
+
+static uint32_t *orph_slot(pos_be *be, uint32_t s)
+{
+    _Atomic(uint32_t *) *cp = &be->orph[s / ORPH_CHUNK];
+    uint32_t *c = atomic_load_explicit(cp, memory_order_acquire);
+    if (!c) {
+        uint32_t *n = calloc(ORPH_CHUNK, sizeof *n);
+        if (!n)
+            return NULL;
+        if (atomic_compare_exchange_strong_explicit(cp, &c, n, memory_order_acq_rel,
+                                                    memory_order_acquire)) {
+            atomic_fetch_add_explicit(&be->mem.bytes, (long)(ORPH_CHUNK * sizeof *n),
+                                      memory_order_relaxed);
+            c = n;
+        } else {
+            free(n);
+        }
+    }
+    return &c[s % ORPH_CHUNK];
+}
+
+static void orph_change(pos_be *be, uint32_t *o, uint32_t s, int delta)
+{
+    uint32_t before = *o;
+    *o = (uint32_t)((int64_t)before + delta);
+    uint64_t bit = UINT64_C(1) << (s % 64);
+    if (before == 0 && *o > 0) {
+        atomic_fetch_or_explicit(&be->untrusted[s / 64], bit, memory_order_relaxed);
+        atomic_fetch_add_explicit(&be->nuntrusted, 1, memory_order_relaxed);
+    } else if (before > 0 && *o == 0) {
+        atomic_fetch_and_explicit(&be->untrusted[s / 64], ~bit, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&be->nuntrusted, 1, memory_order_relaxed);
+    }
+}
+
+static inline int node_has(pnode *n, uint32_t s)
+{
+    return kvix_holders_has(&n->h, n->w, s);
+}
+
+/* ---- backend ops ---- */
+
+static void *pos_create(const kvix_index_opts *opts, kvix_err *err)
+{
+    pos_be *be = aligned_alloc(64, (sizeof(pos_be) + 63) & ~(size_t)63);
+    if (!be) {
+        kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+        return NULL;
+    }
+    memset(be, 0, sizeof *be);
+    be->jump = opts && opts->jump ? opts->jump : JUMP_DEFAULT;
+    if (be->jump > JUMP_MAX)
+        be->jump = JUMP_MAX;
+    be->binsearch = opts ? opts->binsearch : 1;
+    atomic_store(&be->mem.bytes, (long)sizeof *be);
+    for (unsigned i = 0; i < NSHARD; i++) {
+        pthread_mutex_init(&be->shard[i].mu, NULL);
+        ptable *t = table_new(TABLE_MIN, &be->mem);
+        if (!t) {
+            for (unsigned j = 0; j < i; j++)
+                free(atomic_load(&be->shard[j].t));
+            free(be);
+            kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+            return NULL;
+        }
+        atomic_store(&be->shard[i].t, t);
+    }
+    kvix_rcu_writer();
+    return be;
+}
+
+static void pos_destroy(void *vbe)
+{
+    pos_be *be = vbe;
+    if (!be)
+        return;
+    kvix_rcu_barrier(); /* tables and nodes already retired are freed first */
+    for (unsigned i = 0; i < NSHARD; i++) {
+        ptable *t = atomic_load(&be->shard[i].t);
+        for (uint64_t j = 0; j <= t->mask; j++) {
+            pnode *n = atomic_load(&t->s[j].node);
+            if (n && n != TOMB) {
+                kvix_holders_free(&n->h);
+                free(n);
+            }
+        }
+        free(t);
+        pthread_mutex_destroy(&be->shard[i].mu);
+    }
+    for (size_t i = 0; i < KVIX_SLOTS_MAX / ORPH_CHUNK; i++)
+        free(atomic_load(&be->orph[i]));
+    free(be);
+}
+
+static void note_slot(pos_be *be, uint32_t s)
+{
+    uint32_t need = s / 64 + 1, cur = atomic_load_explicit(&be->nw, memory_order_relaxed);
+    while (cur < need &&
+           !atomic_compare_exchange_weak_explicit(&be->nw, &cur, need, memory_order_release,
+                                                  memory_order_relaxed))
+        ;
+}
+
+/* Remove n (found by key) and every ghost ancestor it leaves childless. */
+static void reclaim(pos_be *be, uint32_t pos, uint64_t canon)
+{
+    for (;;) {
+        uint64_t h = key_hash(pos, canon);
+        unsigned si = shard_of(h), pi;
+        pthread_mutex_lock(&be->shard[si].mu);
+        pnode *n = table_find(atomic_load_explicit(&be->shard[si].t, memory_order_relaxed), h,
+                              pos, canon);
+        if (!n || !node_removable(n)) {
+            pthread_mutex_unlock(&be->shard[si].mu);
+            return;
+        }
+        pnode *p = n->parent;
+        if (!p) {
+            shard_remove(&be->shard[si], h, n, &be->mem);
+            pthread_mutex_unlock(&be->shard[si].mu);
+            node_retire(be, n);
+            return;
+        }
+        uint64_t hp = key_hash(p->pos, p->canon);
+        pi = shard_of(hp);
+        if (pi > si) {
+            pthread_mutex_lock(&be->shard[pi].mu);
+        } else if (pi < si) {
+            pthread_mutex_unlock(&be->shard[si].mu);
+            lock2(be, si, pi);
+            n = table_find(atomic_load_explicit(&be->shard[si].t, memory_order_relaxed), h, pos,
+                           canon);
+            /* n's parent never changes once set; a re-made n may have a re-made
+             * parent at the same address, with the same key: still right */
+            if (!n || !node_removable(n) || n->parent != p) {
+                unlock2(be, si, pi);
+                return;
+            }
+        }
+        shard_remove(&be->shard[si], h, n, &be->mem);
+        kid_unlink(p, n);
+        int more = node_removable(p);
+        pos = p->pos;
+        canon = p->canon;
+        unlock2(be, si, pi);
+        node_retire(be, n);
+        if (!more)
+            return;
+    }
+}
+
+static int pos_add(void *vbe, uint32_t pos, uint64_t local, uint64_t canon, uint64_t parent_canon,
+                   uint32_t slot, unsigned tier, kvix_err *err)
+{
+    pos_be *be = vbe;
+    if (slot >= KVIX_SLOTS_MAX || tier >= KVIX_MEDIUM_COUNT)
+        return kvix_err_set(err, KVIX_ERANGE, "slot %u or tier %u out of range", slot, tier);
+    kvix_rcu_writer();
+    uint32_t *orph = orph_slot(be, slot);
+    if (!orph)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    note_slot(be, slot);
+    uint64_t h = key_hash(pos, canon);
+    unsigned si = shard_of(h), pi = si;
+    pshard *sh = &be->shard[si];
+    pthread_mutex_lock(&sh->mu);
+    pnode *n = table_find(atomic_load_explicit(&sh->t, memory_order_relaxed), h, pos, canon);
+    if (!n || (pos > 0 && !n->parent)) {
+        /* a new node (or a ghost learning its parent): lock the parent's shard too */
+        uint64_t hp = 0;
+        pthread_mutex_unlock(&sh->mu);
+        if (pos > 0) {
+            hp = key_hash(pos - 1, parent_canon);
+            pi = shard_of(hp);
+        }
+        lock2(be, si, pi);
+        n = table_find(atomic_load_explicit(&sh->t, memory_order_relaxed), h, pos, canon);
+        int made = 0;
+        if (!n) {
+            n = node_new(be, pos, canon, local, atomic_load_explicit(&be->nw, memory_order_relaxed));
+            if (!n || shard_insert(sh, h, n, &be->mem) < 0) {
+                if (n) {
+                    atomic_fetch_sub_explicit(&be->mem.bytes, (long)node_size(n->h.nw),
+                                              memory_order_relaxed);
+                    free(n);
+                }
+                unlock2(be, si, pi);
+                return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+            }
+            made = 1;
+        }
+        if (pos > 0 && !n->parent) {
+            pshard *ps = &be->shard[pi];
+            pnode *p = table_find(atomic_load_explicit(&ps->t, memory_order_relaxed), hp, pos - 1,
+                                  parent_canon);
+            if (!p) { /* a parent nobody holds: a ghost, so holes stay exact */
+                p = node_new(be, pos - 1, parent_canon, 0,
+                             atomic_load_explicit(&be->nw, memory_order_relaxed));
+                if (!p || shard_insert(ps, hp, p, &be->mem) < 0) {
+                    if (p) {
+                        atomic_fetch_sub_explicit(&be->mem.bytes, (long)node_size(p->h.nw),
+                                                  memory_order_relaxed);
+                        free(p);
+                    }
+                    unlock2(be, si, pi);
+                    if (made)
+                        reclaim(be, pos, canon);
+                    return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+                }
+            }
+            kid_link(p, n);
+        }
+        if (pi != si)
+            pthread_mutex_unlock(&be->shard[pi].mu);
+    }
+    /* n's shard lock held; n->parent (if any) is pinned by n */
+    int any_new;
+    uint32_t before = n->h.count;
+    if (kvix_holders_add(&n->h, n->w, slot, tier, atomic_load_explicit(&be->nw, memory_order_relaxed),
+                         &be->mem, &any_new) < 0) {
+        pthread_mutex_unlock(&sh->mu);
+        reclaim(be, pos, canon);
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    }
+    if (any_new) {
+        uint32_t o_before = *orph;
+        if (pos > 0 && !node_has(n->parent, slot))
+            orph_change(be, orph, slot, +1);
+        if (o_before > 0)
+            for (pnode *k = n->kids; k; k = k->next)
+                if (node_has(k, slot))
+                    orph_change(be, orph, slot, -1);
+        if (before == 0)
+            atomic_fetch_add_explicit(&be->unique, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&sh->mu);
+    return KVIX_OK;
+}
+
+static void pos_del(void *vbe, uint32_t pos, uint64_t local, uint64_t canon, uint64_t parent_canon,
+                    uint32_t slot, unsigned tier)
+{
+    pos_be *be = vbe;
+    (void)local;
+    (void)parent_canon;
+    if (slot >= KVIX_SLOTS_MAX || tier >= KVIX_MEDIUM_COUNT)
+        return;
+    kvix_rcu_writer();
+    uint64_t h = key_hash(pos, canon);
+    pshard *sh = &be->shard[shard_of(h)];
+    pthread_mutex_lock(&sh->mu);
+    pnode *n = table_find(atomic_load_explicit(&sh->t, memory_order_relaxed), h, pos, canon);
+    if (!n) {
+        pthread_mutex_unlock(&sh->mu);
+        return;
+    }
+    int gone;
+    kvix_holders_del(&n->h, n->w, slot, tier, &be->mem, &gone);
+    if (gone) {
+        uint32_t *orph = orph_slot(be, slot); /* exists: the slot added this block */
+        if (orph) {
+            if (pos > 0 && (!n->parent || !node_has(n->parent, slot)))
+                orph_change(be, orph, slot, -1);
+            for (pnode *k = n->kids; k; k = k->next)
+                if (node_has(k, slot))
+                    orph_change(be, orph, slot, +1);
+        }
+        if (n->h.count == 0)
+            atomic_fetch_sub_explicit(&be->unique, 1, memory_order_relaxed);
+    }
+    int rm = node_removable(n);
+    pthread_mutex_unlock(&sh->mu);
+    if (rm)
+        reclaim(be, pos, canon);
+}
+
+/* ---- query ---- */
+
+typedef struct qctx {
+    pos_be *be;
+    kvix_qchain *q;
+    kvix_qhits *out;
+    kvix_err *err;
+    uint32_t qw;
+    uint64_t *scratch; /* DEPTH_MAX + 1 sets of qw words for bisection */
+    int rc;
+} qctx;
+
+static inline void node_bits(pnode *n, uint64_t *dst, uint32_t qw)
+{
+    if (n)
+        kvix_bits_load(dst, qw, &n->h, n->w);
+    else
+        memset(dst, 0, qw * sizeof *dst);
+}
+
+static inline pnode *probe(qctx *c, uint32_t pos)
+{
+    return be_find(c->be, pos, kvix_qchain_at(c->q, pos));
+}
+
+static void push_set(qctx *c, const uint64_t *set, uint32_t blocks)
+{
+    for (uint32_t wi = 0; wi < c->qw; wi++) {
+        for (uint64_t v = set[wi]; v; v &= v - 1) {
+            kvix_qhit hit;
+            memset(&hit, 0, sizeof hit);
+            hit.slot = wi * 64 + (uint32_t)__builtin_ctzll(v);
+            hit.blocks = blocks;
+            hit.tier_blocks[KVIX_MEDIUM_GPU] = blocks;
+            if (c->rc == KVIX_OK)
+                c->rc = kvix_qhits_push(c->out, &hit, c->err);
+        }
+    }
+}
+
+/* Slots of d (trusted: monotone) have their match length in [lo, hi]. */
+static void bisect(qctx *c, uint64_t *d, uint32_t lo, uint32_t hi, int depth)
+{
+    uint32_t qw = c->qw;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        uint64_t *d1 = c->scratch + (size_t)depth * qw; /* holders of mid: length in [mid+1, hi] */
+        node_bits(probe(c, mid), d1, qw);
+        int any1 = 0, any0 = 0;
+        for (uint32_t i = 0; i < qw; i++) {
+            d1[i] &= d[i];
+            d[i] &= ~d1[i];
+            any1 |= d1[i] != 0;
+            any0 |= d[i] != 0;
+        }
+        if (any0 && any1) {
+            bisect(c, d1, mid + 1, hi, depth + 1);
+            hi = mid;
+        } else if (any1) {
+            memcpy(d, d1, qw * sizeof *d);
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    push_set(c, d, lo);
+}
+
+/* Slots of d have their match length in [lo, hi]: scan. */
+static void scan(qctx *c, uint64_t *d, uint32_t lo, uint32_t hi)
+{
+    uint64_t *b = c->scratch;
+    for (uint32_t x = lo; x < hi && kvix_bits_any(d, c->qw); x++) {
+        node_bits(probe(c, x), b, c->qw);
+        for (uint32_t i = 0; i < c->qw; i++) {
+            uint64_t out = d[i] & ~b[i];
+            b[i] = out;
+            d[i] &= ~out;
+        }
+        push_set(c, b, x);
+    }
+    push_set(c, d, hi);
+}
+
+/* Per-tier counts: only when some node of this backend has a non-gpu holder. */
+static void count_tiers(qctx *c, size_t first)
+{
+    kvix_qhits *out = c->out;
+    uint32_t maxlen = 0;
+    for (size_t k = first; k < out->n; k++)
+        if (out->v[k].blocks > maxlen)
+            maxlen = out->v[k].blocks;
+    for (uint32_t pos = 0; pos < maxlen; pos++) {
+        pnode *n = probe(c, pos);
+        kvix_tset *ts = n ? atomic_load_explicit(&n->h.tiers, memory_order_acquire) : NULL;
+        if (!ts)
+            continue;
+        for (size_t k = first; k < out->n; k++) {
+            kvix_qhit *hit = &out->v[k];
+            if (hit->blocks <= pos)
+                continue;
+            if (!kvix_tset_has(ts, hit->slot, KVIX_MEDIUM_GPU))
+                hit->tier_blocks[KVIX_MEDIUM_GPU]--;
+            for (unsigned t = 1; t < KVIX_MEDIUM_COUNT; t++)
+                hit->tier_blocks[t] += (uint32_t)kvix_tset_has(ts, hit->slot, t);
+        }
+    }
+}
+
+static int pos_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
+{
+    pos_be *be = vbe;
+    if (q->n == 0)
+        return KVIX_OK;
+    uint32_t n = q->n > UINT32_MAX ? UINT32_MAX : (uint32_t)q->n;
+    kvix_rcu_lock();
+    qctx c = {.be = be, .q = q, .out = out, .err = err, .rc = KVIX_OK};
+    c.qw = atomic_load_explicit(&be->nw, memory_order_acquire);
+    size_t first = out->n;
+    uint64_t stackbuf[16 * (DEPTH_MAX + 5)];
+    uint64_t *buf = stackbuf;
+    size_t need = (size_t)c.qw * (DEPTH_MAX + 5);
+    if (c.qw == 0)
+        goto done;
+    if (need > sizeof stackbuf / sizeof *stackbuf) {
+        buf = malloc(need * sizeof *buf);
+        if (!buf) {
+            c.rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+            goto done;
+        }
+    }
+    uint64_t *cand = buf, *keep = cand + c.qw, *drop = keep + c.qw, *untr = drop + c.qw;
+    c.scratch = untr + c.qw;
+    pnode *n0 = probe(&c, 0);
+    if (!n0)
+        goto done;
+    node_bits(n0, cand, c.qw);
+    int have_untr = atomic_load_explicit(&be->nuntrusted, memory_order_relaxed) > 0;
+    if (have_untr)
+        for (uint32_t i = 0; i < c.qw; i++)
+            untr[i] = atomic_load_explicit(&be->untrusted[i], memory_order_relaxed);
+    uint32_t i = 1, jump = be->jump;
+    while (i < n && kvix_bits_any(cand, c.qw)) {
+        uint32_t step = jump;
+        if (have_untr)
+            for (uint32_t w = 0; w < c.qw; w++)
+                if (cand[w] & untr[w]) {
+                    step = 1; /* an untrusted candidate: the definition, position by position */
+                    break;
+                }
+        uint32_t p = (n - i > step ? i + step : n) - 1;
+        node_bits(probe(&c, p), keep, c.qw);
+        int dropped = 0;
+        for (uint32_t w = 0; w < c.qw; w++) {
+            keep[w] &= cand[w];
+            drop[w] = cand[w] & ~keep[w];
+            dropped |= drop[w] != 0;
+        }
+        if (dropped) {
+            if (p == i)
+                push_set(&c, drop, i);
+            else if (be->binsearch)
+                bisect(&c, drop, i, p, 0);
+            else
+                scan(&c, drop, i, p);
+        }
+        memcpy(cand, keep, c.qw * sizeof *cand);
+        i = p + 1;
+    }
+    push_set(&c, cand, i);
+    if (c.rc == KVIX_OK && out->n > first &&
+        atomic_load_explicit(&be->mem.tiered, memory_order_relaxed) > 0)
+        count_tiers(&c, first);
+done:
+    kvix_rcu_unlock();
+    if (buf != stackbuf)
+        free(buf);
+    return c.rc;
+}
+
+static size_t pos_memory(void *vbe)
+{
+    pos_be *be = vbe;
+    long b = atomic_load(&be->mem.bytes);
+    return b > 0 ? (size_t)b : 0;
+}
+
+static size_t pos_unique(void *vbe)
+{
+    pos_be *be = vbe;
+    long u = atomic_load(&be->unique);
+    return u > 0 ? (size_t)u : 0;
+}
+
+const kvix_backend_ops kvix_backend_positional_ops = {
+    .name = "positional",
+    .create = pos_create,
+    .destroy = pos_destroy,
+    .add = pos_add,
+    .del = pos_del,
+    .query = pos_query,
+    .memory = pos_memory,
+    .unique_blocks = pos_unique,
+};

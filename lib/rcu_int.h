@@ -1,0 +1,72 @@
+/* libkvix private: read-copy-update for the lock-free index backends.
+ *
+ * Flavour: liburcu's default "memb" flavour (urcu.h, -lurcu). Its read-side
+ * lock is a thread-local counter update (membarrier(2) moves the fence cost to
+ * the rare grace period), so a query pays a few nanoseconds for it.
+ *
+ * Registration: every thread that enters a read-side section or retires
+ * memory through these helpers is registered with liburcu lazily, on its first
+ * use, by kvix_rcu_lock/kvix_rcu_writer (a thread-local flag makes the check
+ * one load). A pthread key destructor unregisters the thread when it exits, so
+ * callers (the index front end, tools, tests, benchmarks) do nothing and may
+ * create and join threads freely. Threads must not exit inside a read-side
+ * section.
+ *
+ * ThreadSanitizer does not see liburcu's grace periods (the library is not
+ * instrumented), so under TSan each read-side unlock releases, and each RCU
+ * free callback acquires, one synchronisation address: the happens-before
+ * edge that the grace period really provides.
+ */
+#ifndef KVIX_RCU_INT_H
+#define KVIX_RCU_INT_H
+
+#include <urcu.h>
+
+#if defined(__SANITIZE_THREAD__)
+#define KVIX_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define KVIX_TSAN 1
+#endif
+#endif
+
+#ifdef KVIX_TSAN
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+extern char kvix_rcu_tsan_sync;
+#define KVIX_RCU_TSAN_RELEASE() __tsan_release(&kvix_rcu_tsan_sync)
+#define KVIX_RCU_TSAN_ACQUIRE() __tsan_acquire(&kvix_rcu_tsan_sync)
+#else
+#define KVIX_RCU_TSAN_RELEASE() ((void)0)
+#define KVIX_RCU_TSAN_ACQUIRE() ((void)0)
+#endif
+
+extern __thread int kvix_rcu_registered;
+/* Register the calling thread with liburcu (once per thread). */
+void kvix_rcu_register_slow(void);
+
+static inline void kvix_rcu_writer(void)
+{
+    if (__builtin_expect(!kvix_rcu_registered, 0))
+        kvix_rcu_register_slow();
+}
+
+static inline void kvix_rcu_lock(void)
+{
+    kvix_rcu_writer();
+    rcu_read_lock();
+}
+
+static inline void kvix_rcu_unlock(void)
+{
+    KVIX_RCU_TSAN_RELEASE();
+    rcu_read_unlock();
+}
+
+/* free() the block that starts with head after a grace period (head must be
+ * the first member of a malloc'd block). Call from a registered thread. */
+void kvix_rcu_free(struct rcu_head *head);
+/* Wait for every pending kvix_rcu_free (before freeing a whole backend). */
+void kvix_rcu_barrier(void);
+
+#endif

@@ -1,0 +1,432 @@
+/* Shared by the backend unit tests (test_index_positional*.c,
+ * test_index_radix*.c): an exact model of the backend contract and a random
+ * block forest to drive kvix_backend_ops directly, without the front end.
+ *
+ * The forest has few distinct local hashes, so the same local hash recurs at
+ * the same position under different prefixes (what would make a local-keyed
+ * index promote an entry to "Multi"), and the model's answer is the
+ * definition: for each slot, the first position i where the slot holds the
+ * query's (i, canon_i) in no tier. */
+#ifndef KVIX_TEST_BACKEND_CHECK_H
+#define KVIX_TEST_BACKEND_CHECK_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "index_int.h"
+
+typedef struct bc_node {
+    int parent; /* -1 at position 0 */
+    uint32_t pos;
+    uint64_t local, canon, pcanon;
+} bc_node;
+
+typedef struct bc_model {
+    bc_node *nodes;
+    int nnodes;
+    int nslots;
+    uint8_t *held; /* [slot * nnodes + node]: tier mask */
+    int *rep;      /* first node with the same (pos, canon) */
+} bc_model;
+
+static inline uint64_t bc_rand(uint64_t *s)
+{
+    uint64_t z = (*s += UINT64_C(0x9E3779B97F4A7C15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+/* A forest of nnodes blocks: each new node extends a random earlier one
+ * (mostly the latest, for long chains) or starts a root; locals come from
+ * `alphabet` values. */
+static inline void bc_model_init(bc_model *m, int nnodes, int nslots, unsigned alphabet,
+                                 uint64_t *rng)
+{
+    m->nodes = calloc((size_t)nnodes, sizeof *m->nodes);
+    m->nnodes = nnodes;
+    m->nslots = nslots;
+    m->held = calloc((size_t)nnodes * (size_t)nslots, 1);
+    for (int k = 0; k < nnodes; k++) {
+        bc_node *n = &m->nodes[k];
+        uint64_t r = bc_rand(rng);
+        if (k == 0 || r % 16 == 0)
+            n->parent = -1;
+        else if (r % 16 < 12)
+            n->parent = k - 1;
+        else
+            n->parent = (int)(bc_rand(rng) % (uint64_t)k);
+        n->local = 1000 + bc_rand(rng) % alphabet;
+        if (n->parent < 0) {
+            n->pos = 0;
+            n->canon = n->local;
+            n->pcanon = 0;
+        } else {
+            bc_node *p = &m->nodes[n->parent];
+            n->pos = p->pos + 1;
+            n->pcanon = p->canon;
+            n->canon = kvix_hash_seq_next(p->canon, n->local);
+        }
+    }
+    /* canonical duplicates (same pos and canon reached twice) are one block */
+    m->rep = calloc((size_t)nnodes, sizeof *m->rep);
+    for (int k = 0; k < nnodes; k++) {
+        m->rep[k] = k;
+        for (int j = 0; j < k; j++)
+            if (m->nodes[j].pos == m->nodes[k].pos && m->nodes[j].canon == m->nodes[k].canon) {
+                m->rep[k] = j;
+                break;
+            }
+    }
+}
+
+static inline void bc_model_free(bc_model *m)
+{
+    free(m->nodes);
+    free(m->held);
+    free(m->rep);
+}
+
+static inline int bc_rep(const bc_model *m, int k)
+{
+    return m->rep[k];
+}
+
+static inline int bc_add(const kvix_backend_ops *ops, void *be, bc_model *m, int slot, int k,
+                         unsigned tier)
+{
+    k = bc_rep(m, k);
+    uint8_t *h = &m->held[(size_t)slot * (size_t)m->nnodes + (size_t)k];
+    if (*h & (1u << tier))
+        return 0;
+    bc_node *n = &m->nodes[k];
+    kvix_err err;
+    int rc = ops->add(be, n->pos, n->local, n->canon, n->pcanon, (uint32_t)slot, tier, &err);
+    if (rc == KVIX_OK)
+        *h |= (uint8_t)(1u << tier);
+    return rc;
+}
+
+static inline void bc_del(const kvix_backend_ops *ops, void *be, bc_model *m, int slot, int k,
+                          unsigned tier)
+{
+    k = bc_rep(m, k);
+    uint8_t *h = &m->held[(size_t)slot * (size_t)m->nnodes + (size_t)k];
+    if (!(*h & (1u << tier)))
+        return;
+    bc_node *n = &m->nodes[k];
+    ops->del(be, n->pos, n->local, n->canon, n->pcanon, (uint32_t)slot, tier);
+    *h &= (uint8_t)~(1u << tier);
+}
+
+/* Locals of the path from the root to node k, then `extra` random locals. */
+static inline size_t bc_path(const bc_model *m, int k, uint64_t *local, size_t cap, int extra,
+                             uint64_t *rng)
+{
+    size_t n = m->nodes[k].pos + 1;
+    if (n > cap)
+        return 0;
+    for (int j = k; j >= 0; j = m->nodes[j].parent)
+        local[m->nodes[j].pos] = m->nodes[j].local;
+    for (int e = 0; e < extra && n < cap; e++)
+        local[n++] = 1000 + bc_rand(rng) % 4;
+    return n;
+}
+
+/* The node of (pos, canon), or -1. */
+static inline int bc_find(const bc_model *m, uint32_t pos, uint64_t canon)
+{
+    for (int k = 0; k < m->nnodes; k++)
+        if (m->nodes[k].pos == pos && m->nodes[k].canon == canon)
+            return m->rep[k];
+    return -1;
+}
+
+static int bc_hit_cmp(const void *a, const void *b)
+{
+    const kvix_qhit *x = a, *y = b;
+    return x->slot < y->slot ? -1 : x->slot > y->slot;
+}
+
+/* Run the query on the backend and on the model; 1 when they agree. */
+static inline int bc_query_check(const kvix_backend_ops *ops, void *be, const bc_model *m,
+                                 const uint64_t *local, size_t n, const char *what)
+{
+    uint64_t *canon = calloc(n + 1, sizeof *canon);
+    kvix_qchain q = {local, canon, n, 0};
+    kvix_qhits hits = {0};
+    kvix_err err;
+    int ok = ops->query(be, &q, &hits, &err) == KVIX_OK;
+    qsort(hits.v, hits.n, sizeof *hits.v, bc_hit_cmp);
+    int *at = malloc((n + 1) * sizeof *at);
+    for (size_t i = 0; i < n; i++)
+        at[i] = bc_find(m, (uint32_t)i, kvix_qchain_at(&q, i));
+    size_t hi = 0;
+    for (int s = 0; s < m->nslots && ok; s++) {
+        uint32_t len = 0, tiers[KVIX_MEDIUM_COUNT] = {0};
+        while (len < n) {
+            unsigned t = at[len] < 0 ? 0 : m->held[(size_t)s * (size_t)m->nnodes + (size_t)at[len]];
+            if (!t)
+                break;
+            for (unsigned u = 0; u < KVIX_MEDIUM_COUNT; u++)
+                tiers[u] += t >> u & 1;
+            len++;
+        }
+        if (len == 0) {
+            if (hi < hits.n && hits.v[hi].slot == (uint32_t)s) {
+                printf("#   %s: slot %d: backend says %u blocks, model 0\n", what, s,
+                       hits.v[hi].blocks);
+                ok = 0;
+            }
+            continue;
+        }
+        if (hi >= hits.n || hits.v[hi].slot != (uint32_t)s) {
+            printf("#   %s: slot %d: backend has no hit, model %u blocks\n", what, s, len);
+            ok = 0;
+            continue;
+        }
+        const kvix_qhit *h = &hits.v[hi++];
+        if (h->blocks != len ||
+            memcmp(h->tier_blocks, tiers, sizeof tiers) != 0) {
+            printf("#   %s: slot %d: backend %u blocks (%u/%u/%u/%u), model %u (%u/%u/%u/%u)\n",
+                   what, s, h->blocks, h->tier_blocks[0], h->tier_blocks[1], h->tier_blocks[2],
+                   h->tier_blocks[3], len, tiers[0], tiers[1], tiers[2], tiers[3]);
+            ok = 0;
+        }
+    }
+    if (ok && hi != hits.n) {
+        printf("#   %s: %zu extra hits\n", what, hits.n - hi);
+        ok = 0;
+    }
+    free(hits.v);
+    free(canon);
+    free(at);
+    return ok;
+}
+
+/* ---- scenarios, each run on one backend configuration ---- */
+
+static inline void *bc_create(const kvix_backend_ops *ops, unsigned jump, int binsearch)
+{
+    kvix_index_opts o;
+    memset(&o, 0, sizeof o);
+    o.jump = jump;
+    o.binsearch = binsearch;
+    kvix_err err;
+    void *be = ops->create(&o, &err);
+    CHECK(be != NULL);
+    return be;
+}
+
+/* Query the chain of `len` blocks from locals; compare with the model. */
+static inline int bc_check_locals(const kvix_backend_ops *ops, void *be, const bc_model *m,
+                                  const uint64_t *local, size_t n, const char *what)
+{
+    return CHECK(bc_query_check(ops, be, m, local, n, what));
+}
+
+/* Chains with holes: the jump must not count a slot holding 0..k and j as
+ * matching up to j. */
+static inline void bc_scenario_holes(const kvix_backend_ops *ops, unsigned jump, int binsearch)
+{
+    void *be = bc_create(ops, jump, binsearch);
+    if (!be)
+        return;
+    enum { L = 40 };
+    bc_model m;
+    m.nnodes = L;
+    m.nslots = 4;
+    m.nodes = calloc(L, sizeof *m.nodes);
+    m.held = calloc(L * 4, 1);
+    m.rep = calloc(L, sizeof *m.rep);
+    uint64_t local[L + 3];
+    for (int k = 0; k < L; k++) {
+        bc_node *n = &m.nodes[k];
+        m.rep[k] = k;
+        n->parent = k - 1;
+        n->pos = (uint32_t)k;
+        n->local = local[k] = 500 + (uint64_t)(k % 3); /* locals repeat along the chain */
+        n->pcanon = k ? m.nodes[k - 1].canon : 0;
+        n->canon = k ? kvix_hash_seq_next(n->pcanon, n->local) : n->local;
+    }
+    local[L] = local[L + 1] = local[L + 2] = 501;
+    for (int s = 0; s < 3; s++)
+        for (int k = 0; k < (s == 2 ? 10 : L); k++)
+            CHECK(bc_add(ops, be, &m, s, k, KVIX_MEDIUM_GPU) == KVIX_OK);
+    bc_check_locals(ops, be, &m, local, L + 3, "holes: full chains");
+    bc_del(ops, be, &m, 0, 5, KVIX_MEDIUM_GPU); /* a middle block: slot 0 holds 0..4, 6..39 */
+    bc_check_locals(ops, be, &m, local, L, "holes: middle removed");
+    bc_del(ops, be, &m, 1, 33, KVIX_MEDIUM_GPU);
+    bc_del(ops, be, &m, 1, 17, KVIX_MEDIUM_GPU);
+    bc_check_locals(ops, be, &m, local, L, "holes: two holes");
+    bc_del(ops, be, &m, 0, 0, KVIX_MEDIUM_GPU); /* the root: slot 0 matches nothing */
+    bc_check_locals(ops, be, &m, local, L, "holes: root removed");
+    CHECK(bc_add(ops, be, &m, 0, 0, KVIX_MEDIUM_GPU) == KVIX_OK);
+    CHECK(bc_add(ops, be, &m, 0, 5, KVIX_MEDIUM_GPU) == KVIX_OK);
+    bc_check_locals(ops, be, &m, local, L, "holes: re-stored");
+    /* slot 3: 0..4 then 20..39 without the middle (a parent it never held) */
+    for (int k = 0; k < L; k++)
+        if (k < 5 || k >= 20)
+            CHECK(bc_add(ops, be, &m, 3, k, k % 2 ? KVIX_MEDIUM_CPU : KVIX_MEDIUM_GPU) == KVIX_OK);
+    bc_check_locals(ops, be, &m, local, L, "holes: stored past a gap");
+    for (int k = 5; k < 20; k++)
+        CHECK(bc_add(ops, be, &m, 3, k, KVIX_MEDIUM_DISK) == KVIX_OK);
+    bc_check_locals(ops, be, &m, local, L, "holes: gap filled");
+    for (int k = 0; k < L; k++)
+        for (int s = 0; s < 4; s++)
+            for (unsigned t = 0; t < KVIX_MEDIUM_COUNT; t++)
+                bc_del(ops, be, &m, s, k, t);
+    CHECK_U64(ops->unique_blocks(be), 0);
+    bc_check_locals(ops, be, &m, local, L, "holes: empty");
+    ops->destroy(be);
+    bc_model_free(&m);
+}
+
+/* The same local hashes at the same positions under different prefixes. */
+static inline void bc_scenario_collision(const kvix_backend_ops *ops, unsigned jump, int binsearch)
+{
+    void *be = bc_create(ops, jump, binsearch);
+    if (!be)
+        return;
+    enum { L = 24 };
+    uint64_t a[L], b[L], ca = 0, cb = 0;
+    for (int i = 0; i < L; i++) {
+        a[i] = 7000 + (uint64_t)i;
+        b[i] = i == 0 ? 9999 : a[i]; /* differs only at position 0 */
+    }
+    kvix_err err;
+    for (uint32_t i = 0; i < L; i++) {
+        uint64_t na = i ? kvix_hash_seq_next(ca, a[i]) : a[i];
+        uint64_t nb = i ? kvix_hash_seq_next(cb, b[i]) : b[i];
+        CHECK(ops->add(be, i, a[i], na, ca, 0, KVIX_MEDIUM_GPU, &err) == KVIX_OK);
+        CHECK(ops->add(be, i, b[i], nb, cb, 1, KVIX_MEDIUM_GPU, &err) == KVIX_OK);
+        if (i >= 1) /* slot 2 holds b's blocks 1.. but also a's root: a jump may land on them */
+            CHECK(ops->add(be, i, b[i], nb, cb, 2, KVIX_MEDIUM_GPU, &err) == KVIX_OK);
+        ca = na;
+        cb = nb;
+    }
+    CHECK(ops->add(be, 0, a[0], a[0], 0, 2, KVIX_MEDIUM_GPU, &err) == KVIX_OK);
+    CHECK_U64(ops->unique_blocks(be), 2 * L);
+    uint64_t canon[L];
+    kvix_qchain q = {a, canon, L, 0};
+    kvix_qhits hits = {0};
+    CHECK(ops->query(be, &q, &hits, &err) == KVIX_OK);
+    qsort(hits.v, hits.n, sizeof *hits.v, bc_hit_cmp);
+    CHECK_U64(hits.n, 2);
+    if (hits.n == 2) {
+        CHECK_U64(hits.v[0].slot, 0);
+        CHECK_U64(hits.v[0].blocks, L);
+        CHECK_U64(hits.v[1].slot, 2);
+        CHECK_U64(hits.v[1].blocks, 1);
+    }
+    free(hits.v);
+    ops->destroy(be);
+}
+
+/* Random stores (parent first, like an engine), evictions (any block, so
+ * middle ones too), stray adds of blocks whose parent the slot lacks, tiers,
+ * and slots appearing over time past 64 and 128; every few steps a query is
+ * checked against the model. */
+static inline void bc_scenario_random(const kvix_backend_ops *ops, unsigned jump, int binsearch,
+                                      uint64_t seed, int steps)
+{
+    void *be = bc_create(ops, jump, binsearch);
+    if (!be)
+        return;
+    uint64_t rng = seed;
+    bc_model m;
+    enum { NODES = 500, SLOTS = 150, QMAX = 512 };
+    bc_model_init(&m, NODES, SLOTS, 3, &rng);
+    size_t base = ops->memory(be);
+    uint64_t local[QMAX];
+    int bad = 0;
+    for (int step = 0; step < steps && !bad; step++) {
+        int active = 3 + step * SLOTS / (steps > 0 ? steps : 1);
+        if (active > SLOTS)
+            active = SLOTS;
+        int s = (int)(bc_rand(&rng) % (uint64_t)active);
+        int k = (int)(bc_rand(&rng) % NODES);
+        unsigned r = (unsigned)(bc_rand(&rng) % 100);
+        unsigned tier = r % 7 == 0 ? (unsigned)(bc_rand(&rng) % KVIX_MEDIUM_COUNT) : 0;
+        if (r < 40) {
+            int path[512], np = 0;
+            for (int j = k; j >= 0 && np < 512; j = m.nodes[j].parent)
+                path[np++] = j;
+            while (np > 0)
+                bad |= bc_add(ops, be, &m, s, path[--np], tier) != KVIX_OK;
+        } else if (r < 75) {
+            for (unsigned t = 0; t < KVIX_MEDIUM_COUNT; t++)
+                bc_del(ops, be, &m, s, k, t);
+        } else if (r < 85) {
+            bad |= bc_add(ops, be, &m, s, k, tier) != KVIX_OK;
+        } else {
+            size_t n = bc_path(&m, k, local, QMAX, (int)(bc_rand(&rng) % 3), &rng);
+            char what[64];
+            snprintf(what, sizeof what, "random step %d (jump %u, bs %d)", step, jump, binsearch);
+            if (n && !bc_check_locals(ops, be, &m, local, n, what))
+                bad = 1;
+        }
+    }
+    CHECK(!bad);
+    /* every root-to-node path once more */
+    for (int k = 0; k < NODES && !bad; k += 7) {
+        size_t n = bc_path(&m, k, local, QMAX, 1, &rng);
+        if (n && !bc_check_locals(ops, be, &m, local, n, "random: final"))
+            bad = 1;
+    }
+    for (int s = 0; s < SLOTS; s++)
+        for (int k = 0; k < NODES; k++)
+            for (unsigned t = 0; t < KVIX_MEDIUM_COUNT; t++)
+                bc_del(ops, be, &m, s, k, t);
+    CHECK_U64(ops->unique_blocks(be), 0);
+    /* memory returns: nodes, tier sets and tables are reclaimed; what stays is
+     * the per-slot bookkeeping for the slots seen */
+    size_t after = ops->memory(be);
+    CHECK(after <= base + 4096);
+    if (after > base + 4096)
+        printf("#   memory %zu after removing everything, %zu when empty\n", after, base);
+    ops->destroy(be);
+    bc_model_free(&m);
+}
+
+/* Many blocks, then none: memory goes back down. */
+static inline void bc_scenario_reclaim(const kvix_backend_ops *ops)
+{
+    void *be = bc_create(ops, 0, 1);
+    if (!be)
+        return;
+    size_t base = ops->memory(be);
+    kvix_err err;
+    int n = (int)(20000 * th_scale());
+    for (int round = 0; round < 2; round++) {
+        for (int c = 0; c < n / 50; c++) {
+            uint64_t canon = 0;
+            for (uint32_t i = 0; i < 50; i++) {
+                uint64_t local = (uint64_t)c * 1000 + i + 1, pc = canon;
+                canon = i ? kvix_hash_seq_next(pc, local) : local;
+                CHECK(ops->add(be, i, local, canon, pc, (uint32_t)(c % 300), 0, &err) == 0);
+            }
+        }
+        size_t full = ops->memory(be);
+        CHECK(full > base + (size_t)n * 32);
+        CHECK_U64(ops->unique_blocks(be), (uint64_t)(n / 50) * 50);
+        for (int c = 0; c < n / 50; c++) {
+            uint64_t canon = 0;
+            for (uint32_t i = 0; i < 50; i++) {
+                uint64_t local = (uint64_t)c * 1000 + i + 1, pc = canon;
+                canon = i ? kvix_hash_seq_next(pc, local) : local;
+                ops->del(be, i, local, canon, pc, (uint32_t)(c % 300), 0);
+            }
+        }
+        CHECK_U64(ops->unique_blocks(be), 0);
+        size_t after = ops->memory(be);
+        CHECK(after < base + 8192);
+        if (after >= base + 8192)
+            printf("#   memory %zu full, %zu after, %zu empty\n", full, after, base);
+    }
+    ops->destroy(be);
+}
+
+#endif
