@@ -908,6 +908,13 @@ int main(int argc, char **argv)
         cli_usage_error("--map-file, --replay-endpoint, --replay-buffer and --topic need --pub");
     if (r.pub && r.fmt == KVIX_FMT_MSGPACK)
         cli_usage_error("--format applies to stdout, not to --pub");
+    if (r.pub) { /* endpoints checked before any log is read */
+        char ep[KVIX_ENGINEPUB_ENDPOINT_MAX];
+        pubent probe = {0, 0, NULL, 0};
+        derive_endpoint(r.pub, 0, &probe, ep, sizeof ep, "--pub");
+        if (r.replay_ep)
+            derive_endpoint(r.replay_ep, 0, &probe, ep, sizeof ep, "--replay-endpoint");
+    }
     if (mc.trace && !timing_set)
         r.timing = T_FAST; /* a generator: an hour of trace should not take an hour */
     if (mc.trace && r.pub)

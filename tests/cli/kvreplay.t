@@ -1,0 +1,194 @@
+# kvreplay: the Mooncake generator against an independent simulation, log
+# replay (formats, compression, filters, timing modes), errors and exit codes.
+# The ZMQ publisher is tested in kvreplay_pub.t.
+# shellcheck shell=bash
+. "$(dirname "$0")/lib.sh"
+
+CONV=$SHARED/data/mooncake/conversation_trace.jsonl.xz
+SYN=$SHARED/data/mooncake/synthetic_trace.jsonl.xz
+SIM=$ROOT/tests/tools/mooncake_sim.py
+
+begin "mooncake: counters of a fixed seed are stable (golden)"
+run kvreplay --mooncake "$CONV" --workers 8 --capacity 300 --seed 7 --limit 2000
+expect_rc 0
+golden kvreplay_mooncake_counts err
+assert_eq "$(grep -c '"type":"query"' out)" 2000 "one query per request"
+cp out first
+run kvreplay --mooncake "$CONV" --workers 8 --capacity 300 --seed 7 --limit 2000
+cmp -s out first || fail "a second run with the same seed differs"
+run kvreplay --mooncake "$CONV" --workers 8 --capacity 300 --seed 8 --limit 2000
+cmp -s out first && fail "another seed gives the same log"
+end
+
+# The final caches equal what tests/tools/mooncake_sim.py (written from the
+# documented rules, not from the C code) computes, and the emitted events,
+# applied in order, lead to that same state.
+check_sim() { # trace, kvreplay options...
+    local trace=$1
+    shift
+    run kvreplay -q --mooncake "$trace" "$@" --final-state fs
+    expect_rc 0
+    mv out events
+    "$PY" "$SIM" sim "$trace" "$@" >sim 2>sim.err || fail "mooncake_sim.py sim failed"
+    "$PY" "$SIM" apply events >applied 2>apply.err || fail "events do not apply: $(head -3 apply.err)"
+    [ -s fs ] || fail "empty final state"
+    cmp -s fs sim || fail "final state differs from the python simulation ($*)"
+    cut -d' ' -f1,2 fs | cmp -s - applied || fail "events do not replay to the final state ($*)"
+}
+
+begin "mooncake: random routing matches the independent simulation"
+check_sim "$CONV" --workers 8 --capacity 300 --route random --seed 7 --limit 3000
+check_sim "$SYN" --workers 3 --capacity 500 --route random --seed 1 --limit 1500
+end
+
+begin "mooncake: best-prefix routing matches the independent simulation"
+check_sim "$CONV" --workers 5 --capacity 150 --route best --seed 3 --limit 1500
+check_sim "$SYN" --workers 6 --capacity 400 --route best --seed 11 --limit 1500
+end
+
+begin "mooncake: records as the contract says"
+run kvreplay -q --mooncake "$SYN" --workers 4 --capacity 64 --limit 50 --model llama --tokens
+expect_rc 0
+jq -c 'select(.type=="stored")' out | head -1 >stored
+assert_eq "$(jq -r '.bs' stored)" 512 "block size"
+assert_eq "$(jq -r '.model' stored)" llama "model"
+assert_eq "$(jq -r '[.tokens[] | length] | unique | .[0]' stored)" 512 "tokens per block"
+assert_eq "$(jq -r '.blocks | length' stored)" "$(jq -r '.tokens | length' stored)" "a token list per block"
+# a block's local hash is kvhash's of its 512 tokens
+jq -c '.tokens[0]' stored | kvhash -b 512 -p local >kvh
+assert_eq "$(cat kvh)" "$(jq -r '.blocks[0].local' stored)" "local hash of the first block"
+# queries: local hashes and the line number as id; eids count per worker from 0
+assert_eq "$(jq -r 'select(.type=="query") | .id' out | head -3 | tr '\n' ' ')" "0 1 2 " "query ids"
+jq -r 'select(.eid != null) | "\(.worker) \(.eid)"' out >eids
+awk '{ if ($2 != n[$1]++) bad = 1 } END { exit bad }' eids || fail "eids do not count from 0 per worker"
+# a removed event comes right before the stored event that needed the room
+jq -r 'select(.type!="query") | .type' out | uniq -c | awk '$2=="removed" && $1>1 { bad=1 } END { exit bad }' ||
+    fail "two removed events in a row"
+end
+
+begin "mooncake: partial blocks are skipped"
+printf '%s\n' '{"timestamp": 5, "input_length": 1000, "output_length": 1, "hash_ids": [1, 2]}' \
+    '{"timestamp": 6, "input_length": 100, "output_length": 1, "hash_ids": [3]}' >trace.jsonl
+run kvreplay --mooncake trace.jsonl --workers 1
+expect_rc 0
+assert_eq "$(wc -l <out)" 2 "a query and a stored event for the one whole block"
+assert_eq "$(jq -r 'select(.type=="stored") | .blocks | length' out)" 1 "whole blocks stored"
+assert_eq "$(jq -r 'select(.type=="stored") | .ts' out)" 0.005 "ts in seconds"
+assert_grep "1 skipped" err
+assert_grep "2 partial" err
+end
+
+# A small log for the replay tests.
+kvreplay -q --mooncake "$CONV" --workers 4 --capacity 100 --limit 200 --seed 5 >"${TMPDIR:-/tmp}/kvreplay-log.$$"
+LOG=${TMPDIR:-/tmp}/kvreplay-log.$$
+trap 'rm -f "$LOG"' EXIT
+
+begin "replay: plain, xz, gzip, zstd and msgpack logs give the same records"
+run kvreplay --fast "$LOG"
+expect_rc 0
+cmp -s out "$LOG" || fail "plain replay differs from the log"
+assert_grep "records read, [0-9]+ written" err
+xz -c "$LOG" >log.xz
+gzip -c "$LOG" >log.gz
+zstd -q -c "$LOG" >log.zst
+for f in log.xz log.gz log.zst; do
+    run kvreplay --fast "$f"
+    expect_rc 0
+    cmp -s out "$LOG" || fail "$f replays differently"
+done
+run kvreplay --fast - <log.xz
+cmp -s out "$LOG" || fail "xz on standard input replays differently"
+run kvreplay --fast -f msgpack "$LOG"
+expect_rc 0
+mv out log.mp
+run kvreplay --fast log.mp
+cmp -s out "$LOG" || fail "msgpack round trip differs"
+# two logs are concatenated
+run kvreplay --fast log.gz log.xz
+assert_eq "$(wc -l <out)" "$((2 * $(wc -l <"$LOG")))" "two logs"
+end
+
+begin "replay: timing modes change when, not what"
+run kvreplay -x 100000 "$LOG"
+cmp -s out "$LOG" || fail "--speed changed the records"
+run kvreplay -r 100000 "$LOG"
+cmp -s out "$LOG" || fail "--rate changed the records"
+head -5 "$LOG" >five
+run kvreplay five
+expect_rc 0
+cmp -s out five || fail "recorded speed changed the records"
+end
+
+begin "replay: filters"
+total=$(wc -l <"$LOG")
+run kvreplay --fast --no-queries "$LOG"
+assert_eq "$(wc -l <out)" "$(grep -vc '"query"' "$LOG")" "--no-queries"
+run kvreplay --fast -w 2 "$LOG"
+assert_eq "$(jq -r 'select(.type!="query") | .worker' out | sort -u | tr '\n' ' ')" "2 " "--worker"
+assert_eq "$(grep -c '"query"' out)" "$(grep -c '"query"' "$LOG")" "queries kept by --worker"
+run kvreplay --fast -w 1:0 -w 3 --no-queries "$LOG"
+assert_eq "$(jq -r .worker out | sort -u | tr '\n' ' ')" "1 3 " "two --worker filters"
+run kvreplay --fast -w 1:1 --no-queries "$LOG"
+assert_eq "$(wc -l <out)" 0 "--worker with another dp"
+run kvreplay --fast --since-eid 5 --until-eid 9 --no-queries "$LOG"
+assert_eq "$(jq -r .eid out | sort -un | tr '\n' ' ')" "5 6 7 8 9 " "eid range"
+first=$(jq -r 'select(.ts != null) | .ts' "$LOG" | head -1)
+run kvreplay --fast --until +60 "$LOG"
+want=$(jq -r "select(.ts == null or .ts <= $first + 60) | .ts" "$LOG" | wc -l)
+assert_eq "$(wc -l <out)" "$want" "--until +60"
+run kvreplay --fast --since 30 --until 90 "$LOG"
+assert_eq "$(jq -r 'select(.ts != null) | .ts' out | awk '$1 < 30 || $1 > 90' | wc -l)" 0 "--since/--until absolute"
+# queries carry no ts: time filters keep them
+want=$(jq -r 'select(.ts == null or (.ts >= 30 and .ts <= 90)) | .type' "$LOG" | wc -l)
+assert_eq "$(wc -l <out)" "$want" "records in [30, 90]"
+run kvreplay --fast --since 1970-01-01T00:00:30Z --until 1970-01-01T00:01:30Z "$LOG"
+assert_eq "$(wc -l <out)" "$want" "iso 8601 bounds"
+run kvreplay --fast -n 7 "$LOG"
+assert_eq "$(wc -l <out)" 7 "--limit"
+assert_grep " filtered" err
+[ "$total" -gt 100 ] || fail "log too small"
+end
+
+begin "replay: bad records, missing and damaged files, --strict"
+head -5 "$LOG" >five
+{ head -3 "$LOG"; echo '{"type":"stored","worker":1}'; echo 'nonsense'; sed -n 4,6p "$LOG"; } >bad.ndjson
+run kvreplay --fast bad.ndjson
+expect_rc 1
+assert_eq "$(wc -l <out)" 6 "good records written"
+assert_grep "^kvreplay: bad record at bad.ndjson:4: " err
+assert_grep "^kvreplay: bad record at bad.ndjson:5: " err
+assert_grep "2 rejected" err
+run kvreplay --fast --strict bad.ndjson
+expect_rc 5
+assert_eq "$(wc -l <out)" 3 "records before the stop"
+run kvreplay --fast missing.ndjson five
+expect_rc 3
+assert_grep "cannot open missing.ndjson" err
+assert_eq "$(wc -l <out)" 5 "the other log is still read"
+xz -c "$LOG" | head -c 20000 >trunc.xz
+run kvreplay --fast trunc.xz
+expect_rc 3
+assert_grep "trunc.xz: truncated xz data" err
+[ -s out ] || fail "nothing written before the damage"
+printf '\x1f\x8b\x08\x00garbage-garbage' >bad.gz
+run kvreplay --fast bad.gz
+expect_rc 3
+assert_grep "bad.gz: corrupt gzip data" err
+run kvreplay --fast -q bad.ndjson
+expect_rc 1
+[ -s err ] || fail "-q hides rejections"
+assert_no_grep "records read" err
+end
+
+begin "usage errors exit 2"
+head -5 "$LOG" >five
+for args in "--workers 4 five" "--mooncake x.jsonl five" "--map-file m five" "--pub tcp://127.0.0.1:* -" \
+    "-f yaml five" "--route best" "--since yesterday five" "-w x five" "-x 0 five" \
+    "--pub udp://x five" "--pub tcp://127.0.0.1:* -f msgpack five"; do
+    # shellcheck disable=SC2086
+    run kvreplay $args
+    [ "$rc" = 2 ] || fail "kvreplay $args: exit $rc, expected 2"
+done
+run kvreplay --mooncake missing.jsonl
+expect_rc 3
+end
