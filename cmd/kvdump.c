@@ -1,0 +1,788 @@
+/* kvdump: inspect, verify and diff snapshot files (kvix-snapshot(5)), and
+ * print a snapshot as kvix events.
+ *
+ * Everything works from the file alone: no index is built. A file is verified
+ * whole (magic, version, checksum, internal consistency) before the first
+ * byte of output, so a corrupt snapshot never yields a partial dump. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "kvix/buf.h"
+#include "kvix/event.h"
+#include "kvix/hash.h"
+#include "kvix/snapshot.h"
+#include "kvix/stream.h"
+
+/* Rough bytes kvindex holds per stored (worker, block) entry and per distinct
+ * block of a partition: the figure --stats reports as "memory". */
+#define MEM_PER_ENTRY 48u
+#define MEM_PER_UNIQUE 40u
+
+enum { O_JSON = 'j', O_STATS = 's', O_CHECK = 'c', O_DIFF = 'd', O_QUIET = 'q', O_MODEL = 'm',
+       O_TENANT = 't', O_WORKER = 'w' };
+
+static const cli_opt options[] = {
+    {O_STATS, 's', "stats", NULL, NULL,
+     "print per-partition and per-worker statistics (a table; ndjson with --json)"},
+    {O_JSON, 'j', "json", NULL, NULL, "with --stats: one json object per line"},
+    {O_CHECK, 'c', "check", NULL, NULL, "verify each snapshot: exit 0 if all are sound, 4 if not"},
+    {O_DIFF, 'd', "diff", NULL, NULL,
+     "compare snapshots A and B: exit 0 equal, 1 different, 2 on any error"},
+    {O_QUIET, 'q', "quiet", NULL, NULL, "with --check or --diff: print nothing, only the exit status"},
+    {O_MODEL, 'm', "model", "NAME", NULL, "only this model's partitions (dump and --stats)"},
+    {O_TENANT, 't', "tenant", "NAME", NULL, "only this tenant's partitions (dump and --stats)"},
+    {O_WORKER, 'w', "worker", "ID", NULL, "only this worker (dump and --stats)"},
+    {0, 0, NULL, NULL, NULL, NULL},
+};
+
+static const cli_tool tool = {
+    .name = "kvdump",
+    .usage = "[--stats [--json] | --check | --diff] [options] SNAPSHOT...",
+    .summary = "print a kvix snapshot as events, show its statistics, verify it, or diff two",
+    .opts = options,
+    .operands = "file",
+};
+
+typedef struct filter {
+    const char *model, *tenant;
+    int has_worker;
+    uint64_t worker;
+} filter;
+
+static int wanted(const filter *f, const kvix_snapshot_group *g)
+{
+    if (f->model && strcmp(f->model, g->model) != 0)
+        return 0;
+    if (f->tenant && strcmp(f->tenant, g->tenant) != 0)
+        return 0;
+    if (f->has_worker && f->worker != g->worker)
+        return 0;
+    return 1;
+}
+
+/* ---- output ------------------------------------------------------------- */
+
+static kvix_buf out;
+/* --diff exits 2 on any trouble, as diff(1) does. */
+static int diffing;
+
+static int fail_code(int code)
+{
+    return diffing ? KVIX_EXIT_USAGE : code;
+}
+
+static void out_flush(void)
+{
+    if (out.len && fwrite(out.data, 1, out.len, stdout) != out.len)
+        cli_die(fail_code(KVIX_EXIT_IO), "error writing standard output: %s", strerror(errno));
+    out.len = 0;
+}
+
+static void out_check(int rc, const kvix_err *err)
+{
+    if (rc)
+        cli_die(fail_code(cli_exit_for(rc)), "%s", err->msg);
+    if (out.len >= (1u << 16))
+        out_flush();
+}
+
+static void outf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void outf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    kvix_err err;
+    if (n < 0 || kvix_buf_reserve(&out, (size_t)n, &err))
+        cli_die(fail_code(KVIX_EXIT_SYS), "out of memory");
+    va_start(ap, fmt);
+    vsnprintf(out.data + out.len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    out.len += (size_t)n;
+}
+
+/* A name as a JSON string (jansson does the escaping). */
+static void out_jstr(const char *s)
+{
+    json_t *j = json_string(s);
+    char *t = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+    outf("%s", t ? t : "\"?\"");
+    free(t);
+    json_decref(j);
+}
+
+/* ---- opening -------------------------------------------------------------- */
+
+/* Open a snapshot operand ("-" is stdin). On failure print the reason and
+ * return the library status. */
+static int open_snap(const char *path, kvix_snapshot **s, int quiet)
+{
+    kvix_err err = {0, ""};
+    int rc = strcmp(path, "-") == 0 ? kvix_snapshot_open_fd(s, STDIN_FILENO, "<stdin>", &err)
+                                    : kvix_snapshot_open(s, path, &err);
+    if (rc && !quiet)
+        cli_warn("%s", err.msg);
+    return rc;
+}
+
+static kvix_snapshot *open_or_die(const char *path)
+{
+    kvix_snapshot *s;
+    int rc = open_snap(path, &s, 0);
+    if (rc)
+        exit(cli_finish(cli_exit_for(rc)));
+    return s;
+}
+
+static int is_empty_part(const kvix_snapshot_group *g)
+{
+    return g->worker == UINT64_MAX && g->n == 0 && !g->has_eid;
+}
+
+/* ---- dump ----------------------------------------------------------------- */
+
+/* Events are written one behind, so the last event of a (worker, dp) can
+ * carry its eid: replaying the dump restores it. */
+typedef struct dumper {
+    kvix_event pending;
+    int have_pending;
+} dumper;
+
+static void dump_pending(dumper *d)
+{
+    kvix_err err;
+    if (d->have_pending)
+        out_check(kvix_event_to_json(&d->pending, &out, &err), &err);
+    d->have_pending = 0;
+}
+
+static int dump_event(void *ctx, const kvix_event *ev)
+{
+    dumper *d = ctx;
+    kvix_err err;
+    dump_pending(d);
+    out_check(kvix_event_copy(&d->pending, ev, &err), &err);
+    d->have_pending = 1;
+    return 0;
+}
+
+static int do_dump(const char *path, const filter *f)
+{
+    kvix_snapshot *s = open_or_die(path);
+    dumper d = {.have_pending = 0};
+    kvix_event_init(&d.pending);
+    kvix_event scratch;
+    kvix_event_init(&scratch);
+    kvix_snapshot_group g;
+    kvix_err err;
+    int rc;
+    uint64_t unreplayable = 0;
+    while ((rc = kvix_snapshot_next(s, &g, &err)) == KVIX_OK) {
+        if (is_empty_part(&g) || !wanted(f, &g))
+            continue;
+        size_t orphans = 0;
+        out_check(kvix_snapshot_group_events(&g, &scratch, dump_event, &d, &orphans, &err), &err);
+        unreplayable += orphans;
+        if (g.has_eid && !d.have_pending) {
+            /* Nothing stored, but an eid to restore: a clear is a no-op on
+             * an empty worker and carries it. */
+            kvix_event_reset(&d.pending);
+            d.pending.type = KVIX_EV_CLEARED;
+            d.pending.worker = g.worker;
+            d.pending.dp = g.dp;
+            out_check(kvix_event_set_name(d.pending.model, g.model, strlen(g.model), &err), &err);
+            out_check(kvix_event_set_name(d.pending.tenant, g.tenant, strlen(g.tenant), &err),
+                      &err);
+            d.have_pending = 1;
+        }
+        if (g.has_eid) {
+            d.pending.has_eid = 1;
+            d.pending.eid = g.eid;
+        }
+        dump_pending(&d);
+    }
+    if (rc != KVIX_EOF)
+        cli_die(cli_exit_for(rc), "%s", err.msg);
+    out_flush();
+    if (unreplayable)
+        cli_warn("%" PRIu64 " blocks lie below a parent the worker no longer holds (orphans): "
+                 "they are dumped with that parent, which a replay will reject",
+                 unreplayable);
+    kvix_event_release(&d.pending);
+    kvix_event_release(&scratch);
+    kvix_snapshot_close(s);
+    return KVIX_EXIT_OK;
+}
+
+/* ---- check ---------------------------------------------------------------- */
+
+static int do_check(int n, char **paths, int quiet)
+{
+    int code = KVIX_EXIT_OK;
+    for (int i = 0; i < n; i++) {
+        kvix_snapshot *s;
+        int rc = open_snap(paths[i], &s, quiet);
+        if (rc) {
+            int c = cli_exit_for(rc);
+            if (c > code)
+                code = c;
+            continue;
+        }
+        kvix_snapshot_info info;
+        kvix_snapshot_get_info(s, &info);
+        if (!quiet)
+            outf("%s: ok: version %" PRIu32 ", %" PRIu64 " partitions, %" PRIu64
+                 " workers, %" PRIu64 " blocks, %" PRIu64 " bytes, checksum %016" PRIx64 "\n",
+                 strcmp(paths[i], "-") ? paths[i] : "<stdin>", info.version, info.partitions,
+                 info.groups, info.blocks, info.bytes, info.checksum);
+        kvix_snapshot_close(s);
+    }
+    out_flush();
+    return code;
+}
+
+/* ---- stats ---------------------------------------------------------------- */
+
+typedef struct row {
+    char *model, *tenant; /* owned */
+    uint32_t bs;
+    int is_part, has_eid, has_depth;
+    uint64_t worker;
+    uint32_t dp;
+    uint64_t workers, blocks, unique, depth, eid, memory, orphans;
+    uint64_t tiers[KVIX_MEDIUM_COUNT];
+} row;
+
+typedef struct canon_key {
+    uint32_t pos;
+    uint64_t canon;
+} canon_key;
+
+static int cmp_canon(const void *a, const void *b)
+{
+    const canon_key *x = a, *y = b;
+    if (x->pos != y->pos)
+        return x->pos < y->pos ? -1 : 1;
+    return x->canon < y->canon ? -1 : x->canon > y->canon;
+}
+
+static void *xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q)
+        cli_die(fail_code(KVIX_EXIT_SYS), "out of memory");
+    return q;
+}
+
+static char *xstrdup(const char *s)
+{
+    char *t = strdup(s);
+    if (!t)
+        cli_die(fail_code(KVIX_EXIT_SYS), "out of memory");
+    return t;
+}
+
+typedef struct table {
+    row *rows;
+    size_t n, cap;
+    canon_key *keys; /* the current partition's (position, canonical hash) */
+    size_t nkeys, capkeys;
+    kvix_event scratch;
+} table;
+
+static row *add_row(table *t)
+{
+    if (t->n == t->cap) {
+        t->cap = t->cap ? 2 * t->cap : 64;
+        t->rows = xrealloc(t->rows, t->cap * sizeof *t->rows);
+    }
+    row *r = &t->rows[t->n++];
+    memset(r, 0, sizeof *r);
+    return r;
+}
+
+static void close_part(table *t, size_t part_row)
+{
+    if (part_row == SIZE_MAX)
+        return;
+    row *p = &t->rows[part_row];
+    qsort(t->keys, t->nkeys, sizeof *t->keys, cmp_canon);
+    uint64_t u = 0;
+    for (size_t i = 0; i < t->nkeys; i++)
+        if (i == 0 || cmp_canon(&t->keys[i], &t->keys[i - 1]) != 0)
+            u++;
+    p->unique = u;
+    p->memory = p->blocks * MEM_PER_ENTRY + u * MEM_PER_UNIQUE;
+    t->nkeys = 0;
+}
+
+static int count_events(void *ctx, const kvix_event *ev)
+{
+    (void)ctx, (void)ev;
+    return 0;
+}
+
+static void gather_stats(kvix_snapshot *s, const filter *f, table *t)
+{
+    kvix_snapshot_group g;
+    kvix_err err;
+    int rc;
+    size_t part_row = SIZE_MAX;
+    while ((rc = kvix_snapshot_next(s, &g, &err)) == KVIX_OK) {
+        if (!wanted(f, &g) && !(is_empty_part(&g) && !f->has_worker &&
+                                (!f->model || !strcmp(f->model, g.model)) &&
+                                (!f->tenant || !strcmp(f->tenant, g.tenant))))
+            continue;
+        if (part_row == SIZE_MAX || strcmp(t->rows[part_row].model, g.model) ||
+            strcmp(t->rows[part_row].tenant, g.tenant)) {
+            close_part(t, part_row);
+            row *p = add_row(t);
+            p->is_part = 1;
+            p->model = xstrdup(g.model);
+            p->tenant = xstrdup(g.tenant);
+            p->bs = g.bs;
+            part_row = t->n - 1;
+        }
+        if (is_empty_part(&g))
+            continue;
+        row *r = add_row(t);
+        row *p = &t->rows[part_row];
+        r->model = xstrdup(g.model);
+        r->tenant = xstrdup(g.tenant);
+        r->bs = g.bs;
+        r->worker = g.worker;
+        r->dp = g.dp;
+        r->has_eid = g.has_eid;
+        r->eid = g.eid;
+        r->blocks = g.n;
+        r->has_depth = g.n > 0;
+        r->depth = g.n ? g.blocks[g.n - 1].position : 0;
+        for (size_t i = 0; i < g.n; i++)
+            for (unsigned m = 0; m < KVIX_MEDIUM_COUNT; m++)
+                r->tiers[m] += g.blocks[i].tiers >> m & 1;
+        r->memory = g.n * MEM_PER_ENTRY;
+        size_t orphans = 0;
+        out_check(kvix_snapshot_group_events(&g, &t->scratch, count_events, NULL, &orphans, &err),
+                  &err);
+        r->orphans = orphans;
+        p->orphans += orphans;
+        p->workers++;
+        p->blocks += g.n;
+        if (g.n && (!p->has_depth || r->depth > p->depth))
+            p->depth = r->depth;
+        p->has_depth |= r->has_depth;
+        for (unsigned m = 0; m < KVIX_MEDIUM_COUNT; m++)
+            p->tiers[m] += r->tiers[m];
+        if (t->nkeys + g.n > t->capkeys) {
+            while (t->nkeys + g.n > t->capkeys)
+                t->capkeys = t->capkeys ? 2 * t->capkeys : 1024;
+            t->keys = xrealloc(t->keys, t->capkeys * sizeof *t->keys);
+        }
+        for (size_t i = 0; i < g.n; i++)
+            t->keys[t->nkeys++] = (canon_key){g.blocks[i].position, g.blocks[i].canon};
+        r = NULL; /* rows may move on the next add_row */
+        (void)r;
+    }
+    if (rc != KVIX_EOF)
+        cli_die(cli_exit_for(rc), "%s", err.msg);
+    close_part(t, part_row);
+}
+
+static void stats_json(const table *t, const kvix_snapshot_info *info)
+{
+    for (size_t i = 0; i < t->n; i++) {
+        const row *r = &t->rows[i];
+        outf("{\"scope\":\"%s\",\"model\":", r->is_part ? "partition" : "worker");
+        out_jstr(r->model);
+        outf(",\"tenant\":");
+        out_jstr(r->tenant);
+        outf(",\"bs\":%" PRIu32, r->bs);
+        if (r->is_part)
+            outf(",\"workers\":%" PRIu64, r->workers);
+        else
+            outf(",\"worker\":%" PRIu64 ",\"dp\":%" PRIu32, r->worker, r->dp);
+        outf(",\"blocks\":%" PRIu64, r->blocks);
+        if (r->is_part)
+            outf(",\"unique_blocks\":%" PRIu64, r->unique);
+        outf(",\"orphans\":%" PRIu64, r->orphans);
+        if (r->has_depth)
+            outf(",\"depth\":%" PRIu64, r->depth);
+        else
+            outf(",\"depth\":null");
+        outf(",\"tiers\":{");
+        for (unsigned m = 0; m < KVIX_MEDIUM_COUNT; m++)
+            outf("%s\"%s\":%" PRIu64, m ? "," : "", kvix_medium_name((int)m), r->tiers[m]);
+        outf("}");
+        if (!r->is_part) {
+            if (r->has_eid)
+                outf(",\"eid\":%" PRIu64, r->eid);
+            else
+                outf(",\"eid\":null");
+        }
+        outf(",\"memory\":%" PRIu64 "}\n", r->memory);
+    }
+    outf("{\"scope\":\"file\",\"version\":%" PRIu32 ",\"partitions\":%" PRIu64
+         ",\"workers\":%" PRIu64 ",\"blocks\":%" PRIu64 ",\"bytes\":%" PRIu64
+         ",\"checksum\":\"%016" PRIx64 "\"}\n",
+         info->version, info->partitions, info->groups, info->blocks, info->bytes,
+         info->checksum);
+}
+
+#define NCOLS 14
+
+static void human_bytes(uint64_t b, char *dst, size_t cap)
+{
+    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)b;
+    unsigned u = 0;
+    while (v >= 1024 && u < 4) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(dst, cap, "%" PRIu64 " B", b);
+    else
+        snprintf(dst, cap, "%.1f %s", v, unit[u]);
+}
+
+static void stats_table(const table *t, const kvix_snapshot_info *info)
+{
+    static const char *head[NCOLS] = {"model", "tenant", "bs", "worker", "dp", "blocks",
+                                      "unique", "depth", "gpu", "cpu", "disk", "external",
+                                      "eid", "orphans"};
+    /* The last column, memory, is not padded. */
+    size_t nrows = t->n + 1;
+    char(*cell)[NCOLS + 1][KVIX_NAME_MAX] = calloc(nrows, sizeof *cell);
+    if (!cell)
+        cli_die(fail_code(KVIX_EXIT_SYS), "out of memory");
+    for (int c = 0; c < NCOLS; c++)
+        snprintf(cell[0][c], KVIX_NAME_MAX, "%s", head[c]);
+    snprintf(cell[0][NCOLS], KVIX_NAME_MAX, "memory");
+    for (size_t i = 0; i < t->n; i++) {
+        const row *r = &t->rows[i];
+        char(*c)[KVIX_NAME_MAX] = cell[i + 1];
+        snprintf(c[0], KVIX_NAME_MAX, "%s", r->model);
+        snprintf(c[1], KVIX_NAME_MAX, "%s", r->tenant);
+        snprintf(c[2], KVIX_NAME_MAX, "%" PRIu32, r->bs);
+        if (r->is_part) {
+            snprintf(c[3], KVIX_NAME_MAX, "*%" PRIu64, r->workers);
+            snprintf(c[4], KVIX_NAME_MAX, "-");
+            snprintf(c[6], KVIX_NAME_MAX, "%" PRIu64, r->unique);
+            snprintf(c[12], KVIX_NAME_MAX, "-");
+        } else {
+            snprintf(c[3], KVIX_NAME_MAX, "%" PRIu64, r->worker);
+            snprintf(c[4], KVIX_NAME_MAX, "%" PRIu32, r->dp);
+            snprintf(c[6], KVIX_NAME_MAX, "-");
+            if (r->has_eid)
+                snprintf(c[12], KVIX_NAME_MAX, "%" PRIu64, r->eid);
+            else
+                snprintf(c[12], KVIX_NAME_MAX, "-");
+        }
+        snprintf(c[5], KVIX_NAME_MAX, "%" PRIu64, r->blocks);
+        if (r->has_depth)
+            snprintf(c[7], KVIX_NAME_MAX, "%" PRIu64, r->depth);
+        else
+            snprintf(c[7], KVIX_NAME_MAX, "-");
+        for (unsigned m = 0; m < KVIX_MEDIUM_COUNT; m++)
+            snprintf(c[8 + m], KVIX_NAME_MAX, "%" PRIu64, r->tiers[m]);
+        snprintf(c[13], KVIX_NAME_MAX, "%" PRIu64, r->orphans);
+        human_bytes(r->memory, c[NCOLS], KVIX_NAME_MAX);
+    }
+    size_t w[NCOLS] = {0};
+    for (size_t i = 0; i < nrows; i++)
+        for (int c = 0; c < NCOLS; c++) {
+            size_t l = strlen(cell[i][c]);
+            if (l > w[c])
+                w[c] = l;
+        }
+    for (size_t i = 0; i < nrows; i++) {
+        for (int c = 0; c < NCOLS; c++) {
+            /* Names left-aligned, numbers right-aligned. */
+            if (c < 2)
+                outf("%-*s  ", (int)w[c], cell[i][c]);
+            else
+                outf("%*s  ", (int)w[c], cell[i][c]);
+        }
+        outf("%s\n", cell[i][NCOLS]);
+    }
+    char size[32];
+    human_bytes(info->bytes, size, sizeof size);
+    outf("\n%" PRIu64 " partitions, %" PRIu64 " workers, %" PRIu64
+         " blocks; file %s, format version %" PRIu32 ", checksum %016" PRIx64 "\n",
+         info->partitions, info->groups, info->blocks, size, info->version, info->checksum);
+    free(cell);
+}
+
+static int do_stats(const char *path, const filter *f, int json)
+{
+    kvix_snapshot *s = open_or_die(path);
+    kvix_snapshot_info info;
+    kvix_snapshot_get_info(s, &info);
+    table t = {0};
+    kvix_event_init(&t.scratch);
+    gather_stats(s, f, &t);
+    if (json)
+        stats_json(&t, &info);
+    else
+        stats_table(&t, &info);
+    out_flush();
+    for (size_t i = 0; i < t.n; i++) {
+        free(t.rows[i].model);
+        free(t.rows[i].tenant);
+    }
+    free(t.rows);
+    free(t.keys);
+    kvix_event_release(&t.scratch);
+    kvix_snapshot_close(s);
+    return KVIX_EXIT_OK;
+}
+
+/* ---- diff ----------------------------------------------------------------- */
+
+typedef struct side {
+    kvix_snapshot *s;
+    kvix_snapshot_group g;
+    int more;
+} side;
+
+static void side_next(side *x)
+{
+    kvix_err err;
+    int rc = kvix_snapshot_next(x->s, &x->g, &err);
+    if (rc && rc != KVIX_EOF)
+        cli_die(KVIX_EXIT_USAGE, "%s", err.msg);
+    x->more = rc == KVIX_OK;
+}
+
+static int cmp_key(const kvix_snapshot_group *a, const kvix_snapshot_group *b)
+{
+    int c = strcmp(a->model, b->model);
+    if (!c)
+        c = strcmp(a->tenant, b->tenant);
+    if (c)
+        return c;
+    if (a->worker != b->worker)
+        return a->worker < b->worker ? -1 : 1;
+    if (a->dp != b->dp)
+        return a->dp < b->dp ? -1 : 1;
+    return 0;
+}
+
+static int cmp_block(const kvix_block_info *a, const kvix_block_info *b)
+{
+    if (a->position != b->position)
+        return a->position < b->position ? -1 : 1;
+    if (a->engine != b->engine)
+        return a->engine < b->engine ? -1 : 1;
+    if (a->local != b->local)
+        return a->local < b->local ? -1 : 1;
+    if (a->parent != b->parent)
+        return a->parent < b->parent ? -1 : 1;
+    if (a->parent_canon != b->parent_canon)
+        return a->parent_canon < b->parent_canon ? -1 : 1;
+    if (a->tiers != b->tiers)
+        return a->tiers < b->tiers ? -1 : 1;
+    return 0;
+}
+
+static void out_block(const kvix_block_info *b, int first)
+{
+    char l[17], e[17], p[17];
+    kvix_hex64(b->local, l);
+    kvix_hex64(b->engine, e);
+    kvix_hex64(b->parent, p);
+    outf("%s{\"position\":%" PRIu32 ",\"local\":\"%s\",\"seq\":\"%s\",\"parent\":", first ? "" : ",",
+         b->position, l, e);
+    if (b->position)
+        outf("\"%s\"", p);
+    else
+        outf("null");
+    outf(",\"tiers\":[");
+    int k = 0;
+    for (unsigned m = 0; m < KVIX_MEDIUM_COUNT; m++)
+        if (b->tiers >> m & 1)
+            outf("%s\"%s\"", k++ ? "," : "", kvix_medium_name((int)m));
+    outf("]}");
+}
+
+typedef struct diff_totals {
+    uint64_t differing, only_a, only_b;
+} diff_totals;
+
+/* Blocks of a (or b) not in the other, as a JSON array; returns the count. */
+static uint64_t out_only(const kvix_snapshot_group *a, const kvix_snapshot_group *b, int print)
+{
+    size_t i = 0, j = 0;
+    uint64_t k = 0;
+    size_t nb = b ? b->n : 0;
+    if (print)
+        outf("[");
+    while (i < (a ? a->n : 0)) {
+        int c = j < nb ? cmp_block(&a->blocks[i], &b->blocks[j]) : -1;
+        if (c < 0) {
+            if (print)
+                out_block(&a->blocks[i], k == 0);
+            k++;
+            i++;
+            if (print && out.len >= (1u << 16))
+                out_flush();
+        } else if (c > 0) {
+            j++;
+        } else {
+            i++;
+            j++;
+        }
+    }
+    if (print)
+        outf("]");
+    return k;
+}
+
+/* Compare one key present in a, b or both. */
+static void diff_group(const kvix_snapshot_group *a, const kvix_snapshot_group *b, int quiet,
+                       diff_totals *t)
+{
+    int same_bs = a && b && a->bs == b->bs;
+    const kvix_snapshot_group *bb = same_bs ? b : NULL, *ab = same_bs ? a : NULL;
+    uint64_t na = out_only(a, bb, 0), nb = out_only(b, ab, 0);
+    int eid_same = a && b && a->has_eid == b->has_eid && (!a->has_eid || a->eid == b->eid);
+    if (same_bs && eid_same && na == 0 && nb == 0)
+        return;
+    t->differing++;
+    t->only_a += na;
+    t->only_b += nb;
+    if (quiet)
+        return;
+    const kvix_snapshot_group *k = a ? a : b;
+    outf("{\"model\":");
+    out_jstr(k->model);
+    outf(",\"tenant\":");
+    out_jstr(k->tenant);
+    if (is_empty_part(k))
+        outf(",\"worker\":null,\"dp\":null");
+    else
+        outf(",\"worker\":%" PRIu64 ",\"dp\":%" PRIu32, k->worker, k->dp);
+    const kvix_snapshot_group *sides[2] = {a, b};
+    for (int s = 0; s < 2; s++) {
+        const kvix_snapshot_group *x = sides[s];
+        if (x)
+            outf(",\"bs_%c\":%" PRIu32, "ab"[s], x->bs);
+        else
+            outf(",\"bs_%c\":null", "ab"[s]);
+        if (x && x->has_eid)
+            outf(",\"eid_%c\":%" PRIu64, "ab"[s], x->eid);
+        else
+            outf(",\"eid_%c\":null", "ab"[s]);
+    }
+    outf(",\"only_a\":");
+    out_only(a, bb, 1);
+    outf(",\"only_b\":");
+    out_only(b, ab, 1);
+    outf("}\n");
+    out_flush();
+}
+
+static int do_diff(const char *pa, const char *pb, int quiet)
+{
+    if (strcmp(pa, "-") == 0 && strcmp(pb, "-") == 0)
+        cli_usage_error("--diff: only one of A and B can be '-'");
+    side a = {0}, b = {0};
+    if (open_snap(pa, &a.s, 0) || open_snap(pb, &b.s, 0))
+        exit(cli_finish(KVIX_EXIT_USAGE));
+    kvix_snapshot_info ia, ib;
+    kvix_snapshot_get_info(a.s, &ia);
+    kvix_snapshot_get_info(b.s, &ib);
+    diff_totals t = {0, 0, 0};
+    side_next(&a);
+    side_next(&b);
+    while (a.more || b.more) {
+        int c = !a.more ? 1 : !b.more ? -1 : cmp_key(&a.g, &b.g);
+        if (c < 0) {
+            diff_group(&a.g, NULL, quiet, &t);
+            side_next(&a);
+        } else if (c > 0) {
+            diff_group(NULL, &b.g, quiet, &t);
+            side_next(&b);
+        } else {
+            diff_group(&a.g, &b.g, quiet, &t);
+            side_next(&a);
+            side_next(&b);
+        }
+    }
+    if (!quiet)
+        outf("{\"summary\":true,\"equal\":%s,\"differing\":%" PRIu64 ",\"only_a\":%" PRIu64
+             ",\"only_b\":%" PRIu64 ",\"blocks_a\":%" PRIu64 ",\"blocks_b\":%" PRIu64 "}\n",
+             t.differing ? "false" : "true", t.differing, t.only_a, t.only_b, ia.blocks,
+             ib.blocks);
+    out_flush();
+    kvix_snapshot_close(a.s);
+    kvix_snapshot_close(b.s);
+    return t.differing ? KVIX_EXIT_REJECTED : KVIX_EXIT_OK;
+}
+
+/* ---- main ----------------------------------------------------------------- */
+
+int main(int argc, char **argv)
+{
+    cli_init(&tool);
+    kvix_buf_init(&out);
+    int stats = 0, json = 0, check = 0, diff = 0, quiet = 0;
+    filter f = {NULL, NULL, 0, 0};
+    const char *arg;
+    int c;
+    while ((c = cli_next(argc, argv, &arg)) != -1) {
+        switch (c) {
+        case O_STATS: stats = 1; break;
+        case O_JSON: json = 1; break;
+        case O_CHECK: check = 1; break;
+        case O_DIFF: diff = 1; break;
+        case O_QUIET: quiet = 1; break;
+        case O_MODEL: f.model = arg; break;
+        case O_TENANT: f.tenant = arg; break;
+        case O_WORKER:
+            f.has_worker = 1;
+            f.worker = cli_parse_uint(arg, 0, UINT64_MAX, "worker");
+            break;
+        }
+    }
+    int nops = argc - optind;
+    char **ops = argv + optind;
+    if (stats + check + diff > 1)
+        cli_usage_error("--stats, --check and --diff are exclusive");
+    if (json && !stats)
+        cli_usage_error("--json goes with --stats");
+    if (quiet && !check && !diff)
+        cli_usage_error("--quiet goes with --check or --diff");
+    if ((check || diff) && (f.model || f.tenant || f.has_worker))
+        cli_usage_error("--model, --tenant and --worker filter a dump or --stats");
+    int code;
+    if (diff) {
+        diffing = 1;
+        if (nops != 2)
+            cli_usage_error("--diff takes two snapshots, A and B");
+        code = do_diff(ops[0], ops[1], quiet);
+    } else if (check) {
+        if (nops < 1)
+            cli_usage_error("--check takes one or more snapshots");
+        int dash = 0;
+        for (int i = 0; i < nops; i++)
+            dash += strcmp(ops[i], "-") == 0;
+        if (dash > 1)
+            cli_usage_error("standard input ('-') can be read only once");
+        code = do_check(nops, ops, quiet);
+    } else {
+        if (nops != 1)
+            cli_usage_error("expected one snapshot (or '-' for standard input)");
+        code = stats ? do_stats(ops[0], &f, json) : do_dump(ops[0], &f);
+    }
+    kvix_buf_release(&out);
+    return cli_finish(code);
+}
