@@ -1209,8 +1209,8 @@ static const kvix_backend_ops *backend_ops(kvix_backend b)
 {
     switch (b) {
     case KVIX_BACKEND_REFERENCE: return &kvix_backend_reference_ops;
-    case KVIX_BACKEND_POSITIONAL:
-    case KVIX_BACKEND_RADIX: break;
+    case KVIX_BACKEND_POSITIONAL: return &kvix_backend_positional_ops;
+    case KVIX_BACKEND_RADIX: return &kvix_backend_radix_ops;
     }
     return NULL;
 }
