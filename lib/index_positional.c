@@ -92,13 +92,8 @@ static void rcu_free_cb(struct rcu_head *head)
 void kvix_rcu_free(struct rcu_head *head)
 {
     kvix_rcu_writer();
+    KVIX_RCU_TSAN_RELEASE(); /* the writer's last stores to the block come before the free */
     call_rcu(head, rcu_free_cb);
-}
-
-void kvix_rcu_barrier(void)
-{
-    kvix_rcu_writer();
-    rcu_barrier();
 }
 
 /* ---- nodes and shard tables ---- */
@@ -425,7 +420,8 @@ static void pos_destroy(void *vbe)
     pos_be *be = vbe;
     if (!be)
         return;
-    kvix_rcu_barrier(); /* tables and nodes already retired are freed first */
+    /* blocks already retired are freed by their own callbacks: they do not
+     * point back to the backend, so no rcu_barrier() is needed here */
     for (unsigned i = 0; i < NSHARD; i++) {
         ptable *t = atomic_load(&be->shard[i].t);
         for (uint64_t j = 0; j <= t->mask; j++) {

@@ -303,7 +303,6 @@ static void radix_destroy(void *vbe)
     radix_be *be = vbe;
     if (!be)
         return;
-    kvix_rcu_barrier();
     for (size_t i = 0; i < be->idx.cap; i++) {
         rnode *n = be->idx.s[i];
         if (n) {

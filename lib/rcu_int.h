@@ -66,7 +66,5 @@ static inline void kvix_rcu_unlock(void)
 /* free() the block that starts with head after a grace period (head must be
  * the first member of a malloc'd block). Call from a registered thread. */
 void kvix_rcu_free(struct rcu_head *head);
-/* Wait for every pending kvix_rcu_free (before freeing a whole backend). */
-void kvix_rcu_barrier(void);
 
 #endif

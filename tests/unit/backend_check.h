@@ -159,7 +159,8 @@ static inline int bc_query_check(const kvix_backend_ops *ops, void *be, const bc
     kvix_qhits hits = {0};
     kvix_err err;
     int ok = ops->query(be, &q, &hits, &err) == KVIX_OK;
-    qsort(hits.v, hits.n, sizeof *hits.v, bc_hit_cmp);
+    if (hits.n)
+        qsort(hits.v, hits.n, sizeof *hits.v, bc_hit_cmp);
     int *at = malloc((n + 1) * sizeof *at);
     for (size_t i = 0; i < n; i++)
         at[i] = bc_find(m, (uint32_t)i, kvix_qchain_at(&q, i));
@@ -313,7 +314,8 @@ static inline void bc_scenario_collision(const kvix_backend_ops *ops, unsigned j
     kvix_qchain q = {a, canon, L, 0};
     kvix_qhits hits = {0};
     CHECK(ops->query(be, &q, &hits, &err) == KVIX_OK);
-    qsort(hits.v, hits.n, sizeof *hits.v, bc_hit_cmp);
+    if (hits.n)
+        qsort(hits.v, hits.n, sizeof *hits.v, bc_hit_cmp);
     CHECK_U64(hits.n, 2);
     if (hits.n == 2) {
         CHECK_U64(hits.v[0].slot, 0);
@@ -427,6 +429,160 @@ static inline void bc_scenario_reclaim(const kvix_backend_ops *ops)
             printf("#   memory %zu full, %zu after, %zu empty\n", full, after, base);
     }
     ops->destroy(be);
+}
+
+/* ---- concurrent: writers on disjoint slots, queries all the while ---- */
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+typedef struct bc_mt {
+    const kvix_backend_ops *ops;
+    void *be;
+    bc_model *m;
+    int steps, slot0, nslots; /* a writer's slots: slot0 .. slot0 + nslots - 1 */
+    uint64_t seed;
+    const uint64_t *stable; /* the stable slot's chain, held all along by slot 0 */
+    size_t nstable;
+    _Atomic int *writers_left;
+    _Atomic long *bad, *queries;
+} bc_mt;
+
+static void *bc_mt_writer(void *arg)
+{
+    bc_mt *t = arg;
+    uint64_t rng = t->seed;
+    for (int step = 0; step < t->steps; step++) {
+        int s = t->slot0 + (int)(bc_rand(&rng) % (uint64_t)t->nslots);
+        int k = (int)(bc_rand(&rng) % (uint64_t)t->m->nnodes);
+        unsigned r = (unsigned)(bc_rand(&rng) % 100);
+        unsigned tier = r % 5 == 0 ? (unsigned)(bc_rand(&rng) % KVIX_MEDIUM_COUNT) : 0;
+        if (r < 45) {
+            int path[512], np = 0;
+            for (int j = k; j >= 0 && np < 512; j = t->m->nodes[j].parent)
+                path[np++] = j;
+            while (np > 0)
+                if (bc_add(t->ops, t->be, t->m, s, path[--np], tier) != KVIX_OK)
+                    atomic_fetch_add(t->bad, 1);
+        } else if (r < 90) {
+            for (unsigned u = 0; u < KVIX_MEDIUM_COUNT; u++)
+                bc_del(t->ops, t->be, t->m, s, k, u);
+        } else if (bc_add(t->ops, t->be, t->m, s, k, tier) != KVIX_OK) {
+            atomic_fetch_add(t->bad, 1);
+        }
+    }
+    atomic_fetch_sub(t->writers_left, 1);
+    return NULL;
+}
+
+/* Queries while writers run: the stable slot must always match its whole
+ * chain on gpu; every answer must be well formed. */
+static void *bc_mt_reader(void *arg)
+{
+    bc_mt *t = arg;
+    uint64_t rng = t->seed;
+    uint64_t local[600], canon[600];
+    kvix_qhits hits = {0};
+    kvix_err err;
+    int total = t->m->nslots;
+    uint8_t *seen = calloc((size_t)total, 1);
+    do {
+        size_t n;
+        int stable = bc_rand(&rng) % 2 == 0;
+        if (stable) {
+            memcpy(local, t->stable, t->nstable * sizeof *local);
+            n = t->nstable;
+        } else {
+            n = bc_path(t->m, (int)(bc_rand(&rng) % (uint64_t)t->m->nnodes), local, 600, 2, &rng);
+        }
+        kvix_qchain q = {local, canon, n, 0};
+        hits.n = 0;
+        if (t->ops->query(t->be, &q, &hits, &err) != KVIX_OK) {
+            atomic_fetch_add(t->bad, 1);
+            continue;
+        }
+        atomic_fetch_add(t->queries, 1);
+        int found0 = 0;
+        for (size_t i = 0; i < hits.n; i++) {
+            const kvix_qhit *h = &hits.v[i];
+            uint32_t sum = 0;
+            for (unsigned u = 0; u < KVIX_MEDIUM_COUNT; u++)
+                sum += h->tier_blocks[u];
+            if (h->slot >= (uint32_t)total || seen[h->slot] || h->blocks == 0 || h->blocks > n ||
+                sum > KVIX_MEDIUM_COUNT * h->blocks)
+                atomic_fetch_add(t->bad, 1);
+            else
+                seen[h->slot] = 1;
+            if (h->slot == 0) {
+                found0 = 1;
+                if (stable && (h->blocks != n || h->tier_blocks[KVIX_MEDIUM_GPU] != n))
+                    atomic_fetch_add(t->bad, 1);
+            }
+        }
+        for (size_t i = 0; i < hits.n; i++)
+            if (hits.v[i].slot < (uint32_t)total)
+                seen[hits.v[i].slot] = 0;
+        if (stable && !found0)
+            atomic_fetch_add(t->bad, 1);
+    } while (atomic_load(t->writers_left) > 0);
+    free(hits.v);
+    free(seen);
+    return NULL;
+}
+
+static inline void bc_scenario_mt(const kvix_backend_ops *ops, unsigned jump, int binsearch)
+{
+    enum { WRITERS = 3, PER = 24, READERS = 2, NODES = 400 };
+    void *be = bc_create(ops, jump, binsearch);
+    if (!be)
+        return;
+    uint64_t rng = th_seed() ^ 0x5157;
+    bc_model m;
+    bc_model_init(&m, NODES, 1 + WRITERS * PER, 3, &rng);
+    /* the stable chain: the deepest node's path, held by slot 0 on gpu */
+    int deep = 0;
+    for (int k = 0; k < NODES; k++)
+        if (m.nodes[k].pos > m.nodes[deep].pos)
+            deep = k;
+    uint64_t stable[600];
+    size_t nstable = bc_path(&m, deep, stable, 600, 0, &rng);
+    for (int j = deep; j >= 0; j = m.nodes[j].parent)
+        CHECK(bc_add(ops, be, &m, 0, j, KVIX_MEDIUM_GPU) == KVIX_OK);
+    _Atomic int left = WRITERS;
+    _Atomic long bad = 0, queries = 0;
+    bc_mt w[WRITERS], r[READERS];
+    pthread_t tw[WRITERS], tr[READERS];
+    int steps = (int)(20000 * th_scale());
+    for (int i = 0; i < WRITERS + READERS; i++) {
+        bc_mt *t = i < WRITERS ? &w[i] : &r[i - WRITERS];
+        *t = (bc_mt){ops, be, &m, steps, 1 + i * PER, PER, th_seed() + 77 * (uint64_t)i,
+                     stable, nstable, &left, &bad, &queries};
+    }
+    for (int i = 0; i < READERS; i++)
+        pthread_create(&tr[i], NULL, bc_mt_reader, &r[i]);
+    for (int i = 0; i < WRITERS; i++)
+        pthread_create(&tw[i], NULL, bc_mt_writer, &w[i]);
+    for (int i = 0; i < WRITERS; i++)
+        pthread_join(tw[i], NULL);
+    for (int i = 0; i < READERS; i++)
+        pthread_join(tr[i], NULL);
+    CHECK_U64(atomic_load(&bad), 0);
+    CHECK(atomic_load(&queries) > 0);
+    /* quiet again: every answer exact */
+    uint64_t local[600];
+    int wrong = 0;
+    for (int k = 0; k < NODES && !wrong; k += 3) {
+        size_t n = bc_path(&m, k, local, 600, 1, &rng);
+        if (n && !bc_check_locals(ops, be, &m, local, n, "after concurrent writers"))
+            wrong = 1;
+    }
+    for (int s = 0; s < m.nslots; s++)
+        for (int k = 0; k < NODES; k++)
+            for (unsigned t = 0; t < KVIX_MEDIUM_COUNT; t++)
+                bc_del(ops, be, &m, s, k, t);
+    CHECK_U64(ops->unique_blocks(be), 0);
+    ops->destroy(be);
+    bc_model_free(&m);
 }
 
 #endif
