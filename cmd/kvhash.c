@@ -8,9 +8,13 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "cli.h"
 #include "kvix/event.h"
@@ -216,6 +220,72 @@ static int parse_ws(hasher *h, const char *p, const char *end, char *msg, size_t
     h->ntok = n;
     return 0;
 }
+
+#ifdef __SSE2__
+/* Whitespace-separated ints, 64 bytes at a time: SSE2 classifies every byte
+ * as digit or whitespace, so token starts come from a bit mask instead of
+ * from the end of the previous token, and the conversions of consecutive
+ * tokens (scan_uint) overlap in the pipeline. Returns 1 with h->tok filled
+ * when the line is well formed; 0 for anything else, which parse_ws then
+ * judges and explains. */
+static uint64_t classify64(const char *p, uint64_t *ws)
+{
+    const __m128i zero = _mm_set1_epi8('0'), nine = _mm_set1_epi8(9);
+    const __m128i sp = _mm_set1_epi8(' '), tab = _mm_set1_epi8('\t'), cr = _mm_set1_epi8('\r');
+    uint64_t dm = 0, wm = 0;
+    for (int i = 0; i < 4; i++) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * i));
+        __m128i d = _mm_sub_epi8(v, zero);
+        __m128i dig = _mm_cmpeq_epi8(_mm_min_epu8(d, nine), d); /* unsigned d <= 9 */
+        __m128i w = _mm_or_si128(_mm_cmpeq_epi8(v, sp),
+                                 _mm_or_si128(_mm_cmpeq_epi8(v, tab), _mm_cmpeq_epi8(v, cr)));
+        dm |= (uint64_t)(uint16_t)_mm_movemask_epi8(dig) << (16 * i);
+        wm |= (uint64_t)(uint16_t)_mm_movemask_epi8(w) << (16 * i);
+    }
+    *ws = wm;
+    return dm;
+}
+
+static int parse_ws_fast(hasher *h, const char *p, const char *end)
+{
+    uint32_t *t = h->tok;
+    size_t n = 0;
+    const char *resume = p; /* end of the last token converted */
+    uint64_t carry = 0;     /* the previous chunk ended inside a token */
+    int big;
+    for (; end - p >= 64; p += 64) {
+        uint64_t wm, dm = classify64(p, &wm);
+        if ((dm | wm) != ~UINT64_C(0))
+            return 0;
+        uint64_t starts = dm & ~(dm << 1 | carry);
+        carry = dm >> 63;
+        while (starts) {
+            const char *s = p + __builtin_ctzll(starts);
+            starts &= starts - 1;
+            t[n++] = scan_uint(s, end, &resume, &big);
+            if (big)
+                return 0;
+        }
+    }
+    /* the tail, after the last token that may have run past the chunks */
+    if (resume > p)
+        p = resume;
+    while (p < end) {
+        unsigned char c = (unsigned char)*p;
+        if (is_ws(c)) {
+            p++;
+            continue;
+        }
+        if ((unsigned)c - '0' > 9)
+            return 0;
+        t[n++] = scan_uint(p, end, &p, &big);
+        if (big || (p < end && !is_ws((unsigned char)*p)))
+            return 0;
+    }
+    h->ntok = n;
+    return 1;
+}
+#endif
 
 /* ---- JSON ------------------------------------------------------------- */
 
@@ -537,7 +607,11 @@ static int do_line(hasher *h, const char *line, size_t len, char *msg, size_t ca
     } else if (*p == '{') {
         rc = parse_json(h, line, len, &meta, msg, cap);
     } else {
+#ifdef __SSE2__
+        rc = parse_ws_fast(h, p, end) ? 0 : parse_ws(h, p, end, msg, cap);
+#else
         rc = parse_ws(h, p, end, msg, cap);
+#endif
     }
     return rc < 0 ? rc : emit(h, &meta, msg, cap);
 }
@@ -555,9 +629,16 @@ typedef struct input {
 
 enum { LINE_OK, LINE_TOO_LONG, LINE_EOF, LINE_ERROR };
 
-/* Next line into *p, *len (valid until the next call). Pending output is
- * written before every read, so a reader downstream sees each result as soon
- * as its input line was complete. */
+/* Whether a read would return at once. Pending output is written before a
+ * read that could block, so a reader downstream sees each result as soon as
+ * its input line was complete, while a busy input is answered in large writes. */
+static int input_ready(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, 0) == 1;
+}
+
+/* Next line into *p, *len (valid until the next call). */
 static int next_line(hasher *h, input *in, const char **p, size_t *len)
 {
     for (;;) {
@@ -602,7 +683,8 @@ static int next_line(hasher *h, input *in, const char **p, size_t *len)
             in->cap = in->cap ? in->cap * 2 : 256 * 1024;
             in->buf = xrealloc(in->buf, in->cap);
         }
-        out_flush(h);
+        if (h->olen >= (1u << 20) || !input_ready(in->fd))
+            out_flush(h);
         ssize_t n;
         do
             n = read(in->fd, in->buf + in->end, in->cap - in->end);

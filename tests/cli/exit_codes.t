@@ -37,12 +37,16 @@ readme_table() {
         sed -E 's/^\| ([0-9]+) \| (.*) \|$/\1 \2/; s/`//g'
 }
 
-# A man page's EXIT STATUS entries: ".TP / .B N / text" or ".IP N / text",
-# font escapes and \- undone.
+# A man page's EXIT STATUS entries: ".TP / .B N / text", ".IP N / text" or
+# the rows "N<tab>text" of a tbl table; font escapes and \- undone.
 man_table() {
     awk '
         /^\.SH/ { on = ($0 ~ /^\.SH "?EXIT STATUS"?$/); next }
         !on { next }
+        /^\.TS/ { flush(); ts = 1; fmt = 1; next }
+        /^\.TE/ { ts = 0; next }
+        ts && fmt { if ($0 ~ /\.$/) fmt = 0; next }
+        ts { i = index($0, "\t"); if (i) print substr($0, 1, i - 1) " " substr($0, i + 1); next }
         /^\.(TP|PP|P|LP)$/ { flush(); next }
         /^\.B [0-9]+$/ { flush(); code = $2; next }
         /^\.IP [0-9]+/ { flush(); code = $2; next }
