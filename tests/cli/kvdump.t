@@ -1,0 +1,271 @@
+# kvdump: dump, --stats, --check, --diff; round trips through kvindex; a
+# snapshot written by an independent encoder of kvix-snapshot(5); corrupt
+# input refused; exit codes.
+# shellcheck shell=bash
+. "$(dirname "$0")/lib.sh"
+
+# A small state: branches, two tiers, dp ranks, two partitions, a worker
+# left with only an eid.
+events() {
+    cat <<'EOF'
+{"type":"stored","worker":1,"dp":0,"model":"llama","bs":16,"eid":0,"parent":null,"blocks":[{"local":"00000000000000a1","seq":"0000000000000001"},{"local":"00000000000000a2","seq":"0000000000000002"},{"local":"00000000000000a3","seq":"0000000000000003"}]}
+{"type":"stored","worker":1,"dp":0,"model":"llama","bs":16,"eid":1,"parent":"0000000000000001","blocks":[{"local":"00000000000000b2","seq":"0000000000000012"}]}
+{"type":"stored","worker":1,"dp":0,"model":"llama","bs":16,"eid":2,"medium":"cpu","parent":null,"blocks":[{"local":"00000000000000a1","seq":"0000000000000001"},{"local":"00000000000000a2","seq":"0000000000000002"}]}
+{"type":"stored","worker":2,"dp":1,"model":"llama","bs":16,"eid":7,"parent":null,"blocks":[{"local":"00000000000000a1","seq":"0000000000000101"},{"local":"00000000000000a2","seq":"0000000000000102"}]}
+{"type":"stored","worker":3,"dp":0,"model":"qwen","tenant":"acme","bs":4,"eid":9,"parent":null,"blocks":[{"local":"00000000000000c1","seq":"0000000000000201"}]}
+{"type":"cleared","worker":4,"dp":0,"model":"qwen","tenant":"acme","eid":3}
+EOF
+}
+
+# Random stored events (chains that branch, several tiers, dp ranks, eids):
+# a state with no orphan, so a dump replays into an equal index.
+random_events() { # SEED N
+    $PY - "$1" "$2" <<'EOF'
+import json, random, sys
+r = random.Random(int(sys.argv[1]))
+held = {}
+eid = {}
+for i in range(int(sys.argv[2])):
+    w, dp = r.randint(1, 5), r.randint(0, 1)
+    key = (w, dp)
+    blocks = held.setdefault(key, [])
+    parent = None
+    if blocks and r.random() < 0.7:
+        parent = r.choice(blocks)
+    n = r.randint(1, 12)
+    out = []
+    for _ in range(n):
+        seq = r.getrandbits(64)
+        out.append({"local": "%016x" % r.getrandbits(64), "seq": "%016x" % seq})
+    medium = r.choice(["gpu"] * 6 + ["cpu", "disk", "external"])
+    eid[key] = eid.get(key, 0) + r.randint(1, 3)
+    ev = {"type": "stored", "worker": w, "dp": dp, "model": r.choice(["llama", "qwen"]),
+          "bs": 16, "medium": medium, "eid": eid[key],
+          "parent": ("%016x" % parent) if parent is not None else None, "blocks": out}
+    # one model per worker keeps parents in the partition they were stored in
+    ev["model"] = "llama" if w % 2 else "qwen"
+    print(json.dumps(ev, separators=(",", ":")))
+    blocks.extend(int(b["seq"], 16) for b in out)
+    # the same blocks again in another tier now and then
+    if r.random() < 0.2:
+        ev = dict(ev, medium="cpu" if medium != "cpu" else "disk")
+        print(json.dumps(ev, separators=(",", ":")))
+EOF
+}
+
+begin "dump: stable events, one per chain and extra tier, eid on the last"
+events | kvindex -s a.kvix 2>/dev/null
+run kvdump a.kvix
+expect_rc 0
+golden kvdump_events
+assert_eq "$(wc -l <out)" 6 "event lines"
+assert_eq "$(jq -c 'select(.worker==1) | [.medium, .parent, (.blocks|length), .eid]' out | tr '\n' ' ')" \
+    '["gpu",null,3,null] ["cpu",null,2,null] ["gpu","0000000000000001",1,2] ' "worker 1's events"
+assert_eq "$(jq -c 'select(.worker==4) | [.type, .eid]' out)" '["cleared",3]' "an eid without blocks"
+end
+
+begin "dump | kvindex rebuilds the snapshot byte for byte"
+events | kvindex -s a.kvix 2>/dev/null
+kvdump a.kvix | kvindex -s b.kvix 2>/dev/null
+cmp -s a.kvix b.kvix || fail "small state: snapshots differ"
+random_events 7 3000 >ev
+kvindex -s r1.kvix <ev 2>/dev/null
+run kvdump r1.kvix
+expect_rc 0
+mv out d1
+kvindex -s r2.kvix <d1 2>/dev/null
+cmp -s r1.kvix r2.kvix || fail "random state: snapshots differ"
+run kvdump r2.kvix
+cmp -s d1 out || fail "random state: dumps differ"
+[ "$(kvdump --check r1.kvix | grep -o '[0-9]* blocks')" != "0 blocks" ] || fail "empty random state"
+# chains make far fewer events than blocks
+nb=$(jq '.blocks|length' d1 | paste -sd+ | bc)
+nl=$(wc -l <d1)
+[ "$nl" -lt "$nb" ] || fail "$nl events for $nb blocks"
+end
+
+begin "dump reads standard input; filters by model, tenant and worker"
+events | kvindex -s a.kvix 2>/dev/null
+run kvdump - <a.kvix
+expect_rc 0
+golden kvdump_events
+run kvdump --model qwen --tenant acme a.kvix
+assert_eq "$(jq -r .worker out | tr '\n' ' ')" "3 4 " "qwen/acme workers"
+run kvdump -w 2 a.kvix
+assert_eq "$(jq -r '[.worker,.dp]|@csv' out)" "2,1" "worker 2 only"
+run kvdump -m nosuch a.kvix
+expect_rc 0
+assert_eq "$(wc -c <out)" 0 "no output for an unknown model"
+end
+
+begin "--stats: an aligned table, and NDJSON with --json"
+events | kvindex -s a.kvix 2>/dev/null
+run kvdump --stats a.kvix
+expect_rc 0
+golden kvdump_stats
+# every row has the same column starts: the header's "blocks" column ends
+# where each number of it ends
+w=$(head -n 1 out | awk '{ print index($0, "blocks") + 5 }')
+awk -v w="$w" 'NF > 5 && NR <= 7 && substr($0, w, 1) !~ /[0-9s]/ { bad = 1 } END { exit bad }' out ||
+    fail "blocks column not aligned"
+run kvdump --stats --json a.kvix
+expect_rc 0
+golden kvdump_stats_json
+jq -e . out >/dev/null || fail "not JSON lines"
+assert_eq "$(jq -c 'select(.scope=="partition") | [.model, .workers, .blocks, .unique_blocks, .depth]' out | tr '\n' ' ')" \
+    '["llama",2,6,4,2] ["qwen",2,1,1,0] ' "partition rows"
+assert_eq "$(jq -c 'select(.scope=="worker" and .worker==1) | [.blocks, .tiers.gpu, .tiers.cpu, .eid, .depth]' out)" \
+    '[4,4,2,2,2]' "worker 1 row"
+assert_eq "$(jq -c 'select(.scope=="file") | [.partitions, .workers, .blocks]' out)" '[2,4,7]' "file row"
+run kvdump --stats --json -w 1 a.kvix
+assert_eq "$(jq -c 'select(.scope!="file") | [.scope, .blocks]' out | tr '\n' ' ')" \
+    '["partition",4] ["worker",4] ' "filtered to worker 1"
+end
+
+begin "--check: sound snapshots, one line each; several files"
+events | kvindex -s a.kvix 2>/dev/null
+random_events 3 200 | kvindex -s b.kvix 2>/dev/null
+run kvdump --check a.kvix b.kvix
+expect_rc 0
+assert_eq "$(wc -l <out)" 2 "lines"
+assert_grep '^a\.kvix: ok: version 1, 2 partitions, 4 workers, 7 blocks, [0-9]+ bytes, checksum [0-9a-f]{16}$'
+run kvdump --check -q a.kvix
+expect_rc 0
+assert_eq "$(wc -c <out)" 0 "quiet"
+run kvdump --check - <a.kvix
+assert_grep '^<stdin>: ok'
+end
+
+begin "corrupt, truncated, foreign and missing snapshots are refused"
+events | kvindex -s a.kvix 2>/dev/null
+size=$(stat -c %s a.kvix)
+cp a.kvix flip.kvix
+printf '\x55' | dd of=flip.kvix bs=1 seek=$((size / 2)) conv=notrunc 2>/dev/null
+head -c $((size - 1)) a.kvix >trunc.kvix
+head -c 10 a.kvix >short.kvix
+cp a.kvix ver.kvix
+printf '\x02' | dd of=ver.kvix bs=1 seek=8 conv=notrunc 2>/dev/null
+events >text.kvix
+: >empty.kvix
+for f in flip trunc short ver text empty; do
+    cp $f.kvix $f.orig
+    for mode in "" --stats --check; do
+        run kvdump $mode $f.kvix
+        expect_rc 4
+        assert_eq "$(wc -c <out)" 0 "$f $mode: no output"
+        assert_grep "^kvdump: $f\.kvix: " err
+    done
+    cmp -s $f.kvix $f.orig || fail "$f changed"
+done
+run kvdump --check flip.kvix
+assert_grep 'checksum mismatch' err
+run kvdump --check trunc.kvix
+assert_grep 'truncated' err
+run kvdump --check ver.kvix
+assert_grep 'unsupported snapshot format version 2' err
+run kvdump --check text.kvix
+assert_grep 'not a kvix snapshot' err
+run kvdump - <flip.kvix
+expect_rc 4
+assert_grep '<stdin>: .*checksum' err
+run kvdump --check a.kvix flip.kvix
+expect_rc 4
+assert_grep '^a\.kvix: ok' out
+run kvdump nosuch.kvix
+expect_rc 3
+assert_grep 'nosuch.kvix: No such file' err
+# kvindex does not save over a snapshot it could not load
+run kvindex -s flip.kvix </dev/null
+expect_rc 4
+cmp -s flip.kvix flip.orig || fail "kvindex overwrote a corrupt snapshot"
+end
+
+begin "a snapshot written from the format description (kvix-snapshot(5)) reads back"
+# An independent encoder, in python, of exactly what the man page says.
+$PY - <<'EOF'
+import struct, xxhash
+def canon(parent_canon, local, pos):
+    if pos == 0:
+        return local
+    return xxhash.xxh3_64_intdigest(struct.pack("<QQ", parent_canon, local), seed=1337)
+body = bytearray(b"KVIXSNAP" + struct.pack("<II", 1, 0))
+body += struct.pack("<IIII", 1, 16, 1, 2) + b"m" + b"t1"
+blocks = [(0, 1, 0xa1, 0x1, 0, 0), (1, 1 | 2, 0xa2, 0x2, 0x1, canon(0, 0xa1, 0))]
+body += struct.pack("<IIQIIQQ", 2, 0, 5, 1, 0, 42, len(blocks))
+for b in blocks:
+    body += struct.pack("<IIQQQQ", *b)
+body += struct.pack("<IIQQQ", 3, 0, 1, 1, len(blocks))
+body += struct.pack("<Q", xxhash.xxh3_64_intdigest(bytes(body), seed=0))
+open("py.kvix", "wb").write(body)
+EOF
+run kvdump --check py.kvix
+expect_rc 0
+assert_grep 'ok: version 1, 1 partitions, 1 workers, 2 blocks, 195 bytes'
+run kvdump py.kvix
+expect_rc 0
+assert_eq "$(jq -c '[.model,.tenant,.worker,.medium,.parent,[.blocks[].seq],.eid]' out | tr '\n' ' ')" \
+    '["m","t1",5,"gpu",null,["0000000000000001","0000000000000002"],null] ["m","t1",5,"cpu","0000000000000001",["0000000000000002"],42] ' \
+    "events"
+# and kvindex loads it and saves the same bytes
+kvdump py.kvix | kvindex -s again.kvix 2>/dev/null
+cmp -s py.kvix again.kvix || fail "kvindex wrote different bytes"
+end
+
+begin "--diff: replicas that diverge by a known set of blocks"
+events >base
+cat base >a.ev
+cat base >b.ev
+# A: worker 1 extends block 3 by two blocks; B: worker 2 gets a new chain and
+# worker 1's eid moves on
+echo '{"type":"stored","worker":1,"dp":0,"model":"llama","bs":16,"eid":2,"parent":"0000000000000003","blocks":[{"local":"00000000000000a4","seq":"0000000000000004"},{"local":"00000000000000a5","seq":"0000000000000005"}]}' >>a.ev
+echo '{"type":"stored","worker":2,"dp":1,"model":"llama","bs":16,"eid":8,"parent":null,"blocks":[{"local":"00000000000000d1","seq":"0000000000000301"}]}' >>b.ev
+echo '{"type":"removed","worker":1,"dp":0,"model":"llama","eid":5,"medium":"cpu","hashes":["0000000000000002"]}' >>b.ev
+kvindex -s a.kvix <a.ev 2>/dev/null
+kvindex -s b.kvix <b.ev 2>/dev/null
+run kvdump --diff a.kvix b.kvix
+expect_rc 1
+golden kvdump_diff
+assert_eq "$(tail -n 1 out | jq -c '[.equal, .differing, .only_a, .only_b]')" '[false,2,3,2]' "summary"
+# worker 1: A has blocks 4 and 5; block 2 changed tiers (both lists); eid 2 vs 5
+assert_eq "$(jq -c 'select(.worker==1) | [[.only_a[].seq], [.only_b[].seq], .eid_a, .eid_b]' out)" \
+    '[["0000000000000002","0000000000000004","0000000000000005"],["0000000000000002"],2,5]' "worker 1"
+assert_eq "$(jq -c 'select(.worker==2) | [[.only_a[].seq], [.only_b[].seq]]' out)" \
+    '[[],["0000000000000301"]]' "worker 2"
+run kvdump --diff b.kvix a.kvix
+expect_rc 1
+assert_eq "$(tail -n 1 out | jq -c '[.only_a, .only_b]')" '[2,3]' "swapped"
+run kvdump --diff -q a.kvix b.kvix
+expect_rc 1
+assert_eq "$(wc -c <out)" 0 "quiet"
+run kvdump --diff a.kvix a.kvix
+expect_rc 0
+assert_eq "$(cat out)" '{"summary":true,"equal":true,"differing":0,"only_a":0,"only_b":0,"blocks_a":9,"blocks_b":9}' "equal"
+cp a.kvix a2.kvix
+run kvdump --diff a.kvix - <a2.kvix
+expect_rc 0
+end
+
+begin "--diff: any error is exit 2, as diff(1)"
+events | kvindex -s a.kvix 2>/dev/null
+head -c 100 a.kvix >bad.kvix
+run kvdump --diff a.kvix bad.kvix
+expect_rc 2
+assert_grep 'bad.kvix: truncated' err
+run kvdump --diff a.kvix nosuch.kvix
+expect_rc 2
+run kvdump --diff a.kvix
+expect_rc 2
+run kvdump --diff - - <a.kvix
+expect_rc 2
+end
+
+begin "usage errors exit 2"
+for args in "" "a b" "--stats --check x" "--json x" "-q x" "--check" "--check -m x y" "-w abc x" "--bogus x"; do
+    # shellcheck disable=SC2086
+    run kvdump $args
+    expect_rc 2
+    assert_grep "^kvdump: " err
+done
+run kvdump --check - - </dev/null
+expect_rc 2
+end
