@@ -75,6 +75,7 @@ enum { SEG_W = 0, SEG_Q = 1 };
 /* ------------------------------------------------------------------ utils */
 
 static int g_tty;
+static double g_load[2]; /* 1-minute load average at the start and at the end */
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...)
@@ -186,6 +187,18 @@ static long rss_now_kb(void)
         fclose(f);
     }
     return res * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static double loadavg(void)
+{
+    double l = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1)
+            l = -1;
+        fclose(f);
+    }
+    return l;
 }
 
 static long rss_peak_kb(void)
@@ -963,99 +976,15 @@ typedef struct bench_opts {
     int verify;
 } bench_opts;
 
-static void run_config(const logdata *lg, const sched *sc, const checksum *ref,
-                       const bench_opts *bo, cfg_result *cr)
-{
-    cr->rss_base_kb = rss_now_kb();
-    cr->ck_ok = 1;
-    run_out ro;
-    for (int i = 0; i < bo->runs; i++) {
-        progress("%s %s %ux%u%s: run %d/%d", cr->bc.label, rule_names[cr->rule], cr->T, cr->R,
-                 cr->submit ? " submit" : "", i + 1, bo->runs);
-        if (replay_run(lg, sc, &cr->bc, cr->T, cr->R, cr->submit, 0, bo->timing, bo->spin,
-                       i == 0, &ro)) {
-            snprintf(cr->err, sizeof cr->err, "%s", ro.err);
-            cr->ck_ok = 0;
-            return;
-        }
-        if (i == 0) {
-            cr->st = ro.st;
-            cr->ck = ro.ck;
-        }
-        if (ref && !checksum_eq(&ro.ck, ref)) {
-            cr->ck_ok = 0;
-            cr->nbad++;
-            cr->ck = ro.ck;
-        }
-        if (ro.err[0] && !cr->err[0])
-            snprintf(cr->err, sizeof cr->err, "%s", ro.err);
-        cr->wall[i] = ro.wall;
-        cr->cpu[i] = ro.cpu;
-        cr->p50[i] = hist_quantile(&ro.h, 0.50);
-        cr->p99[i] = hist_quantile(&ro.h, 0.99);
-        cr->p999[i] = hist_quantile(&ro.h, 0.999);
-        cr->max[i] = (double)ro.h.max;
-        cr->nruns = i + 1;
-    }
-    cr->m_wall = median(cr->wall, cr->nruns);
-    cr->m_cpu = median(cr->cpu, cr->nruns);
-    double ops = (double)lg->ops_total;
-    cr->ops_s = ops / cr->m_wall;
-    cr->ops_cpu_s = cr->m_cpu > 0 ? ops / cr->m_cpu : 0;
-    cr->ev_s = (double)lg->nwrites / cr->m_wall;
-    cr->q_s = (double)lg->nqueries / cr->m_wall;
-    cr->lat50 = median(cr->p50, cr->nruns);
-    cr->lat99 = median(cr->p99, cr->nruns);
-    cr->lat999 = median(cr->p999, cr->nruns);
-    cr->latmax = median(cr->max, cr->nruns);
-
-    if (bo->sweep && lg->ts_ok && sc->span > 0) {
-        double f = bo->sweep_from, spent = 0;
-        int below = 0;
-        while (cr->nsweep < MAX_SWEEP) {
-            double offered = f * cr->ops_s;
-            double speedup = offered * sc->span / ops;
-            double expect = sc->span / speedup;
-            if (spent + expect > bo->sweep_budget && cr->nsweep > 0 && !below)
-                break;
-            progress("%s %s %ux%u: sweep at %.3g block-ops/s", cr->bc.label,
-                     rule_names[cr->rule], cr->T, cr->R, offered);
-            if (replay_run(lg, sc, &cr->bc, cr->T, cr->R, cr->submit, speedup, bo->timing,
-                           bo->spin, 0, &ro))
-                break;
-            if (ref && !checksum_eq(&ro.ck, ref)) {
-                cr->ck_ok = 0;
-                cr->nbad++;
-            }
-            spent += ro.wall;
-            sweep_pt *p = &cr->sweep[cr->nsweep++];
-            p->speedup = speedup;
-            p->offered = ops * speedup / sc->span;
-            p->achieved = ops / ro.wall;
-            p->p99 = hist_quantile(&ro.h, 0.99);
-            if (p->achieved >= bo->threshold * p->offered) {
-                if (!below)
-                    cr->saturation = p->offered;
-            } else if (++below >= 2) {
-                cr->saturated = 1;
-                break;
-            }
-            f *= bo->sweep_step;
-        }
-        if (below)
-            cr->saturated = 1;
-    }
-    cr->rss_peak_kb = rss_peak_kb();
-}
-
-/* Run one configuration in a child process; its result comes back over a
- * pipe. */
-static void run_config_isolated(const logdata *lg, const sched *sc, const checksum *ref,
-                                const bench_opts *bo, cfg_result *cr)
+/* Run fn(ctx, out) in a child process and copy its out (size bytes) back
+ * over a pipe, so each replay has a fresh heap and its own peak RSS; with
+ * --no-fork, here. Returns 0, or -1 with msg set when the child failed. */
+static int in_child(const bench_opts *bo, void (*fn)(void *ctx, void *out), void *ctx, void *out,
+                    size_t size, char *msg, size_t msgsz)
 {
     if (!bo->fork) {
-        run_config(lg, sc, ref, bo, cr);
-        return;
+        fn(ctx, out);
+        return 0;
     }
     int p[2];
     if (pipe(p))
@@ -1066,9 +995,9 @@ static void run_config_isolated(const logdata *lg, const sched *sc, const checks
         die("fork: %s", strerror(errno));
     if (pid == 0) {
         close(p[0]);
-        run_config(lg, sc, ref, bo, cr);
-        const char *b = (const char *)cr;
-        size_t left = sizeof *cr;
+        fn(ctx, out);
+        const char *b = out;
+        size_t left = size;
         while (left) {
             ssize_t w = write(p[1], b, left);
             if (w < 0 && errno == EINTR)
@@ -1081,11 +1010,10 @@ static void run_config_isolated(const logdata *lg, const sched *sc, const checks
         _exit(0);
     }
     close(p[1]);
-    cfg_result tmp;
-    char *b = (char *)&tmp;
+    char *b = out;
     size_t got = 0;
-    while (got < sizeof tmp) {
-        ssize_t r = read(p[0], b + got, sizeof tmp - got);
+    while (got < size) {
+        ssize_t r = read(p[0], b + got, size - got);
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0)
@@ -1094,14 +1022,174 @@ static void run_config_isolated(const logdata *lg, const sched *sc, const checks
     }
     close(p[0]);
     int status = 0;
-    waitpid(pid, &status, 0);
-    if (got == sizeof tmp && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-        *cr = tmp;
-    } else {
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (got == size && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return 0;
+    snprintf(msg, msgsz, "replay process %s %d",
+             WIFSIGNALED(status) ? "killed by signal" : "exited with",
+             WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    return -1;
+}
+
+typedef struct once_ctx {
+    const logdata *lg;
+    const sched *sc;
+    const cfg_result *cr;
+    const bench_opts *bo;
+    int want_stats;
+} once_ctx;
+
+typedef struct once_out {
+    run_out ro;
+    int rc;
+    long rss_base_kb, rss_peak_kb;
+} once_out;
+
+static void once_fn(void *vctx, void *vout)
+{
+    const once_ctx *c = vctx;
+    once_out *o = vout;
+    memset(o, 0, sizeof *o);
+    o->rss_base_kb = rss_now_kb();
+    o->rc = replay_run(c->lg, c->sc, &c->cr->bc, c->cr->T, c->cr->R, c->cr->submit, 0,
+                       c->bo->timing, c->bo->spin, c->want_stats, &o->ro);
+    o->rss_peak_kb = rss_peak_kb();
+}
+
+/* One unpaced run of configuration cr (run number i). */
+static void config_run(const logdata *lg, const sched *sc, const checksum *ref,
+                       const bench_opts *bo, cfg_result *cr, int i)
+{
+    static once_out o;
+    once_ctx ctx = {lg, sc, cr, bo, i == 0};
+    progress("%s %s %ux%u%s: run %d/%d", cr->bc.label, rule_names[cr->rule], cr->T, cr->R,
+             cr->submit ? " submit" : "", i + 1, bo->runs);
+    if (in_child(bo, once_fn, &ctx, &o, sizeof o, cr->err, sizeof cr->err))
+        return;
+    if (o.rc) {
+        snprintf(cr->err, sizeof cr->err, "%s", o.ro.err);
+        return;
+    }
+    const run_out *ro = &o.ro;
+    if (cr->nruns == 0) {
+        cr->st = ro->st;
+        cr->ck = ro->ck;
+        cr->ck_ok = 1;
+        cr->rss_base_kb = o.rss_base_kb;
+        cr->rss_peak_kb = o.rss_peak_kb;
+    }
+    if (ref && !checksum_eq(&ro->ck, ref)) {
         cr->ck_ok = 0;
-        snprintf(cr->err, sizeof cr->err, "child %s %d",
-                 WIFSIGNALED(status) ? "killed by signal" : "exited with",
-                 WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+        cr->nbad++;
+        cr->ck = ro->ck;
+    }
+    if (ro->err[0] && !cr->err[0])
+        snprintf(cr->err, sizeof cr->err, "%s", ro->err);
+    int k = cr->nruns++;
+    cr->wall[k] = ro->wall;
+    cr->cpu[k] = ro->cpu;
+    cr->p50[k] = hist_quantile(&ro->h, 0.50);
+    cr->p99[k] = hist_quantile(&ro->h, 0.99);
+    cr->p999[k] = hist_quantile(&ro->h, 0.999);
+    cr->max[k] = (double)ro->h.max;
+}
+
+static void config_finish(const logdata *lg, cfg_result *cr)
+{
+    if (!cr->nruns)
+        return;
+    cr->m_wall = median(cr->wall, cr->nruns);
+    cr->m_cpu = median(cr->cpu, cr->nruns);
+    double ops = (double)lg->ops_total;
+    cr->ops_s = ops / cr->m_wall;
+    cr->ops_cpu_s = cr->m_cpu > 0 ? ops / cr->m_cpu : 0;
+    cr->ev_s = (double)lg->nwrites / cr->m_wall;
+    cr->q_s = (double)lg->nqueries / cr->m_wall;
+    cr->lat50 = median(cr->p50, cr->nruns);
+    cr->lat99 = median(cr->p99, cr->nruns);
+    cr->lat999 = median(cr->p999, cr->nruns);
+    cr->latmax = median(cr->max, cr->nruns);
+}
+
+typedef struct sweep_ctx {
+    const logdata *lg;
+    const sched *sc;
+    const checksum *ref;
+    const cfg_result *cr;
+    const bench_opts *bo;
+} sweep_ctx;
+
+typedef struct sweep_out {
+    int n, nbad, saturated;
+    double saturation;
+    sweep_pt pts[MAX_SWEEP];
+} sweep_out;
+
+/* Offered load rises from sweep_from x the ceiling by sweep_step a step
+ * until two points fall below threshold x offered, or the budget of paced
+ * time is spent before the knee. */
+static void sweep_fn(void *vctx, void *vout)
+{
+    const sweep_ctx *c = vctx;
+    sweep_out *o = vout;
+    memset(o, 0, sizeof *o);
+    const cfg_result *cr = c->cr;
+    const bench_opts *bo = c->bo;
+    double ops = (double)c->lg->ops_total, span = c->sc->span;
+    double f = bo->sweep_from, spent = 0;
+    int below = 0;
+    run_out *ro = xcalloc(1, sizeof *ro);
+    while (o->n < MAX_SWEEP) {
+        double offered = f * cr->ops_s;
+        double speedup = offered * span / ops;
+        if (spent + span / speedup > bo->sweep_budget && o->n > 0 && !below)
+            break;
+        progress("%s %s %ux%u: sweep at %.3g M block-ops/s", cr->bc.label, rule_names[cr->rule],
+                 cr->T, cr->R, offered / 1e6);
+        if (replay_run(c->lg, c->sc, &cr->bc, cr->T, cr->R, cr->submit, speedup, bo->timing,
+                       bo->spin, 0, ro))
+            break;
+        if (c->ref && !checksum_eq(&ro->ck, c->ref))
+            o->nbad++;
+        spent += ro->wall;
+        sweep_pt *p = &o->pts[o->n++];
+        p->speedup = speedup;
+        p->offered = ops * speedup / span;
+        p->achieved = ops / ro->wall;
+        p->p99 = hist_quantile(&ro->h, 0.99);
+        if (p->achieved >= bo->threshold * p->offered) {
+            if (!below)
+                o->saturation = p->offered;
+        } else if (++below >= 2) {
+            break;
+        }
+        f *= bo->sweep_step;
+    }
+    o->saturated = below > 0;
+    free(ro);
+}
+
+static void config_sweep(const logdata *lg, const sched *sc, const checksum *ref,
+                         const bench_opts *bo, cfg_result *cr)
+{
+    if (!cr->nruns || !lg->ts_ok || sc->span <= 0)
+        return;
+    static sweep_out o;
+    sweep_ctx ctx = {lg, sc, ref, cr, bo};
+    char msg[KVIX_ERR_MSG_MAX];
+    if (in_child(bo, sweep_fn, &ctx, &o, sizeof o, msg, sizeof msg)) {
+        snprintf(cr->err, sizeof cr->err, "sweep: %.200s", msg);
+        cr->ck_ok = 0;
+        return;
+    }
+    cr->nsweep = o.n;
+    memcpy(cr->sweep, o.pts, sizeof o.pts);
+    cr->saturation = o.saturation;
+    cr->saturated = o.saturated;
+    if (o.nbad) {
+        cr->ck_ok = 0;
+        cr->nbad += o.nbad;
     }
 }
 
@@ -1142,7 +1230,9 @@ static void print_tables(const logdata *lg, const cfg_result *cr, int n, const c
                    ", %" PRIu64 " rejected writes.\n",
                    rule_names[ru], refs[ru].pairs, refs[ru].sum, refs[ru].hash, refs[ru].rejects);
     }
-    printf("\n");
+    printf("\nMachine load (1-minute load average, %ld cores): %.2f at the start, %.2f at the "
+           "end.\n\n",
+           sysconf(_SC_NPROCESSORS_ONLN), g_load[0], g_load[1]);
     /* One table per (rule, threads, mode), in first-appearance order. */
     int done[MAX_CONFIGS * RULE_COUNT * MAX_THREADCFG] = {0};
     for (int i = 0; i < n; i++) {
@@ -1213,8 +1303,9 @@ static void write_json(const char *path, const char *cmdline, const logdata *lg,
     json_object_set_new(root, "tool", json_string(PROG));
     json_object_set_new(root, "command", json_string(cmdline));
     json_object_set_new(root, "machine",
-                        json_pack("{s:i,s:s,s:s}", "cores", (int)sysconf(_SC_NPROCESSORS_ONLN),
-                                  "kernel", u.release, "arch", u.machine));
+                        json_pack("{s:i,s:s,s:s,s:[f,f]}", "cores",
+                                  (int)sysconf(_SC_NPROCESSORS_ONLN), "kernel", u.release, "arch",
+                                  u.machine, "loadavg_start_end", g_load[0], g_load[1]));
     json_object_set_new(
         root, "input",
         json_pack("{s:s,s:s,s:I,s:I,s:I,s:{s:I,s:I,s:I,s:I,s:I}}", "name", lg->name, "format",
@@ -1506,6 +1597,7 @@ int main(int argc, char **argv)
         snprintf(cmdline + l, sizeof cmdline - l, "%s%s", i ? " " : "", argv[i]);
     }
 
+    g_load[0] = loadavg();
     logdata lg;
     memset(&lg, 0, sizeof lg);
     double tl = now_mono();
@@ -1548,15 +1640,29 @@ int main(int argc, char **argv)
                 continue;
             sched_lanes(&sc[ru], &lg, tc[t][0]);
             const bconf *bl = bcs[t > 0];
-            for (int b = 0; b < nbc[t > 0]; b++) {
-                cfg_result *c = &cr[ncr++];
+            const checksum *ref = bo.verify ? &refs[ru] : NULL;
+            cfg_result *grp = &cr[ncr];
+            int ng = nbc[t > 0];
+            for (int b = 0; b < ng; b++) {
+                cfg_result *c = &grp[b];
                 memset(c, 0, sizeof *c);
                 c->bc = bl[b];
                 c->rule = ru;
                 c->T = tc[t][0];
                 c->R = tc[t][1];
                 c->submit = submit;
-                bench_opts bo2 = bo;
+            }
+            ncr += ng;
+            /* Runs interleaved across backends, so a change of machine load
+             * hits them all alike. */
+            for (int i = 0; i < bo.runs; i++)
+                for (int b = 0; b < ng; b++)
+                    if (!grp[b].err[0] || grp[b].nruns)
+                        config_run(&lg, &sc[ru], ref, &bo, &grp[b], i);
+            for (int b = 0; b < ng; b++) {
+                cfg_result *c = &grp[b];
+                config_finish(&lg, c);
+                int sw = bo.sweep;
                 if (sweep_only) {
                     char buf[1024];
                     int hit = 0;
@@ -1564,33 +1670,35 @@ int main(int argc, char **argv)
                     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
                          tok = strtok_r(NULL, ",", &save))
                         hit |= !strcmp(tok, bl[b].spec);
-                    bo2.sweep = bo.sweep && hit;
+                    sw = sw && hit;
                 }
-                run_config_isolated(&lg, &sc[ru], bo.verify ? &refs[ru] : NULL, &bo2, c);
+                if (sw)
+                    config_sweep(&lg, &sc[ru], ref, &bo, c);
                 if (c->err[0] && !c->nruns) {
                     bad = 1;
                     warnx_("ERROR: %s, rule %s, %ux%u: %s", c->bc.label, rule_names[ru], c->T,
                            c->R, c->err);
                 } else if (!c->ck_ok) {
                     bad = 1;
-                    warnx_("CHECKSUM MISMATCH: %s, rule %s, %ux%u: %" PRIu64 " pairs, sum %" PRIu64
-                           ", hash %016" PRIx64 ", %" PRIu64 " rejects, %" PRIu64
-                           " failed queries (sequential: %" PRIu64 ", %" PRIu64 ", %016" PRIx64
-                           ", %" PRIu64 ", %" PRIu64 ")%s%s",
-                           c->bc.label, rule_names[ru], c->T, c->R, c->ck.pairs, c->ck.sum,
-                           c->ck.hash, c->ck.rejects, c->ck.qerrs, refs[ru].pairs, refs[ru].sum,
-                           refs[ru].hash, refs[ru].rejects, refs[ru].qerrs, c->err[0] ? ": " : "",
-                           c->err);
+                    warnx_("CHECKSUM MISMATCH: %s, rule %s, %ux%u (%d runs of %d): %" PRIu64
+                           " pairs, sum %" PRIu64 ", hash %016" PRIx64 ", %" PRIu64
+                           " rejects, %" PRIu64 " failed queries (sequential: %" PRIu64
+                           ", %" PRIu64 ", %016" PRIx64 ", %" PRIu64 ", %" PRIu64 ")%s%s",
+                           c->bc.label, rule_names[ru], c->T, c->R, c->nbad, c->nruns + c->nsweep,
+                           c->ck.pairs, c->ck.sum, c->ck.hash, c->ck.rejects, c->ck.qerrs,
+                           refs[ru].pairs, refs[ru].sum, refs[ru].hash, refs[ru].rejects,
+                           refs[ru].qerrs, c->err[0] ? ": " : "", c->err);
                 } else if (!g_tty) {
                     warnx_("%s, rule %s, %ux%u: %.2f M block-ops/s, p99 %.0f ns%s", c->bc.label,
                            rule_names[ru], c->T, c->R, c->ops_s / 1e6, c->lat99,
-                           c->saturation > 0 ? ", swept" : "");
+                           c->nsweep ? ", swept" : "");
                 }
             }
         }
     }
     if (g_tty)
         fputs("\r\033[K", stderr);
+    g_load[1] = loadavg();
 
     print_tables(&lg, cr, ncr, refs, &bo);
     if (json_path)
