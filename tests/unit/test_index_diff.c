@@ -221,7 +221,8 @@ static size_t model_query(int part, const uint64_t *local, size_t n, kvix_score 
             if (s.blocks)
                 out[ns++] = s;
         }
-    qsort(out, ns, sizeof *out, score_cmp);
+    if (ns > 1)
+        qsort(out, ns, sizeof *out, score_cmp);
     return ns;
 }
 
@@ -346,8 +347,10 @@ static int walk_visit(void *ctx, const char *model_name, const char *tenant, uin
         c->tmp_cap = n * 2;
         c->tmp = realloc(c->tmp, c->tmp_cap * sizeof *c->tmp);
     }
-    memcpy(c->tmp, m->v, n * sizeof *m->v);
-    qsort(c->tmp, n, sizeof *c->tmp, blk_cmp);
+    if (n) {
+        memcpy(c->tmp, m->v, n * sizeof *m->v);
+        qsort(c->tmp, n, sizeof *c->tmp, blk_cmp);
+    }
     for (size_t i = 0; i < n; i++) {
         const mblk *e = &c->tmp[i];
         if (b[i].position != e->pos || b[i].engine != e->engine || b[i].local != e->local ||
