@@ -39,6 +39,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
+#include <malloc.h>
 #include <linux/futex.h>
 #include <math.h>
 #include <pthread.h>
@@ -948,6 +949,9 @@ typedef struct cfg_result {
     int submit;
     int nruns;
     double wall[MAX_RUNS], cpu[MAX_RUNS];
+    double cold_wall[MAX_RUNS]; /* the first replay in a fresh process */
+    int ncold;
+    double cold_ops_s;
     double p50[MAX_RUNS], p99[MAX_RUNS], p999[MAX_RUNS], max[MAX_RUNS];
     /* medians */
     double m_wall, m_cpu, ops_s, ops_cpu_s, ev_s, q_s, lat50, lat99, lat999, latmax;
@@ -974,6 +978,7 @@ typedef struct bench_opts {
     int timing;
     int fork;
     int verify;
+    int warm; /* time a second replay in the process, on a warm heap */
 } bench_opts;
 
 /* Run fn(ctx, out) in a child process and copy its out (size bytes) back
@@ -1032,6 +1037,16 @@ static int in_child(const bench_opts *bo, void (*fn)(void *ctx, void *out), void
     return -1;
 }
 
+/* Keep freed memory in the heap: the next replay reuses the pages of the
+ * last one instead of faulting fresh ones in, as a long-running index
+ * whose blocks churn does. */
+static void warm_heap(void)
+{
+    mallopt(M_TRIM_THRESHOLD, INT_MAX);
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TOP_PAD, 64 << 20);
+}
+
 typedef struct once_ctx {
     const logdata *lg;
     const sched *sc;
@@ -1041,7 +1056,8 @@ typedef struct once_ctx {
 } once_ctx;
 
 typedef struct once_out {
-    run_out ro;
+    run_out ro, cold;
+    int have_cold;
     int rc;
     long rss_base_kb, rss_peak_kb;
 } once_out;
@@ -1052,6 +1068,16 @@ static void once_fn(void *vctx, void *vout)
     once_out *o = vout;
     memset(o, 0, sizeof *o);
     o->rss_base_kb = rss_now_kb();
+    if (c->bo->warm) {
+        warm_heap();
+        o->rc = replay_run(c->lg, c->sc, &c->cr->bc, c->cr->T, c->cr->R, c->cr->submit, 0,
+                           c->bo->timing, c->bo->spin, 0, &o->cold);
+        if (o->rc) {
+            o->ro = o->cold;
+            return;
+        }
+        o->have_cold = 1;
+    }
     o->rc = replay_run(c->lg, c->sc, &c->cr->bc, c->cr->T, c->cr->R, c->cr->submit, 0,
                        c->bo->timing, c->bo->spin, c->want_stats, &o->ro);
     o->rss_peak_kb = rss_peak_kb();
@@ -1086,6 +1112,14 @@ static void config_run(const logdata *lg, const sched *sc, const checksum *ref,
     }
     if (ro->err[0] && !cr->err[0])
         snprintf(cr->err, sizeof cr->err, "%s", ro->err);
+    if (o.have_cold) {
+        if (ref && !checksum_eq(&o.cold.ck, ref)) {
+            cr->ck_ok = 0;
+            cr->nbad++;
+            cr->ck = o.cold.ck;
+        }
+        cr->cold_wall[cr->ncold++] = o.cold.wall;
+    }
     int k = cr->nruns++;
     cr->wall[k] = ro->wall;
     cr->cpu[k] = ro->cpu;
@@ -1103,6 +1137,8 @@ static void config_finish(const logdata *lg, cfg_result *cr)
     cr->m_cpu = median(cr->cpu, cr->nruns);
     double ops = (double)lg->ops_total;
     cr->ops_s = ops / cr->m_wall;
+    if (cr->ncold)
+        cr->cold_ops_s = ops / median(cr->cold_wall, cr->ncold);
     cr->ops_cpu_s = cr->m_cpu > 0 ? ops / cr->m_cpu : 0;
     cr->ev_s = (double)lg->nwrites / cr->m_wall;
     cr->q_s = (double)lg->nqueries / cr->m_wall;
@@ -1140,6 +1176,13 @@ static void sweep_fn(void *vctx, void *vout)
     double f = bo->sweep_from, spent = 0;
     int below = 0;
     run_out *ro = xcalloc(1, sizeof *ro);
+    if (bo->warm) {
+        warm_heap();
+        if (replay_run(c->lg, c->sc, &cr->bc, cr->T, cr->R, cr->submit, 0, bo->timing, bo->spin,
+                       0, ro) == 0 &&
+            c->ref && !checksum_eq(&ro->ck, c->ref))
+            o->nbad++;
+    }
     while (o->n < MAX_SWEEP) {
         double offered = f * cr->ops_s;
         double speedup = offered * span / ops;
@@ -1244,10 +1287,10 @@ static void print_tables(const logdata *lg, const cfg_result *cr, int n, const c
                "(ratios: to the reference backend):\n\n",
                rule_names[a->rule], a->T, a->T == 1 ? "" : "s", a->R, a->R == 1 ? "" : "s",
                a->submit ? " (kvix_index_submit pool)" : "", bo->runs);
-        printf("| backend | M block-ops/s | x ref | M block-ops/cpu-s | events/s | queries/s "
-               "| p50 ns | p99 ns | p99.9 ns | max ns | index MiB | B/(worker,block) "
+        printf("| backend | M block-ops/s | x ref | M block-ops/cpu-s | cold M block-ops/s "
+               "| events/s | queries/s | p50 ns | p99 ns | p99.9 ns | max ns | index MiB | B/(worker,block) "
                "| peak RSS MiB | saturation M ops/s | x ref | checksum |\n");
-        printf("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n");
+        printf("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n");
         for (int j = i; j < n; j++) {
             const cfg_result *c = &cr[j];
             if (c->rule != a->rule || c->T != a->T || c->R != a->R || c->submit != a->submit)
@@ -1255,7 +1298,7 @@ static void print_tables(const logdata *lg, const cfg_result *cr, int n, const c
             done[j] = 1;
             if (c->err[0] && !c->nruns) {
                 printf("| %s | error: %s |%s\n", c->bc.label, c->err,
-                       " - | - | - | - | - | - | - | - | - | - | - | - | - | **ERROR** |");
+                       " - | - | - | - | - | - | - | - | - | - | - | - | - | - | **ERROR** |");
                 continue;
             }
             char r1[16], r2[16], sat[32];
@@ -1266,9 +1309,15 @@ static void print_tables(const logdata *lg, const cfg_result *cr, int n, const c
             else
                 snprintf(sat, sizeof sat, "-");
             double bpb = c->st.blocks ? (double)c->st.bytes / (double)c->st.blocks : 0;
-            printf("| %s | %.2f | %s | %.2f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f "
+            char cold[32];
+            if (c->cold_ops_s > 0)
+                snprintf(cold, sizeof cold, "%.2f", c->cold_ops_s / 1e6);
+            else
+                snprintf(cold, sizeof cold, "-");
+            printf("| %s | %.2f | %s | %.2f | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f "
                    "| %.1f | %.1f | %s | %s | %s |\n",
-                   c->bc.label, c->ops_s / 1e6, r1, c->ops_cpu_s / 1e6, c->ev_s, c->q_s, c->lat50,
+                   c->bc.label, c->ops_s / 1e6, r1, c->ops_cpu_s / 1e6, cold, c->ev_s, c->q_s,
+                   c->lat50,
                    c->lat99, c->lat999, c->latmax, (double)c->st.bytes / 1048576.0, bpb,
                    (double)(c->rss_peak_kb - c->rss_base_kb) / 1024.0, sat, r2,
                    !bo->verify ? "unverified" : c->ck_ok ? "ok" : "**MISMATCH**");
@@ -1336,6 +1385,9 @@ static void write_json(const char *path, const char *cmdline, const logdata *lg,
         json_object_set_new(o, "runs", json_integer(c->nruns));
         json_object_set_new(o, "wall_s", darr(c->wall, c->nruns));
         json_object_set_new(o, "cpu_s", darr(c->cpu, c->nruns));
+        json_object_set_new(o, "cold_wall_s", darr(c->cold_wall, c->ncold));
+        json_object_set_new(o, "cold_block_ops_per_s",
+                            c->cold_ops_s > 0 ? json_real(c->cold_ops_s) : json_null());
         json_object_set_new(
             o, "median",
             json_pack("{s:f,s:f,s:f,s:f,s:f,s:f}", "wall_s", c->m_wall, "cpu_s", c->m_cpu,
@@ -1467,6 +1519,8 @@ static void usage(FILE *f)
             "      --sweep-only LIST sweep only these backends (default: all)\n"
             "      --threads-backends LIST  backends for the thread configurations after\n"
             "                        the first (default: the same as -b)\n"
+            "      --cold            time only the first replay of each process (default: a\n"
+            "                        second replay on a warm heap, the first as \"cold\")\n"
             "      --no-verify       no sequential reference replay (profiling): no checksum\n"
             "                        check; query block-ops counted from the records\n"
             "      --spin N          spin iterations before a thread sleeps (default 2000)\n"
@@ -1487,9 +1541,9 @@ int main(int argc, char **argv)
     int rules = 3, submit = 0, quiet = 0;
     bench_opts bo = {.runs = 5, .sweep = 1, .sweep_from = 0.25, .sweep_step = 1.19,
                      .threshold = 0.95, .sweep_budget = 20, .spin = 2000, .timing = 1,
-                     .fork = 1, .verify = 1};
+                     .fork = 1, .verify = 1, .warm = 1};
     enum { O_RULE = 256, O_SUBMIT, O_NOSWEEP, O_FROM, O_STEP, O_BUDGET, O_THRESH, O_SPIN,
-           O_NOTIME, O_NOFORK, O_JSON, O_DAT, O_SWONLY, O_MOREBES, O_NOVERIFY };
+           O_NOTIME, O_NOFORK, O_JSON, O_DAT, O_SWONLY, O_MOREBES, O_NOVERIFY, O_COLD };
     static const struct option lo[] = {
         {"backends", required_argument, 0, 'b'}, {"threads", required_argument, 0, 't'},
         {"writers", required_argument, 0, 'T'},  {"readers", required_argument, 0, 'R'},
@@ -1502,6 +1556,7 @@ int main(int argc, char **argv)
         {"sweep-only", required_argument, 0, O_SWONLY},
         {"threads-backends", required_argument, 0, O_MOREBES},
         {"no-verify", no_argument, 0, O_NOVERIFY},
+        {"cold", no_argument, 0, O_COLD},
         {"spin", required_argument, 0, O_SPIN},  {"no-timing", no_argument, 0, O_NOTIME},
         {"no-fork", no_argument, 0, O_NOFORK},   {"json", required_argument, 0, O_JSON},
         {"dat", required_argument, 0, O_DAT},    {"quiet", no_argument, 0, 'q'},
@@ -1531,6 +1586,7 @@ int main(int argc, char **argv)
         case O_SWONLY: sweep_only = optarg; break;
         case O_MOREBES: more_bes = optarg; break;
         case O_NOVERIFY: bo.verify = 0; break;
+        case O_COLD: bo.warm = 0; break;
         case O_SPIN: bo.spin = atoi(optarg); break;
         case O_NOTIME: bo.timing = 0; break;
         case O_NOFORK: bo.fork = 0; break;
