@@ -102,6 +102,8 @@ typedef struct tracker {
     uint32_t dp;
     endpoint *ep;       /* where its batches come from (for the source registration) */
     bool known;         /* a batch was applied: next is meaningful */
+    bool live_known;    /* live_seq is meaningful */
+    uint64_t live_seq;  /* the last seq seen on the live stream */
     bool resync;        /* after a loss: take the next batch as it comes */
     uint64_t next;      /* seq expected next */
     /* replay */
@@ -380,7 +382,7 @@ static uint64_t get_be64(const unsigned char *p)
 }
 
 static void buffer_push(tracker *t, const batch *b);
-static void on_live(tracker *t, const batch *b);
+static void sequence(tracker *t, const batch *b);
 
 /* Ask for every batch from `from` on. false: it could not even be asked. */
 static bool replay_start(tracker *t, uint64_t from)
@@ -423,7 +425,7 @@ static void drain_held(tracker *t)
     t->buf = NULL;
     t->nbuf = t->capbuf = 0;
     for (size_t i = 0; i < n; i++) {
-        on_live(t, &held[i]);
+        sequence(t, &held[i]);
         free(held[i].data);
     }
     free(held);
@@ -454,7 +456,7 @@ static void buffer_push(tracker *t, const batch *b)
 {
     if (t->nbuf == S.replay_buffer) {
         replay_abort(t, "replay buffer of kvsub full");
-        on_live(t, b);
+        sequence(t, b);
         return;
     }
     if (t->nbuf == t->capbuf) {
@@ -472,12 +474,13 @@ static void restart(tracker *t, const batch *b)
     S.c.restarts++;
     cli_warn("worker %" PRIu64 " dp %" PRIu32 ": seq %" PRIu64 " after %" PRIu64
              ": engine restarted, cleared",
-             t->worker, t->dp, b->seq, t->next - 1);
+             t->worker, t->dp, b->seq, t->live_seq);
     if (t->replaying) {
         replay_close(t);
         buf_clear(t);
     }
     emit_cleared(t);
+    t->known = true;
     t->next = 0; /* the new run counts from 0 */
     t->resync = false;
     if (b->seq == 0) {
@@ -490,16 +493,14 @@ static void restart(tracker *t, const batch *b)
     }
 }
 
-static void on_live(tracker *t, const batch *b)
+/* Put b in order: apply it, hold it while a replay runs, or see a gap. */
+static void sequence(tracker *t, const batch *b)
 {
     if (t->replaying) {
-        if (t->known && b->seq + 1 < t->next) {
-            restart(t, b);
-        } else if (t->known && b->seq < t->next) {
-            S.c.stale++;
-        } else {
+        if (b->seq < t->next)
+            S.c.stale++; /* the replay brought it already */
+        else
             buffer_push(t, b);
-        }
         return;
     }
     if (!t->known || t->resync) {
@@ -507,10 +508,8 @@ static void on_live(tracker *t, const batch *b)
         apply(t, b);
     } else if (b->seq == t->next) {
         apply(t, b);
-    } else if (b->seq + 1 == t->next) {
-        S.c.stale++; /* the same batch again */
     } else if (b->seq < t->next) {
-        restart(t, b);
+        S.c.stale++;
     } else {
         S.c.gaps++;
         if (replay_start(t, t->next)) {
@@ -520,6 +519,27 @@ static void on_live(tracker *t, const batch *b)
             apply(t, b);
         }
     }
+}
+
+/* A batch from the live stream. Within one engine run its seqs only grow,
+ * so a lower one means the engine restarted. */
+static void on_live(tracker *t, const batch *b)
+{
+    if (t->live_known && b->seq == t->live_seq) {
+        S.c.stale++; /* the same batch again */
+        return;
+    }
+    bool back = t->live_known && b->seq < t->live_seq;
+    uint64_t prev = t->live_seq;
+    t->live_known = true;
+    t->live_seq = b->seq;
+    if (back) {
+        t->live_seq = prev; /* for the message */
+        restart(t, b);
+        t->live_seq = b->seq;
+        return;
+    }
+    sequence(t, b);
 }
 
 /* A message from t's replay DEALER: ["", topic, seq, payload] or
@@ -1030,5 +1050,9 @@ int main(int argc, char **argv)
     kvix_buf_release(&S.out1);
     zmq_ctx_term(S.zctx);
     int code = S.c.decode_errors || S.c.bad_frames ? KVIX_EXIT_REJECTED : KVIX_EXIT_OK;
+    if (S.out_broken) { /* the reader left: nothing more to report about stdout */
+        fclose(stdout);
+        return code;
+    }
     return cli_finish(code);
 }

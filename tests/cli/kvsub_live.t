@@ -1,0 +1,254 @@
+#!/usr/bin/env bash
+# kvsub against fake engines (tests/tools/fake_engine.py) on loopback ipc://
+# endpoints in the scratch directory: every scenario ends by reducing kvsub's
+# events to per-(worker, dp) block sets and comparing them with what the
+# engines know a correct subscriber must hold. Each scenario is bounded: the
+# processes run under timeout(1) and waits poll a bounded number of times.
+. "$(dirname "$0")/lib.sh"
+FE=$ROOT/tests/tools/fake_engine.py
+EPIDS=""
+KPID=""
+
+engine() { # engine ARGS...: a fake engine in the background
+    timeout 60 "$PY" "$FE" publish "$@" 2>>engine.err &
+    EPIDS="$EPIDS $!"
+}
+
+sub() { # sub ARGS...: kvsub in the background, output in ./out, ./err
+    timeout 60 kvsub "$@" >out 2>err &
+    KPID=$!
+}
+
+# Wait until kvsub printed the last batch of every engine whose expectation
+# file is named (the engines make their last batch always store something).
+wait_final() {
+    local i
+    for i in $(seq 300); do
+        if "$PY" - "$@" <<'EOF'
+import json, sys
+seen = set()
+for line in open("out"):
+    try:
+        e = json.loads(line)
+    except ValueError:
+        continue
+    if "eid" in e:
+        seen.add((e["worker"], e.get("dp", 0), e["eid"]))
+for f in sys.argv[1:]:
+    try:
+        x = json.load(open(f))
+    except (OSError, ValueError):
+        sys.exit(1)
+    if any(tuple(k) not in seen for k in x["final"]):
+        sys.exit(1)
+EOF
+        then
+            return 0
+        fi
+        sleep 0.1
+    done
+    fail "kvsub did not deliver the engines' last batches"
+    sed 's/^/#     kvsub: /' err | tail -5
+    return 1
+}
+
+stop() { # stop kvsub (status in $rc) and the engines
+    if [ -n "$KPID" ]; then
+        kill -TERM "$KPID" 2>/dev/null
+        wait "$KPID"
+        rc=$?
+        KPID=""
+    fi
+    local p
+    for p in $EPIDS; do
+        kill "$p" 2>/dev/null
+        wait "$p" 2>/dev/null
+    done
+    EPIDS=""
+}
+
+same() { # same EXPECT...: kvsub's events reduce to what the engines expect
+    "$PY" "$FE" compare out "$@" >cmp || {
+        fail "index differs from the engines' state"
+        sed 's/^/#     /' cmp | head -12
+    }
+}
+
+stat_is() { assert_grep "(^| )$1=$2( |$)" err; }
+
+begin "kvsub: normal flow, vLLM map events"
+engine --pub "ipc://$T/pub" --expect exp.json --seed 11
+sub -w "1=ipc://$T/pub"
+wait_final exp.json
+stop
+expect_rc 0
+same exp.json
+stat_is batches 40
+stat_is losses 0
+stat_is gaps 0
+assert_grep '"type":"stored","worker":1,"dp":0,"model":"default"'
+end
+
+for style in array array6 sglang bin; do
+    begin "kvsub: normal flow, $style events"
+    engine --pub "ipc://$T/pub" --style $style --expect exp.json --seed 12
+    sub -w "1=ipc://$T/pub" -m llama -t acme
+    wait_final exp.json
+    stop
+    expect_rc 0
+    same exp.json
+    stat_is losses 0
+    assert_grep '"model":"llama","tenant":"acme"'
+    end
+done
+
+begin "kvsub: dropped batches recovered by replay"
+engine --pub "ipc://$T/pub" --replay "ipc://$T/rep" --drop 0:5,0:6,0:20 --expect exp.json --seed 13
+sub -w "1=ipc://$T/pub" --replay "1=ipc://$T/rep"
+wait_final exp.json
+stop
+expect_rc 0
+same exp.json
+stat_is gaps 2
+stat_is replays 2
+stat_is losses 0
+stat_is cleared_by_kvsub 0
+end
+
+begin "kvsub: dropped batches, older replay format"
+engine --pub "ipc://$T/pub" --replay "ipc://$T/rep" --old-replay --style array --drop 0:3 \
+    --expect exp.json --seed 14
+sub -w "1=ipc://$T/pub" --replay "1=ipc://$T/rep"
+wait_final exp.json
+stop
+expect_rc 0
+same exp.json
+stat_is losses 0
+stat_is replays 1
+end
+
+begin "kvsub: dropped batches without a replay endpoint clear the worker"
+engine --pub "ipc://$T/pub" --drop 0:5,0:6,0:20 --expect exp.json --seed 15
+sub -w "1=ipc://$T/pub"
+wait_final exp.json
+stop
+expect_rc 0
+same exp.json
+stat_is losses 2
+stat_is cleared_by_kvsub 2
+assert_grep 'batches 5\.\.6 lost \(no replay endpoint\)' err
+assert_grep '^\{"type":"cleared","worker":1,"dp":0'
+end
+
+begin "kvsub: a replay buffer that no longer holds the gap"
+engine --pub "ipc://$T/pub" --replay "ipc://$T/rep" --forget 0:7 --drop 0:8 --expect exp.json \
+    --seed 16
+sub -w "1=ipc://$T/pub" --replay "1=ipc://$T/rep"
+wait_final exp.json
+stop
+expect_rc 0
+same exp.json
+stat_is losses 1
+stat_is replays 1
+assert_grep 'replay buffer starts later' err
+end
+
+begin "kvsub: engine restart (sockets closed and bound again, seq from 0)"
+engine --pub "ipc://$T/pub" --replay "ipc://$T/rep" --restart-after 15 --expect exp.json --seed 17
+sub -w "1=ipc://$T/pub" --replay "1=ipc://$T/rep"
+wait_final exp.json
+stop
+expect_rc 0
+same exp.json
+stat_is restarts 1
+stat_is losses 0
+assert_grep 'engine restarted' err
+end
+
+begin "kvsub: two workers, two dp ranks on one endpoint, replay per rank"
+engine --pub "ipc://$T/a" --dps 0,1 --replay "ipc://$T/r0,ipc://$T/r1" --drop 1:4,0:9 \
+    --expect a.json --seed 18
+engine --pub "ipc://$T/b" --worker 2 --style sglang --drop 0:6 --expect b.json --seed 19
+sub -w "1=ipc://$T/a" --replay "1:0=ipc://$T/r0" --replay "1:1=ipc://$T/r1" -w "2=ipc://$T/b"
+wait_final a.json b.json
+stop
+expect_rc 0
+same a.json b.json
+stat_is replays 2
+stat_is losses 1
+assert_grep '"worker":1,"dp":1,'
+assert_grep '"worker":2,"dp":0,'
+end
+
+begin "kvsub: --bind, the engine connects (oldest vLLM batches without a rank)"
+sub --bind -w "3:2=ipc://$T/bound"
+engine --pub "ipc://$T/bound" --connect --worker 3 --dps 2 --style array6 --expect exp.json \
+    --seed 20
+wait_final exp.json
+stop
+expect_rc 0
+same exp.json
+assert_grep '"worker":3,"dp":2,'
+end
+
+begin "kvsub: --workers-file, re-read on SIGHUP"
+echo "# engines" >workers
+echo "1=ipc://$T/a" >>workers
+engine --pub "ipc://$T/a" --expect a.json --seed 21 --batches 10
+sub --workers-file workers
+wait_final a.json
+printf '2=ipc://%s/b replay=ipc://%s/rb\n' "$T" "$T" >workers
+kill -HUP "$KPID"
+engine --pub "ipc://$T/b" --replay "ipc://$T/rb" --worker 2 --drop 0:2 --expect b.json --seed 22
+wait_final b.json
+stop
+expect_rc 0
+same b.json
+assert_grep '^\{"type":"cleared","worker":1,' out
+assert_grep 'reloaded workers: 1 workers, 1 added, 1 removed' err
+stat_is losses 0
+stat_is replays 1
+end
+
+begin "kvsub: hostile frames and payloads are counted, the rest goes on"
+sub -w "7=ipc://$T/h" -b 16
+timeout 30 "$PY" - "ipc://$T/h" <<'EOF'
+import sys, time, msgpack, zmq
+s = zmq.Context().socket(zmq.XPUB)
+s.bind(sys.argv[1])
+s.recv()  # a subscriber joined
+time.sleep(0.1)
+seq = lambda n: n.to_bytes(8, "big")
+good = lambda n: msgpack.packb([1.0, [{"type": "BlockStored", "block_hashes": [n + 1],
+                                       "parent_block_hash": None, "token_ids": list(range(16)),
+                                       "block_size": 16}], None])
+s.send_multipart([b"", seq(0), good(0)])
+s.send_multipart([b"", seq(1)])                       # 2 frames
+s.send_multipart([b"", seq(1), good(1), b"extra"])    # 4 frames
+s.send_multipart([b"", b"\x01\x02", good(1)])          # a 2-byte seq
+s.send_multipart([b"", seq(1), b"\xdd\xff\xff\xff\xff"])  # a huge declared array
+s.send_multipart([b"", seq(2), good(2)[:-3]])         # truncated
+s.send_multipart([b"", seq(3), b"\xc1garbage"])
+s.send_multipart([b"", seq(4), good(4)])
+time.sleep(0.5)
+EOF
+for i in $(seq 100); do grep -q '"eid":4' out && break; sleep 0.1; done
+stop
+expect_rc 1
+stat_is bad_frames 3
+stat_is decode_errors 3
+stat_is batches 2
+stat_is losses 1
+assert_grep '"eid":0,'
+assert_grep '"eid":4,'
+end
+
+begin "kvsub: a reader that goes away (EPIPE) is a clean stop"
+engine --pub "ipc://$T/pub" --batches 400 --seed 23
+timeout 60 kvsub -w "1=ipc://$T/pub" 2>err | head -n 1 >out
+krc=${PIPESTATUS[0]}
+stop
+assert_eq "$krc" 0 "kvsub exit status"
+assert_grep '"type":"stored"'
+assert_grep 'batches=' err
+end

@@ -1,0 +1,372 @@
+#!/usr/bin/python3
+"""A fake inference engine speaking the exact KV-event wire of vLLM / SGLang
+(../shared/docs/vllm-wire.md), for kvsub's live tests. It knows its true cache
+state, and so what a correct subscriber must end up holding.
+
+  fake_engine.py publish --pub ENDPOINT [options]    run a scenario, publishing
+  fake_engine.py compare EVENTS.ndjson EXPECT.json...  reduce kvsub's events to
+        per-(worker, dp) block sets and compare them with what the engines expected
+
+publish options:
+  --worker ID            the worker id the subscriber registered (for EXPECT)
+  --dps 0,1              data-parallel ranks multiplexed on this endpoint, each with
+                         its own seq counter (batch field dp)
+  --replay EP[,EP...]    a replay ROUTER per rank (bound)
+  --old-replay           answer replays as ["", seq, payload] (older vLLM, SGLang)
+  --connect              connect the publisher (the subscriber binds)
+  --style map|array|array6|sglang|bin   event encoding (default map)
+  --batches N            batches per rank (default 40)
+  --bs N                 block size (default 16)
+  --drop R:S,...         do not send seq S of rank R (it stays in the replay buffer)
+  --forget R:S,...       do not send seq S of rank R and keep it out of the replay buffer
+  --restart-after N      after N batches of every rank, restart: close and re-bind the
+                         sockets, counters from 0, cache and replay buffer empty
+  --seed N               scenario seed
+  --expect FILE          write what a correct subscriber holds at the end
+  --linger SEC           keep answering replays this long after the last batch (default 10)
+  --ready FILE           touch FILE once every subscriber joined (first time)
+"""
+import argparse
+import json
+import random
+import struct
+import sys
+import time
+
+import msgpack
+import xxhash
+import zmq
+
+END_SEQ = b"\xff" * 8
+
+
+def local_hash(tokens, lora=None):
+    seed = 1337
+    if lora:
+        seed = (1337 + xxhash.xxh3_64_intdigest(lora.encode(), seed=0)) & (2**64 - 1)
+    return xxhash.xxh3_64_intdigest(struct.pack("<%dI" % len(tokens), *tokens), seed=seed)
+
+
+class Rank:
+    """One data-parallel rank: its seq counter, cache and replay buffer."""
+
+    def __init__(self, dp, rng, buffer_steps):
+        self.dp = dp
+        self.rng = rng
+        self.seq = 0
+        self.cache = {}  # engine hash -> (parent, local)
+        self.children = {}  # engine hash -> number of cached children
+        self.buffer = []  # (seq, payload)
+        self.buffer_steps = buffer_steps
+        self.loss_floor = -1  # blocks stored in batches <= this seq are lost to a subscriber
+        self.stored_at = {}  # engine hash -> seq of the batch that stored it
+
+    def restart(self):
+        self.seq = 0
+        self.cache.clear()
+        self.children.clear()
+        self.buffer.clear()
+        self.loss_floor = -1
+        self.stored_at.clear()
+
+    def new_hash(self):
+        while True:
+            h = self.rng.getrandbits(64)
+            if h not in self.cache and h != 0:
+                return h
+
+    def leaves(self):
+        return [h for h in self.cache if self.children.get(h, 0) == 0]
+
+    def make_events(self, bs):
+        """Some engine events and the state change they stand for."""
+        events = []
+        for _ in range(self.rng.randint(1, 3)):
+            r = self.rng.random()
+            if r < 0.65 or not self.cache:
+                parent = None
+                if self.cache and self.rng.random() < 0.6:
+                    parent = self.rng.choice(sorted(self.cache))
+                n = self.rng.randint(1, 4)
+                hashes = [self.new_hash() for _ in range(n)]
+                tokens = [self.rng.randrange(0, 50000) for _ in range(n * bs)]
+                events.append(("stored", hashes, parent, tokens))
+                prev = parent
+                for i, h in enumerate(hashes):
+                    self.cache[h] = (prev, local_hash(tokens[i * bs:(i + 1) * bs]))
+                    self.stored_at[h] = self.seq
+                    if prev is not None:
+                        self.children[prev] = self.children.get(prev, 0) + 1
+                    prev = h
+            elif r < 0.99:
+                leaves = self.leaves()
+                gone = self.rng.sample(leaves, min(len(leaves), self.rng.randint(1, 2)))
+                for h in gone:
+                    parent = self.cache.pop(h)[0]
+                    self.stored_at.pop(h, None)
+                    if parent is not None:
+                        self.children[parent] -= 1
+                events.append(("removed", gone))
+            else:
+                self.cache.clear()
+                self.children.clear()
+                self.stored_at.clear()
+                events.append(("cleared",))
+        return events
+
+
+def enc_hash(h, style):
+    if style == "sglang" and h >= 2**63:
+        return h - 2**64
+    if style == "bin":
+        return bytes(24) + h.to_bytes(8, "big")
+    return h
+
+
+def encode(events, dp, style, ts):
+    out = []
+    for e in events:
+        if e[0] == "stored":
+            _, hashes, parent, tokens = e
+            hs = [enc_hash(h, style) for h in hashes]
+            ph = None if parent is None else enc_hash(parent, style)
+            bs = len(tokens) // len(hashes)
+            if style == "array6":
+                out.append(["BlockStored", hs, ph, tokens, bs, None])
+            elif style == "sglang":
+                out.append(["BlockStored", hs, ph, tokens, bs, None, "GPU"])
+            elif style == "array":
+                out.append(["BlockStored", hs, ph, tokens, bs, None, "GPU", None,
+                            [None] * len(hs), 0, "full_attention", None])
+            else:
+                out.append({"type": "BlockStored", "block_hashes": hs, "parent_block_hash": ph,
+                            "token_ids": tokens, "block_size": bs, "lora_id": None,
+                            "medium": "GPU", "lora_name": None, "extra_keys": [None] * len(hs),
+                            "group_idx": 0, "kv_cache_spec_kind": "full_attention"})
+        elif e[0] == "removed":
+            hs = [enc_hash(h, style) for h in e[1]]
+            if style.startswith("array") or style == "sglang":
+                out.append(["BlockRemoved", hs, "GPU"])
+            else:
+                out.append({"type": "BlockRemoved", "block_hashes": hs, "medium": "GPU",
+                            "group_idx": 0})
+        else:
+            if style.startswith("array") or style == "sglang":
+                out.append(["AllBlocksCleared"])
+            else:
+                out.append({"type": "AllBlocksCleared"})
+    batch = [ts, out] if style == "array6" else [ts, out, dp]
+    return msgpack.packb(batch, use_bin_type=True)
+
+
+def parse_seqs(s):
+    out = set()
+    for item in filter(None, (s or "").split(",")):
+        r, q = item.split(":") if ":" in item else ("0", item)
+        out.add((int(r), int(q)))
+    return out
+
+
+class Engine:
+    def __init__(self, a):
+        self.a = a
+        self.ctx = zmq.Context()
+        self.rng = random.Random(a.seed)
+        self.ranks = [Rank(int(d), self.rng, a.buffer) for d in a.dps.split(",")]
+        self.replay_eps = a.replay.split(",") if a.replay else []
+        self.pub = None
+        self.routers = []
+        self.subscribed = 0
+        self.open()
+
+    def open(self):
+        self.pub = self.ctx.socket(zmq.XPUB)
+        self.pub.setsockopt(zmq.LINGER, 0)
+        self.pub.setsockopt(zmq.SNDHWM, 100000)
+        if self.a.connect:
+            self.pub.connect(self.a.pub)
+        else:
+            self.pub.bind(self.a.pub)
+        self.routers = []
+        for ep in self.replay_eps:
+            r = self.ctx.socket(zmq.ROUTER)
+            r.setsockopt(zmq.LINGER, 0)
+            r.bind(ep)
+            self.routers.append(r)
+        self.subscribed = 0
+
+    def close(self):
+        self.pub.close(0)
+        for r in self.routers:
+            r.close(0)
+
+    def service(self, timeout_ms=0):
+        poller = zmq.Poller()
+        poller.register(self.pub, zmq.POLLIN)
+        for r in self.routers:
+            poller.register(r, zmq.POLLIN)
+        for sock, _ in poller.poll(timeout_ms):
+            if sock is self.pub:
+                while True:
+                    try:
+                        m = self.pub.recv(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    if m[:1] == b"\x01":
+                        self.subscribed += 1
+                continue
+            rank = self.ranks[self.routers.index(sock)]
+            while True:
+                try:
+                    frames = sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                ident, start = frames[0], int.from_bytes(frames[-1], "big")
+                for seq, payload in rank.buffer:
+                    if seq >= start:
+                        s8 = seq.to_bytes(8, "big")
+                        if self.a.old_replay:
+                            sock.send_multipart([ident, b"", s8, payload])
+                        else:
+                            sock.send_multipart([ident, b"", b"", s8, payload])
+                if self.a.old_replay:
+                    sock.send_multipart([ident, b"", END_SEQ, b""])
+                else:
+                    sock.send_multipart([ident, b"", b"", END_SEQ, b""])
+
+    def wait_subscriber(self):
+        deadline = time.monotonic() + 15
+        while self.subscribed < 1:
+            if time.monotonic() > deadline:
+                sys.exit("fake_engine: no subscriber joined")
+            self.service(50)
+        time.sleep(0.05)
+
+    def publish(self, rank, events, final=False):
+        payload = encode(events, rank.dp, self.a.style, time.time())
+        seq = rank.seq
+        rank.seq += 1
+        key = (rank.dp, seq)
+        if key not in self.forget:
+            rank.buffer.append((seq, payload))
+            del rank.buffer[:-rank.buffer_steps]
+        if key in self.drop or key in self.forget:
+            lost = key in self.forget or not self.routers
+            if lost:
+                # A subscriber clears this rank when it sees the gap (at seq + 1).
+                rank.loss_floor = seq
+            return
+        self.pub.send_multipart([b"", seq.to_bytes(8, "big"), payload])
+
+    def run(self):
+        a = self.a
+        self.drop, self.forget = parse_seqs(a.drop), parse_seqs(a.forget)
+        self.wait_subscriber()
+        if a.ready:
+            open(a.ready, "w").close()
+        restarted = False
+        for i in range(a.batches):
+            if a.restart_after and i == a.restart_after and not restarted:
+                restarted = True
+                self.close()
+                for r in self.ranks:
+                    r.restart()
+                self.drop, self.forget = set(), set()
+                time.sleep(0.3)
+                self.open()
+                self.wait_subscriber()
+            for r in self.ranks:
+                evs = r.make_events(a.bs)
+                if i == a.batches - 1:  # the last batch always stores, and is never dropped
+                    while not any(e[0] == "stored" for e in evs):
+                        evs = r.make_events(a.bs)
+                self.publish(r, evs)
+            self.service(0)
+            time.sleep(0.002)
+        self.write_expect()
+        deadline = time.monotonic() + a.linger
+        while time.monotonic() < deadline:
+            self.service(50)
+        self.close()
+
+    def write_expect(self):
+        blocks, final = [], []
+        for r in self.ranks:
+            final.append([self.a.worker, r.dp, r.seq - 1])
+            for h, (parent, local) in r.cache.items():
+                if r.stored_at.get(h, -1) > r.loss_floor:
+                    blocks.append([self.a.worker, r.dp, "%016x" % h, "%016x" % local])
+        if self.a.expect:
+            with open(self.a.expect, "w") as f:
+                json.dump({"blocks": sorted(blocks), "final": final}, f)
+
+
+def reduce_events(path):
+    state = {}
+    with open(path) as f:
+        for line in f:
+            ev = json.loads(line)
+            key = (ev["worker"], ev.get("dp", 0))
+            s = state.setdefault(key, {})
+            if ev["type"] == "stored":
+                for b in ev["blocks"]:
+                    s[b["seq"]] = b["local"]
+            elif ev["type"] == "removed":
+                for h in ev["hashes"]:
+                    s.pop(h, None)
+            elif ev["type"] == "cleared":
+                s.clear()
+    return sorted([w, d, h, l] for (w, d), s in state.items() for h, l in s.items())
+
+
+def compare(a):
+    want = []
+    for path in a.expect:
+        want += [list(b) for b in json.load(open(path))["blocks"]]
+    want.sort()
+    got = reduce_events(a.events)
+    if got == want:
+        print("same: %d blocks" % len(got))
+        return 0
+    gs, ws = set(map(tuple, got)), set(map(tuple, want))
+    for b in sorted(ws - gs)[:10]:
+        print("missing", *b)
+    for b in sorted(gs - ws)[:10]:
+        print("extra", *b)
+    print("differ: %d blocks held, %d expected" % (len(got), len(want)))
+    return 1
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    pp = sub.add_parser("publish")
+    pp.add_argument("--pub", required=True)
+    pp.add_argument("--worker", type=int, default=1)
+    pp.add_argument("--dps", default="0")
+    pp.add_argument("--replay")
+    pp.add_argument("--old-replay", action="store_true")
+    pp.add_argument("--connect", action="store_true")
+    pp.add_argument("--style", default="map", choices=["map", "array", "array6", "sglang", "bin"])
+    pp.add_argument("--batches", type=int, default=40)
+    pp.add_argument("--bs", type=int, default=16)
+    pp.add_argument("--drop")
+    pp.add_argument("--forget")
+    pp.add_argument("--restart-after", type=int, default=0)
+    pp.add_argument("--buffer", type=int, default=10000)
+    pp.add_argument("--seed", type=int, default=1)
+    pp.add_argument("--expect")
+    pp.add_argument("--linger", type=float, default=10)
+    pp.add_argument("--ready")
+    pc = sub.add_parser("compare")
+    pc.add_argument("events")
+    pc.add_argument("expect", nargs="+")
+    a = p.parse_args()
+    if a.cmd == "publish":
+        Engine(a).run()
+        return 0
+    return compare(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
