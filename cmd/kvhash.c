@@ -680,7 +680,7 @@ static int next_line(hasher *h, input *in, const char **p, size_t *len)
             in->start = 0;
         }
         if (in->cap - in->end < 65536) {
-            in->cap = in->cap ? in->cap * 2 : 256 * 1024;
+            in->cap *= 2;
             in->buf = xrealloc(in->buf, in->cap);
         }
         if (h->olen >= (1u << 20) || !input_ready(in->fd))
@@ -774,7 +774,8 @@ int main(int argc, char **argv)
         files = dash;
         nfiles = 1;
     }
-    input in = {0};
+    input in = {.cap = 256 * 1024};
+    in.buf = xrealloc(NULL, in.cap);
     for (int i = 0; i < nfiles && !stopped; i++) {
         int is_stdin = strcmp(files[i], "-") == 0;
         int fd = is_stdin ? STDIN_FILENO : open(files[i], O_RDONLY | O_CLOEXEC);
