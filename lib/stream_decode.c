@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvix/hash.h"
 
 enum {
     K_TYPE, K_WORKER, K_DP, K_MODEL, K_TENANT, K_MEDIUM, K_EID, K_TS, K_BS, K_PARENT,
@@ -84,6 +83,32 @@ static int get_name(const sv *v, const char *what, char dst[KVIX_NAME_MAX], kvix
     return KVIX_OK;
 }
 
+/* Hex digit values plus one, 0 for anything else. A table, not branches:
+ * hash digits are random, so a compare chain mispredicts on half of them. */
+static const uint8_t hexval1[256] = {
+    ['0'] = 1, ['1'] = 2, ['2'] = 3, ['3'] = 4, ['4'] = 5, ['5'] = 6, ['6'] = 7, ['7'] = 8,
+    ['8'] = 9, ['9'] = 10, ['a'] = 11, ['b'] = 12, ['c'] = 13, ['d'] = 14, ['e'] = 15,
+    ['f'] = 16, ['A'] = 11, ['B'] = 12, ['C'] = 13, ['D'] = 14, ['E'] = 15, ['F'] = 16,
+};
+
+/* 1..16 hex digits, either case (as kvix_parse_hex64). */
+static inline int parse_hex(const char *s, size_t len, uint64_t *out)
+{
+    if (len == 0 || len > 16)
+        return KVIX_EINVAL;
+    uint64_t v = 0;
+    int bad = 0;
+    for (size_t i = 0; i < len; i++) {
+        int d = hexval1[(unsigned char)s[i]] - 1;
+        bad |= d;
+        v = v << 4 | (uint64_t)(d & 15);
+    }
+    if (bad < 0)
+        return KVIX_EINVAL;
+    *out = v;
+    return KVIX_OK;
+}
+
 /* A u64 hash: 1..16 hex digits in a string, or an integer. */
 static int get_hash(const sv *v, const char *what, uint64_t *out, kvix_err *err)
 {
@@ -92,7 +117,7 @@ static int get_hash(const sv *v, const char *what, uint64_t *out, kvix_err *err)
         return KVIX_OK;
     }
     if (v->kind == SV_STR) {
-        if (kvix_parse_hex64(v->s, v->len, out) == KVIX_OK)
+        if (parse_hex(v->s, v->len, out) == KVIX_OK)
             return KVIX_OK;
         char ex[40];
         excerpt(v->s, v->len, ex);
@@ -133,6 +158,8 @@ static int get_hashes(const sv *v, const char *what, kvix_event *ev, kvix_err *e
             ev->hashes[i] = it.u;
             continue;
         }
+        if (it.kind == SV_STR && parse_hex(it.s, it.len, &ev->hashes[i]) == KVIX_OK)
+            continue;
         snprintf(where, sizeof where, "%s[%zu]", what, i);
         if ((rc = get_hash(&it, where, &ev->hashes[i], err)))
             return rc;
@@ -182,7 +209,7 @@ static int get_blocks(const sv *v, kvix_event *ev, kvix_err *err)
             uint64_t *dst = which == 1 ? &ev->blocks[i].local : &ev->blocks[i].seq;
             if (val.kind == SV_UINT) {
                 *dst = val.u;
-            } else {
+            } else if (val.kind != SV_STR || parse_hex(val.s, val.len, dst) != KVIX_OK) {
                 snprintf(where, sizeof where, "\"blocks\"[%zu].%s", i, which == 1 ? "local" : "seq");
                 if ((rc = get_hash(&val, where, dst, err)))
                     return rc;
