@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,6 +151,15 @@ typedef struct replay {
     int stop;     /* limit reached */
     int fatal;    /* an exit code when something failed for good */
 } replay;
+
+/* SIGINT / SIGTERM: stop reading, flush what is pending, report, exit. */
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
 
 static double now_s(void)
 {
@@ -331,7 +341,7 @@ static void pub_sleep_until(replay *r, double deadline)
     for (;;) {
         service_all(r);
         double left = deadline - now_s();
-        if (left <= 0)
+        if (left <= 0 || interrupted)
             break;
         long ms = (long)(left * 1000) + 1;
         if (zmq_poll(items, (int)n, ms > 100 ? 100 : ms) < 0 && zmq_errno() != EINTR)
@@ -369,7 +379,7 @@ static void start_pubs(replay *r)
         size_t missing = 0;
         for (size_t i = 0; i < r->npubs; i++)
             missing += kvix_enginepub_subscribers(r->pubs[i].p) == 0;
-        if (missing == 0)
+        if (missing == 0 || interrupted)
             break;
         if (now_s() >= deadline) {
             if (!r->quiet && r->pub_wait > 0)
@@ -386,8 +396,11 @@ static void stop_pubs(replay *r)
 {
     if (!r->zctx)
         return;
-    if (r->pub_hold > 0)
+    if (r->pub_hold > 0) {
+        if (!r->quiet)
+            cli_warn("all batches sent; serving replay requests for %g s", r->pub_hold);
         pub_sleep_until(r, now_s() + r->pub_hold);
+    }
     for (size_t i = 0; i < r->npubs; i++)
         kvix_enginepub_free(r->pubs[i].p, 5000); /* bounded: a stuck peer cannot hang us */
     zmq_ctx_term(r->zctx);
@@ -445,7 +458,7 @@ static void sleep_for(replay *r, double s)
         return;
     }
     struct timespec d = {(time_t)s, (long)((s - floor(s)) * 1e9)};
-    while (nanosleep(&d, &d) != 0 && errno == EINTR) {
+    while (nanosleep(&d, &d) != 0 && errno == EINTR && !interrupted) {
     }
 }
 
@@ -540,6 +553,8 @@ static int keep_time(replay *r, const kvix_event *ev)
 static int emit(void *ctx, const kvix_event *ev)
 {
     replay *r = ctx;
+    if (interrupted)
+        return 1;
     r->in++;
     progress(r, 0);
     if (!keep(r, ev) || !keep_time(r, ev)) {
@@ -639,12 +654,15 @@ static int read_log(replay *r, const char *path, record_fn fn, int quiet_rejects
         close_input(lio);
         return cli_exit_for(err.code);
     }
+    kvix_reader_set_eintr(rd, 1);
     kvix_event ev;
     kvix_event_init(&ev);
     for (;;) {
         int rc = kvix_reader_next(rd, &ev, &err);
-        if (rc == KVIX_EOF)
+        if (rc == KVIX_EOF || interrupted)
             break;
+        if (rc == KVIX_ESYS)
+            continue; /* a signal that was not ours to act on */
         if (rc == KVIX_EIO) {
             cli_warn("%s: %s", name, err.msg);
             code = KVIX_EXIT_IO;
@@ -815,6 +833,12 @@ static void report(const replay *r)
 int main(int argc, char **argv)
 {
     cli_init(&tool);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal; /* no SA_RESTART: waits end at once */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     static replay r;
     r.fmt = KVIX_FMT_NDJSON;
     r.speed = 1;
@@ -950,7 +974,7 @@ int main(int argc, char **argv)
             }
             start_pubs(&r);
         }
-        for (int i = 0; i < nlogs && !r.stop && !r.fatal; i++) {
+        for (int i = 0; i < nlogs && !r.stop && !r.fatal && !interrupted; i++) {
             int c2 = read_log(&r, logs[i], emit_record, 0);
             if (c2 && !code)
                 code = c2;

@@ -4,6 +4,7 @@
 #include <lzma.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,6 +217,11 @@ static void run_zstd(kvix_logio *l, unsigned char *in, unsigned char *out)
 static void *thread_main(void *arg)
 {
     kvix_logio *l = arg;
+    /* Signals are for the consumer's thread: its blocked read must be the
+     * one interrupted, not this thread's. */
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
     unsigned char *in = malloc(CHUNK), *out = malloc(CHUNK);
     if (!in || !out)
         fail(l, KVIX_ENOMEM, "%s: %s", "out of memory");
