@@ -73,7 +73,7 @@ gen_tool() {
             if [ "$s" != - ]; then
                 spec="'($s $l)'{$s,$l}'[$hq]$action'"
             else
-                spec="'$l[$hq]$action'"
+                spec="'${l}[$hq]$action'"
             fi
             echo "    $spec \\"
         done <<<"$opts"

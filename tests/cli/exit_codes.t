@@ -70,9 +70,9 @@ end
 for page in "$ROOT"/man/*.1; do
     [ -f "$page" ] || continue
     begin "$(basename "$page"): EXIT STATUS is README's table"
-    readme_table >readme
-    man_table "$page" >man
-    if ! diff -u readme man >d; then
+    readme_table >readme.tbl
+    man_table "$page" >man.tbl
+    if ! diff -u readme.tbl man.tbl >d; then
         fail "EXIT STATUS of $(basename "$page") differs from README.md"
         sed 's/^/#     /' d | head -20
     fi

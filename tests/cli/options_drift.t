@@ -14,7 +14,7 @@ begin "there are tools to check"
 end
 
 # the long options of a tool, one per line, from its option table
-longs() { "$1" --list-options | awk -F'\t' '$1 != "operands" { print $2 }'; }
+list_longs() { "$1" --list-options | awk -F'\t' '$1 != "operands" { print $2 }'; }
 
 for tool in "${tools[@]}"; do
     begin "$tool: --help, man OPTIONS and completions match the option table"
@@ -24,7 +24,7 @@ for tool in "${tools[@]}"; do
     sed 's/^/#   /' err | head -20
     run "$tool" --list-options
     expect_rc 0
-    longs "$tool" >longs
+    list_longs "$tool" >longs
     [ -s longs ] || fail "no options listed"
     "$tool" --help >help
     while read -r l; do
@@ -34,7 +34,7 @@ for tool in "${tools[@]}"; do
 
     begin "$tool: the bash completion is valid bash and completes every option"
     f=$ROOT/completions/$tool.bash
-    longs "$tool" >longs
+    list_longs "$tool" >longs
     if [ ! -f "$f" ]; then
         fail "no $f"
     else
@@ -53,7 +53,7 @@ for tool in "${tools[@]}"; do
     end
 
     begin "$tool: zsh and fish completions name every option"
-    longs "$tool" >longs
+    list_longs "$tool" >longs
     for f in "$ROOT/completions/_$tool" "$ROOT/completions/$tool.fish"; do
         [ -f "$f" ] || fail "no $f"
     done
