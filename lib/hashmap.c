@@ -35,11 +35,22 @@ static inline uint8_t tag_of(uint64_t h) { return (uint8_t)(0x80 | (h >> 57)); }
 
 static inline unsigned char *entry(const kvix_hmap *m, size_t i) { return m->ent + i * m->esize; }
 
+static inline uint64_t load64(const unsigned char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, sizeof v); /* a fixed size: compiled to one load */
+    return v;
+}
+
 static inline int key_eq(const kvix_hmap *m, const unsigned char *e, const uint64_t *k)
 {
-    uint64_t a[2];
-    memcpy(a, e, 8 * m->kw);
-    return a[0] == k[0] && (m->kw == 1 || a[1] == k[1]);
+    return load64(e) == k[0] && (m->kw == 1 || load64(e + 8) == k[1]);
+}
+
+static inline void key_load(const kvix_hmap *m, const unsigned char *e, uint64_t k[2])
+{
+    k[0] = load64(e);
+    k[1] = m->kw == 2 ? load64(e + 8) : 0;
 }
 
 /* Slot of key, or (size_t)-1. */
@@ -72,8 +83,8 @@ static int resize(kvix_hmap *m, size_t cap)
     for (size_t j = 0; j < m->cap; j++) {
         if (!m->ctrl[j])
             continue;
-        uint64_t k[2] = {0, 0};
-        memcpy(k, entry(m, j), 8 * m->kw);
+        uint64_t k[2];
+        key_load(m, entry(m, j), k);
         uint64_t h = key_hash(m, k);
         size_t i = h & mask;
         while (ctrl[i])
@@ -136,8 +147,8 @@ int kvix_hmap_del(kvix_hmap *m, const uint64_t *key)
         j = (j + 1) & mask;
         if (!m->ctrl[j])
             break;
-        uint64_t k[2] = {0, 0};
-        memcpy(k, entry(m, j), 8 * m->kw);
+        uint64_t k[2];
+        key_load(m, entry(m, j), k);
         size_t home = key_hash(m, k) & mask;
         if (((j - home) & mask) >= ((j - i) & mask)) {
             m->ctrl[i] = m->ctrl[j];

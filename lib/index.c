@@ -16,8 +16,9 @@
  *    writer (the caller's contract), so it has no lock.
  *
  * Block bookkeeping per (worker, dp):
- *  - blocks: engine hash -> {position, local, canonical, parent engine hash,
- *    parent canonical, tier mask};
+ *  - blocks: engine hash -> {position, local, parent engine hash, parent
+ *    canonical, tier mask} (the block's canonical hash follows from the last
+ *    two: recomputed when needed, 8 bytes a block less);
  *  - canon: (position, canonical) -> per-tier count of engine hashes holding
  *    it. Two engine hashes may name the same canonical block (vLLM salts its
  *    hashes with things the local hash does not see), and a backend must hear
@@ -126,10 +127,15 @@ static void cmap_release(cmap *m, void (*free_elem)(void *))
 #define SLOT_CHUNKS (KVIX_SLOTS_MAX / SLOT_CHUNK)
 
 typedef struct bent { /* one block a (worker, dp) holds; key: engine hash */
-    uint64_t local, canon, parent, parent_canon;
+    uint64_t local, parent, parent_canon;
     uint32_t pos;
     uint8_t tiers;
 } bent;
+
+static inline uint64_t canon_of(const bent *e)
+{
+    return e->pos ? kvix_hash_seq_next(e->parent_canon, e->local) : e->local;
+}
 
 typedef struct cref { /* key: (position, canonical) */
     uint16_t n[KVIX_MEDIUM_COUNT];
@@ -414,13 +420,13 @@ static int tier_ref(wstate *w, uint32_t pos, uint64_t local, uint64_t canon, uin
 
 static void tier_unref(wstate *w, const bent *e, unsigned tier)
 {
-    uint64_t key[2] = {e->pos, e->canon};
+    uint64_t canon = canon_of(e), key[2] = {e->pos, canon};
     cref *c = kvix_hmap_get(&w->canon, key);
     if (!c || !c->n[tier])
         return; /* cannot happen: every held tier was counted */
     if (--c->n[tier] == 0) {
         struct part *p = w->p;
-        p->ops->del(p->be, e->pos, e->local, e->canon, e->parent_canon, w->slot, tier);
+        p->ops->del(p->be, e->pos, e->local, canon, e->parent_canon, w->slot, tier);
         for (unsigned t = 0; t < KVIX_MEDIUM_COUNT; t++)
             if (c->n[t])
                 return;
@@ -435,6 +441,13 @@ static void untier_all(wstate *w, const bent *e)
             tier_unref(w, e, t);
 }
 
+/* Whether e sits at (pos, local, parent canonical): the same canonical block
+ * without rehashing. */
+static inline int same_place(const bent *e, uint32_t pos, uint64_t local, uint64_t pcanon)
+{
+    return e->pos == pos && e->local == local && e->parent_canon == (pos ? pcanon : 0);
+}
+
 /* w holds engine at (pos, canon) in tier. An engine hash names one block per
  * worker: a store of a held hash at another place moves it there. */
 static int store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t canon,
@@ -443,7 +456,7 @@ static int store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local,
 {
     bent *e = kvix_hmap_get(&w->blocks, &engine);
     int rc;
-    if (e && e->pos == pos && e->canon == canon) {
+    if (e && same_place(e, pos, local, pcanon)) {
         if (e->tiers & (1u << tier)) {
             r->duplicate++;
             return KVIX_OK;
@@ -463,7 +476,6 @@ static int store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local,
     }
     e->pos = pos;
     e->local = local;
-    e->canon = canon;
     e->parent = pos ? parent : 0;
     e->parent_canon = pos ? pcanon : 0;
     e->tiers = 0;
@@ -534,7 +546,7 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
                                 " dp %" PRIu32,
                                 ev->parent, ev->worker, ev->dp);
         pos0 = pe->pos + 1;
-        prev = pe->canon;
+        prev = canon_of(pe);
         parent = ev->parent;
     }
     if ((uint64_t)pos0 + ev->nblocks > KVIX_INDEX_DEPTH_MAX)
@@ -958,7 +970,7 @@ int kvix_index_foreach(kvix_index *idx, kvix_foreach_fn fn, void *ctx)
                 b->engine = key[0];
                 b->parent = e->parent;
                 b->tiers = e->tiers;
-                b->canon = e->canon;
+                b->canon = canon_of(e);
                 b->parent_canon = e->parent_canon;
             }
             if (nb > 1)
@@ -1012,7 +1024,7 @@ int kvix_index_load(kvix_index *idx, const char *model, const char *tenant, uint
         }
         if (b->position > 0) {
             const bent *pe = kvix_hmap_get(&w->blocks, &b->parent);
-            if (pe && (pe->pos + 1 != b->position || pe->canon != b->parent_canon)) {
+            if (pe && (pe->pos + 1 != b->position || canon_of(pe) != b->parent_canon)) {
                 rc = kvix_err_set(err, KVIX_ECORRUPT,
                                   "block %016" PRIx64 " at position %" PRIu32
                                   " disagrees with its parent %016" PRIx64,

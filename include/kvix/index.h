@@ -7,6 +7,30 @@
  * from the parent's canonical hash and the block's local hash, so opaque
  * engine hashes (vLLM's SHA-256 chain) still index positionally.
  *
+ * Semantics of events (per (worker, dp), in the event's partition):
+ *  - stored: block i sits at position p + 1 + i where p is the parent's
+ *    position (no parent: position i); canonical hash = local at position 0,
+ *    else kvix_hash_seq_next(parent's canonical, local). A parent the (worker,
+ *    dp) does not hold rejects the whole event (KVIX_EPARENT). Tiers are per
+ *    (worker, block): storing a held block in another medium adds that tier.
+ *    Counting is per (block, tier): newly held in the event's tier = stored,
+ *    already held there = duplicate (idempotent). An engine hash names one
+ *    block per worker: stored again at another place, it moves there. Two
+ *    engine hashes may name the same canonical block (aliases: salted engine
+ *    hashes); the worker holds the block while either does.
+ *  - removed: each hash drops the event's medium tier of that block (counted
+ *    removed); the block is gone when no tier remains. A hash not held in
+ *    that tier is counted unknown and skipped. A removed parent's children
+ *    stay indexed at their positions with the canonical hashes they had
+ *    (engines evict leaves first, but need not): queries stop at the hole,
+ *    and storing the parent again by its engine hash joins them up again.
+ *  - cleared: every block of the (worker, dp), all tiers (removed counts
+ *    blocks). Worker removal likewise, and it forgets the eid too.
+ *  - eid: an applied event with an eid records it as the (worker, dp)'s last
+ *    (a rejected event does not); a removed/cleared event for a partition
+ *    the index does not know (and that carries no bs) creates nothing and
+ *    records nothing.
+ *
  * Concurrency (what may run at the same time as what):
  *  - kvix_index_query* may be called from any number of threads, concurrently
  *    with each other and with every writer call below; only kvix_index_free
@@ -19,7 +43,7 @@
  *    different workers proceed in parallel. Submit from one thread only (or
  *    serialise submits); mixing submit and apply for the same worker is not
  *    allowed. kvix_index_sync waits until everything submitted is applied.
- *  - kvix_index_foreach, kvix_index_stats and kvix_index_memory read a quiet
+ *  - kvix_index_foreach and kvix_index_stats_get read a quiet
  *    index: no writer call (and no unsynced submit) may overlap them.
  */
 #ifndef KVIX_INDEX_H

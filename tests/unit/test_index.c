@@ -757,3 +757,28 @@ TEST(backend_names)
     kvix_answer_release(&ans);
     kvix_event_release(&ev);
 }
+
+/* Memory per stored (worker, block), front end and backend, on a realistic
+ * shape: 16 workers, prompts of 32 blocks sharing 8-block system prefixes. */
+TEST(memory_per_stored_block)
+{
+    FOR_BACKENDS(idx, 0) {
+        size_t nprompts = (size_t)(2000 * th_scale());
+        uint64_t loc[32];
+        for (size_t p = 0; p < nprompts; p++) {
+            uint64_t w = p % 16;
+            for (size_t i = 0; i < 32; i++)
+                loc[i] = i < 8 ? (p % 5) * 1000 + i : p * 100 + i;
+            CHECK(store(idx, "default", w, 0, 0, 16, NULL, loc, 32, w << 56, NULL) == KVIX_OK);
+        }
+        kvix_index_stats st;
+        kvix_index_stats_get(idx, &st);
+        double fe = (double)(st.bytes - st.backend_bytes) / (double)st.blocks;
+        double be = (double)st.backend_bytes / (double)st.blocks;
+        printf("# %s: %zu stored (worker, block), %zu unique: front end %.1f B, backend %.1f B "
+               "per stored block (%.1f B per unique)\n",
+               backends[bi_], st.blocks, st.unique_blocks, fe, be,
+               (double)st.backend_bytes / (double)st.unique_blocks);
+        CHECK(st.blocks > 0 && fe < 256 && be < 1024);
+    }
+}
