@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# kvsub without engines: the command line, exit codes, signals, the replay
+# timeout, and the fixtures of ../shared/fixtures/vllm published once each.
+. "$(dirname "$0")/lib.sh"
+
+begin "kvsub: usage errors exit 2"
+run kvsub
+expect_rc 2
+assert_grep 'no worker' err
+run kvsub -w 1
+expect_rc 2
+assert_grep "bad worker '1'" err
+run kvsub -w x=tcp://127.0.0.1:1
+expect_rc 2
+run kvsub -w 1:=tcp://127.0.0.1:1
+expect_rc 2
+run kvsub -w 1=tcp://127.0.0.1:1 -f yaml
+expect_rc 2
+run kvsub -w 1=tcp://127.0.0.1:1 -b 0
+expect_rc 2
+run kvsub -w 1=nosuch://x
+expect_rc 2
+assert_grep "bad endpoint 'nosuch://x'" err
+run kvsub -w 1=tcp://127.0.0.1:1 -w 2=tcp://127.0.0.1:1
+expect_rc 2
+run kvsub -w 1=tcp://127.0.0.1:1 extra
+expect_rc 2
+end
+
+begin "kvsub: workers file problems"
+run kvsub --workers-file missing
+expect_rc 3
+assert_grep 'cannot open missing' err
+printf '1=ipc://%s/x\nbogus line\n' "$T" >workers
+run kvsub --workers-file workers
+expect_rc 3
+assert_grep 'workers:2: expected ID\[:DP\]=ENDPOINT' err
+printf '1=ipc://%s/x colour=blue\n' "$T" >workers
+run kvsub --workers-file workers
+expect_rc 3
+assert_grep "unknown setting 'colour=blue'" err
+end
+
+begin "kvsub: SIGTERM and SIGINT stop it cleanly, SIGUSR1 prints the counters"
+for sig in TERM INT; do
+    kvsub -w "1=ipc://$T/quiet" >out 2>err & # not under timeout(1): it dies of SIGUSR1
+    pid=$!
+    sleep 0.3
+    kill -USR1 $pid
+    sleep 0.2
+    kill -$sig $pid
+    for i in $(seq 50); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+    kill -KILL $pid 2>/dev/null
+    wait $pid
+    rc=$?
+    expect_rc 0
+    assert_eq "$(grep -c '^kvsub: batches=0 ' err)" 2 "counter lines after SIGUSR1 and $sig"
+done
+end
+
+begin "kvsub: --bind on an endpoint already bound exits 6"
+timeout 20 kvsub --bind -w "1=ipc://$T/b" >/dev/null 2>&1 &
+pid=$!
+sleep 0.3
+run kvsub --bind -w "1=tcp://127.0.0.1:0" -w "2=tcp://127.0.0.1:0"
+kill $pid
+wait $pid
+# two ephemeral ports are fine; now a real conflict:
+timeout 20 "$PY" -c '
+import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); print(s.getsockname()[1], flush=True); time.sleep(3)' >port &
+ppid=$!
+for i in $(seq 50); do [ -s port ] && break; sleep 0.1; done
+run timeout 10 kvsub --bind -w "1=tcp://127.0.0.1:$(cat port)"
+expect_rc 6
+assert_grep 'cannot bind' err
+kill $ppid 2>/dev/null
+wait $ppid 2>/dev/null
+end
+
+begin "kvsub: a replay endpoint that never answers times out into a loss"
+timeout 30 kvsub -w "1=ipc://$T/p" --replay "1=ipc://$T/nobody" --replay-timeout 300 >out 2>err &
+pid=$!
+timeout 30 "$PY" - "ipc://$T/p" <<'EOF'
+import sys, time, msgpack, zmq
+s = zmq.Context().socket(zmq.XPUB)
+s.bind(sys.argv[1])
+s.recv()
+time.sleep(0.1)
+def batch(h):
+    return msgpack.packb([2.0, [{"type": "BlockStored", "block_hashes": [h],
+                                 "parent_block_hash": None, "token_ids": list(range(4)),
+                                 "block_size": 4}], 0])
+for seq in (0, 1, 3, 4):
+    s.send_multipart([b"", seq.to_bytes(8, "big"), batch(seq + 100)])
+time.sleep(1.5)
+EOF
+for i in $(seq 100); do grep -q '"eid":4' out && break; sleep 0.1; done
+kill -TERM $pid
+wait $pid
+rc=$?
+expect_rc 0
+assert_grep 'batches from 2 lost \(replay timed out\)' err
+assert_grep 'losses=1 ' err
+assert_grep 'replays=1 ' err
+# eid 0 and 1 stored, then cleared, then 3 and 4 in order
+got=$(jq -r 'if .type == "cleared" then "c" else (.eid | tostring) end' out | tr '\n' ' ')
+assert_eq "$got" "0 1 c 3 4 " "events in order"
+end
+
+begin "kvsub: each vLLM fixture through the wire prints its expected events"
+timeout 30 kvsub -w "1=ipc://$T/f" -b 16 >out 2>err &
+pid=$!
+fix=$SHARED/fixtures/vllm
+timeout 30 "$PY" - "ipc://$T/f" "$fix" <<'EOF'
+import json, sys, time, zmq
+s = zmq.Context().socket(zmq.XPUB)
+s.bind(sys.argv[1])
+s.recv()
+time.sleep(0.1)
+cases = json.load(open(sys.argv[2] + "/cases.json"))["cases"]
+# fixture i goes out as seq i (its events' eid); the ranks some fixtures
+# carry make gaps for rank 0, which kvsub reports as losses (clears without eid)
+want = []
+for i, c in enumerate(cases):
+    payload = open(sys.argv[2] + "/" + c["file"], "rb").read()
+    s.send_multipart([b"", i.to_bytes(8, "big"), payload])
+    want += [dict(e, eid=i) for e in c["expect"]]
+    time.sleep(0.02)
+json.dump(want, open("expect.json", "w"))
+time.sleep(0.3)
+EOF
+for i in $(seq 50); do [ "$(grep -c '"eid":' out)" -ge 13 ] && break; sleep 0.1; done
+kill -TERM $pid
+wait $pid
+rc=$?
+expect_rc 1
+assert_grep 'decode_errors=2 ' err
+"$PY" - <<'EOF' || fail "decoded events differ from cases.json"
+import json
+want = json.load(open("expect.json"))
+got = [json.loads(l) for l in open("out")]
+got = [e for e in got if "eid" in e]  # kvsub's own clears carry no eid
+bad = 0
+if len(got) != len(want):
+    print("#   %d events, %d expected" % (len(got), len(want)))
+    bad = 1
+for g, w in zip(got, want):
+    for k, v in w.items():
+        if g.get(k) != v:
+            print("#   %s: %r != %r" % (k, g.get(k), v))
+            bad = 1
+raise SystemExit(bad)
+EOF
+end
