@@ -37,11 +37,14 @@
  * query ever waits, and a rebuild touches 1/NSHARD of the index.
  */
 #include <pthread.h>
+#include <sched.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bitset_int.h"
+#include "canon_int.h"
 #include "index_int.h"
 #include "rcu_int.h"
 
@@ -96,6 +99,35 @@ void kvix_rcu_free(struct rcu_head *head)
     call_rcu(head, rcu_free_cb);
 }
 
+/* ---- shard locks: held for a few hundred instructions, so a spinlock
+ * (yielding when the holder is descheduled) beats a mutex's two calls ---- */
+
+typedef _Atomic int spin_t;
+
+static inline int spin_trylock(spin_t *l)
+{
+    return !atomic_load_explicit(l, memory_order_relaxed) &&
+           !atomic_exchange_explicit(l, 1, memory_order_acquire);
+}
+
+static inline void spin_lock(spin_t *l)
+{
+    for (unsigned n = 0; !spin_trylock(l); n++) {
+        if (n < 100) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        } else {
+            sched_yield();
+        }
+    }
+}
+
+static inline void spin_unlock(spin_t *l)
+{
+    atomic_store_explicit(l, 0, memory_order_release);
+}
+
 /* ---- nodes and shard tables ---- */
 
 typedef struct pnode pnode;
@@ -109,7 +141,6 @@ struct pnode {
     /* read side */
     uint32_t pos;
     uint64_t canon;
-    uint64_t local;
     kvix_holders h;
     kvix_aword w[];
 };
@@ -126,7 +157,7 @@ typedef struct ptable {
 } ptable;
 
 typedef struct pshard {
-    pthread_mutex_t mu;
+    spin_t mu;
     _Atomic(ptable *) t;
     size_t used, tomb;
 } __attribute__((aligned(64))) pshard;
@@ -276,15 +307,20 @@ static size_t node_size(uint32_t nw)
     return sizeof(pnode) + nw * sizeof(uint64_t);
 }
 
-static pnode *node_new(pos_be *be, uint32_t pos, uint64_t canon, uint64_t local, uint32_t nw)
+static pnode *node_new(pos_be *be, uint32_t pos, uint64_t canon, uint32_t nw)
 {
-    pnode *n = calloc(1, node_size(nw));
+    pnode *n = malloc(node_size(nw));
     if (!n)
         return NULL;
+    memset(n, 0, offsetof(pnode, pos));
     n->pos = pos;
     n->canon = canon;
-    n->local = local;
+    atomic_init(&n->h.ext, NULL);
+    atomic_init(&n->h.tiers, NULL);
     n->h.nw = nw;
+    n->h.count = 0;
+    for (uint32_t i = 0; i < nw; i++)
+        atomic_init(&n->w[i], 0);
     atomic_fetch_add_explicit(&be->mem.bytes, (long)node_size(nw), memory_order_relaxed);
     return n;
 }
@@ -331,16 +367,16 @@ static void lock2(pos_be *be, unsigned a, unsigned b)
         a = b;
         b = x;
     }
-    pthread_mutex_lock(&be->shard[a].mu);
+    spin_lock(&be->shard[a].mu);
     if (b != a)
-        pthread_mutex_lock(&be->shard[b].mu);
+        spin_lock(&be->shard[b].mu);
 }
 
 static void unlock2(pos_be *be, unsigned a, unsigned b)
 {
-    pthread_mutex_unlock(&be->shard[a].mu);
+    spin_unlock(&be->shard[a].mu);
     if (b != a)
-        pthread_mutex_unlock(&be->shard[b].mu);
+        spin_unlock(&be->shard[b].mu);
 }
 
 /* ---- per-slot orphan counts (written only by the slot's own writer) ---- */
@@ -400,7 +436,6 @@ static void *pos_create(const kvix_index_opts *opts, kvix_err *err)
     be->binsearch = opts ? opts->binsearch : 1;
     atomic_store(&be->mem.bytes, (long)sizeof *be);
     for (unsigned i = 0; i < NSHARD; i++) {
-        pthread_mutex_init(&be->shard[i].mu, NULL);
         ptable *t = table_new(TABLE_MIN, &be->mem);
         if (!t) {
             for (unsigned j = 0; j < i; j++)
@@ -432,7 +467,6 @@ static void pos_destroy(void *vbe)
             }
         }
         free(t);
-        pthread_mutex_destroy(&be->shard[i].mu);
     }
     for (size_t i = 0; i < KVIX_SLOTS_MAX / ORPH_CHUNK; i++)
         free(atomic_load(&be->orph[i]));
@@ -454,26 +488,26 @@ static void reclaim(pos_be *be, uint32_t pos, uint64_t canon)
     for (;;) {
         uint64_t h = key_hash(pos, canon);
         unsigned si = shard_of(h), pi;
-        pthread_mutex_lock(&be->shard[si].mu);
+        spin_lock(&be->shard[si].mu);
         pnode *n = table_find(atomic_load_explicit(&be->shard[si].t, memory_order_relaxed), h,
                               pos, canon);
         if (!n || !node_removable(n)) {
-            pthread_mutex_unlock(&be->shard[si].mu);
+            spin_unlock(&be->shard[si].mu);
             return;
         }
         pnode *p = n->parent;
         if (!p) {
             shard_remove(&be->shard[si], h, n, &be->mem);
-            pthread_mutex_unlock(&be->shard[si].mu);
+            spin_unlock(&be->shard[si].mu);
             node_retire(be, n);
             return;
         }
         uint64_t hp = key_hash(p->pos, p->canon);
         pi = shard_of(hp);
         if (pi > si) {
-            pthread_mutex_lock(&be->shard[pi].mu);
+            spin_lock(&be->shard[pi].mu);
         } else if (pi < si) {
-            pthread_mutex_unlock(&be->shard[si].mu);
+            spin_unlock(&be->shard[si].mu);
             lock2(be, si, pi);
             n = table_find(atomic_load_explicit(&be->shard[si].t, memory_order_relaxed), h, pos,
                            canon);
@@ -500,6 +534,7 @@ static int pos_add(void *vbe, uint32_t pos, uint64_t local, uint64_t canon, uint
                    uint32_t slot, unsigned tier, kvix_err *err)
 {
     pos_be *be = vbe;
+    (void)local; /* keyed by canon: see the top of this file */
     if (slot >= KVIX_SLOTS_MAX || tier >= KVIX_MEDIUM_COUNT)
         return kvix_err_set(err, KVIX_ERANGE, "slot %u or tier %u out of range", slot, tier);
     kvix_rcu_writer();
@@ -510,21 +545,26 @@ static int pos_add(void *vbe, uint32_t pos, uint64_t local, uint64_t canon, uint
     uint64_t h = key_hash(pos, canon);
     unsigned si = shard_of(h), pi = si;
     pshard *sh = &be->shard[si];
-    pthread_mutex_lock(&sh->mu);
+    spin_lock(&sh->mu);
     pnode *n = table_find(atomic_load_explicit(&sh->t, memory_order_relaxed), h, pos, canon);
     if (!n || (pos > 0 && !n->parent)) {
-        /* a new node (or a ghost learning its parent): lock the parent's shard too */
+        /* a new node (or a ghost learning its parent): lock the parent's shard
+         * too, in index order, or by trylock to keep the one we hold */
         uint64_t hp = 0;
-        pthread_mutex_unlock(&sh->mu);
         if (pos > 0) {
             hp = key_hash(pos - 1, parent_canon);
             pi = shard_of(hp);
         }
-        lock2(be, si, pi);
-        n = table_find(atomic_load_explicit(&sh->t, memory_order_relaxed), h, pos, canon);
+        if (pi > si) {
+            spin_lock(&be->shard[pi].mu);
+        } else if (pi < si && !spin_trylock(&be->shard[pi].mu)) {
+            spin_unlock(&sh->mu);
+            lock2(be, si, pi);
+            n = table_find(atomic_load_explicit(&sh->t, memory_order_relaxed), h, pos, canon);
+        }
         int made = 0;
         if (!n) {
-            n = node_new(be, pos, canon, local, atomic_load_explicit(&be->nw, memory_order_relaxed));
+            n = node_new(be, pos, canon, atomic_load_explicit(&be->nw, memory_order_relaxed));
             if (!n || shard_insert(sh, h, n, &be->mem) < 0) {
                 if (n) {
                     atomic_fetch_sub_explicit(&be->mem.bytes, (long)node_size(n->h.nw),
@@ -541,7 +581,7 @@ static int pos_add(void *vbe, uint32_t pos, uint64_t local, uint64_t canon, uint
             pnode *p = table_find(atomic_load_explicit(&ps->t, memory_order_relaxed), hp, pos - 1,
                                   parent_canon);
             if (!p) { /* a parent nobody holds: a ghost, so holes stay exact */
-                p = node_new(be, pos - 1, parent_canon, 0,
+                p = node_new(be, pos - 1, parent_canon,
                              atomic_load_explicit(&be->nw, memory_order_relaxed));
                 if (!p || shard_insert(ps, hp, p, &be->mem) < 0) {
                     if (p) {
@@ -558,14 +598,14 @@ static int pos_add(void *vbe, uint32_t pos, uint64_t local, uint64_t canon, uint
             kid_link(p, n);
         }
         if (pi != si)
-            pthread_mutex_unlock(&be->shard[pi].mu);
+            spin_unlock(&be->shard[pi].mu);
     }
     /* n's shard lock held; n->parent (if any) is pinned by n */
     int any_new;
     uint32_t before = n->h.count;
     if (kvix_holders_add(&n->h, n->w, slot, tier, atomic_load_explicit(&be->nw, memory_order_relaxed),
                          &be->mem, &any_new) < 0) {
-        pthread_mutex_unlock(&sh->mu);
+        spin_unlock(&sh->mu);
         reclaim(be, pos, canon);
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
     }
@@ -580,7 +620,7 @@ static int pos_add(void *vbe, uint32_t pos, uint64_t local, uint64_t canon, uint
         if (before == 0)
             atomic_fetch_add_explicit(&be->unique, 1, memory_order_relaxed);
     }
-    pthread_mutex_unlock(&sh->mu);
+    spin_unlock(&sh->mu);
     return KVIX_OK;
 }
 
@@ -595,10 +635,10 @@ static void pos_del(void *vbe, uint32_t pos, uint64_t local, uint64_t canon, uin
     kvix_rcu_writer();
     uint64_t h = key_hash(pos, canon);
     pshard *sh = &be->shard[shard_of(h)];
-    pthread_mutex_lock(&sh->mu);
+    spin_lock(&sh->mu);
     pnode *n = table_find(atomic_load_explicit(&sh->t, memory_order_relaxed), h, pos, canon);
     if (!n) {
-        pthread_mutex_unlock(&sh->mu);
+        spin_unlock(&sh->mu);
         return;
     }
     int gone;
@@ -616,7 +656,7 @@ static void pos_del(void *vbe, uint32_t pos, uint64_t local, uint64_t canon, uin
             atomic_fetch_sub_explicit(&be->unique, 1, memory_order_relaxed);
     }
     int rm = node_removable(n);
-    pthread_mutex_unlock(&sh->mu);
+    spin_unlock(&sh->mu);
     if (rm)
         reclaim(be, pos, canon);
 }
@@ -643,7 +683,7 @@ static inline void node_bits(pnode *n, uint64_t *dst, uint32_t qw)
 
 static inline pnode *probe(qctx *c, uint32_t pos)
 {
-    return be_find(c->be, pos, kvix_qchain_at(c->q, pos));
+    return be_find(c->be, pos, kvix_canon_at(c->q, pos));
 }
 
 static void push_set(qctx *c, const uint64_t *set, uint32_t blocks)

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "bitset_int.h"
+#include "canon_int.h"
 #include "index_int.h"
 #include "rcu_int.h"
 
@@ -423,7 +424,7 @@ static int radix_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err
     uint32_t i = 0, n = q->n > UINT32_MAX ? UINT32_MAX : (uint32_t)q->n;
     for (; i < n; i++) {
         rnode *k = kids_find(atomic_load_explicit(&node->kids, memory_order_acquire),
-                             kvix_qchain_at(q, i));
+                             kvix_canon_at(q, i));
         if (!k)
             break;
         kvix_bits_load(i == 0 ? cand : b, qw, &k->h, k->w);
