@@ -15,6 +15,10 @@
  *  - query may run concurrently with add/del and with other queries, and must
  *    never wait for a whole-table operation (no stop-the-world resize);
  *  - memory/unique/destroy run on a quiet backend.
+ * Threads: the positional and radix backends use liburcu (memb flavour) and
+ * register each calling thread themselves on its first call (thread-local
+ * flag; unregistered by a pthread key destructor at thread exit), so callers
+ * need no RCU calls of their own (lib/rcu_int.h).
  */
 #ifndef KVIX_INDEX_INT_H
 #define KVIX_INDEX_INT_H
