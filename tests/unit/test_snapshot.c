@@ -793,6 +793,7 @@ __attribute__((constructor)) static void saver_mode(void)
         }
         exit(0);
     }
+    fprintf(stderr, "ready\n");
     for (unsigned long k = 0;; k++) {
         if (write_state(&s[k & 1], path, NULL))
             exit(1);
