@@ -111,6 +111,7 @@ TEST(map_stored_parent_lora_medium)
     encode_one(&ev, 0, KVIX_WIRE_MAP, &b);
     check_bytes("map-stored-parent.bin", &b);
     kvix_buf_release(&b);
+    kvix_event_release(&ev);
 
     stored(&ev, 1, 1);
     ev.blocks[0].seq = UINT64_C(0x0123456789abcdef);
