@@ -77,6 +77,13 @@ enum { SEG_W = 0, SEG_Q = 1 };
 
 static int g_tty;
 static double g_load[2]; /* 1-minute load average at the start and at the end */
+static int g_perf_fd = -1; /* perf record --control fd: profile only the replays */
+
+static void perf_ctl(const char *cmd)
+{
+    if (g_perf_fd >= 0 && write(g_perf_fd, cmd, strlen(cmd)) < 0)
+        g_perf_fd = -1;
+}
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...)
@@ -778,6 +785,7 @@ static int replay_run(const logdata *lg, const sched *sc, const bconf *bc, unsig
         if (pthread_create(&hs[i].th, NULL, helper_main, &hs[i]))
             die("cannot create a thread");
 
+    perf_ctl("enable\n");
     double c0 = now_cpu(), t0 = now_mono();
     for (size_t s = 0; s < sc->nseg; s++) {
         const seg *g = &sc->segs[s];
@@ -820,6 +828,7 @@ static int replay_run(const logdata *lg, const sched *sc, const bconf *bc, unsig
             wait_done(rp, need);
     }
     double t1 = now_mono(), c1 = now_cpu();
+    perf_ctl("disable\n");
 
     atomic_store(&rp->seq, UINT32_MAX);
     futex(&rp->seq, FUTEX_WAKE_PRIVATE, INT_MAX);
@@ -1517,7 +1526,7 @@ static void usage(FILE *f)
             "      --sweep-budget S  seconds of paced replay per configuration (default 20)\n"
             "      --threshold F     saturated when achieved < F x offered (default 0.95)\n"
             "      --sweep-only LIST sweep only these backends (default: all)\n"
-            "      --threads-backends LIST  backends for the thread configurations after\n"
+            "      --other-backends LIST  backends for every (threads, rule) group after\n"
             "                        the first (default: the same as -b)\n"
             "      --cold            time only the first replay of each process (default: a\n"
             "                        second replay on a warm heap, the first as \"cold\")\n"
@@ -1528,6 +1537,8 @@ static void usage(FILE *f)
             "      --no-fork         run every configuration in this process\n"
             "      --json FILE       write results as JSON\n"
             "      --dat FILE        write the sweep as gnuplot data\n"
+            "      --perf-ctl FD     write enable/disable around each replay to FD\n"
+            "                        (perf record -D -1 --control fd:FD)\n"
             "  -q, --quiet           no progress on stderr\n"
             "  -h, --help\n");
 }
@@ -1543,7 +1554,7 @@ int main(int argc, char **argv)
                      .threshold = 0.95, .sweep_budget = 20, .spin = 2000, .timing = 1,
                      .fork = 1, .verify = 1, .warm = 1};
     enum { O_RULE = 256, O_SUBMIT, O_NOSWEEP, O_FROM, O_STEP, O_BUDGET, O_THRESH, O_SPIN,
-           O_NOTIME, O_NOFORK, O_JSON, O_DAT, O_SWONLY, O_MOREBES, O_NOVERIFY, O_COLD };
+           O_NOTIME, O_NOFORK, O_JSON, O_DAT, O_SWONLY, O_MOREBES, O_NOVERIFY, O_COLD, O_PERF };
     static const struct option lo[] = {
         {"backends", required_argument, 0, 'b'}, {"threads", required_argument, 0, 't'},
         {"writers", required_argument, 0, 'T'},  {"readers", required_argument, 0, 'R'},
@@ -1554,9 +1565,10 @@ int main(int argc, char **argv)
         {"sweep-budget", required_argument, 0, O_BUDGET},
         {"threshold", required_argument, 0, O_THRESH},
         {"sweep-only", required_argument, 0, O_SWONLY},
-        {"threads-backends", required_argument, 0, O_MOREBES},
+        {"other-backends", required_argument, 0, O_MOREBES},
         {"no-verify", no_argument, 0, O_NOVERIFY},
         {"cold", no_argument, 0, O_COLD},
+        {"perf-ctl", required_argument, 0, O_PERF},
         {"spin", required_argument, 0, O_SPIN},  {"no-timing", no_argument, 0, O_NOTIME},
         {"no-fork", no_argument, 0, O_NOFORK},   {"json", required_argument, 0, O_JSON},
         {"dat", required_argument, 0, O_DAT},    {"quiet", no_argument, 0, 'q'},
@@ -1587,6 +1599,7 @@ int main(int argc, char **argv)
         case O_MOREBES: more_bes = optarg; break;
         case O_NOVERIFY: bo.verify = 0; break;
         case O_COLD: bo.warm = 0; break;
+        case O_PERF: g_perf_fd = atoi(optarg); break;
         case O_SPIN: bo.spin = atoi(optarg); break;
         case O_NOTIME: bo.timing = 0; break;
         case O_NOFORK: bo.fork = 0; break;
@@ -1630,7 +1643,7 @@ int main(int argc, char **argv)
         ntc = 1;
     }
 
-    /* Backends: bcs[0] for the first thread configuration, bcs[1] for the
+    /* Backends: bcs[0] for the first (threads, rule) group, bcs[1] for the
      * others. */
     bconf bcs[2][MAX_CONFIGS];
     int nbc[2] = {0, 0};
@@ -1689,16 +1702,17 @@ int main(int argc, char **argv)
                refs[RULE_EXACT].rejects);
 
     cfg_result *cr = xcalloc((size_t)MAX_CONFIGS * RULE_COUNT * MAX_THREADCFG, sizeof *cr);
-    int ncr = 0, bad = 0;
+    int ncr = 0, bad = 0, group = 0;
     for (int t = 0; t < ntc; t++) {
         for (int ru = 0; ru < RULE_COUNT; ru++) {
             if (!(rules & (1 << ru)))
                 continue;
             sched_lanes(&sc[ru], &lg, tc[t][0]);
-            const bconf *bl = bcs[t > 0];
+            const bconf *bl = bcs[group > 0];
             const checksum *ref = bo.verify ? &refs[ru] : NULL;
             cfg_result *grp = &cr[ncr];
-            int ng = nbc[t > 0];
+            int ng = nbc[group > 0];
+            group++;
             for (int b = 0; b < ng; b++) {
                 cfg_result *c = &grp[b];
                 memset(c, 0, sizeof *c);

@@ -39,14 +39,15 @@ t0=$(date +%s.%N)
 t1=$(date +%s.%N)
 echo "60-kvbench: kvreplay --mooncake wrote $(wc -l <"$log") records in $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s" >&2
 
-# Every backend, one writer x one reader, both causality rules; then the
-# main backends with 2 writers x 2 readers and 1 x 2. The sweep runs for the
-# three backends at their defaults.
+# Every backend, one writer x one reader, exact rule; then the three backends
+# at their defaults under the timestamp rule, and with 2 writers x 2 readers
+# under both rules. Each of those three is swept.
 backends=reference,radix,positional,positional:1,positional:2,positional:4,positional:8,positional:16,positional:32,positional:64
 backends=$backends,positional:4:scan,positional:16:scan,positional:64:scan
-cmd=(bench/kvbench -n "$RUNS" -b "$backends" -t 1x1,2x2,1x2
-    --threads-backends reference,radix,positional --sweep-only reference,radix,positional
-    --rule both --json bench/results/kvbench.json --dat bench/results/kvbench.dat)
+main3=reference,radix,positional
+cmd=(bench/kvbench -n "$RUNS" -b "$backends" -t 1x1,2x2 --rule both --other-backends "$main3"
+    --sweep-only "$main3" --sweep-from 0.5 --json bench/results/kvbench.json
+    --dat bench/results/kvbench.dat)
 "$KVBENCH" "${cmd[@]:1}" "$log" >"$tmp/table.md"
 # The checked-in JSON names the generated log by how it was made.
 sed -i "s|$log|kvreplay --mooncake $(basename "$TRACE")|g" "$RES/kvbench.json" "$tmp/table.md"
@@ -60,13 +61,19 @@ else
     echo "60-kvbench: gnuplot missing: no plot" >&2
 fi
 
-# Profile: the positional backend, exact rule, 1x1, unpaced, repeated so the
-# replay dominates the load.
+# Profile: the positional backend, exact rule, 1x1, unpaced; perf samples
+# only inside the timed replays (kvbench drives perf through a control fifo).
 prof=""
-if perf record -q -e cpu-clock -o "$tmp/perf.data" -- "$KVBENCH" -n 30 --no-sweep --no-fork \
-    --no-verify --no-timing --rule exact -b positional -q "$log" >/dev/null 2>"$tmp/perf.err"; then
-    prof=$(perf report -i "$tmp/perf.data" --stdio --no-children --percent-limit 1.5 \
-        --sort symbol 2>/dev/null | grep -v '^#' | grep -v '^$' | head -20 || true)
+if command -v perf >/dev/null 2>&1; then
+    mkfifo "$tmp/ctl"
+    exec 7<>"$tmp/ctl"
+    if perf record -q -D -1 --control fd:7 -e cpu-clock -o "$tmp/perf.data" -- "$KVBENCH" \
+        -n 10 --no-sweep --no-fork --no-verify --no-timing --rule exact -b positional -q \
+        --perf-ctl 7 "$log" >/dev/null 2>"$tmp/perf.err"; then
+        prof=$(perf report -i "$tmp/perf.data" --stdio --no-children --percent-limit 1 \
+            --sort dso,symbol 2>/dev/null | grep -v '^#' | grep -v '^$' | head -25 || true)
+    fi
+    exec 7>&-
 fi
 
 j=$RES/kvbench.json
@@ -108,7 +115,7 @@ Command: \`${cmd[*]} LOG\`
 $(cat "$tmp/table.md")
 
 Saturation: the log's timestamps are divided by a speed-up and each segment is dispatched
-at its scaled time; the offered load rises by 19% a step from a quarter of the ceiling
+at its scaled time; the offered load rises by 19% a step from half the ceiling
 until the achieved rate stays below 95% of the offered one. The last offered load still
 achieved is the saturation point (">" when the sweep's time budget ended first). Plot:
 [kvbench.svg](results/kvbench.svg) ([PNG](results/kvbench.png)); raw figures:
@@ -121,8 +128,8 @@ as fast as possible: **${pos_ops}M block-ops/s** wall, **${pos_core}M per CPU-se
 ${pos_sat}M block-ops/s. Dynamo's figure is for a 24-core machine under its own replay
 harness; ours is one core of this machine, answers checked.
 
-Profile of the positional backend (\`perf record -e cpu-clock\`, exact rule, 1x1, 30
-unpaced replays; symbols above 1.5% of samples, loading the log included):
+Profile of the positional backend (\`perf record -e cpu-clock\`, exact rule, 1x1, 10 x 2
+unpaced replays, samples taken only inside the replays; symbols above 1% of samples):
 
 \`\`\`
 ${prof:-perf unavailable}
