@@ -163,6 +163,7 @@ typedef struct part {
     pthread_mutex_t lock; /* registration of new (worker, dp) */
     cmap workers;
     uint32_t nslots;                  /* atomic */
+    uint32_t depth;                   /* atomic: 1 + the deepest position ever stored */
     wstate **chunks[SLOT_CHUNKS];     /* atomic pointers; slot -> state */
 } part;
 
@@ -270,6 +271,17 @@ static void part_free(void *e)
     free(p);
 }
 
+/* Queries need not hash past the deepest position ever stored. Raised before
+ * the blocks reach the backend, so a query that can see them can reach them. */
+static void raise_depth(part *p, uint32_t depth)
+{
+    uint32_t d = __atomic_load_n(&p->depth, __ATOMIC_RELAXED);
+    while (d < depth &&
+           !__atomic_compare_exchange_n(&p->depth, &d, depth, 1, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED))
+        ;
+}
+
 static int check_name(const char *s, const char *what, kvix_err *err)
 {
     if (!s)
@@ -293,15 +305,20 @@ static int part_get(kvix_index *idx, const char *model, const char *tenant, uint
                     part **out, kvix_err *err)
 {
     int rc;
+    if ((rc = check_name(model, "model", err)) || (rc = check_name(tenant, "tenant", err)))
+        return rc;
     part *p = part_find(idx, model, tenant);
     if (!p) {
-        if ((rc = check_name(model, "model", err)) || (rc = check_name(tenant, "tenant", err)))
-            return rc;
         if (bs == 0 || bs > KVIX_BS_MAX)
             return kvix_err_set(err, KVIX_ERANGE, "block size %" PRIu32 " out of range 1..%d",
                                 bs, KVIX_BS_MAX);
         pthread_mutex_lock(&idx->lock);
         p = part_find(idx, model, tenant);
+        if (!p && idx->parts.n >= KVIX_INDEX_PARTITIONS_MAX) {
+            pthread_mutex_unlock(&idx->lock);
+            return kvix_err_set(err, KVIX_ELIMIT, "more than %u partitions",
+                                KVIX_INDEX_PARTITIONS_MAX);
+        }
         if (!p) {
             rc = KVIX_ENOMEM;
             p = calloc(1, sizeof *p);
@@ -557,6 +574,7 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
         return rc;
     if (!w && (rc = ws_get(p, ev->worker, ev->dp, &w, err)))
         return rc;
+    raise_depth(p, pos0 + (uint32_t)ev->nblocks);
     for (size_t i = 0; i < ev->nblocks; i++) {
         uint32_t pos = pos0 + (uint32_t)i;
         uint64_t local = ev->blocks[i].local;
@@ -636,6 +654,8 @@ int kvix_index_apply(kvix_index *idx, const kvix_event *ev, kvix_apply_result *r
     int rc;
     if (!idx || !ev)
         rc = kvix_err_set(err, KVIX_EINVAL, "no index or event");
+    else if (!memchr(ev->model, 0, KVIX_NAME_MAX) || !memchr(ev->tenant, 0, KVIX_NAME_MAX))
+        rc = kvix_err_set(err, KVIX_EINVAL, "model or tenant name not terminated");
     else if (ev->medium < 0 || ev->medium >= KVIX_MEDIUM_COUNT)
         rc = kvix_err_set(err, KVIX_EINVAL, "unknown medium %d", ev->medium);
     else if (ev->type == KVIX_EV_STORED)
@@ -755,7 +775,14 @@ static int score_cmp(const void *a, const void *b)
     return x->dp < y->dp ? -1 : x->dp > y->dp;
 }
 
-/* canon: scratch of n entries. */
+/* The blocks of an n-block query that can match at all. */
+static size_t query_depth(const part *p, size_t n)
+{
+    uint32_t d = __atomic_load_n(&p->depth, __ATOMIC_ACQUIRE);
+    return n < d ? n : d;
+}
+
+/* n: already cut to query_depth; canon: scratch of n entries. */
 static int query_part(part *p, const uint64_t *local, uint64_t *canon, size_t n,
                       kvix_answer *ans, kvix_err *err)
 {
@@ -810,6 +837,7 @@ int kvix_index_query(kvix_index *idx, const char *model, const char *tenant,
     if (!p)
         return KVIX_OK;
     ans->bs = p->bs;
+    n = query_depth(p, n);
     int rc = scratch_reserve(ans, n, err);
     return rc ? rc : query_part(p, local, ans->scratch, n, ans, err);
 }
@@ -834,11 +862,12 @@ static int query_tokens_bs(kvix_index *idx, const char *model, const char *tenan
     if (!p || !n)
         return KVIX_OK;
     ans->bs = p->bs;
+    n = query_depth(p, n); /* hash no more blocks than can match */
     int rc = scratch_reserve(ans, 2 * n, err);
     if (rc)
         return rc;
     uint64_t seed = kvix_hash_lora_seed(lora, lora ? strlen(lora) : 0);
-    kvix_hash_blocks(tokens, ntokens, bs, seed, ans->scratch, NULL);
+    kvix_hash_blocks(tokens, n * bs, bs, seed, ans->scratch, NULL);
     return query_part(p, ans->scratch, ans->scratch + n, n, ans, err);
 }
 
@@ -856,6 +885,11 @@ int kvix_index_query_event(kvix_index *idx, const kvix_event *q, kvix_answer *an
         answer_reset(ans);
         return kvix_err_set(err, KVIX_EINVAL, "not a query (%s)", kvix_event_type_name(q->type));
     }
+    if (!memchr(q->model, 0, KVIX_NAME_MAX) || !memchr(q->tenant, 0, KVIX_NAME_MAX) ||
+        !memchr(q->lora, 0, KVIX_NAME_MAX)) {
+        answer_reset(ans);
+        return kvix_err_set(err, KVIX_EINVAL, "model, tenant or lora name not terminated");
+    }
     if (q->has_tokens)
         return query_tokens_bs(idx, q->model, q->tenant, q->lora, q->bs, q->tokens, q->ntokens,
                                ans, err);
@@ -869,7 +903,7 @@ int kvix_index_query_event(kvix_index *idx, const kvix_event *q, kvix_answer *an
 
 uint32_t kvix_index_block_size(const kvix_index *idx, const char *model, const char *tenant)
 {
-    const part *p = part_find(idx, model, tenant);
+    const part *p = part_find(idx, model ? model : "default", tenant ? tenant : "default");
     return p ? p->bs : 0;
 }
 
@@ -1041,6 +1075,7 @@ int kvix_index_load(kvix_index *idx, const char *model, const char *tenant, uint
                               b->engine, b->position);
             break;
         }
+        raise_depth(p, b->position + 1);
         for (unsigned t = 0; t < KVIX_MEDIUM_COUNT && !rc; t++)
             if (b->tiers & (1u << t))
                 rc = store_block(w, b->engine, b->position, b->local, canon, b->parent, pcanon, t,

@@ -63,6 +63,8 @@ typedef struct kvix_index kvix_index;
 
 /* Ceiling on block positions (a stored event past it is KVIX_ERANGE). */
 #define KVIX_INDEX_DEPTH_MAX (1u << 24)
+/* Ceiling on (model, tenant) partitions (past it: KVIX_ELIMIT). */
+#define KVIX_INDEX_PARTITIONS_MAX (1u << 14)
 
 typedef enum kvix_backend {
     KVIX_BACKEND_POSITIONAL = 0, /* default: position-keyed maps, jump search */

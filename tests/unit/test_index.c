@@ -782,3 +782,84 @@ TEST(memory_per_stored_block)
         CHECK(st.blocks > 0 && fe < 256 && be < 1024);
     }
 }
+
+TEST(ceilings_and_bad_names)
+{
+    kvix_index *idx = mk("reference", 0);
+    kvix_err err;
+    /* the deepest position: a block loaded there (its parent not held) can
+     * not be extended */
+    kvix_block_info deep;
+    memset(&deep, 0, sizeof deep);
+    deep.position = KVIX_INDEX_DEPTH_MAX - 1;
+    deep.local = 5;
+    deep.engine = 77;
+    deep.parent = 76;
+    deep.parent_canon = 123;
+    deep.canon = kvix_hash_seq_next(123, 5);
+    deep.tiers = 1;
+    CHECK(kvix_index_load(idx, "default", "default", 4, 1, 0, &deep, 1, &err) == KVIX_OK);
+    uint64_t p = 77;
+    CHECK(store(idx, "default", 1, 0, 0, 4, &p, L, 1, 0, NULL) == KVIX_ERANGE);
+    deep.position = KVIX_INDEX_DEPTH_MAX;
+    CHECK(kvix_index_load(idx, "default", "default", 4, 1, 0, &deep, 1, &err) == KVIX_ECORRUPT);
+    /* names must be terminated within the fixed fields */
+    ev_set(KVIX_EV_STORED, "default", 1, 0, 0);
+    ev.bs = 4;
+    memset(ev.model, 'x', sizeof ev.model);
+    CHECK(kvix_index_apply(idx, &ev, NULL, &err) == KVIX_EINVAL);
+    kvix_event q;
+    kvix_event_init(&q);
+    q.type = KVIX_EV_QUERY;
+    memset(q.lora, 'x', sizeof q.lora);
+    CHECK(kvix_index_query_event(idx, &q, &ans, &err) == KVIX_EINVAL);
+    kvix_event_release(&q);
+    CHECK(kvix_index_load(idx, NULL, "default", 4, 1, 0, NULL, 0, &err) == KVIX_EINVAL);
+    char longname[KVIX_NAME_MAX + 1];
+    memset(longname, 'a', KVIX_NAME_MAX);
+    longname[KVIX_NAME_MAX] = '\0';
+    CHECK(kvix_index_set_eid(idx, longname, "default", 4, 1, 0, 1, &err) == KVIX_ELIMIT);
+    CHECK(kvix_index_set_eid(idx, "z", "default", 0, 1, 0, 1, &err) == KVIX_ERANGE);
+    CHECK(kvix_index_set_eid(idx, "z", "default", KVIX_BS_MAX + 1, 1, 0, 1, &err) ==
+          KVIX_ERANGE);
+    /* a query longer than anything stored, by tokens on an unknown
+     * partition, and too long */
+    uint64_t big[64] = {5};
+    query(idx, "default", big, 64);
+    CHECK_U64(ans.nscores, 0);
+    uint32_t tok[40] = {0};
+    CHECK(kvix_index_query_tokens(idx, "nope", NULL, NULL, tok, 40, &ans, &err) == KVIX_OK);
+    CHECK_U64(ans.query_blocks, 0);
+    kvix_event_init(&q);
+    q.type = KVIX_EV_QUERY;
+    memcpy(q.model, "nope", 5);
+    q.bs = 8;
+    q.has_tokens = 1;
+    kvix_event_reserve_tokens(&q, 40, NULL);
+    q.ntokens = 40;
+    memset(q.tokens, 0, 40 * sizeof *q.tokens);
+    CHECK(kvix_index_query_event(idx, &q, &ans, &err) == KVIX_OK);
+    CHECK_U64(ans.query_blocks, 5);
+    CHECK_U64(ans.bs, 0);
+    kvix_event_release(&q);
+    CHECK(kvix_index_query(idx, "default", NULL, big, (size_t)KVIX_INDEX_DEPTH_MAX + 1, &ans,
+                           &err) == KVIX_ELIMIT);
+    kvix_index_free(idx);
+}
+
+TEST(partition_ceiling)
+{
+    kvix_index *idx = mk("reference", 0);
+    kvix_err err;
+    char name[32];
+    int rc = KVIX_OK;
+    unsigned i;
+    for (i = 0; i <= KVIX_INDEX_PARTITIONS_MAX && rc == KVIX_OK; i++) {
+        snprintf(name, sizeof name, "m%u", i);
+        rc = kvix_index_set_eid(idx, name, "default", 16, 1, 0, i, &err);
+    }
+    CHECK(rc == KVIX_ELIMIT);
+    CHECK_U64(i, KVIX_INDEX_PARTITIONS_MAX + 1);
+    CHECK(kvix_index_set_eid(idx, "m7", "default", 16, 2, 0, 1, &err) == KVIX_OK);
+    kvix_index_free(idx);
+}
