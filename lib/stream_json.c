@@ -359,51 +359,64 @@ done:
     return rc;
 }
 
+/* Answers are the output hot path (a query can match hundreds of workers):
+ * one reservation, then literals and digits written in place. */
+#define PUT_LIT(p, lit) (memcpy((p), (lit), sizeof(lit) - 1), (p) += sizeof(lit) - 1)
+
 int kvix_answer_to_json(const kvix_answer *ans, const kvix_event *q, kvix_buf *out,
                         kvix_err *err)
 {
-    size_t start = out->len;
     uint64_t bs = ans->bs ? ans->bs : (q ? q->bs : 0);
-    int rc = app(out, "{", err);
-    if (!rc && q && q->has_id) {
-        rc = app(out, "\"id\":", err);
-        if (!rc)
-            rc = app(out, q->id, err);
-        if (!rc)
-            rc = app(out, ",", err);
+    size_t idlen = q && q->has_id ? strlen(q->id) : 0;
+    /* per score: keys ~60 bytes, five numbers of <= 20 digits, four tiers of ~32 */
+    size_t need = 64 + idlen + ans->nscores * (64 + 5 * 20 + KVIX_MEDIUM_COUNT * 32);
+    int rc = kvix_buf_reserve(out, need, err);
+    if (rc)
+        return rc;
+    char *p = out->data + out->len;
+    *p++ = '{';
+    if (idlen) {
+        PUT_LIT(p, "\"id\":");
+        memcpy(p, q->id, idlen);
+        p += idlen;
+        *p++ = ',';
     }
-    if (!rc)
-        rc = app_u64(out, "\"blocks\":", ans->query_blocks, err);
-    if (!rc)
-        rc = app(out, ",\"scores\":[", err);
-    for (size_t i = 0; i < ans->nscores && !rc; i++) {
-        const kvix_score *s = &ans->scores[i];
-        rc = app_u64(out, i ? ",{\"worker\":" : "{\"worker\":", s->worker, err);
-        if (!rc)
-            rc = app_u64(out, ",\"dp\":", s->dp, err);
-        if (!rc)
-            rc = app_u64(out, ",\"blocks\":", s->blocks, err);
-        if (!rc)
-            rc = app_u64(out, ",\"tokens\":", (uint64_t)s->blocks * bs, err);
-        if (!rc)
-            rc = app(out, ",\"tiers\":{", err);
+    PUT_LIT(p, "\"blocks\":");
+    p = put_u64(p, ans->query_blocks);
+    PUT_LIT(p, ",\"scores\":[");
+    for (size_t i = 0; i < ans->nscores; i++) {
+        const kvix_score *sc = &ans->scores[i];
+        if (i)
+            *p++ = ',';
+        PUT_LIT(p, "{\"worker\":");
+        p = put_u64(p, sc->worker);
+        PUT_LIT(p, ",\"dp\":");
+        p = put_u64(p, sc->dp);
+        PUT_LIT(p, ",\"blocks\":");
+        p = put_u64(p, sc->blocks);
+        PUT_LIT(p, ",\"tokens\":");
+        p = put_u64(p, (uint64_t)sc->blocks * bs);
+        PUT_LIT(p, ",\"tiers\":{");
         int first = 1;
-        for (int m = 0; m < KVIX_MEDIUM_COUNT && !rc; m++) {
-            if (!s->tier_blocks[m])
+        for (int m = 0; m < KVIX_MEDIUM_COUNT; m++) {
+            if (!sc->tier_blocks[m])
                 continue;
-            char key[32];
-            snprintf(key, sizeof key, "%s\"%s\":", first ? "" : ",", kvix_medium_name(m));
-            rc = app_u64(out, key, s->tier_blocks[m], err);
+            if (!first)
+                *p++ = ',';
             first = 0;
+            const char *name = kvix_medium_name(m);
+            size_t nl = strlen(name);
+            *p++ = '"';
+            memcpy(p, name, nl);
+            p += nl;
+            *p++ = '"';
+            *p++ = ':';
+            p = put_u64(p, sc->tier_blocks[m]);
         }
-        if (!rc)
-            rc = app(out, "}}", err);
+        PUT_LIT(p, "}}");
     }
-    if (!rc)
-        rc = app(out, "]}\n", err);
-    if (rc && out->len > start) {
-        out->len = start;
-        out->data[start] = '\0';
-    }
-    return rc;
+    PUT_LIT(p, "]}\n");
+    out->len = (size_t)(p - out->data);
+    out->data[out->len] = '\0';
+    return KVIX_OK;
 }
