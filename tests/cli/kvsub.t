@@ -43,9 +43,11 @@ end
 
 begin "kvsub: SIGTERM and SIGINT stop it cleanly, SIGUSR1 prints the counters"
 for sig in TERM INT; do
-    kvsub -w "1=ipc://$T/quiet" >out 2>err & # not under timeout(1): it dies of SIGUSR1
+    rm -f quiet
+    kvsub --bind -w "1=ipc://$T/quiet" >out 2>err & # not under timeout(1): it dies of SIGUSR1
     pid=$!
-    sleep 0.3
+    # bound means its signal handlers are in place
+    for i in $(seq 100); do [ -S quiet ] && break; sleep 0.1; done
     kill -USR1 $pid
     sleep 0.2
     kill -$sig $pid
