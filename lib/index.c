@@ -179,6 +179,7 @@ typedef struct wqueue {
 } wqueue;
 
 #define QUEUE_CAP 128
+#define SLOT_KEEP 4096 /* blocks or hashes a queue slot keeps allocated */
 
 struct kvix_index {
     kvix_index_opts opts;
@@ -1091,8 +1092,14 @@ void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
     size_t np;
     part **ps = parts_list(idx, &np);
     out->partitions = np;
-    out->bytes = sizeof *idx + cmap_memory(&idx->parts) +
-                 idx->nq * (sizeof(wqueue) + QUEUE_CAP * (sizeof(kvix_event) + 8));
+    out->bytes = sizeof *idx + cmap_memory(&idx->parts);
+    for (unsigned i = 0; i < idx->nq; i++) {
+        const wqueue *q = &idx->q[i];
+        out->bytes += sizeof *q + q->cap * (sizeof *q->ring + sizeof *q->tags);
+        for (size_t j = 0; j < q->cap; j++)
+            out->bytes += q->ring[j].cap_blocks * sizeof(kvix_block) +
+                          q->ring[j].cap_hashes * sizeof(uint64_t);
+    }
     for (size_t i = 0; ps && i < np; i++) {
         part *p = ps[i];
         size_t be = p->ops->memory(p->be);
@@ -1136,8 +1143,13 @@ static void *writer_main(void *arg)
         pthread_mutex_unlock(&q->mu);
         /* The slot at head is the writer's until head moves on. */
         kvix_err err = {0, ""};
-        if (kvix_index_apply(q->idx, &q->ring[i], NULL, &err))
+        kvix_event *ev = &q->ring[i];
+        if (kvix_index_apply(q->idx, ev, NULL, &err))
             reject(q->idx, q->tags[i], &err);
+        if (ev->cap_blocks > SLOT_KEEP || ev->cap_hashes > SLOT_KEEP) {
+            kvix_event_release(ev); /* one huge event does not pin its arrays */
+            kvix_event_init(ev);
+        }
         pthread_mutex_lock(&q->mu);
         q->head++;
         pthread_cond_broadcast(&q->progress);
@@ -1201,6 +1213,34 @@ static int pool_start(kvix_index *idx, unsigned threads, kvix_err *err)
     return KVIX_OK;
 }
 
+/* kvix_event_copy without the forensic tokens: the index never reads them,
+ * and they may be far bigger than the rest. */
+static int queue_copy(kvix_event *dst, const kvix_event *src, kvix_err *err)
+{
+    int rc;
+    if ((rc = kvix_event_reserve_blocks(dst, src->nblocks, err)) ||
+        (rc = kvix_event_reserve_hashes(dst, src->nhashes, err)))
+        return rc;
+    kvix_block *b = dst->blocks;
+    uint64_t *h = dst->hashes;
+    uint32_t *t = dst->tokens;
+    size_t cb = dst->cap_blocks, ch = dst->cap_hashes, ct = dst->cap_tokens;
+    *dst = *src;
+    dst->blocks = b;
+    dst->hashes = h;
+    dst->tokens = t;
+    dst->cap_blocks = cb;
+    dst->cap_hashes = ch;
+    dst->cap_tokens = ct;
+    dst->ntokens = 0;
+    dst->has_tokens = 0;
+    if (src->nblocks)
+        memcpy(b, src->blocks, src->nblocks * sizeof *b);
+    if (src->nhashes)
+        memcpy(h, src->hashes, src->nhashes * sizeof *h);
+    return KVIX_OK;
+}
+
 int kvix_index_submit(kvix_index *idx, const kvix_event *ev, uint64_t tag, kvix_err *err)
 {
     kvix_err e = {0, ""};
@@ -1221,7 +1261,7 @@ int kvix_index_submit(kvix_index *idx, const kvix_event *ev, uint64_t tag, kvix_
     size_t i = q->tail % q->cap;
     pthread_mutex_unlock(&q->mu);
     /* The slot at tail is the submitter's until tail moves on. */
-    rc = kvix_event_copy(&q->ring[i], ev, &e);
+    rc = queue_copy(&q->ring[i], ev, &e);
     if (rc)
         goto done;
     q->tags[i] = tag;

@@ -72,8 +72,10 @@ typedef enum kvix_backend {
     KVIX_BACKEND_REFERENCE,      /* simplest obviously-correct model */
 } kvix_backend;
 
-/* Called on a writer thread for an event submitted with kvix_index_submit
- * that the index rejected; tag is the one given to submit. */
+/* Called for an event submitted with kvix_index_submit that the index
+ * rejected; tag is the one given to submit. Runs on a writer thread, or on
+ * the submitting thread for an event refused at once (not an event, out of
+ * memory, or any rejection when threads == 0): calls may be concurrent. */
 typedef void (*kvix_reject_fn)(void *ctx, uint64_t tag, const kvix_err *err);
 
 typedef struct kvix_index_opts {

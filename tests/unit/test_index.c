@@ -1,4 +1,5 @@
 /* The index front end, hand-checked semantics, on every backend built. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -684,11 +685,16 @@ TEST(load_restores_what_foreach_shows)
 static uint64_t rejected[8];
 static int nrejected;
 
+static pthread_mutex_t reject_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Called from writer threads and from the submitting thread alike. */
 static void on_reject(void *ctx, uint64_t tag, const kvix_err *err)
 {
     (void)ctx;
+    pthread_mutex_lock(&reject_mu);
     if (nrejected < 8)
         rejected[nrejected++] = tag * 100 + (uint64_t)-err->code;
+    pthread_mutex_unlock(&reject_mu);
 }
 
 TEST(submit_inline_and_pooled)
@@ -735,6 +741,25 @@ TEST(submit_inline_and_pooled)
         kvix_apply_result tot;
         kvix_index_totals(idx, &tot);
         CHECK_U64(tot.stored, 20 + 2 * (0 + 1 + 2 + 3 + 4 + 5 + 6 + 7) + (0 + 1 + 2 + 3));
+        /* a big event with its forensic tokens, through the queue */
+        ev_set(KVIX_EV_STORED, "big", 1, 0, 0);
+        ev.bs = 2;
+        kvix_event_reserve_blocks(&ev, 5000, NULL);
+        kvix_event_reserve_tokens(&ev, 10000, NULL);
+        uint64_t *loc = malloc(5000 * sizeof *loc);
+        for (size_t i = 0; i < 5000; i++) {
+            ev.blocks[i].local = loc[i] = i * 7 + 1;
+            ev.blocks[i].seq = i;
+            ev.tokens[2 * i] = ev.tokens[2 * i + 1] = (uint32_t)i;
+        }
+        ev.nblocks = 5000;
+        ev.has_tokens = 1;
+        ev.ntokens = 10000;
+        CHECK(kvix_index_submit(idx, &ev, 1, &err) == KVIX_OK);
+        kvix_index_sync(idx);
+        CHECK(kvix_index_query(idx, "big", "default", loc, 5000, &ans, &err) == KVIX_OK);
+        CHECK_U64(matched(1, 0), 5000);
+        free(loc);
         kvix_index_free(idx);
     }
 }
