@@ -56,6 +56,9 @@
 #define DEPTH_MAX 12 /* bisection depth for JUMP_MAX */
 #define ORPH_CHUNK 256u
 #define TOMB ((pnode *)(uintptr_t)1)
+#define LIMBO_BATCH 1024
+#define POOL_NW 16   /* nodes with more inline words are freed, not pooled */
+#define POOL_MIN 32
 
 /* ---- RCU registration (shared with the radix backend) ---- */
 
@@ -171,6 +174,14 @@ typedef struct pos_be {
     _Atomic long nuntrusted;   /* slots with orphans */
     _Atomic(uint32_t *) orph[KVIX_SLOTS_MAX / ORPH_CHUNK]; /* per-slot orphan counts */
     kvix_aword untrusted[KVIX_SLOTS_MAX / 64];             /* bit: slot has orphans */
+    /* retired nodes wait in limbo for one grace period per batch, then are
+     * reused (malloc and call_rcu per block cost more than the rest of an add) */
+    _Atomic(pnode *) limbo;
+    _Atomic long nlimbo;
+    _Atomic int reclaiming;
+    spin_t poolmu;
+    size_t npool;
+    pnode *pool[POOL_NW + 1]; /* by inline words */
     pshard shard[NSHARD];
 } pos_be;
 
@@ -309,9 +320,20 @@ static size_t node_size(uint32_t nw)
 
 static pnode *node_new(pos_be *be, uint32_t pos, uint64_t canon, uint32_t nw)
 {
-    pnode *n = malloc(node_size(nw));
-    if (!n)
-        return NULL;
+    pnode *n = NULL;
+    if (nw <= POOL_NW && be->pool[nw]) { /* racy peek: the lock decides */
+        spin_lock(&be->poolmu);
+        if ((n = be->pool[nw])) {
+            be->pool[nw] = n->next;
+            be->npool--;
+        }
+        spin_unlock(&be->poolmu);
+    }
+    if (!n) {
+        if (!(n = malloc(node_size(nw))))
+            return NULL;
+        atomic_fetch_add_explicit(&be->mem.bytes, (long)node_size(nw), memory_order_relaxed);
+    }
     memset(n, 0, offsetof(pnode, pos));
     n->pos = pos;
     n->canon = canon;
@@ -321,15 +343,71 @@ static pnode *node_new(pos_be *be, uint32_t pos, uint64_t canon, uint32_t nw)
     n->h.count = 0;
     for (uint32_t i = 0; i < nw; i++)
         atomic_init(&n->w[i], 0);
-    atomic_fetch_add_explicit(&be->mem.bytes, (long)node_size(nw), memory_order_relaxed);
     return n;
 }
 
+static void node_free(pos_be *be, pnode *n)
+{
+    atomic_fetch_sub_explicit(&be->mem.bytes, (long)node_size(n->h.nw), memory_order_relaxed);
+    free(n);
+}
+
+/* n is out of the table: readers may still see it until a grace period. */
 static void node_retire(pos_be *be, pnode *n)
 {
     kvix_holders_retire(&n->h, &be->mem);
-    atomic_fetch_sub_explicit(&be->mem.bytes, (long)node_size(n->h.nw), memory_order_relaxed);
-    kvix_rcu_free(&n->rcu);
+    pnode *head = atomic_load_explicit(&be->limbo, memory_order_relaxed);
+    do
+        n->next = head;
+    while (!atomic_compare_exchange_weak_explicit(&be->limbo, &head, n, memory_order_release,
+                                                  memory_order_relaxed));
+    atomic_fetch_add_explicit(&be->nlimbo, 1, memory_order_relaxed);
+}
+
+/* After a batch of retirements (or when the index is empty): one grace
+ * period for the whole limbo, then its nodes go to the pool (kept at most
+ * 1/8 of the live nodes) or back to malloc. Called holding no lock. */
+static void limbo_drain(pos_be *be)
+{
+    long nl = atomic_load_explicit(&be->nlimbo, memory_order_relaxed);
+    if (nl < LIMBO_BATCH && !(nl > 0 && atomic_load_explicit(&be->unique, memory_order_relaxed) == 0))
+        return;
+    int zero = 0;
+    if (!atomic_compare_exchange_strong(&be->reclaiming, &zero, 1))
+        return;
+    pnode *n = atomic_exchange_explicit(&be->limbo, NULL, memory_order_acquire);
+    long taken = 0;
+    for (pnode *k = n; k; k = k->next)
+        taken++;
+    atomic_fetch_sub_explicit(&be->nlimbo, taken, memory_order_relaxed);
+    synchronize_rcu();
+    KVIX_RCU_TSAN_ACQUIRE();
+    size_t cap = (size_t)atomic_load_explicit(&be->unique, memory_order_relaxed) / 8;
+    if (cap < POOL_MIN)
+        cap = POOL_MIN;
+    spin_lock(&be->poolmu);
+    while (n) {
+        pnode *next = n->next;
+        uint32_t nw = n->h.nw;
+        if (nw <= POOL_NW && be->npool < cap) {
+            n->next = be->pool[nw];
+            be->pool[nw] = n;
+            be->npool++;
+        } else {
+            node_free(be, n);
+        }
+        n = next;
+    }
+    /* the index shrank: let the pool go with it */
+    for (uint32_t nw = 0; nw <= POOL_NW && be->npool > cap; nw++)
+        while (be->pool[nw] && be->npool > cap) {
+            pnode *k = be->pool[nw];
+            be->pool[nw] = k->next;
+            be->npool--;
+            node_free(be, k);
+        }
+    spin_unlock(&be->poolmu);
+    atomic_store(&be->reclaiming, 0);
 }
 
 static inline int node_removable(const pnode *n)
@@ -470,6 +548,15 @@ static void pos_destroy(void *vbe)
     }
     for (size_t i = 0; i < KVIX_SLOTS_MAX / ORPH_CHUNK; i++)
         free(atomic_load(&be->orph[i]));
+    for (pnode *n = atomic_load(&be->limbo), *next; n; n = next) {
+        next = n->next;
+        free(n);
+    }
+    for (uint32_t nw = 0; nw <= POOL_NW; nw++)
+        for (pnode *n = be->pool[nw], *next; n; n = next) {
+            next = n->next;
+            free(n);
+        }
     free(be);
 }
 
@@ -657,8 +744,10 @@ static void pos_del(void *vbe, uint32_t pos, uint64_t local, uint64_t canon, uin
     }
     int rm = node_removable(n);
     spin_unlock(&sh->mu);
-    if (rm)
+    if (rm) {
         reclaim(be, pos, canon);
+        limbo_drain(be);
+    }
 }
 
 /* ---- query ---- */

@@ -386,8 +386,8 @@ static inline void bc_scenario_random(const kvix_backend_ops *ops, unsigned jump
     /* memory returns: nodes, tier sets and tables are reclaimed; what stays is
      * the per-slot bookkeeping for the slots seen */
     size_t after = ops->memory(be);
-    CHECK(after <= base + 4096);
-    if (after > base + 4096)
+    CHECK(after <= base + 16384);
+    if (after > base + 16384)
         printf("#   memory %zu after removing everything, %zu when empty\n", after, base);
     ops->destroy(be);
     bc_model_free(&m);
@@ -424,8 +424,8 @@ static inline void bc_scenario_reclaim(const kvix_backend_ops *ops)
         }
         CHECK_U64(ops->unique_blocks(be), 0);
         size_t after = ops->memory(be);
-        CHECK(after < base + 8192);
-        if (after >= base + 8192)
+        CHECK(after < base + 16384);
+        if (after >= base + 16384)
             printf("#   memory %zu full, %zu after, %zu empty\n", full, after, base);
     }
     ops->destroy(be);
