@@ -33,6 +33,7 @@
 #include <xxhash.h>
 
 #include "kvix/hash.h"
+#include "snapshot_int.h"
 
 #define TAG_PART 1u
 #define TAG_GROUP 2u
@@ -481,6 +482,9 @@ struct kvix_snapshot {
     uint32_t dp;
     kvix_block_info *blocks;
     size_t cap;
+    /* next: records for which want() is 0 are jumped over undecoded */
+    int (*want)(void *ctx, uint64_t worker, uint32_t dp);
+    void *want_ctx;
 };
 
 void kvix_snapshot_close(kvix_snapshot *s)
@@ -589,6 +593,14 @@ static int parse_group(kvix_snapshot *s, kvix_snapshot_group *g, kvix_err *err)
         return CORRUPT(s, off, err, "worker %" PRIu64 " dp %" PRIu32 " out of order", worker, dp);
     if (worker == UINT64_MAX && n == 0 && !(flags & 1))
         return CORRUPT(s, off, err, "empty worker record");
+    if (s->want && !s->want(s->want_ctx, worker, dp)) {
+        s->pos += n * BLOCK_BYTES;
+        s->have_group = 1;
+        s->worker = worker;
+        s->dp = dp;
+        s->part_groups++;
+        return 1; /* skipped: next goes on */
+    }
     if (n > s->cap) {
         size_t c = s->cap ? s->cap : 64;
         while (c < n)
@@ -670,8 +682,12 @@ int kvix_snapshot_next(kvix_snapshot *s, kvix_snapshot_group *g, kvix_err *err)
                 return rc;
             continue;
         }
-        if (tag == TAG_GROUP)
-            return parse_group(s, g, err);
+        if (tag == TAG_GROUP) {
+            int rc = parse_group(s, g, err);
+            if (rc == 1)
+                continue;
+            return rc;
+        }
         return CORRUPT(s, s->pos, err, "unknown record type %" PRIu32, tag);
     }
 }
@@ -999,3 +1015,23 @@ out:
     return rc;
 }
 
+
+kvix_snapshot *kvix_snapshot_cursor(const kvix_snapshot *s, kvix_err *err)
+{
+    kvix_snapshot *c = snap_new(s->name, err);
+    if (!c)
+        return NULL;
+    c->data = s->data; /* borrowed: c must be closed before s */
+    c->len = s->len;
+    c->body_end = s->body_end;
+    c->info = s->info;
+    kvix_snapshot_rewind(c);
+    return c;
+}
+
+void kvix_snapshot_set_filter(kvix_snapshot *s,
+                              int (*want)(void *ctx, uint64_t worker, uint32_t dp), void *ctx)
+{
+    s->want = want;
+    s->want_ctx = ctx;
+}

@@ -4,7 +4,11 @@
 #include "kvix/snapshot.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "snapshot_int.h"
 
 typedef struct save_ctx {
     kvix_snapshot_writer *w;
@@ -37,28 +41,103 @@ int kvix_snapshot_save(kvix_index *idx, const char *path, kvix_snapshot_info *in
     return kvix_snapshot_writer_commit(s.w, info, err);
 }
 
+/* Loading runs on one thread per core: kvix_index_load may run concurrently
+ * for different workers, so each thread takes the workers that hash to it
+ * (all dp ranks and partitions of one worker on one thread) and jumps over
+ * the other records without decoding them. */
+#define LOAD_THREADS_MAX 8
+
+typedef struct loader {
+    kvix_snapshot *cur;
+    kvix_index *idx;
+    unsigned id, n;
+    int rc;
+    kvix_err err;
+} loader;
+
+static int mine(void *ctx, uint64_t worker, uint32_t dp)
+{
+    const loader *l = ctx;
+    (void)dp;
+    return (unsigned)((worker * UINT64_C(0x9e3779b97f4a7c15)) >> 32) % l->n == l->id;
+}
+
+static void *load_part(void *arg)
+{
+    loader *l = arg;
+    kvix_snapshot_group g;
+    int rc;
+    if (l->n > 1)
+        kvix_snapshot_set_filter(l->cur, mine, l);
+    while ((rc = kvix_snapshot_next(l->cur, &g, &l->err)) == KVIX_OK) {
+        if (g.worker == UINT64_MAX && g.n == 0 && !g.has_eid && l->id != 0)
+            continue; /* a partition without workers: thread 0 creates it */
+        /* n == 0 still creates the partition: one without workers survives. */
+        if ((rc = kvix_index_load(l->idx, g.model, g.tenant, g.bs, g.worker, g.dp, g.blocks, g.n,
+                                  &l->err)))
+            break;
+        if (g.has_eid && (rc = kvix_index_set_eid(l->idx, g.model, g.tenant, g.bs, g.worker, g.dp,
+                                                  g.eid, &l->err)))
+            break;
+    }
+    l->rc = rc == KVIX_EOF ? KVIX_OK : rc;
+    return NULL;
+}
+
+static unsigned load_threads(const kvix_snapshot_info *info)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned n = cpus > 1 ? (unsigned)cpus : 1;
+    if (n > LOAD_THREADS_MAX)
+        n = LOAD_THREADS_MAX;
+    if (info->groups < n)
+        n = info->groups ? (unsigned)info->groups : 1;
+    /* threads pay off only past some work */
+    if (info->blocks < 100000)
+        n = 1;
+    return n;
+}
+
 int kvix_snapshot_apply(kvix_snapshot *s, kvix_index *idx, kvix_err *err)
 {
     kvix_index_stats st;
     kvix_index_stats_get(idx, &st);
     if (st.partitions != 0 || st.blocks != 0)
         return kvix_err_set(err, KVIX_EINVAL, "a snapshot loads only into an empty index");
-    kvix_snapshot_group g;
-    int rc;
-    kvix_snapshot_rewind(s);
-    while ((rc = kvix_snapshot_next(s, &g, err)) == KVIX_OK) {
-        /* n == 0 still creates the partition: one without workers survives. */
-        if ((rc = kvix_index_load(idx, g.model, g.tenant, g.bs, g.worker, g.dp, g.blocks, g.n,
-                                  err)))
-            return rc;
-        if (g.has_eid &&
-            (rc = kvix_index_set_eid(idx, g.model, g.tenant, g.bs, g.worker, g.dp, g.eid, err)))
-            return rc;
-    }
-    if (rc != KVIX_EOF)
-        return rc;
     kvix_snapshot_info info;
     kvix_snapshot_get_info(s, &info);
+    unsigned n = load_threads(&info);
+    loader l[LOAD_THREADS_MAX];
+    pthread_t th[LOAD_THREADS_MAX];
+    int started[LOAD_THREADS_MAX] = {0};
+    int rc = KVIX_OK;
+    for (unsigned i = 0; i < n; i++) {
+        l[i] = (loader){kvix_snapshot_cursor(s, err), idx, i, n, KVIX_OK, {0, ""}};
+        if (!l[i].cur) {
+            while (i--)
+                kvix_snapshot_close(l[i].cur);
+            return KVIX_ENOMEM;
+        }
+    }
+    for (unsigned i = 1; i < n; i++)
+        started[i] = pthread_create(&th[i], NULL, load_part, &l[i]) == 0;
+    load_part(&l[0]);
+    for (unsigned i = 1; i < n; i++) {
+        if (started[i])
+            pthread_join(th[i], NULL);
+        else
+            load_part(&l[i]); /* no thread: do its share here */
+    }
+    for (unsigned i = 0; i < n; i++) {
+        if (l[i].rc && !rc) {
+            rc = l[i].rc;
+            if (err)
+                *err = l[i].err;
+        }
+        kvix_snapshot_close(l[i].cur);
+    }
+    if (rc)
+        return rc;
     kvix_index_stats_get(idx, &st);
     if (st.blocks != info.blocks)
         return kvix_err_set(err, KVIX_ECORRUPT,

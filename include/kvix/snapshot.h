@@ -138,7 +138,9 @@ int kvix_snapshot_group_events(const kvix_snapshot_group *g, kvix_event *scratch
 
 /* Apply every record of an opened snapshot to idx, which must be empty
  * (KVIX_EINVAL otherwise): blocks restored per (worker, dp) with
- * kvix_index_load (orphans included), then the eids. On failure idx holds part of the snapshot: free it. */
+ * kvix_index_load (orphans included), then the eids; large snapshots on one
+ * thread per core (up to 8), each worker on one of them. Nothing else may
+ * touch idx meanwhile. On failure idx holds part of the snapshot: free it. */
 int kvix_snapshot_apply(kvix_snapshot *s, kvix_index *idx, kvix_err *err);
 
 /* Open, verify and apply path into the empty index idx. The file is verified

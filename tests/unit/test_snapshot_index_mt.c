@@ -1,6 +1,7 @@
 /* Snapshots of a live index: save -> load -> foreach equal, byte-stable
  * re-save, queries answered alike, refusal of a non-empty index and of a
- * corrupt file (the index untouched), on every backend built. */
+ * corrupt file (the index untouched), on every backend built. Large
+ * snapshots load on several threads: _mt, so ThreadSanitizer runs it too. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -348,6 +349,12 @@ TEST(large_random_state)
             printf("#   load: %s\n", err.msg);
         CHECK(kvix_index_set_eid(idx, w < 4 ? "a" : "b", "t", 16, w, (uint32_t)(w % 2), w * 10,
                                  &err) == KVIX_OK);
+        free(b);
+    }
+    /* one worker in two partitions and two dp ranks: loaded on one thread */
+    for (uint32_t dp = 0; dp < 2; dp++) {
+        kvix_block_info *b = sg_group(th_seed() + 77 + dp, n / 2, 1);
+        CHECK(kvix_index_load(idx, dp ? "a" : "b", "t", 16, 1, dp + 5, b, n / 2, &err) == KVIX_OK);
         free(b);
     }
     round_trip(idx, be, "large.kvix");
