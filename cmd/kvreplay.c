@@ -128,8 +128,8 @@ typedef struct replay {
     double pub_wait, pub_hold;
 
     /* clock */
-    int have_ts0, have_first_ts;
-    double ts0, first_ts;
+    int have_ts0, have_first_ts, have_last_ts;
+    double ts0, first_ts, last_ts;
     struct timespec wall0;
     int wall_started;
 
@@ -538,13 +538,21 @@ static int keep(replay *r, const kvix_event *ev)
     return 1;
 }
 
+/* A record without ts (a query, usually: queries carry none) is judged by
+ * the ts of the record before it, so a time window keeps the queries asked
+ * within it. */
 static int keep_time(replay *r, const kvix_event *ev)
 {
-    if (!ev->has_ts || !r->have_first_ts)
+    if (ev->has_ts) {
+        r->last_ts = ev->ts;
+        r->have_last_ts = 1;
+    }
+    if (!r->have_last_ts)
         return 1;
-    if (r->since.set && ev->ts < bound_value(r, &r->since))
+    double ts = r->last_ts;
+    if (r->since.set && ts < bound_value(r, &r->since))
         return 0;
-    if (r->until.set && ev->ts > bound_value(r, &r->until))
+    if (r->until.set && ts > bound_value(r, &r->until))
         return 0;
     return 1;
 }
@@ -557,7 +565,8 @@ static int emit(void *ctx, const kvix_event *ev)
         return 1;
     r->in++;
     progress(r, 0);
-    if (!keep(r, ev) || !keep_time(r, ev)) {
+    int kept = keep(r, ev);
+    if (!keep_time(r, ev) || !kept) {
         r->filtered++;
         return 0;
     }
@@ -595,6 +604,12 @@ static int emit(void *ctx, const kvix_event *ev)
             return 0;
         }
         if (fwrite(r->out.data, 1, r->out.len, stdout) != r->out.len) {
+            /* A reader that went away on purpose (head) ends the replay. */
+            if (errno == EPIPE) {
+                r->stop = 1;
+                return 1;
+            }
+            cli_warn("error writing standard output: %s", strerror(errno));
             r->fatal = KVIX_EXIT_IO;
             return 1;
         }
