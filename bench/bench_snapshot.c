@@ -1,6 +1,6 @@
 /* Snapshot save and load rates at scale.
  *
- *   bench_snapshot [-n ENTRIES] [-r RUNS] [-d DIR] [-b BACKEND]
+ *   bench_snapshot [-n ENTRIES] [-r RUNS] [-d DIR] [-b BACKEND] [-k FILE]
  *
  * Builds an index of ENTRIES (worker, block) entries (default 10 million:
  * 20 workers, 4 distinct prompt forests shared by 5 workers each, mixed
@@ -10,6 +10,7 @@
  *   load         kvix_snapshot_load into a fresh index (open + verify + kvix_index_load)
  *   replay       the baseline: the same state rebuilt by applying its events
  *                (kvix_snapshot_group_events + kvix_index_apply, no parsing)
+ * With -k the snapshot is kept as FILE (for timing kvdump on it).
  * Prints a markdown table on stdout; progress on stderr. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -140,14 +141,15 @@ int main(int argc, char **argv)
 {
     size_t entries = 10000000;
     int runs = 3;
-    const char *dir = "/tmp";
+    const char *dir = "/tmp", *keep = NULL;
     kvix_backend be = KVIX_BACKEND_POSITIONAL;
     int c;
-    while ((c = getopt(argc, argv, "n:r:d:b:")) != -1) {
+    while ((c = getopt(argc, argv, "n:r:d:b:k:")) != -1) {
         switch (c) {
         case 'n': entries = strtoull(optarg, NULL, 10); break;
         case 'r': runs = atoi(optarg); break;
         case 'd': dir = optarg; break;
+        case 'k': keep = optarg; break;
         case 'b':
             if (kvix_backend_parse(optarg, &be)) {
                 fprintf(stderr, "bench_snapshot: unknown backend %s\n", optarg);
@@ -155,7 +157,7 @@ int main(int argc, char **argv)
             }
             break;
         default:
-            fprintf(stderr, "usage: bench_snapshot [-n ENTRIES] [-r RUNS] [-d DIR] [-b BACKEND]\n");
+            fprintf(stderr, "usage: bench_snapshot [-n ENTRIES] [-r RUNS] [-d DIR] [-b BACKEND] [-k FILE]\n");
             return 2;
         }
     }
@@ -221,7 +223,8 @@ int main(int argc, char **argv)
         }
         kvix_snapshot_close(s);
     }
-    unlink(path);
+    if (!keep || rename(path, keep) != 0)
+        unlink(path);
     double ms = median(ts, runs), mo = median(to, runs), ml = median(tl, runs),
            mr = median(tr, runs);
     double xs = median(cs, runs), xo = median(co, runs), xl = median(cl, runs),
