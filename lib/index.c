@@ -1058,14 +1058,10 @@ int kvix_index_load(kvix_index *idx, const char *model, const char *tenant, uint
             break;
         }
         if (b->position > 0) {
-            const bent *pe = kvix_hmap_get(&w->blocks, &b->parent);
-            if (pe && (pe->pos + 1 != b->position || canon_of(pe) != b->parent_canon)) {
-                rc = kvix_err_set(err, KVIX_ECORRUPT,
-                                  "block %016" PRIx64 " at position %" PRIu32
-                                  " disagrees with its parent %016" PRIx64,
-                                  b->engine, b->position, b->parent);
-                break;
-            }
+            /* The parent engine hash is the one the block was stored under;
+             * it may since have been removed, or stored again elsewhere (a
+             * move): the block then stays where it was, an orphan. So a held
+             * parent that does not fit is no corruption: parent_canon rules. */
             pcanon = b->parent_canon;
             canon = kvix_hash_seq_next(pcanon, b->local);
         }

@@ -175,7 +175,9 @@ typedef struct kvix_block_info {
     uint32_t position;
     uint64_t local;
     uint64_t engine;      /* the engine's hash (key for removals) */
-    uint64_t parent;      /* the engine hash of the parent; meaningless at position 0 */
+    uint64_t parent;      /* the engine hash of the parent it was stored under (that hash
+                           * may since be gone or moved: parent_canon is what counts);
+                           * meaningless at position 0 */
     unsigned tiers;       /* bit (1 << kvix_medium) per tier holding it; never 0 */
     uint64_t canon;       /* the index's canonical rolling hash of the block */
     uint64_t parent_canon; /* the parent's canonical hash (0 at position 0) */
@@ -196,10 +198,12 @@ int kvix_index_foreach(kvix_index *idx, kvix_foreach_fn fn, void *ctx);
 /* Restore the blocks of one (worker, dp) as kvix_index_foreach gave them
  * (snapshots), sorted by position. No parent needs to be held, so blocks
  * whose parent was removed while they stayed (orphans, see kvix_index_apply)
- * are restored too; canon must follow from parent_canon and local, and a
- * parent that is held (loaded earlier or before) must sit at position - 1
- * with canonical hash parent_canon (else KVIX_ECORRUPT). Blocks already
- * held are merged (tiers added). Creates the partition with bs if it is
+ * are restored too; canon must follow from parent_canon and local (else
+ * KVIX_ECORRUPT). The parent engine hash is only recorded: it names the
+ * parent the block was stored under, and that hash may since have been
+ * removed or stored again elsewhere (an engine hash moves), so a held block
+ * of that hash need not sit at position - 1 nor have canonical hash
+ * parent_canon. Blocks already held are merged (tiers added). Creates the partition with bs if it is
  * unknown (KVIX_EBLOCKSIZE if it differs). Same concurrency as
  * kvix_index_apply for that worker. blocks is only read during the call; on
  * error the blocks before the failing one stay loaded. */
