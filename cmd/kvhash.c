@@ -40,9 +40,9 @@ static const cli_opt options[] = {
     {'b', 'b', "block-size", "N", NULL, "tokens per block, 1 to 65536 (required)"},
     {'l', 'l', "lora", "NAME", NULL, "LoRA adapter for lines that name none"},
     {'P', 'P', "positional", NULL, NULL, "add positional sequence and lineage hashes (psh, plh)"},
-    {'d', 'd', "decimal", NULL, NULL, "print hashes as decimal numbers instead of hex"},
+    {'d', 'd', "decimal", NULL, NULL, "print hashes in decimal instead of hex"},
     {'p', 'p', "plain", "FIELD", "local|seq|psh|plh",
-     "print only FIELD, space-separated, one line per input line"},
+     "print only FIELD (local, seq, psh or plh), one line per input line"},
     {O_STRICT, 0, "strict", NULL, NULL, "stop at the first bad line (exit 5)"},
     {0, 0, NULL, NULL, NULL, NULL},
 };
