@@ -286,12 +286,14 @@ static bool is_nil(const msgpack_object *o)
     return !o || o->type == MSGPACK_OBJECT_NIL;
 }
 
-static bool str_is(const msgpack_object *o, const char *s)
+static bool str_is_n(const msgpack_object *o, const char *s, size_t n)
 {
-    size_t n = strlen(s);
     return o->type == MSGPACK_OBJECT_STR && o->via.str.size == n &&
            memcmp(o->via.str.ptr, s, n) == 0;
 }
+
+/* Compare with a string literal, its length known at compile time. */
+#define str_is(o, lit) str_is_n((o), (lit), sizeof(lit) - 1)
 
 /* An engine block hash: uint, negative int (SGLang's signed int64, the same
  * bits), or a bin of 1..32 bytes whose last 8 are the u64, big-endian. */
@@ -355,10 +357,12 @@ static bool mm_hash(const msgpack_object *o, uint64_t *out)
  * and by key in map events. */
 enum { F_HASHES, F_PARENT, F_TOKENS, F_BS, F_LORA_ID, F_MEDIUM, F_LORA, F_EXTRA, F_COUNT };
 
-static const char *const stored_keys[F_COUNT] = {
-    "block_hashes", "parent_block_hash", "token_ids", "block_size",
-    "lora_id",      "medium",            "lora_name", "extra_keys",
+#define KEY(s) {s, sizeof(s) - 1}
+static const struct { const char *s; size_t n; } stored_keys[F_COUNT] = {
+    KEY("block_hashes"), KEY("parent_block_hash"), KEY("token_ids"), KEY("block_size"),
+    KEY("lora_id"),      KEY("medium"),            KEY("lora_name"), KEY("extra_keys"),
 };
+#undef KEY
 
 /* The position of each field in a BlockRemoved array: hashes, medium. */
 static const int removed_pos[F_COUNT] = {1, -1, -1, -1, -1, 2, -1, -1};
@@ -386,7 +390,7 @@ static void collect(const msgpack_object *e, int type, wview *v)
         if (key->type != MSGPACK_OBJECT_STR)
             continue;
         for (int i = 0; i < F_COUNT; i++)
-            if (str_is(key, stored_keys[i])) {
+            if (str_is_n(key, stored_keys[i].s, stored_keys[i].n)) {
                 v->f[i] = &e->via.map.ptr[k].val;
                 break;
             }

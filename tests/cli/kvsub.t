@@ -61,7 +61,7 @@ done
 end
 
 begin "kvsub: --bind on an endpoint already bound exits 6"
-timeout 20 kvsub --bind -w "1=ipc://$T/b" >/dev/null 2>&1 &
+timeout --foreground 20 kvsub --bind -w "1=ipc://$T/b" >/dev/null 2>&1 &
 pid=$!
 sleep 0.3
 run kvsub --bind -w "1=tcp://127.0.0.1:0" -w "2=tcp://127.0.0.1:0"
@@ -73,7 +73,7 @@ import socket, sys, time
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); print(s.getsockname()[1], flush=True); time.sleep(3)' >port &
 ppid=$!
 for i in $(seq 50); do [ -s port ] && break; sleep 0.1; done
-run timeout 10 kvsub --bind -w "1=tcp://127.0.0.1:$(cat port)"
+run timeout --foreground 10 kvsub --bind -w "1=tcp://127.0.0.1:$(cat port)"
 expect_rc 6
 assert_grep 'cannot bind' err
 kill $ppid 2>/dev/null
@@ -81,7 +81,7 @@ wait $ppid 2>/dev/null
 end
 
 begin "kvsub: a replay endpoint that never answers times out into a loss"
-timeout 30 kvsub -w "1=ipc://$T/p" --replay "1=ipc://$T/nobody" --replay-timeout 300 >out 2>err &
+timeout --foreground 30 kvsub -w "1=ipc://$T/p" --replay "1=ipc://$T/nobody" --replay-timeout 300 >out 2>err &
 pid=$!
 timeout 30 "$PY" - "ipc://$T/p" <<'EOF'
 import sys, time, msgpack, zmq
@@ -111,7 +111,7 @@ assert_eq "$got" "0 1 c 3 4 " "events in order"
 end
 
 begin "kvsub: each vLLM fixture through the wire prints its expected events"
-timeout 30 kvsub -w "1=ipc://$T/f" -b 16 >out 2>err &
+timeout --foreground 30 kvsub -w "1=ipc://$T/f" -b 16 >out 2>err &
 pid=$!
 fix=$SHARED/fixtures/vllm
 timeout 30 "$PY" - "ipc://$T/f" "$fix" <<'EOF'

@@ -3,7 +3,9 @@
 # endpoints in the scratch directory: every scenario ends by reducing kvsub's
 # events to per-(worker, dp) block sets and comparing them with what the
 # engines know a correct subscriber must hold. Each scenario is bounded: the
-# processes run under timeout(1) and waits poll a bounded number of times.
+# processes run under timeout(1) (--foreground for kvsub: without it timeout
+# sends SIGCONT to the process group, which hangs LeakSanitizer's exit check)
+# and waits poll a bounded number of times.
 . "$(dirname "$0")/lib.sh"
 FE=$ROOT/tests/tools/fake_engine.py
 EPIDS=""
@@ -15,7 +17,7 @@ engine() { # engine ARGS...: a fake engine in the background
 }
 
 sub() { # sub ARGS...: kvsub in the background, output in ./out, ./err
-    timeout 60 kvsub "$@" >out 2>err &
+    timeout --foreground 60 kvsub "$@" >out 2>err &
     KPID=$!
 }
 
@@ -245,7 +247,7 @@ end
 
 begin "kvsub: a reader that goes away (EPIPE) is a clean stop"
 engine --pub "ipc://$T/pub" --batches 400 --seed 23
-timeout 60 kvsub -w "1=ipc://$T/pub" 2>err | head -n 1 >out
+timeout --foreground 60 kvsub -w "1=ipc://$T/pub" 2>err | head -n 1 >out
 krc=${PIPESTATUS[0]}
 stop
 assert_eq "$krc" 0 "kvsub exit status"
