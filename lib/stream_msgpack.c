@@ -1,14 +1,360 @@
 /* msgpack framing of kvix records: one map per record with the NDJSON keys;
  * hashes are msgpack uint64 (not hex strings), a query's id is the msgpack
- * form of its JSON value. Decoding goes through msgpack-c. */
+ * form of its JSON value.
+ *
+ * Decoding is msgpack-c's own unpacking template (msgpack/unpack_template.h)
+ * instantiated twice with callbacks of ours, because msgpack_unpack() and
+ * the streaming unpacker allocate a container's declared element count
+ * before reading one element (5 bytes declaring an array32 ask for 96 GiB):
+ *  - a framing pass that allocates nothing finds where a record ends, as its
+ *    bytes arrive (resumable, so a record is scanned once however it is cut);
+ *  - only then the whole record is parsed into objects, every declared
+ *    element charged against the record's length (as lib/wire_decode.c does),
+ *    so a record never makes the decoder allocate more than a fixed multiple
+ *    of its own size. Nesting is bounded by the template's stack (32). */
 #include "kvix/stream.h"
 
 #include <jansson.h>
 #include <math.h>
 #include <msgpack.h>
+#include <msgpack/unpack_define.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "stream_int.h"
+
+/* ---- parsing a whole record: the template with a budget ---- */
+
+enum { WHY_NONE = 0, WHY_BUDGET, WHY_NOMEM };
+
+typedef struct mpa_user {
+    msgpack_zone *z;
+    size_t budget; /* elements the rest of the record can still hold */
+    int why;
+} mpa_user;
+
+#define msgpack_unpack_struct(name) struct kvmpa##name
+#define msgpack_unpack_func(ret, name) static inline ret kvmpa##name
+#define msgpack_unpack_callback(name) kvmpa_cb##name
+#define msgpack_unpack_object msgpack_object
+#define msgpack_unpack_user mpa_user
+
+static inline msgpack_object kvmpa_cb_root(mpa_user *u)
+{
+    (void)u;
+    msgpack_object o;
+    memset(&o, 0, sizeof o);
+    return o;
+}
+
+#define MPA_UINT(name, T)                                                      \
+    static inline int kvmpa_cb##name(mpa_user *u, T d, msgpack_object *o)       \
+    {                                                                          \
+        (void)u;                                                               \
+        o->type = MSGPACK_OBJECT_POSITIVE_INTEGER;                             \
+        o->via.u64 = d;                                                        \
+        return 0;                                                              \
+    }
+#define MPA_INT(name, T)                                                       \
+    static inline int kvmpa_cb##name(mpa_user *u, T d, msgpack_object *o)       \
+    {                                                                          \
+        (void)u;                                                               \
+        if (d >= 0) {                                                          \
+            o->type = MSGPACK_OBJECT_POSITIVE_INTEGER;                         \
+            o->via.u64 = (uint64_t)d;                                          \
+        } else {                                                               \
+            o->type = MSGPACK_OBJECT_NEGATIVE_INTEGER;                         \
+            o->via.i64 = d;                                                    \
+        }                                                                      \
+        return 0;                                                              \
+    }
+MPA_UINT(_uint8, uint8_t)
+MPA_UINT(_uint16, uint16_t)
+MPA_UINT(_uint32, uint32_t)
+MPA_UINT(_uint64, uint64_t)
+MPA_INT(_int8, int8_t)
+MPA_INT(_int16, int16_t)
+MPA_INT(_int32, int32_t)
+MPA_INT(_int64, int64_t)
+
+static inline int kvmpa_cb_float(mpa_user *u, float d, msgpack_object *o)
+{
+    (void)u;
+    o->type = MSGPACK_OBJECT_FLOAT32;
+    o->via.f64 = d;
+    return 0;
+}
+
+static inline int kvmpa_cb_double(mpa_user *u, double d, msgpack_object *o)
+{
+    (void)u;
+    o->type = MSGPACK_OBJECT_FLOAT64;
+    o->via.f64 = d;
+    return 0;
+}
+
+static inline int kvmpa_cb_nil(mpa_user *u, msgpack_object *o)
+{
+    (void)u;
+    o->type = MSGPACK_OBJECT_NIL;
+    return 0;
+}
+
+static inline int kvmpa_cb_true(mpa_user *u, msgpack_object *o)
+{
+    (void)u;
+    o->type = MSGPACK_OBJECT_BOOLEAN;
+    o->via.boolean = true;
+    return 0;
+}
+
+static inline int kvmpa_cb_false(mpa_user *u, msgpack_object *o)
+{
+    (void)u;
+    o->type = MSGPACK_OBJECT_BOOLEAN;
+    o->via.boolean = false;
+    return 0;
+}
+
+static inline int charge(mpa_user *u, size_t n)
+{
+    if (n > u->budget) {
+        u->why = WHY_BUDGET;
+        return -1;
+    }
+    u->budget -= n;
+    return 0;
+}
+
+static inline int kvmpa_cb_array(mpa_user *u, unsigned int n, msgpack_object *o)
+{
+    if (charge(u, n))
+        return -1;
+    o->type = MSGPACK_OBJECT_ARRAY;
+    o->via.array.size = 0;
+    o->via.array.ptr = NULL;
+    if (n == 0)
+        return 0;
+    o->via.array.ptr = msgpack_zone_malloc(u->z, (size_t)n * sizeof(msgpack_object));
+    if (!o->via.array.ptr) {
+        u->why = WHY_NOMEM;
+        return -1;
+    }
+    return 0;
+}
+
+static inline int kvmpa_cb_array_item(mpa_user *u, msgpack_object *c, msgpack_object o)
+{
+    (void)u;
+    c->via.array.ptr[c->via.array.size++] = o;
+    return 0;
+}
+
+static inline int kvmpa_cb_map(mpa_user *u, unsigned int n, msgpack_object *o)
+{
+    if (charge(u, n) || charge(u, n))
+        return -1;
+    o->type = MSGPACK_OBJECT_MAP;
+    o->via.map.size = 0;
+    o->via.map.ptr = NULL;
+    if (n == 0)
+        return 0;
+    o->via.map.ptr = msgpack_zone_malloc(u->z, (size_t)n * sizeof(msgpack_object_kv));
+    if (!o->via.map.ptr) {
+        u->why = WHY_NOMEM;
+        return -1;
+    }
+    return 0;
+}
+
+static inline int kvmpa_cb_map_item(mpa_user *u, msgpack_object *c, msgpack_object k,
+                                    msgpack_object v)
+{
+    (void)u;
+    c->via.map.ptr[c->via.map.size].key = k;
+    c->via.map.ptr[c->via.map.size].val = v;
+    c->via.map.size++;
+    return 0;
+}
+
+/* Strings point into the record, which outlives the decode. */
+static inline int kvmpa_cb_str(mpa_user *u, const char *b, const char *p, unsigned int l,
+                               msgpack_object *o)
+{
+    (void)u;
+    (void)b;
+    o->type = MSGPACK_OBJECT_STR;
+    o->via.str.ptr = p;
+    o->via.str.size = l;
+    return 0;
+}
+
+static inline int kvmpa_cb_bin(mpa_user *u, const char *b, const char *p, unsigned int l,
+                               msgpack_object *o)
+{
+    (void)u;
+    (void)b;
+    o->type = MSGPACK_OBJECT_BIN;
+    o->via.bin.ptr = p;
+    o->via.bin.size = l;
+    return 0;
+}
+
+static inline int kvmpa_cb_ext(mpa_user *u, const char *b, const char *p, unsigned int l,
+                               msgpack_object *o)
+{
+    (void)u;
+    (void)b;
+    o->type = MSGPACK_OBJECT_EXT;
+    o->via.ext.type = l ? (int8_t)p[0] : 0;
+    o->via.ext.ptr = l ? p + 1 : p;
+    o->via.ext.size = l ? l - 1 : 0;
+    return 0;
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wcast-align"
+#pragma GCC diagnostic ignored "-Wshadow"
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#pragma GCC diagnostic ignored "-Wundef"
+#include <msgpack/unpack_template.h>
+#pragma GCC diagnostic pop
+
+/* ---- framing: the template with callbacks that keep nothing ---- */
+
+typedef struct mps_user {
+    char unused;
+} mps_user;
+
+#define msgpack_unpack_struct(name) struct kvmps##name
+#define msgpack_unpack_func(ret, name) static inline ret kvmps##name
+#define msgpack_unpack_callback(name) kvmps_cb##name
+#define msgpack_unpack_object unsigned char
+#define msgpack_unpack_user mps_user
+
+static inline unsigned char kvmps_cb_root(mps_user *u)
+{
+    (void)u;
+    return 0;
+}
+
+#define MPS_NUM(name, T)                                                       \
+    static inline int kvmps_cb##name(mps_user *u, T d, unsigned char *o)        \
+    {                                                                          \
+        (void)u;                                                               \
+        (void)d;                                                               \
+        *o = 0;                                                                \
+        return 0;                                                              \
+    }
+MPS_NUM(_uint8, uint8_t)
+MPS_NUM(_uint16, uint16_t)
+MPS_NUM(_uint32, uint32_t)
+MPS_NUM(_uint64, uint64_t)
+MPS_NUM(_int8, int8_t)
+MPS_NUM(_int16, int16_t)
+MPS_NUM(_int32, int32_t)
+MPS_NUM(_int64, int64_t)
+MPS_NUM(_float, float)
+MPS_NUM(_double, double)
+MPS_NUM(_array, unsigned int)
+MPS_NUM(_map, unsigned int)
+
+#define MPS_SIMPLE(name)                                                       \
+    static inline int kvmps_cb##name(mps_user *u, unsigned char *o)             \
+    {                                                                          \
+        (void)u;                                                               \
+        *o = 0;                                                                \
+        return 0;                                                              \
+    }
+MPS_SIMPLE(_nil)
+MPS_SIMPLE(_true)
+MPS_SIMPLE(_false)
+
+#define MPS_VAR(name)                                                          \
+    static inline int kvmps_cb##name(mps_user *u, const char *b, const char *p,  \
+                                      unsigned int l, unsigned char *o)         \
+    {                                                                          \
+        (void)u;                                                               \
+        (void)b;                                                               \
+        (void)p;                                                               \
+        (void)l;                                                               \
+        *o = 0;                                                                \
+        return 0;                                                              \
+    }
+MPS_VAR(_str)
+MPS_VAR(_bin)
+MPS_VAR(_ext)
+
+static inline int kvmps_cb_array_item(mps_user *u, unsigned char *c, unsigned char o)
+{
+    (void)u;
+    (void)c;
+    (void)o;
+    return 0;
+}
+
+static inline int kvmps_cb_map_item(mps_user *u, unsigned char *c, unsigned char k,
+                                    unsigned char v)
+{
+    (void)u;
+    (void)c;
+    (void)k;
+    (void)v;
+    return 0;
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wcast-align"
+#pragma GCC diagnostic ignored "-Wshadow"
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic ignored "-Wundef"
+#include <msgpack/unpack_template.h>
+#pragma GCC diagnostic pop
+
+struct kvix_mp_framer {
+    struct kvmps_context scan;
+    msgpack_zone *zone; /* objects of the record being decoded; cleared per record */
+};
+
+int kvix_mp_framer_new(kvix_mp_framer **out)
+{
+    kvix_mp_framer *f = calloc(1, sizeof *f);
+    if (!f || !(f->zone = msgpack_zone_new(MSGPACK_ZONE_CHUNK_SIZE))) {
+        free(f);
+        return KVIX_ENOMEM;
+    }
+    kvmps_init(&f->scan);
+    *out = f;
+    return KVIX_OK;
+}
+
+void kvix_mp_framer_free(kvix_mp_framer *f)
+{
+    if (!f)
+        return;
+    msgpack_zone_free(f->zone);
+    free(f);
+}
+
+int kvix_mp_framer_scan(kvix_mp_framer *f, const char *rec, size_t len, size_t *off)
+{
+    if (*off >= len)
+        return 0;
+    int ret = kvmps_execute(&f->scan, rec, len, off);
+    if (ret > 0 || ret < 0)
+        kvmps_init(&f->scan);
+    if (ret > 0)
+        return 1;
+    if (ret == 0)
+        return 0;
+    return ret == MSGPACK_UNPACK_NOMEM_ERROR ? -2 : -1; /* the stack: nesting */
+}
 
 /* ---- decoding: msgpack objects seen as sv ---- */
 
@@ -159,9 +505,8 @@ static int mp_depth_ok(const msgpack_object *o, int depth)
     return 1;
 }
 
-int kvix_stream_decode_msgpack_object(const void *obj, kvix_event *ev, kvix_err *err)
+static int decode_object(const msgpack_object *o, kvix_event *ev, kvix_err *err)
 {
-    const msgpack_object *o = obj;
     if (!mp_depth_ok(o, 1)) {
         kvix_event_reset(ev);
         return kvix_err_set(err, KVIX_ELIMIT, "nested deeper than %d levels", KVIX_JSON_DEPTH_MAX);
@@ -171,35 +516,59 @@ int kvix_stream_decode_msgpack_object(const void *obj, kvix_event *ev, kvix_err 
     return kvix_stream_decode(&r, ev, err);
 }
 
+int kvix_mp_decode_record(kvix_mp_framer *f, const char *rec, size_t len, kvix_event *ev,
+                          kvix_err *err)
+{
+    struct kvmpa_context ctx;
+    kvmpa_init(&ctx);
+    msgpack_zone_clear(f->zone);
+    ctx.user.z = f->zone;
+    ctx.user.budget = len;
+    ctx.user.why = WHY_NONE;
+    size_t off = 0;
+    int ret = kvmpa_execute(&ctx, rec, len, &off);
+    if (ret > 0 && off == len) {
+        msgpack_object o = kvmpa_data(&ctx);
+        return decode_object(&o, ev, err);
+    }
+    kvix_event_reset(ev);
+    if (ctx.user.why == WHY_NOMEM)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory decoding a %zu-byte record", len);
+    /* the framing pass said this is one whole record: anything else is a bug */
+    return kvix_err_set(err, KVIX_EINVAL, "malformed msgpack record");
+}
+
 int kvix_event_from_msgpack(const char *buf, size_t len, size_t *used, kvix_event *ev,
                             kvix_err *err)
 {
-    msgpack_unpacked res;
-    msgpack_unpacked_init(&res);
-    size_t off = 0;
-    int rc;
     *used = 0;
     kvix_event_reset(ev);
-    switch (msgpack_unpack_next(&res, buf, len, &off)) {
-    case MSGPACK_UNPACK_SUCCESS:
+    kvix_mp_framer *f;
+    if (kvix_mp_framer_new(&f))
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a msgpack decoder");
+    size_t off = 0;
+    int rc;
+    switch (kvix_mp_framer_scan(f, buf, len, &off)) {
+    case 1:
         *used = off;
         if (off > KVIX_LINE_MAX)
             rc = kvix_err_set(err, KVIX_ELIMIT, "msgpack record longer than %u bytes",
                               KVIX_LINE_MAX);
         else
-            rc = kvix_stream_decode_msgpack_object(&res.data, ev, err);
+            rc = kvix_mp_decode_record(f, buf, off, ev, err);
         break;
-    case MSGPACK_UNPACK_CONTINUE:
+    case 0:
         rc = kvix_err_set(err, KVIX_EINVAL, "truncated msgpack record");
         break;
-    case MSGPACK_UNPACK_NOMEM_ERROR:
-        rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory decoding a msgpack record");
+    case -2:
+        rc = kvix_err_set(err, KVIX_ELIMIT, "msgpack record nested deeper than %d levels",
+                          MSGPACK_EMBED_STACK_SIZE);
         break;
     default:
         rc = kvix_err_set(err, KVIX_EINVAL, "malformed msgpack");
         break;
     }
-    msgpack_unpacked_destroy(&res);
+    kvix_mp_framer_free(f);
     return rc;
 }
 

@@ -1,6 +1,7 @@
 /* Reading a stream of kvix records from a file descriptor: NDJSON split into
- * lines (with a ceiling on line length), or msgpack records framed by
- * msgpack-c's streaming unpacker (with a ceiling on record size).
+ * lines (with a ceiling on line length), or msgpack records framed by a
+ * resumable, allocation-free pass of msgpack-c's template (with a ceiling on
+ * record size; see lib/stream_msgpack.c).
  *
  * NDJSON resynchronises at every newline, so a bad or over-long line costs
  * only itself. msgpack has no resync point: after a malformed or over-size
@@ -9,7 +10,6 @@
 #include "kvix/stream.h"
 
 #include <errno.h>
-#include <msgpack.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,8 +34,8 @@ struct kvix_reader {
     uint64_t total;    /* bytes read from fd */
     char *buf;         /* NDJSON: [start, end) unconsumed, newline search resumes at scan */
     size_t cap, start, end, scan;
-    int up_init;
-    msgpack_unpacker up;
+    kvix_mp_framer *mp; /* msgpack: framing state of the record at start */
+    size_t mp_off;      /* how far that record has been scanned */
 };
 
 int kvix_reader_new(kvix_reader **out, int fd, const char *name, kvix_format fmt,
@@ -58,8 +58,7 @@ void kvix_reader_free(kvix_reader *r)
 {
     if (!r)
         return;
-    if (r->up_init)
-        msgpack_unpacker_destroy(&r->up);
+    kvix_mp_framer_free(r->mp);
     free(r->buf);
     free(r->name);
     free(r);
@@ -81,8 +80,6 @@ kvix_format kvix_reader_format(const kvix_reader *r) { return r->fmt; }
 
 uint64_t kvix_reader_offset(const kvix_reader *r)
 {
-    if (r->up_init)
-        return r->total - (r->up.used - r->up.off);
     return r->total - (r->end - r->start);
 }
 
@@ -218,19 +215,9 @@ static int next_ndjson(kvix_reader *r, kvix_event *ev, kvix_err *err)
 
 static int start_msgpack(kvix_reader *r, kvix_err *err)
 {
-    size_t have = r->end - r->start;
-    if (!msgpack_unpacker_init(&r->up, READ_CHUNK))
+    if (kvix_mp_framer_new(&r->mp))
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a msgpack reader");
-    r->up_init = 1;
-    if (have) { /* the bytes read to detect the format */
-        if (!msgpack_unpacker_reserve_buffer(&r->up, have))
-            return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a msgpack reader");
-        memcpy(msgpack_unpacker_buffer(&r->up), r->buf + r->start, have);
-        msgpack_unpacker_buffer_consumed(&r->up, have);
-    }
-    free(r->buf);
-    r->buf = NULL;
-    r->cap = r->start = r->end = r->scan = 0;
+    r->mp_off = 0;
     return KVIX_OK;
 }
 
@@ -238,6 +225,7 @@ static int mp_fail(kvix_reader *r, int code, kvix_event *ev, kvix_err *err, cons
 {
     r->dead = 1;
     r->pos++;
+    r->start = r->end; /* nothing after this can be framed */
     kvix_event_reset(ev);
     return kvix_err_set(err, code, "%s%s", msg, r->eof ? "" : " (the rest of the input cannot be framed)");
 }
@@ -247,37 +235,44 @@ static int next_msgpack(kvix_reader *r, kvix_event *ev, kvix_err *err)
     for (;;) {
         if (r->dead)
             return KVIX_EOF;
-        int ret = msgpack_unpacker_execute(&r->up);
-        if (ret > 0) {
-            msgpack_object o = msgpack_unpacker_data(&r->up);
-            r->pos++;
-            int rc = kvix_stream_decode_msgpack_object(&o, ev, err);
-            /* Reuse the zone for the next record: no allocation per record. */
-            msgpack_unpacker_reset_zone(&r->up);
-            msgpack_unpacker_reset(&r->up);
-            return rc;
-        }
-        if (ret < 0)
-            return mp_fail(r, KVIX_EINVAL, ev, err, "malformed msgpack record");
-        size_t partial = msgpack_unpacker_parsed_size(&r->up);
-        if (partial > KVIX_LINE_MAX) {
-            char m[96];
-            snprintf(m, sizeof m, "msgpack record longer than %u bytes", KVIX_LINE_MAX);
-            return mp_fail(r, KVIX_ELIMIT, ev, err, m);
+        size_t have = r->end - r->start;
+        if (have) {
+            const char *rec = r->buf + r->start;
+            int s = kvix_mp_framer_scan(r->mp, rec, have, &r->mp_off);
+            if (s == 1) {
+                size_t len = r->mp_off;
+                r->mp_off = 0;
+                r->start += len;
+                r->pos++;
+                if (len > KVIX_LINE_MAX) {
+                    kvix_event_reset(ev);
+                    return kvix_err_set(err, KVIX_ELIMIT, "msgpack record longer than %u bytes",
+                                        KVIX_LINE_MAX);
+                }
+                return kvix_mp_decode_record(r->mp, rec, len, ev, err);
+            }
+            if (s == -1)
+                return mp_fail(r, KVIX_EINVAL, ev, err, "malformed msgpack record");
+            if (s == -2)
+                return mp_fail(r, KVIX_ELIMIT, ev, err, "msgpack record nested deeper than 32 levels");
+            if (have > KVIX_LINE_MAX) { /* all of it belongs to the unfinished record */
+                char m[96];
+                snprintf(m, sizeof m, "msgpack record longer than %u bytes", KVIX_LINE_MAX);
+                return mp_fail(r, KVIX_ELIMIT, ev, err, m);
+            }
         }
         if (r->eof) {
-            if (partial || r->up.used > r->up.off)
+            if (have)
                 return mp_fail(r, KVIX_EINVAL, ev, err, "truncated msgpack record at end of input");
             return KVIX_EOF;
         }
-        if (!msgpack_unpacker_reserve_buffer(&r->up, READ_CHUNK / 4))
-            return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a msgpack record");
+        int rc = ensure_room(r, err);
         size_t got;
-        int rc = read_some(r, msgpack_unpacker_buffer(&r->up),
-                           msgpack_unpacker_buffer_capacity(&r->up), &got, err);
+        if (!rc)
+            rc = read_some(r, r->buf + r->end, r->cap - r->end, &got, err);
         if (rc)
             return rc;
-        msgpack_unpacker_buffer_consumed(&r->up, got);
+        r->end += got;
     }
 }
 
@@ -317,7 +312,7 @@ int kvix_reader_next(kvix_reader *r, kvix_event *ev, kvix_err *err)
     int rc;
     if (r->fmt == KVIX_FMT_AUTO && (rc = detect(r, err)))
         return rc;
-    if (r->fmt == KVIX_FMT_MSGPACK && !r->up_init && (rc = start_msgpack(r, err)))
+    if (r->fmt == KVIX_FMT_MSGPACK && !r->mp && (rc = start_msgpack(r, err)))
         return rc;
     return r->fmt == KVIX_FMT_MSGPACK ? next_msgpack(r, ev, err) : next_ndjson(r, ev, err);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -592,5 +593,137 @@ TEST(reader_reports_eintr_when_asked)
     sigaction(SIGALRM, &old, NULL);
     kvix_reader_free(r);
     close(p[0]);
+    kvix_event_release(&ev);
+}
+
+/* Declared counts are not trusted: a few bytes claiming 2^32 elements must be
+ * rejected without allocating for them (ASan would abort on a 96 GiB malloc). */
+TEST(msgpack_declared_counts_do_not_allocate)
+{
+    static const struct {
+        const char *bytes;
+        size_t len;
+    } bombs[] = {
+        {"\x81\xa6hashes\xdd\xff\xff\xff\xff", 12},
+        {"\xdf\xff\xff\xff\xff", 5},
+        {"\x81\xa6hashes\xdb\xff\xff\xff\xf0xx", 14},
+    };
+    kvix_event ev;
+    kvix_err err;
+    kvix_event_init(&ev);
+    for (size_t i = 0; i < sizeof bombs / sizeof bombs[0]; i++) {
+        size_t used = 7;
+        CHECK(kvix_event_from_msgpack(bombs[i].bytes, bombs[i].len, &used, &ev, &err) ==
+              KVIX_EINVAL);
+        CHECK_STR(err.msg, "truncated msgpack record");
+        CHECK_U64(used, 0);
+        int fd = tmp_with(bombs[i].bytes, bombs[i].len);
+        kvix_reader *r;
+        CHECK(kvix_reader_new(&r, fd, "b", KVIX_FMT_AUTO, &err) == KVIX_OK);
+        CHECK(kvix_reader_next(r, &ev, &err) == KVIX_EINVAL);
+        CHECK_STR(err.msg, "truncated msgpack record at end of input");
+        CHECK(kvix_reader_next(r, &ev, &err) == KVIX_EOF);
+        kvix_reader_free(r);
+        close(fd);
+    }
+    kvix_event_release(&ev);
+}
+
+TEST(msgpack_nesting)
+{
+    /* 9 levels: too deep for a record, but framed, so the stream goes on */
+    char rec[64];
+    size_t n = 0;
+    rec[n++] = (char)0x81;
+    rec[n++] = (char)0xa1;
+    rec[n++] = 'x';
+    for (int i = 0; i < 8; i++)
+        rec[n++] = (char)0x91;
+    rec[n++] = 0x01;
+    const char next[] = "\x82\xa4type\xa7" "cleared\xa6worker\x05";
+    char in[128];
+    memcpy(in, rec, n);
+    memcpy(in + n, next, sizeof next - 1);
+    int fd = tmp_with(in, n + sizeof next - 1);
+    kvix_reader *r;
+    kvix_err err;
+    kvix_event ev;
+    kvix_event_init(&ev);
+    CHECK(kvix_reader_new(&r, fd, "n", KVIX_FMT_AUTO, &err) == KVIX_OK);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_ELIMIT);
+    CHECK_STR(err.msg, "nested deeper than 8 levels");
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_OK);
+    CHECK_U64(ev.worker, 5);
+    CHECK_U64(kvix_reader_pos(r), 2);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_EOF);
+    kvix_reader_free(r);
+    close(fd);
+
+    /* 40 levels: past the decoder's stack, the stream cannot be framed */
+    char deep[64];
+    deep[0] = (char)0x81;
+    deep[1] = (char)0xa1;
+    deep[2] = 'x';
+    memset(deep + 3, 0x91, 40);
+    deep[43] = 0x01;
+    memcpy(in, deep, 44);
+    memcpy(in + 44, next, sizeof next - 1);
+    fd = tmp_with(in, 44 + sizeof next - 1);
+    CHECK(kvix_reader_new(&r, fd, "d", KVIX_FMT_MSGPACK, &err) == KVIX_OK);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_ELIMIT);
+    CHECK_STR(err.msg, "msgpack record nested deeper than 32 levels (the rest of the input cannot be framed)");
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_EOF);
+    kvix_reader_free(r);
+    close(fd);
+    kvix_event_release(&ev);
+}
+
+/* Records cut at every possible byte by a slow writer are framed the same. */
+TEST(msgpack_records_cut_anywhere)
+{
+    kvix_buf m;
+    kvix_buf_init(&m);
+    kvix_event ev;
+    kvix_err err;
+    kvix_event_init(&ev);
+    for (int i = 0; i < 20; i++) {
+        kvix_event_reset(&ev);
+        ev.type = i % 3 ? KVIX_EV_REMOVED : KVIX_EV_CLEARED;
+        ev.worker = (uint64_t)i;
+        kvix_event_reserve_hashes(&ev, 3, NULL);
+        ev.hashes[0] = ev.hashes[1] = ev.hashes[2] = UINT64_MAX - (uint64_t)i;
+        ev.nhashes = ev.type == KVIX_EV_REMOVED ? 3 : 0;
+        kvix_event_to_msgpack(&ev, &m, &err);
+    }
+    int p[2];
+    CHECK(pipe(p) == 0);
+    pid_t pid = fork();
+    if (pid == 0) { /* one byte per write */
+        close(p[0]);
+        for (size_t i = 0; i < m.len; i++)
+            if (write(p[1], m.data + i, 1) != 1)
+                _exit(1);
+        _exit(0);
+    }
+    close(p[1]);
+    kvix_reader *r;
+    CHECK(kvix_reader_new(&r, p[0], "pipe", KVIX_FMT_AUTO, &err) == KVIX_OK);
+    int n = 0, rc;
+    uint64_t sum = 0;
+    while ((rc = kvix_reader_next(r, &ev, &err)) == KVIX_OK) {
+        sum += ev.worker + (ev.nhashes ? ev.hashes[2] & 0xff : 0);
+        n++;
+    }
+    CHECK(rc == KVIX_EOF);
+    CHECK_U64(n, 20);
+    uint64_t want = 0;
+    for (int i = 0; i < 20; i++)
+        want += (uint64_t)i + (i % 3 ? (uint64_t)(0xff - i) : 0);
+    CHECK_U64(sum, want);
+    kvix_reader_free(r);
+    close(p[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    kvix_buf_release(&m);
     kvix_event_release(&ev);
 }
