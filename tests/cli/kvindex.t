@@ -330,3 +330,54 @@ assert_eq "$(grep -c 'applied' kerr)" 1 "summaries with --quiet (only SIGUSR1's)
 run kvindex -q --quiet -s hup.kvix q
 assert_eq "$(cat out)" '{"blocks":1,"scores":[]}' "state saved at the end of input"
 end
+
+begin "kvindex: SIGINT saves like SIGTERM"
+cp "$S/q" q
+start_kv --quiet -s int.kvix
+echo '{"type":"stored","worker":6,"bs":4,"blocks":[{"local":"1","seq":"a1"}]}' >&3
+roundtrip
+stop_kv INT
+assert_eq "$KV_RC" 0 "exit status after SIGINT"
+run kvindex -q --quiet -s int.kvix q
+assert_eq "$(cat out)" '{"blocks":1,"scores":[{"worker":6,"dp":0,"blocks":1,"tokens":4,"tiers":{"gpu":1}}]}' "state saved on SIGINT"
+end
+
+begin "kvindex --save-every-seconds: saves while the input stays open"
+start_kv --quiet -v --save-every-seconds 1 -s timer.kvix
+echo '{"type":"stored","worker":6,"bs":4,"blocks":[{"local":"1","seq":"a1"}]}' >&3
+roundtrip
+wait_for test -f timer.kvix || fail "no save by the timer"
+wait_for grep -q 'saved timer.kvix (timer)' kerr || fail "the save was not the timer's"
+stop_kv
+assert_eq "$KV_RC" 0 "exit status"
+end
+
+begin "kvindex: output and input errors exit 3"
+cp "$S/q" q
+echo '{"type":"stored","worker":1,"bs":4,"blocks":[{"local":"1","seq":"a1"}]}' >ev
+run kvindex --quiet -s full.kvix ev q
+expect_rc 0
+kvindex --quiet -s full.kvix q >/dev/full 2>err
+rc=$?
+expect_rc 3
+assert_grep 'error writing standard output' err
+mkdir dir
+run kvindex --quiet dir q
+expect_rc 3
+assert_grep '^kvindex: error reading dir: Is a directory$' err
+assert_eq "$(wc -l <out)" 1 "the readable file is still read"
+end
+
+if command -v script >/dev/null; then
+    begin "kvindex: on a terminal, a progress line while input lasts"
+    mkfifo pin
+    script -q -f -c "kvindex <pin >/dev/null" ts >/dev/null 2>&1 &
+    spid=$!
+    exec 5>pin
+    echo '{"type":"stored","worker":1,"bs":4,"blocks":[{"local":"1","seq":"a1"}]}' >&5
+    wait_for grep -q 'kvindex: <stdin>: 1 records, ' ts || fail "no progress line"
+    exec 5>&-
+    wait "$spid"
+    assert_grep 'applied 1 events' ts
+    end
+fi
