@@ -21,9 +21,11 @@
 #include "kvix/stream.h"
 
 /* Rough bytes kvindex holds per stored (worker, block) entry and per distinct
- * block of a partition: the figure --stats reports as "memory". */
-#define MEM_PER_ENTRY 48u
-#define MEM_PER_UNIQUE 40u
+ * block of a partition (front-end maps per entry, the positional backend per
+ * unique block, as measured with kvix_index_stats): what --stats reports as
+ * "memory". */
+#define MEM_PER_ENTRY 96u
+#define MEM_PER_UNIQUE 130u
 
 enum { O_JSON = 'j', O_STATS = 's', O_CHECK = 'c', O_DIFF = 'd', O_QUIET = 'q', O_MODEL = 'm',
        O_TENANT = 't', O_WORKER = 'w' };
