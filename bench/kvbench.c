@@ -1171,9 +1171,16 @@ typedef struct sweep_out {
     sweep_pt pts[MAX_SWEEP];
 } sweep_out;
 
+static int cmp_pt(const void *a, const void *b)
+{
+    const sweep_pt *x = a, *y = b;
+    return x->offered < y->offered ? -1 : x->offered > y->offered;
+}
+
 /* Offered load rises from sweep_from x the ceiling by sweep_step a step
- * until two points fall below threshold x offered, or the budget of paced
- * time is spent before the knee. */
+ * until two points fall below threshold x offered; when already the first
+ * point falls below, it falls instead until one is achieved. The budget of
+ * paced time ends the search early. */
 static void sweep_fn(void *vctx, void *vout)
 {
     const sweep_ctx *c = vctx;
@@ -1183,7 +1190,7 @@ static void sweep_fn(void *vctx, void *vout)
     const bench_opts *bo = c->bo;
     double ops = (double)c->lg->ops_total, span = c->sc->span;
     double f = bo->sweep_from, spent = 0;
-    int below = 0;
+    int below = 0, down = 0;
     run_out *ro = xcalloc(1, sizeof *ro);
     if (bo->warm) {
         warm_heap();
@@ -1195,7 +1202,7 @@ static void sweep_fn(void *vctx, void *vout)
     while (o->n < MAX_SWEEP) {
         double offered = f * cr->ops_s;
         double speedup = offered * span / ops;
-        if (spent + span / speedup > bo->sweep_budget && o->n > 0 && !below)
+        if (spent + span / speedup > bo->sweep_budget && o->n > 0)
             break;
         progress("%s %s %ux%u: sweep at %.3g M block-ops/s", cr->bc.label, rule_names[cr->rule],
                  cr->T, cr->R, offered / 1e6);
@@ -1210,15 +1217,29 @@ static void sweep_fn(void *vctx, void *vout)
         p->offered = ops * speedup / span;
         p->achieved = ops / ro->wall;
         p->p99 = hist_quantile(&ro->h, 0.99);
-        if (p->achieved >= bo->threshold * p->offered) {
+        int pass = p->achieved >= bo->threshold * p->offered;
+        if (o->n == 1 && !pass)
+            down = 1;
+        if (down) {
+            if (pass) {
+                o->saturation = p->offered;
+                o->saturated = 1;
+                break;
+            }
+            f /= bo->sweep_step;
+            continue;
+        }
+        if (pass) {
             if (!below)
                 o->saturation = p->offered;
-        } else if (++below >= 2) {
-            break;
+        } else {
+            o->saturated = 1;
+            if (++below >= 2)
+                break;
         }
         f *= bo->sweep_step;
     }
-    o->saturated = below > 0;
+    qsort(o->pts, (size_t)o->n, sizeof *o->pts, cmp_pt);
     free(ro);
 }
 
@@ -1269,9 +1290,13 @@ static void print_tables(const logdata *lg, const cfg_result *cr, int n, const c
 {
     printf("Input: `%s` (%s): %zu records, %zu writes, %zu queries; %" PRIu64
            " block-ops (%" PRIu64 " query blocks, %" PRIu64 " stored, %" PRIu64
-           " removed, %" PRIu64 " cleared).\n\n",
+           " removed, %" PRIu64 " cleared).",
            lg->name, lg->format, lg->n, lg->nwrites, lg->nqueries, lg->ops_total, lg->ops_query,
            lg->ops_stored, lg->ops_removed, lg->ops_cleared);
+    if (bo->verify && lg->nqueries)
+        printf(" An answer scores %.1f (worker, dp) pairs on average (exact rule).",
+               (double)refs[RULE_EXACT].pairs / (double)lg->nqueries);
+    printf("\n\n");
     for (int ru = 0; ru < RULE_COUNT; ru++) {
         int any = 0;
         for (int i = 0; i < n; i++)
