@@ -494,3 +494,125 @@ TEST(free_with_pending_submits)
     kvix_event_release(&ev);
     kvix_index_free(idx);
 }
+
+/* Partition creation and slot registration racing with queries: writers each
+ * create their own partitions and register many workers in a shared one
+ * (tables grow and are republished while readers probe them). */
+#define REG_THREADS 3
+#define REG_WORKERS 300
+#define REG_PARTS 100
+
+typedef struct reg_run {
+    kvix_index *idx;
+    int stop;
+    long bad, queries;
+} reg_run;
+
+typedef struct reg_arg {
+    reg_run *r;
+    int id;
+} reg_arg;
+
+static void *reg_writer(void *arg)
+{
+    reg_arg *a = arg;
+    kvix_event ev;
+    kvix_event_init(&ev);
+    ev.type = KVIX_EV_STORED;
+    kvix_event_reserve_blocks(&ev, 1, NULL);
+    ev.nblocks = 1;
+    ev.blocks[0].local = 5;
+    ev.blocks[0].seq = 5;
+    for (int i = 0; i < REG_WORKERS; i++) {
+        ev.worker = (uint64_t)(a->id * 100000 + i);
+        ev.bs = 4;
+        kvix_event_set_name(ev.model, "shared", 6, NULL);
+        if (kvix_index_apply(a->r->idx, &ev, NULL, NULL))
+            __atomic_fetch_add(&a->r->bad, 1, __ATOMIC_RELAXED);
+        if (i < REG_PARTS) {
+            char name[32];
+            int len = snprintf(name, sizeof name, "p%d-%d", a->id, i);
+            kvix_event_set_name(ev.model, name, (size_t)len, NULL);
+            ev.bs = (uint32_t)(1 + i % 8);
+            if (kvix_index_apply(a->r->idx, &ev, NULL, NULL))
+                __atomic_fetch_add(&a->r->bad, 1, __ATOMIC_RELAXED);
+        }
+    }
+    kvix_event_release(&ev);
+    return NULL;
+}
+
+static void *reg_reader(void *arg)
+{
+    reg_run *r = arg;
+    kvix_answer ans;
+    kvix_answer_init(&ans);
+    uint64_t q[2] = {5, 6};
+    long n = 0;
+    uint64_t rng = 5;
+    while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE) || n < 10) {
+        rng = mix(rng + 1);
+        char name[32];
+        int id = (int)(rng % REG_THREADS), i = (int)((rng >> 8) % REG_PARTS);
+        snprintf(name, sizeof name, "p%d-%d", id, i);
+        uint32_t bs = kvix_index_block_size(r->idx, name, "default");
+        if (bs && bs != (uint32_t)(1 + i % 8))
+            __atomic_fetch_add(&r->bad, 1, __ATOMIC_RELAXED);
+        const char *m = rng >> 40 & 1 ? name : "shared";
+        if (kvix_index_query(r->idx, m, "default", q, 2, &ans, NULL))
+            __atomic_fetch_add(&r->bad, 1, __ATOMIC_RELAXED);
+        for (size_t k = 0; k < ans.nscores; k++) {
+            const kvix_score *s = &ans.scores[k];
+            if (s->blocks != 1 || s->dp != 0 || s->worker % 100000 >= REG_WORKERS ||
+                s->worker / 100000 >= REG_THREADS || (k && s->worker <= s[-1].worker))
+                __atomic_fetch_add(&r->bad, 1, __ATOMIC_RELAXED);
+        }
+        n++;
+    }
+    __atomic_fetch_add(&r->queries, n, __ATOMIC_RELAXED);
+    kvix_answer_release(&ans);
+    return NULL;
+}
+
+TEST(registration_races_queries)
+{
+    for (int bi = 0; bi < 3; bi++) {
+        static const char *const names[] = {"positional", "radix", "reference"};
+        kvix_backend b;
+        kvix_backend_parse(names[bi], &b);
+        kvix_index_opts o;
+        kvix_index_opts_init(&o);
+        o.backend = b;
+        reg_run r;
+        memset(&r, 0, sizeof r);
+        CHECK(kvix_index_new(&r.idx, &o, NULL) == KVIX_OK);
+        if (!r.idx)
+            continue;
+        pthread_t tw[REG_THREADS], tr[2];
+        reg_arg args[REG_THREADS];
+        for (int i = 0; i < 2; i++)
+            CHECK(pthread_create(&tr[i], NULL, reg_reader, &r) == 0);
+        for (int i = 0; i < REG_THREADS; i++) {
+            args[i].r = &r;
+            args[i].id = i;
+            CHECK(pthread_create(&tw[i], NULL, reg_writer, &args[i]) == 0);
+        }
+        for (int i = 0; i < REG_THREADS; i++)
+            pthread_join(tw[i], NULL);
+        __atomic_store_n(&r.stop, 1, __ATOMIC_RELEASE);
+        for (int i = 0; i < 2; i++)
+            pthread_join(tr[i], NULL);
+        CHECK_U64(r.bad, 0);
+        kvix_index_stats st;
+        kvix_index_stats_get(r.idx, &st);
+        CHECK_U64(st.partitions, 1 + REG_THREADS * REG_PARTS);
+        CHECK_U64(st.workers, REG_THREADS * (REG_WORKERS + REG_PARTS));
+        kvix_answer ans;
+        kvix_answer_init(&ans);
+        uint64_t q[1] = {5};
+        CHECK(kvix_index_query(r.idx, "shared", "default", q, 1, &ans, NULL) == KVIX_OK);
+        CHECK_U64(ans.nscores, REG_THREADS * REG_WORKERS);
+        kvix_answer_release(&ans);
+        kvix_index_free(r.idx);
+    }
+}
