@@ -69,11 +69,23 @@ stop() { # stop kvsub (status in $rc) and the engines
     EPIDS=""
 }
 
-same() { # same EXPECT...: kvsub's events reduce to what the engines expect
+same() { # same EXPECT...: kvsub's events reduce to what the engines expect,
+    # and kvindex fed with them answers a query per cached chain as it should
     "$PY" "$FE" compare out "$@" >cmp || {
-        fail "index differs from the engines' state"
+        fail "events reduce to another state than the engines'"
         sed 's/^/#     /' cmp | head -12
     }
+    local m t
+    m=$(sed -n 's/.*"model":"\([^"]*\)".*/\1/p' out | head -n 1)
+    t=$(sed -n 's/.*"tenant":"\([^"]*\)".*/\1/p' out | head -n 1)
+    "$PY" "$FE" queries --model "${m:-default}" --tenant "${t:-default}" "$@" >queries.ndjson
+    cat out queries.ndjson | kvindex --quiet >answers 2>index.err
+    "$PY" "$FE" answers answers "$@" >acmp || {
+        fail "kvindex's answers differ from the engines' state"
+        sed 's/^/#     /' acmp | head -8
+        sed 's/^/#     kvindex: /' index.err | head -3
+    }
+    assert_grep '^same: [1-9][0-9]* answers checked' acmp
 }
 
 stat_is() { assert_grep "(^| )$1=$2( |$)" err; }

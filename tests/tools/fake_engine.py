@@ -6,6 +6,10 @@ state, and so what a correct subscriber must end up holding.
   fake_engine.py publish --pub ENDPOINT [options]    run a scenario, publishing
   fake_engine.py compare EVENTS.ndjson EXPECT.json...  reduce kvsub's events to
         per-(worker, dp) block sets and compare them with what the engines expected
+  fake_engine.py queries [--model M] [--tenant T] EXPECT.json...   query lines, one
+        per cached chain (root to a leaf) of every engine
+  fake_engine.py answers ANSWERS.ndjson EXPECT.json...   check an index's answers
+        to those queries: each chain matched as far as the subscriber kept it
 
 publish options:
   --worker ID            the worker id the subscriber registered (for EXPECT)
@@ -93,7 +97,8 @@ class Rank:
                 events.append(("stored", hashes, parent, tokens))
                 prev = parent
                 for i, h in enumerate(hashes):
-                    self.cache[h] = (prev, local_hash(tokens[i * bs:(i + 1) * bs]))
+                    blk = tokens[i * bs:(i + 1) * bs]
+                    self.cache[h] = (prev, local_hash(blk), blk)
                     self.stored_at[h] = self.seq
                     if prev is not None:
                         self.children[prev] = self.children.get(prev, 0) + 1
@@ -290,15 +295,30 @@ class Engine:
         self.close()
 
     def write_expect(self):
-        blocks, final = [], []
+        blocks, final, chains = [], [], []
         for r in self.ranks:
             final.append([self.a.worker, r.dp, r.seq - 1])
-            for h, (parent, local) in r.cache.items():
-                if r.stored_at.get(h, -1) > r.loss_floor:
-                    blocks.append([self.a.worker, r.dp, "%016x" % h, "%016x" % local])
+            held = {h for h in r.cache if r.stored_at.get(h, -1) > r.loss_floor}
+            for h in held:
+                blocks.append([self.a.worker, r.dp, "%016x" % h, "%016x" % r.cache[h][1]])
+            # Query chains, root to leaf: an index holds the leading blocks a
+            # subscriber kept (it cannot place a block whose parent it lost).
+            for i, leaf in enumerate(sorted(r.leaves())[:20]):
+                path, h = [], leaf
+                while h is not None:
+                    path.append(h)
+                    h = r.cache[h][0]
+                path.reverse()
+                m = 0
+                while m < len(path) and path[m] in held:
+                    m += 1
+                tokens = [t for h in path for t in r.cache[h][2]]
+                chains.append({"id": "%d-%d-%d" % (self.a.worker, r.dp, i), "worker": self.a.worker,
+                               "dp": r.dp, "tokens": tokens, "blocks": len(path), "held": m,
+                               "bs": self.a.bs})
         if self.a.expect:
             with open(self.a.expect, "w") as f:
-                json.dump({"blocks": sorted(blocks), "final": final}, f)
+                json.dump({"blocks": sorted(blocks), "final": final, "chains": chains}, f)
 
 
 def reduce_events(path):
@@ -337,6 +357,49 @@ def compare(a):
     return 1
 
 
+def queries(a):
+    for path in a.expect:
+        for c in json.load(open(path))["chains"]:
+            print(json.dumps({"type": "query", "id": c["id"], "model": a.model,
+                              "tenant": a.tenant, "tokens": c["tokens"]}))
+    return 0
+
+
+def answers(a):
+    got = {}
+    for line in open(a.answers):
+        try:
+            x = json.loads(line)
+        except ValueError:
+            continue
+        if "scores" in x:
+            got[x.get("id")] = x
+    bad = 0
+    n = 0
+    for path in a.expect:
+        for c in json.load(open(path))["chains"]:
+            n += 1
+            want = []
+            if c["held"]:
+                want = [{"worker": c["worker"], "dp": c["dp"], "blocks": c["held"],
+                         "tokens": c["held"] * c["bs"]}]
+            x = got.get(c["id"])
+            if x is None:
+                print("no answer to query", c["id"])
+                bad = 1
+                continue
+            have = [{k: s[k] for k in ("worker", "dp", "blocks", "tokens")} for s in x["scores"]]
+            if x.get("blocks") != c["blocks"] or have != want:
+                print("query %s: %s, want blocks %d scores %s" % (c["id"], line_of(x), c["blocks"], want))
+                bad = 1
+    print("%s: %d answers checked" % ("differ" if bad else "same", n))
+    return bad
+
+
+def line_of(x):
+    return json.dumps(x, separators=(",", ":"))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -361,11 +424,18 @@ def main():
     pc = sub.add_parser("compare")
     pc.add_argument("events")
     pc.add_argument("expect", nargs="+")
+    pq = sub.add_parser("queries")
+    pq.add_argument("--model", default="default")
+    pq.add_argument("--tenant", default="default")
+    pq.add_argument("expect", nargs="+")
+    pa = sub.add_parser("answers")
+    pa.add_argument("answers")
+    pa.add_argument("expect", nargs="+")
     a = p.parse_args()
     if a.cmd == "publish":
         Engine(a).run()
         return 0
-    return compare(a)
+    return {"compare": compare, "queries": queries, "answers": answers}[a.cmd](a)
 
 
 if __name__ == "__main__":
