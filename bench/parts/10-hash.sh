@@ -26,19 +26,27 @@ awk -v mb="$MB" 'BEGIN {
     }
 }' >"$tmp/ws.txt"
 sed 's/ /,/g; s/^/[/; s/$/]/' "$tmp/ws.txt" >"$tmp/json.txt"
+sed 's/^/{"model":"m","tokens":/; s/$/}/' "$tmp/json.txt" >"$tmp/query.txt"
 tokens=$(wc -w <"$tmp/ws.txt")
 lines=$(wc -l <"$tmp/ws.txt")
 
-# median wall time of $RUNS runs of a command (output to /dev/null), in seconds
+# Median wall time and median CPU time (user + sys of the command and its
+# children) of $RUNS runs, output to /dev/null: "WALL CPU" in seconds. Rates
+# are taken from CPU time, which other work on a shared machine disturbs far
+# less than wall time.
 time_median() {
-    local i t0 t1
-    for ((i = 0; i < RUNS; i++)); do
-        t0=$EPOCHREALTIME
-        "$@" >/dev/null
-        t1=$EPOCHREALTIME
-        echo "$t0 $t1"
-    done | awk '{ print $2 - $1 }' | sort -g | awk '{ v[NR] = $1 } END {
-        print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'
+    /usr/bin/python3 - "$RUNS" "$@" <<'PYEOF'
+import resource, statistics, subprocess, sys, time
+runs, cmd = int(sys.argv[1]), sys.argv[2:]
+wall, cpu = [], []
+for _ in range(runs):
+    r0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True)
+    t1, r1 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall.append(t1 - t0)
+    cpu.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+print(statistics.median(wall), statistics.median(cpu))
+PYEOF
 }
 
 echo "10-hash: library rate" >&2
@@ -46,13 +54,14 @@ lib=$("$BENCH" 16 "$RUNS")
 lib16=$(awk -F'|' '$2 ~ /kvix_hash_blocks/ && $3 + 0 == 16 { print $4 + 0 }' <<<"$lib")
 lib512=$(awk -F'|' '$2 ~ /kvix_hash_blocks/ && $3 + 0 == 512 { print $4 + 0 }' <<<"$lib")
 
-row() { # row LABEL FILE SECONDS [LIB_MTOKS]: a table row with rates and the parse estimate
+row() { # row LABEL FILE "WALL CPU" [LIB_MTOKS]: a table row; rates from CPU time
     local size
     size=$(stat -c %s "$2")
-    awk -v l="$1" -v s="$3" -v b="$size" -v t="$tokens" -v lib="${4:-}" 'BEGIN {
+    awk -v l="$1" -v w="${3% *}" -v s="${3#* }" -v b="$size" -v t="$tokens" -v lib="${4:-}" 'BEGIN {
         est = "-"
         if (lib != "") est = sprintf("%.1f", (s - t / (lib * 1e6)) / t * 1e9)
-        printf "| %s | %.3f | %.0f | %.0f | %.1f | %s |\n", l, s, t / s / 1e6, b / s / 1e6, s / t * 1e9, est
+        printf "| %s | %.3f | %.3f | %.0f | %.0f | %.1f | %s |\n", l, w, s, t / s / 1e6, b / s / 1e6,
+            s / t * 1e9, est
     }'
 }
 
@@ -60,8 +69,8 @@ echo "10-hash: timing kvhash ($RUNS runs each)" >&2
 {
     echo "## kvhash: hashing token lines"
     echo
-    echo "Library hashing rate (\`bench_hash\`, 16 M random token ids in memory; ratio to one"
-    echo "XXH3 pass over the same bytes in the same process):"
+    echo "Library hashing rate (\`bench_hash\`, 16 M random token ids in memory, per CPU second;"
+    echo "ratio to one XXH3 pass over the same bytes in the same process):"
     echo
     echo "| what | block size | Mtokens/s | MB/s of token ids | ratio to XXH3 |"
     echo "|---|---|---|---|---|"
@@ -69,17 +78,21 @@ echo "10-hash: timing kvhash ($RUNS runs each)" >&2
     echo
     echo "\`kvhash\` on $(awk -v b="$(stat -c %s "$tmp/ws.txt")" 'BEGIN { printf "%.0f", b / 1e6 }') MB" \
         "of whitespace-separated token ids ($tokens tokens in $lines lines, 200 to 4000 per line," \
-        "ids below 152064) and the same lines as JSON arrays; output to /dev/null. \"parse + output\""
-    echo "is the time per token left once the library's hashing (row above) is taken out."
+        "ids below 152064), the same lines as JSON arrays and as query objects; output to /dev/null."
+    echo "\"parse + output\" is the time per token left once the library's hashing (row above) is"
+    echo "taken out. Rates are per CPU second (user + sys, median of $RUNS runs); on a pipe the CPU"
+    echo "time includes \`cat\`'s."
     echo
-    echo "| run | seconds | Mtokens/s | MB/s of input | ns/token | parse + output ns/token |"
-    echo "|---|---|---|---|---|---|"
+    echo "| run | wall s | CPU s | Mtokens/s | MB/s of input | ns/token | parse + output ns/token |"
+    echo "|---|---|---|---|---|---|---|"
     row "\`cat\` (floor: reading the file)" "$tmp/ws.txt" "$(time_median cat "$tmp/ws.txt")"
     row "\`wc -l\` (floor: finding the lines)" "$tmp/ws.txt" "$(time_median wc -l "$tmp/ws.txt")"
     row "whitespace ints, \`-b 16\`" "$tmp/ws.txt" "$(time_median "$KVHASH" -b 16 "$tmp/ws.txt")" "$lib16"
     row "whitespace ints, \`-b 512\`" "$tmp/ws.txt" "$(time_median "$KVHASH" -b 512 "$tmp/ws.txt")" "$lib512"
     row "JSON arrays, \`-b 16\`" "$tmp/json.txt" "$(time_median "$KVHASH" -b 16 "$tmp/json.txt")" "$lib16"
     row "JSON arrays, \`-b 512\`" "$tmp/json.txt" "$(time_median "$KVHASH" -b 512 "$tmp/json.txt")" "$lib512"
+    row "query objects \`{\"model\":\"m\",\"tokens\":[...]}\` (jansson), \`-b 16\`" "$tmp/query.txt" \
+        "$(time_median "$KVHASH" -b 16 "$tmp/query.txt")" "$lib16"
     row "whitespace ints, \`-b 16 --positional\`" "$tmp/ws.txt" \
         "$(time_median "$KVHASH" -b 16 --positional "$tmp/ws.txt")"
     row "whitespace ints, \`-b 16 --plain seq\`" "$tmp/ws.txt" \
