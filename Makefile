@@ -124,6 +124,11 @@ clean:
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
+# The codec fuzz target (clang's libFuzzer): tests/fuzz/run.sh [SECONDS]
+.PHONY: fuzz
+fuzz:
+	@bash tests/fuzz/run.sh $(FUZZ_SECONDS)
+
 .PHONY: print-build
 print-build:
 	@echo $(BUILD)

@@ -410,6 +410,8 @@ static const void *mp_next(const sv *map, const void *it, const char **key, size
                            sv *val)
 {
     const msgpack_object *o = map->p;
+    if (o->via.map.size == 0) /* ptr is NULL then: no arithmetic on it */
+        return NULL;
     const msgpack_object_kv *kv = it ? (const msgpack_object_kv *)it + 1 : o->via.map.ptr;
     if (kv == o->via.map.ptr + o->via.map.size)
         return NULL;
