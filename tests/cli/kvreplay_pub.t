@@ -132,7 +132,8 @@ while True:
     ts, events, dp = msgpack.unpackb(f[3])
     assert dp == 0 and len(events) == 1
     seqs.append(seq)
-print(len(seqs), seqs[0] if seqs else -1, seqs == list(range(start, start + len(seqs))))
+first = seqs[0] if seqs else -1
+print(len(seqs), first, first >= start and seqs == list(range(first, first + len(seqs))))
 EOF
 wait_for 30 grep -q "all batches sent" pub.err || fail "the publisher did not finish"
 run "$PY" dealer.py 0
@@ -142,6 +143,18 @@ assert_eq "$(cat out)" "$((want - 5)) 5 True" "from seq 5"
 kill -TERM "$pub"
 wait "$pub"
 assert_eq "$?" 0 "kvreplay stops cleanly on SIGTERM"
+# a buffer of 10 batches: asked from 0, the replay starts at the oldest kept
+rm -f workers
+kvreplay --fast --pub "ipc://$T/e2" --replay-endpoint "ipc://$T/r2" --replay-buffer 10 \
+    --pub-wait 0 --pub-hold 60 --map-file workers "$LOG" 2>pub.err &
+pub=$!
+pids+=("$pub")
+wait_for 20 test -s workers || fail "no map file"
+wait_for 30 grep -q "all batches sent" pub.err || fail "the publisher did not finish"
+run "$PY" dealer.py 0
+assert_eq "$(cat out)" "10 $((want - 10)) True" "the last 10 batches"
+kill -TERM "$pub"
+wait "$pub"
 assert_grep "events published in $want batches|events published" pub.err
 end
 
