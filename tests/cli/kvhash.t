@@ -213,3 +213,31 @@ assert_eq "$(awk 'NR%3==1{a=$0} NR%3==2{b=$0} NR%3==0{if(a!=$0||b!=$0)bad++} END
     "shapes disagree"
 assert_eq "$(wc -l <out)" 1500 lines
 end
+
+begin "tokens at every offset across the 64-byte chunks of the whitespace scanner"
+# every shift of a run of tokens of 1 to 10 digits, as whitespace ints and as the
+# same JSON array (a different scanner); then a bad byte at every offset
+$PY - >in <<'EOF2'
+toks = [7, 1234567, 12345678, 4294967295, 0, 42, 999999, 1000000, 3, 12, 123, 1234, 12345,
+        123456, 99999999, 100000000, 987654321, 1000000000, 5]
+for k in range(140):
+    pad = " " * k
+    print(pad + " ".join(map(str, toks)) + " " + " ".join(map(str, toks)))
+    print("[" + ",".join(map(str, toks + toks)) + "]")
+EOF2
+run kvhash -b 2 -p local in
+expect_rc 0
+assert_eq "$(awk 'NR%2==1{a=$0} NR%2==0 && a!=$0{bad++} END{print bad+0}' out)" 0 "shapes disagree"
+assert_eq "$(sort -u out | wc -l)" 1 "every shift gives the same hashes"
+$PY - >bad <<'EOF2'
+for k in range(1, 140):
+    s = list(" ".join(["1234567"] * 20))
+    s[k] = "x" if s[k] != " " else "-"
+    print("".join(s))
+EOF2
+run kvhash -b 2 -p local bad
+expect_rc 1
+assert_eq "$(wc -l <out)" 0 "no bad line hashed"
+assert_eq "$(wc -l <err)" 139 "every bad line reported"
+assert_no_grep "token '1234567' " err
+end
