@@ -350,24 +350,27 @@ static void run_single(kvix_backend b, lib_res *r)
     kvix_answer_init(&ans);
     double ts = 0, tr = 0, tq = 0;
     lat l = {0};
+    double c0 = cpu_now();
     for (size_t i = 0; i < W.nops; i++) {
         const op *o = &W.ops[i];
+        double t0 = now();
+        apply_op(idx, o, &ans);
+        double dt = now() - t0;
         if (o->type == KVIX_EV_QUERY) {
-            double c0 = cpu_now(), t0 = now();
-            apply_op(idx, o, &ans);
-            double t1 = now();
-            tq += cpu_now() - c0;
-            lat_push(&l, (t1 - t0) * 1e6);
+            tq += dt;
+            lat_push(&l, dt * 1e6);
+        } else if (o->type == KVIX_EV_STORED) {
+            ts += dt;
         } else {
-            double c0 = cpu_now();
-            apply_op(idx, o, &ans);
-            double dt = cpu_now() - c0;
-            if (o->type == KVIX_EV_STORED)
-                ts += dt;
-            else
-                tr += dt;
+            tr += dt;
         }
     }
+    /* the CPU time of the whole stream, shared out by wall time (reading the
+     * thread CPU clock costs ~1.5 us here: too much to read per event) */
+    double cpu = cpu_now() - c0, scale = cpu / (ts + tr + tq);
+    ts *= scale;
+    tr *= scale;
+    tq *= scale;
     qsort(l.v, l.n, sizeof *l.v, cmp_d);
     r->store_ops = (double)W.stored_blocks / ts;
     r->remove_ops = (double)W.removed_blocks / tr;
@@ -473,12 +476,13 @@ static void run_backend(const kvix_backend_ops *ops, unsigned jump, int bsearch,
     size_t na = 0, nd = 0, held = 0, peak_held = 0;
     double peak_bytes = 0;
     size_t i = 0;
+    double c0 = cpu_now();
     while (i < W.nbops) {
         int add = W.bops[i].add;
         size_t j = i;
         while (j < W.nbops && W.bops[j].add == add && j - i < 4096)
             j++;
-        double t0 = cpu_now();
+        double t0 = now();
         for (size_t k = i; k < j; k++) {
             const bop *b = &W.bops[k];
             if (add)
@@ -486,7 +490,7 @@ static void run_backend(const kvix_backend_ops *ops, unsigned jump, int bsearch,
             else
                 ops->del(be, b->pos, b->local, b->canon, b->pcanon, b->slot, 0);
         }
-        double dt = cpu_now() - t0;
+        double dt = now() - t0;
         if (add) {
             ta += dt;
             na += j - i;
@@ -502,6 +506,9 @@ static void run_backend(const kvix_backend_ops *ops, unsigned jump, int bsearch,
         }
         i = j;
     }
+    double scale = (cpu_now() - c0) / (ta + td);
+    ta *= scale;
+    td *= scale;
     r->add_ops = (double)na / ta;
     r->del_ops = (double)nd / td;
     r->bytes_per = peak_held ? peak_bytes / (double)peak_held : 0;
@@ -509,7 +516,7 @@ static void run_backend(const kvix_backend_ops *ops, unsigned jump, int bsearch,
     uint64_t *canon = malloc(4096 * sizeof *canon);
     lat l = {0};
     size_t qb = 0;
-    double c0 = cpu_now();
+    c0 = cpu_now();
     for (size_t k = 0; k < W.nops; k++) {
         const op *op_ = &W.ops[k];
         if (op_->type != KVIX_EV_QUERY)
@@ -547,16 +554,18 @@ static void run_backend(const kvix_backend_ops *ops, unsigned jump, int bsearch,
 
 int main(int argc, char **argv)
 {
-    int runs = 5, opt, profile = 0;
+    int runs = 5, opt, profile = 0, pjump = 0, pbs = 1;
     size_t requests = 200000;
-    while ((opt = getopt(argc, argv, "r:n:qp:")) != -1) {
+    while ((opt = getopt(argc, argv, "r:n:qp:j:s:")) != -1) {
         switch (opt) {
+        case 'j': pjump = atoi(optarg); break;
+        case 's': pbs = atoi(optarg); break;
         case 'p': profile = atoi(optarg); break;
         case 'r': runs = atoi(optarg); break;
         case 'n': requests = strtoull(optarg, NULL, 10); break;
         case 'q': requests = 30000; break;
         default:
-            fprintf(stderr, "usage: bench_index [-r RUNS] [-n REQUESTS] [-q] [-p 1|2|3]\n");
+            fprintf(stderr, "usage: bench_index [-r RUNS] [-n REQUESTS] [-q] [-p 1|2|3 [-j JUMP] [-s 0|1]]\n");
             return 2;
         }
     }
@@ -577,7 +586,7 @@ int main(int argc, char **argv)
         be_res br;
         lib_res lr1;
         if (profile == 1)
-            run_backend(&kvix_backend_positional_ops, 0, 1, &br);
+            run_backend(&kvix_backend_positional_ops, (unsigned)pjump, pbs, &br);
         else if (profile == 2)
             run_backend(&kvix_backend_radix_ops, 0, 1, &br);
         else

@@ -181,7 +181,7 @@ typedef struct pos_be {
     _Atomic int reclaiming;
     spin_t poolmu;
     size_t npool;
-    pnode *pool[POOL_NW + 1]; /* by inline words */
+    _Atomic(pnode *) pool[POOL_NW + 1]; /* by inline words; peeked without the lock */
     pshard shard[NSHARD];
 } pos_be;
 
@@ -321,10 +321,10 @@ static size_t node_size(uint32_t nw)
 static pnode *node_new(pos_be *be, uint32_t pos, uint64_t canon, uint32_t nw)
 {
     pnode *n = NULL;
-    if (nw <= POOL_NW && be->pool[nw]) { /* racy peek: the lock decides */
-        spin_lock(&be->poolmu);
-        if ((n = be->pool[nw])) {
-            be->pool[nw] = n->next;
+    if (nw <= POOL_NW && atomic_load_explicit(&be->pool[nw], memory_order_relaxed)) {
+        spin_lock(&be->poolmu); /* the peek may be stale: the lock decides */
+        if ((n = atomic_load_explicit(&be->pool[nw], memory_order_relaxed))) {
+            atomic_store_explicit(&be->pool[nw], n->next, memory_order_relaxed);
             be->npool--;
         }
         spin_unlock(&be->poolmu);
@@ -390,8 +390,8 @@ static void limbo_drain(pos_be *be)
         pnode *next = n->next;
         uint32_t nw = n->h.nw;
         if (nw <= POOL_NW && be->npool < cap) {
-            n->next = be->pool[nw];
-            be->pool[nw] = n;
+            n->next = atomic_load_explicit(&be->pool[nw], memory_order_relaxed);
+            atomic_store_explicit(&be->pool[nw], n, memory_order_relaxed);
             be->npool++;
         } else {
             node_free(be, n);
@@ -400,9 +400,9 @@ static void limbo_drain(pos_be *be)
     }
     /* the index shrank: let the pool go with it */
     for (uint32_t nw = 0; nw <= POOL_NW && be->npool > cap; nw++)
-        while (be->pool[nw] && be->npool > cap) {
-            pnode *k = be->pool[nw];
-            be->pool[nw] = k->next;
+        while (atomic_load_explicit(&be->pool[nw], memory_order_relaxed) && be->npool > cap) {
+            pnode *k = atomic_load_explicit(&be->pool[nw], memory_order_relaxed);
+            atomic_store_explicit(&be->pool[nw], k->next, memory_order_relaxed);
             be->npool--;
             node_free(be, k);
         }
@@ -553,7 +553,7 @@ static void pos_destroy(void *vbe)
         free(n);
     }
     for (uint32_t nw = 0; nw <= POOL_NW; nw++)
-        for (pnode *n = be->pool[nw], *next; n; n = next) {
+        for (pnode *n = atomic_load(&be->pool[nw]), *next; n; n = next) {
             next = n->next;
             free(n);
         }

@@ -366,11 +366,11 @@ static void radix_del(void *vbe, uint32_t pos, uint64_t local, uint64_t canon,
     radix_be *be = vbe;
     (void)local;
     (void)parent_canon;
-    if (slot >= KVIX_SLOTS_MAX || tier >= KVIX_MEDIUM_COUNT || !be->idx.cap)
+    if (slot >= KVIX_SLOTS_MAX || tier >= KVIX_MEDIUM_COUNT)
         return;
     kvix_rcu_writer();
     pthread_mutex_lock(&be->mu);
-    rnode *n = *idx_slot(&be->idx, pos, canon);
+    rnode *n = be->idx.cap ? *idx_slot(&be->idx, pos, canon) : NULL;
     if (n) {
         int gone;
         kvix_holders_del(&n->h, n->w, slot, tier, &be->mem, &gone);
