@@ -64,7 +64,8 @@ typedef struct hasher {
     uint64_t *local, *seq;
     kvix_u128 *pos;       /* only with psh or plh wanted */
     size_t cap_blk;
-    char *out;            /* pending output, written before every read */
+    char *out;            /* pending output: written before a read that could
+                             block, and past 1 MiB */
     size_t olen, ocap;
     uint64_t rejected;
 } hasher;
@@ -98,8 +99,13 @@ static void out_flush(hasher *h)
 {
     if (!h->olen)
         return;
-    if (fwrite(h->out, 1, h->olen, stdout) != h->olen || fflush(stdout) != 0)
+    if (fwrite(h->out, 1, h->olen, stdout) != h->olen || fflush(stdout) != 0) {
+        /* a reader that went away on purpose (head, with SIGPIPE ignored): not
+         * an error, as in cli_finish, but nobody reads the rest */
+        if (errno == EPIPE)
+            _exit(h->rejected ? KVIX_EXIT_REJECTED : KVIX_EXIT_OK);
         cli_die(KVIX_EXIT_IO, "error writing standard output: %s", strerror(errno));
+    }
     h->olen = 0;
 }
 

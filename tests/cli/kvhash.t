@@ -241,3 +241,14 @@ assert_eq "$(wc -l <out)" 0 "no bad line hashed"
 assert_eq "$(wc -l <err)" 139 "every bad line reported"
 assert_no_grep "token '1234567' " err
 end
+
+begin "a reader that goes away is not an error, even with SIGPIPE ignored"
+seq 1 400000 | paste -d' ' - - - - - - - - >in
+(
+    trap '' PIPE
+    kvhash -b 1 in 2>err | head -c 100 >/dev/null
+    echo "${PIPESTATUS[0]}" >rc
+)
+assert_eq "$(cat rc)" 0 "exit status"
+assert_eq "$(cat err)" "" "stderr"
+end
