@@ -22,7 +22,11 @@
  *  - canon: (position, canonical) -> per-tier count of engine hashes holding
  *    it. Two engine hashes may name the same canonical block (vLLM salts its
  *    hashes with things the local hash does not see), and a backend must hear
- *    about a (block, tier) only on its first arrival and last departure. */
+ *    about a (block, tier) only on its first arrival and last departure.
+ *    Keyed by the canonical hash alone (16-byte entries rather than 24); the
+ *    same canonical hash at a second position (only crafted input does that:
+ *    a local at position 0 equal to a rolling hash) goes to an overflow map
+ *    keyed by both. */
 #include "kvix/index.h"
 
 #include <inttypes.h>
@@ -137,9 +141,12 @@ static inline uint64_t canon_of(const bent *e)
     return e->pos ? kvix_hash_seq_next(e->parent_canon, e->local) : e->local;
 }
 
-typedef struct cref { /* key: (position, canonical) */
-    uint16_t n[KVIX_MEDIUM_COUNT];
+typedef struct cref { /* key: canonical; or (position, canonical) in the overflow */
+    uint32_t pos;
+    uint8_t n[KVIX_MEDIUM_COUNT]; /* engine hashes holding it, per tier */
 } cref;
+
+#define CREF_MAX UINT8_MAX
 
 struct part;
 
@@ -149,7 +156,8 @@ typedef struct wstate {
     uint32_t dp, slot;
     struct part *p;
     kvix_hmap blocks; /* engine hash -> bent */
-    kvix_hmap canon;  /* (pos, canon) -> cref */
+    kvix_hmap canon;  /* canon -> cref */
+    kvix_hmap canon2; /* (pos, canon) -> cref, when canon is taken at another pos */
     int has_eid;
     uint64_t eid;
 } wstate;
@@ -255,6 +263,7 @@ static void ws_free(void *e)
     wstate *w = e;
     kvix_hmap_release(&w->blocks);
     kvix_hmap_release(&w->canon);
+    kvix_hmap_release(&w->canon2);
     free(w);
 }
 
@@ -391,7 +400,8 @@ static int ws_get(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix_err 
         w->slot = slot;
         w->p = p;
         kvix_hmap_init(&w->blocks, 1, sizeof(bent));
-        kvix_hmap_init(&w->canon, 2, sizeof(cref));
+        kvix_hmap_init(&w->canon, 1, sizeof(cref));
+        kvix_hmap_init(&w->canon2, 2, sizeof(cref));
         if (cmap_insert(&p->workers, w)) {
             free(w);
             goto nomem;
@@ -410,26 +420,62 @@ nomem:
 
 /* ---- block bookkeeping ------------------------------------------------ */
 
+/* The count of (pos, canon), or NULL; *over: found in the overflow map. */
+static cref *cref_get(wstate *w, uint32_t pos, uint64_t canon, int *over)
+{
+    cref *c = kvix_hmap_get(&w->canon, &canon);
+    *over = 0;
+    if (c && c->pos == pos)
+        return c;
+    uint64_t key[2] = {pos, canon};
+    *over = 1;
+    return kvix_hmap_size(&w->canon2) ? kvix_hmap_get(&w->canon2, key) : NULL;
+}
+
+static void cref_del(wstate *w, uint32_t pos, uint64_t canon, int over)
+{
+    uint64_t key[2] = {pos, canon};
+    if (over)
+        kvix_hmap_del(&w->canon2, key);
+    else
+        kvix_hmap_del(&w->canon, &canon);
+}
+
+static int cref_empty(const cref *c)
+{
+    for (unsigned t = 0; t < KVIX_MEDIUM_COUNT; t++)
+        if (c->n[t])
+            return 0;
+    return 1;
+}
+
 static int tier_ref(wstate *w, uint32_t pos, uint64_t local, uint64_t canon, uint64_t pcanon,
                     unsigned tier, kvix_err *err)
 {
-    uint64_t key[2] = {pos, canon};
-    int inserted = 0;
-    cref *c = kvix_hmap_put(&w->canon, key, &inserted);
-    if (!c)
-        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block");
-    if (c->n[tier] == UINT16_MAX)
+    int over, inserted = 0;
+    cref *c = cref_get(w, pos, canon, &over);
+    if (!c) {
+        c = kvix_hmap_put(&w->canon, &canon, &inserted);
+        if (c && !inserted) { /* canon taken at another position */
+            uint64_t key[2] = {pos, canon};
+            c = kvix_hmap_put(&w->canon2, key, &inserted);
+            over = 1;
+        }
+        if (!c)
+            return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block");
+        c->pos = pos;
+    }
+    if (c->n[tier] == CREF_MAX)
         return kvix_err_set(err, KVIX_ELIMIT,
                             "more than %u engine hashes for one block of worker %" PRIu64,
-                            UINT16_MAX, w->worker);
+                            CREF_MAX, w->worker);
     if (c->n[tier]++ == 0) {
         struct part *p = w->p;
         int rc = p->ops->add(p->be, pos, local, canon, pcanon, w->slot, tier, err);
         if (rc) {
-            if (inserted)
-                kvix_hmap_del(&w->canon, key);
-            else
-                c->n[tier]--;
+            c->n[tier]--;
+            if (cref_empty(c))
+                cref_del(w, pos, canon, over);
             return rc;
         }
     }
@@ -438,17 +484,16 @@ static int tier_ref(wstate *w, uint32_t pos, uint64_t local, uint64_t canon, uin
 
 static void tier_unref(wstate *w, const bent *e, unsigned tier)
 {
-    uint64_t canon = canon_of(e), key[2] = {e->pos, canon};
-    cref *c = kvix_hmap_get(&w->canon, key);
+    uint64_t canon = canon_of(e);
+    int over;
+    cref *c = cref_get(w, e->pos, canon, &over);
     if (!c || !c->n[tier])
         return; /* cannot happen: every held tier was counted */
     if (--c->n[tier] == 0) {
         struct part *p = w->p;
         p->ops->del(p->be, e->pos, e->local, canon, e->parent_canon, w->slot, tier);
-        for (unsigned t = 0; t < KVIX_MEDIUM_COUNT; t++)
-            if (c->n[t])
-                return;
-        kvix_hmap_del(&w->canon, key);
+        if (cref_empty(c))
+            cref_del(w, e->pos, canon, over);
     }
 }
 
@@ -529,6 +574,7 @@ static void clear_ws(wstate *w, kvix_apply_result *r)
     r->removed += (uint32_t)kvix_hmap_size(&w->blocks);
     kvix_hmap_release(&w->blocks);
     kvix_hmap_release(&w->canon);
+    kvix_hmap_release(&w->canon2);
 }
 
 /* ---- events ----------------------------------------------------------- */
@@ -1129,7 +1175,8 @@ void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
                 continue;
             out->workers += ws_active(w);
             out->blocks += kvix_hmap_size(&w->blocks);
-            size_t fb = sizeof *w + kvix_hmap_memory(&w->blocks) + kvix_hmap_memory(&w->canon);
+            size_t fb = sizeof *w + kvix_hmap_memory(&w->blocks) + kvix_hmap_memory(&w->canon) +
+                        kvix_hmap_memory(&w->canon2);
             out->bytes += fb;
         }
     }

@@ -996,3 +996,52 @@ TEST(garbage_events_never_corrupt)
         kvix_index_free(two);
     }
 }
+
+/* A canonical hash is position-free: a local at position 0 can be crafted to
+ * equal the rolling hash at position 1. Both blocks are tracked apart. */
+TEST(same_canonical_hash_at_two_positions)
+{
+    FOR_BACKENDS(idx, 0) {
+        uint64_t ab[2] = {1, 2};
+        uint64_t x[1] = {kvix_hash_seq_next(1, 2)}; /* position 0, canon of (1, 2) at 1 */
+        CHECK(store(idx, "default", 1, 0, 0, 4, NULL, ab, 2, 0x10, NULL) == KVIX_OK);
+        CHECK(store(idx, "default", 1, 0, 0, 4, NULL, x, 1, 0x20, NULL) == KVIX_OK);
+        CHECK(store(idx, "default", 1, 0, 1, 4, NULL, x, 1, 0x30, NULL) == KVIX_OK);
+        query(idx, "default", ab, 2);
+        CHECK_U64(matched(1, 0), 2);
+        query(idx, "default", x, 1);
+        const kvix_score *s = score_of(1, 0);
+        CHECK(s && s->blocks == 1 && s->tier_blocks[0] == 1 && s->tier_blocks[1] == 1);
+        uint64_t h = 2 ^ 0x10; /* position 1 goes */
+        CHECK(removed(idx, "default", 1, 0, 0, &h, 1, NULL) == KVIX_OK);
+        query(idx, "default", ab, 2);
+        CHECK_U64(matched(1, 0), 1);
+        query(idx, "default", x, 1);
+        CHECK_U64(matched(1, 0), 1);
+        CHECK(store(idx, "default", 1, 0, 0, 4, NULL, ab, 2, 0x40, NULL) == KVIX_OK);
+        h = x[0] ^ 0x20; /* position 0's gpu alias goes, cpu stays */
+        CHECK(removed(idx, "default", 1, 0, 0, &h, 1, NULL) == KVIX_OK);
+        query(idx, "default", x, 1);
+        s = score_of(1, 0);
+        CHECK(s && s->blocks == 1 && s->tier_blocks[0] == 0 && s->tier_blocks[1] == 1);
+        query(idx, "default", ab, 2);
+        CHECK_U64(matched(1, 0), 2);
+        kvix_index_stats st;
+        kvix_index_stats_get(idx, &st);
+        CHECK_U64(st.unique_blocks, 3);
+        CHECK_U64(st.blocks, 4);
+        CHECK(cleared(idx, "default", 1, 0, NULL) == KVIX_OK);
+        kvix_index_stats_get(idx, &st);
+        CHECK_U64(st.unique_blocks, 0);
+        /* at most 255 engine hashes per block and tier */
+        kvix_apply_result r;
+        int rc = KVIX_OK;
+        uint64_t salt;
+        for (salt = 1; salt <= 256 && rc == KVIX_OK; salt++)
+            rc = store(idx, "default", 2, 0, 0, 4, NULL, ab, 1, salt << 8, &r);
+        CHECK(rc == KVIX_ELIMIT);
+        CHECK_U64(salt, 257);
+        query(idx, "default", ab, 1);
+        CHECK_U64(matched(2, 0), 1);
+    }
+}

@@ -413,8 +413,14 @@ static void check_all(kvix_index *idx, long op)
 static kvix_event ev = {.model = "default", .tenant = "default"};
 
 /* Locals from a tiny alphabet: the same chunk hash recurs under other
- * prefixes and at other positions all the time. */
-static uint64_t rnd_local(void) { return 100 + below(5); }
+ * prefixes and at other positions all the time. One of them is crafted: the
+ * rolling hash of (100, 101), so at position 0 it is the canonical hash that
+ * (100, 101) has at position 1. */
+static uint64_t rnd_local(void)
+{
+    unsigned r = below(6);
+    return r < 5 ? 100 + r : kvix_hash_seq_next(100, 101);
+}
 
 /* Engine hashes: a function of (canonical place, salt), so a re-store of the
  * same place is a duplicate and another salt an alias; sometimes a hash the
