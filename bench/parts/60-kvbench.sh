@@ -17,6 +17,7 @@ KVBENCH=$BUILD/bench/kvbench
 KVREPLAY=$BUILD/bin/kvreplay
 RES=$ROOT/bench/results
 mkdir -p "$RES"
+cd "$ROOT"
 for b in "$KVBENCH" "$KVREPLAY"; do
     [ -x "$b" ] || { echo "60-kvbench: $b not built (make BUILD=$BUILD benches)" >&2; exit 1; }
 done
@@ -33,9 +34,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # The event+query log (generated, not timed).
-log=$tmp/mooncake.ndjson
+log=$tmp/mooncake.msgpack
 t0=$(date +%s.%N)
-"$KVREPLAY" --mooncake "$TRACE" --workers 256 --capacity 16384 >"$log"
+"$KVREPLAY" --mooncake "$TRACE" --workers 256 --capacity 16384 -f msgpack >"$log"
 t1=$(date +%s.%N)
 echo "60-kvbench: kvreplay --mooncake wrote $(wc -l <"$log") records in $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s" >&2
 
@@ -87,7 +88,7 @@ pos_sat=$(q "$pos | (.saturation_block_ops_per_s // 0) / 1e6 | . * 100 | round /
 cat <<EOF
 ## kvbench: the index replaying a Mooncake log (bench/kvbench.c)
 
-**The log.** \`kvreplay --mooncake $(basename "$TRACE") --workers 256 --capacity 16384\`
+**The log.** \`kvreplay --mooncake $(basename "$TRACE") --workers 256 --capacity 16384 -f msgpack\`
 (block size 512, LRU of leaf blocks per worker, random routing): per request a query, then
 the removed and stored events of the worker it went to. kvbench decodes it into memory
 before anything is timed, then replays it into an empty index, in a process of its own
