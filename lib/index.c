@@ -517,9 +517,11 @@ static int store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local,
                        uint64_t parent, uint64_t pcanon, unsigned tier, kvix_apply_result *r,
                        kvix_err *err)
 {
-    bent *e = kvix_hmap_get(&w->blocks, &engine);
-    int rc;
-    if (e && same_place(e, pos, local, pcanon)) {
+    int rc, inserted = 0;
+    bent *e = kvix_hmap_put(&w->blocks, &engine, &inserted); /* one probe, new or not */
+    if (!e)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block");
+    if (!inserted && same_place(e, pos, local, pcanon)) {
         if (e->tiers & (1u << tier)) {
             r->duplicate++;
             return KVIX_OK;
@@ -530,13 +532,8 @@ static int store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local,
         r->stored++;
         return KVIX_OK;
     }
-    if (e) {
+    if (!inserted)
         untier_all(w, e);
-    } else {
-        e = kvix_hmap_put(&w->blocks, &engine, NULL);
-        if (!e)
-            return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block");
-    }
     e->pos = pos;
     e->local = local;
     e->parent = pos ? parent : 0;
