@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "index_int.h"
 #include "kvix/error.h"
 #include "kvix/event.h"
 #include "rcu_int.h"
@@ -191,15 +192,19 @@ static inline int kvix_holders_add(kvix_holders *h, kvix_aword *inl, uint32_t s,
         if (t != KVIX_MEDIUM_GPU)
             ts->nongpu++;
     }
-    if (!kvix_holders_has(h, inl, s)) {
+    uint32_t nw;
+    kvix_aword *w = kvix_holders_words(h, inl, &nw);
+    uint64_t bit = UINT64_C(1) << (s % 64);
+    if (s / 64 < nw && (kvix_ld(&w[s / 64]) & bit))
+        return KVIX_OK;
+    if (s / 64 >= nw) {
         if (kvix_holders_grow(h, inl, hint_nw, mem) < 0)
             return KVIX_ENOMEM; /* tier bit may stay set: harmless, any-set rules matching */
-        uint32_t nw;
-        kvix_aword *w = kvix_holders_words(h, inl, &nw);
-        kvix_st(&w[s / 64], kvix_ld(&w[s / 64]) | UINT64_C(1) << (s % 64));
-        h->count++;
-        *any_new = 1;
+        w = kvix_holders_words(h, inl, &nw);
     }
+    kvix_st(&w[s / 64], kvix_ld(&w[s / 64]) | bit);
+    h->count++;
+    *any_new = 1;
     return KVIX_OK;
 }
 
@@ -260,6 +265,26 @@ static inline void kvix_holders_retire(kvix_holders *h, kvix_bmem *mem)
         atomic_fetch_sub_explicit(&mem->tiered, 1, memory_order_relaxed);
         kvix_tset_retire(ts, mem);
     }
+}
+
+/* Append a hit of `blocks` blocks (all on gpu until tiers are counted) for
+ * slot s: in place while there is room, through kvix_qhits_push to grow. */
+static inline int kvix_hit_push(kvix_qhits *out, uint32_t s, uint32_t blocks, kvix_err *err)
+{
+    if (__builtin_expect(out->n < out->cap, 1)) {
+        kvix_qhit *h = &out->v[out->n++];
+        memset(h, 0, sizeof *h);
+        h->slot = s;
+        h->blocks = blocks;
+        h->tier_blocks[KVIX_MEDIUM_GPU] = blocks;
+        return KVIX_OK;
+    }
+    kvix_qhit hit;
+    memset(&hit, 0, sizeof hit);
+    hit.slot = s;
+    hit.blocks = blocks;
+    hit.tier_blocks[KVIX_MEDIUM_GPU] = blocks;
+    return kvix_qhits_push(out, &hit, err);
 }
 
 /* Bitset helpers over plain words (query scratch). */

@@ -777,17 +777,9 @@ static inline pnode *probe(qctx *c, uint32_t pos)
 
 static void push_set(qctx *c, const uint64_t *set, uint32_t blocks)
 {
-    for (uint32_t wi = 0; wi < c->qw; wi++) {
-        for (uint64_t v = set[wi]; v; v &= v - 1) {
-            kvix_qhit hit;
-            memset(&hit, 0, sizeof hit);
-            hit.slot = wi * 64 + (uint32_t)__builtin_ctzll(v);
-            hit.blocks = blocks;
-            hit.tier_blocks[KVIX_MEDIUM_GPU] = blocks;
-            if (c->rc == KVIX_OK)
-                c->rc = kvix_qhits_push(c->out, &hit, c->err);
-        }
-    }
+    for (uint32_t wi = 0; wi < c->qw && c->rc == KVIX_OK; wi++)
+        for (uint64_t v = set[wi]; v && c->rc == KVIX_OK; v &= v - 1)
+            c->rc = kvix_hit_push(c->out, wi * 64 + (uint32_t)__builtin_ctzll(v), blocks, c->err);
 }
 
 /* Slots of d (trusted: monotone) have their match length in [lo, hi]. */

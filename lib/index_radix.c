@@ -386,12 +386,7 @@ static int push_set(kvix_qhits *out, const uint64_t *set, uint32_t qw, uint32_t 
 {
     for (uint32_t wi = 0; wi < qw; wi++) {
         for (uint64_t v = set[wi]; v; v &= v - 1) {
-            kvix_qhit hit;
-            memset(&hit, 0, sizeof hit);
-            hit.slot = wi * 64 + (uint32_t)__builtin_ctzll(v);
-            hit.blocks = blocks;
-            hit.tier_blocks[KVIX_MEDIUM_GPU] = blocks;
-            int rc = kvix_qhits_push(out, &hit, err);
+            int rc = kvix_hit_push(out, wi * 64 + (uint32_t)__builtin_ctzll(v), blocks, err);
             if (rc < 0)
                 return rc;
         }
