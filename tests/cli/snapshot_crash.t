@@ -53,3 +53,36 @@ else
     kvindex -s snap.kvix --quiet </dev/null || fail "kvindex could not load the snapshot"
 fi
 end
+
+begin "kill -9 of kvindex saving as it goes: the snapshot always loads"
+# stored chains for 8 workers, enough that saves come often and take a while
+$PY - <<'PYEOF' >ev
+import json, random
+r = random.Random(5)
+for i in range(40000):
+    w = r.randint(1, 8)
+    out = [{"local": "%016x" % r.getrandbits(64), "seq": "%016x" % r.getrandbits(64)}
+           for _ in range(r.randint(1, 16))]
+    print(json.dumps({"type": "stored", "worker": w, "eid": i, "bs": 16, "parent": None,
+                      "blocks": out}, separators=(",", ":")))
+PYEOF
+bad=0 seen=0
+RANDOM=$(( $(date +%s) % 32768 ))
+for i in $(seq 1 10); do
+    kvindex -s idx.kvix --quiet --save-every-events 2000 <ev 2>log &
+    pid=$!
+    sleep "0.$(printf '%03d' $((RANDOM % 800 + 100)))"
+    kill -9 "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    rm -f idx.kvix.tmp.*
+    [ -f idx.kvix ] || continue
+    seen=$((seen + 1))
+    if ! kvdump --check -q idx.kvix; then
+        bad=$((bad + 1))
+        cp idx.kvix "bad.$i.kvix"
+    fi
+done
+echo "# 10 kills, $seen snapshots on disk checked"
+assert_eq "$bad" 0 "snapshots that do not check"
+[ "$seen" -ge 1 ] || fail "kvindex never saved before being killed"
+end
