@@ -1403,6 +1403,9 @@ static void write_json(const char *path, const char *cmdline, const logdata *lg,
                   (json_int_t)lg->ops_total, "query", (json_int_t)lg->ops_query, "stored",
                   (json_int_t)lg->ops_stored, "removed", (json_int_t)lg->ops_removed, "cleared",
                   (json_int_t)lg->ops_cleared));
+    if (bo->verify && lg->nqueries)
+        json_object_set_new(json_object_get(root, "input"), "mean_scores_per_query",
+                            json_real((double)refs[RULE_EXACT].pairs / (double)lg->nqueries));
     json_object_set_new(root, "runs", json_integer(bo->runs));
     json_object_set_new(root, "threshold", json_real(bo->threshold));
     json_t *seqs = json_object();

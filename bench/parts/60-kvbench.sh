@@ -77,6 +77,29 @@ if command -v perf >/dev/null 2>&1; then
     exec 7>&-
 fi
 
+# Instruction counts (callgrind, independent of the machine's load): one cold
+# replay per backend, exact rule, 1x1, creating and freeing the index included.
+cgtab=""
+cgtop=""
+if command -v valgrind >/dev/null 2>&1 && command -v callgrind_annotate >/dev/null 2>&1; then
+    ops=$(jq -r '.input.block_ops.total' "$RES/kvbench.json")
+    for b in positional radix reference; do
+        echo "60-kvbench: callgrind, $b" >&2
+        valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$b" --toggle-collect=replay_run \
+            "$KVBENCH" -n 1 --cold --no-sweep --no-fork --no-verify --no-timing --rule exact \
+            -b "$b" -q "$log" >/dev/null 2>"$tmp/cg.$b.err" || continue
+        ir=$(callgrind_annotate "$tmp/cg.$b" | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+        srt=$(callgrind_annotate --inclusive=yes "$tmp/cg.$b" |
+            awk '/(msort\.c:qsort|index\.c:[a-z_]*sort[a-z_]*) \[/ {gsub(",", "", $1); if ($1 > m) m = $1}
+                 END {print m + 0}')
+        cgtab+=$(awk -v b="$b" -v ir="$ir" -v s="$srt" -v ops="$ops" 'BEGIN {
+            printf "| %s | %.0f M | %.0f | %.0f%% | %.0f |\n", b, ir / 1e6, ir / ops,
+                100 * s / ir, (ir - s) / ops }')$'\n'
+    done
+    cgtop=$(callgrind_annotate "$tmp/cg.positional" 2>/dev/null | sed -n '/file:function/,$p' |
+        sed -n '3,17p' | sed -E 's/ \[[^]]*\]$//')
+fi
+
 j=$RES/kvbench.json
 q() { jq -r "$1" "$j"; }
 pos='.configs[] | select(.label == "positional (default)" and .rule == "exact" and .writers == 1 and .readers == 1)'
@@ -139,6 +162,20 @@ workers (block 0 is in every request, so every worker holds it): the answer itse
 sorted, is most of a query's time, which Dynamo's unsorted per-worker map does not pay.
 Dynamo's figure comes from its own harness on 24 cores; ours is one core of this 2-core
 VM, every answer checked.
+
+**Instructions** (callgrind: the same count on a loaded or an idle machine), one cold
+replay, exact rule, 1x1, creating and freeing the index included; the sort is the
+answers' sort in the index front end (\`query_part\`):
+
+| backend | instructions per replay | per block-op | sorting answers | per block-op without the sort |
+|---|--:|--:|--:|--:|
+${cgtab:-| callgrind unavailable | | | | |
+}
+Where the positional replay's instructions go (self cost, top 15):
+
+\`\`\`
+${cgtop:-callgrind unavailable}
+\`\`\`
 
 **Profile** of the positional backend (\`perf record -e cpu-clock\`, exact rule, 1x1, 10 x 2
 unpaced replays, samples only inside the replays; symbols above 1% of samples):
