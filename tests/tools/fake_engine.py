@@ -31,6 +31,7 @@ publish options:
   --ready FILE           touch FILE once every subscriber joined (first time)
 """
 import argparse
+import io
 import json
 import random
 import struct
@@ -321,21 +322,47 @@ class Engine:
                 json.dump({"blocks": sorted(blocks), "final": final, "chains": chains}, f)
 
 
+def load_events(path):
+    """kvsub's output: NDJSON, or a stream of msgpack maps (-f msgpack)."""
+    data = open(path, "rb").read()
+    out = []
+    if not data or data[:1] in b"{[ \t\r\n":
+        for line in data.decode().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass  # a line still being written
+        return out
+    try:
+        for ev in msgpack.Unpacker(io.BytesIO(data), raw=False, strict_map_key=False):
+            out.append(ev)
+    except ValueError:
+        pass  # a record still being written
+    return out
+
+
+def hx(v):
+    """A hash as NDJSON writes it (msgpack output carries integers)."""
+    return v if isinstance(v, str) else "%016x" % v
+
+
 def reduce_events(path):
+    """Per-(worker, dp) block sets. Stored events that carry their tokens
+    (--tokens) must have the local hashes of those tokens."""
     state = {}
-    with open(path) as f:
-        for line in f:
-            ev = json.loads(line)
-            key = (ev["worker"], ev.get("dp", 0))
-            s = state.setdefault(key, {})
-            if ev["type"] == "stored":
-                for b in ev["blocks"]:
-                    s[b["seq"]] = b["local"]
-            elif ev["type"] == "removed":
-                for h in ev["hashes"]:
-                    s.pop(h, None)
-            elif ev["type"] == "cleared":
-                s.clear()
+    for ev in load_events(path):
+        s = state.setdefault((ev["worker"], ev.get("dp", 0)), {})
+        if ev["type"] == "stored":
+            toks = ev.get("tokens")
+            for i, b in enumerate(ev["blocks"]):
+                s[hx(b["seq"])] = hx(b["local"])
+                if toks is not None and "%016x" % local_hash(toks[i], ev.get("lora")) != hx(b["local"]):
+                    s[hx(b["seq"])] = "local-hash-differs-from-its-tokens"
+        elif ev["type"] == "removed":
+            for h in ev["hashes"]:
+                s.pop(hx(h), None)
+        elif ev["type"] == "cleared":
+            s.clear()
     return sorted([w, d, h, l] for (w, d), s in state.items() for h, l in s.items())
 
 
@@ -357,11 +384,27 @@ def compare(a):
     return 1
 
 
+def final(a):
+    seen = {(e["worker"], e.get("dp", 0), e["eid"]) for e in load_events(a.events) if "eid" in e}
+    for path in a.expect:
+        try:
+            x = json.load(open(path))
+        except (OSError, ValueError):
+            return 1
+        if any(tuple(k) not in seen for k in x["final"]):
+            return 1
+    return 0
+
+
 def queries(a):
     for path in a.expect:
         for c in json.load(open(path))["chains"]:
-            print(json.dumps({"type": "query", "id": c["id"], "model": a.model,
-                              "tenant": a.tenant, "tokens": c["tokens"]}))
+            q = {"type": "query", "id": c["id"], "model": a.model, "tenant": a.tenant,
+                 "tokens": c["tokens"]}
+            if a.msgpack:
+                sys.stdout.buffer.write(msgpack.packb(q))
+            else:
+                print(json.dumps(q))
     return 0
 
 
@@ -424,9 +467,13 @@ def main():
     pc = sub.add_parser("compare")
     pc.add_argument("events")
     pc.add_argument("expect", nargs="+")
+    pf = sub.add_parser("final")
+    pf.add_argument("events")
+    pf.add_argument("expect", nargs="+")
     pq = sub.add_parser("queries")
     pq.add_argument("--model", default="default")
     pq.add_argument("--tenant", default="default")
+    pq.add_argument("--msgpack", action="store_true")
     pq.add_argument("expect", nargs="+")
     pa = sub.add_parser("answers")
     pa.add_argument("answers")
@@ -435,7 +482,7 @@ def main():
     if a.cmd == "publish":
         Engine(a).run()
         return 0
-    return {"compare": compare, "queries": queries, "answers": answers}[a.cmd](a)
+    return {"compare": compare, "queries": queries, "answers": answers, "final": final}[a.cmd](a)
 
 
 if __name__ == "__main__":
