@@ -80,10 +80,20 @@ static int fail_code(int code)
     return diffing ? KVIX_EXIT_USAGE : code;
 }
 
+/* Set when the reader of stdout went away (head): not an error. A dump
+ * stops there; --diff goes on without output, its status still counts. */
+static int out_gone;
+
 static void out_flush(void)
 {
-    if (out.len && fwrite(out.data, 1, out.len, stdout) != out.len)
-        cli_die(fail_code(KVIX_EXIT_IO), "error writing standard output: %s", strerror(errno));
+    if (out.len && !out_gone && fwrite(out.data, 1, out.len, stdout) != out.len) {
+        if (errno != EPIPE)
+            cli_die(fail_code(KVIX_EXIT_IO), "error writing standard output: %s",
+                    strerror(errno));
+        out_gone = 1;
+        if (!diffing)
+            exit(cli_finish(KVIX_EXIT_OK));
+    }
     out.len = 0;
 }
 

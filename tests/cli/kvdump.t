@@ -259,6 +259,19 @@ run kvdump --diff - - <a.kvix
 expect_rc 2
 end
 
+begin "a reader that goes away is not an error; --diff still tells"
+random_events 11 3000 | kvindex -s a.kvix 2>/dev/null
+random_events 12 3000 | kvindex -s b.kvix 2>/dev/null
+# shellcheck disable=SC2016
+bash -c 'trap "" PIPE; kvdump "$1" | head -n 1 >/dev/null; echo "${PIPESTATUS[0]}" >rc' _ a.kvix 2>err
+assert_eq "$(cat rc)" 0 "dump into head"
+assert_eq "$(cat err)" "" "stderr"
+# shellcheck disable=SC2016
+bash -c 'trap "" PIPE; kvdump --diff "$1" "$2" | head -n 1 >/dev/null; echo "${PIPESTATUS[0]}" >rc' _ a.kvix b.kvix 2>err
+assert_eq "$(cat rc)" 1 "diff into head: the snapshots differ"
+assert_eq "$(cat err)" "" "stderr"
+end
+
 begin "usage errors exit 2"
 for args in "" "a b" "--stats --check x" "--json x" "-q x" "--check" "--check -m x y" "-w abc x" "--bogus x"; do
     # shellcheck disable=SC2086
