@@ -391,13 +391,25 @@ static void run_input(kvi *k, int fd, size_t file, kvix_format fmt, kvix_event *
     if (kvix_reader_new(&r, fd, k->names[file], fmt, &err))
         cli_die(KVIX_EXIT_SYS, "%s", err.msg);
     kvix_reader_set_wakeup_fd(r, wake[0]);
+    int stopping = 0;
     for (;;) {
         handle_flags(k, r);
-        if (sig_stop || k->strict_hit)
+        if (k->strict_hit)
             break;
+        if (sig_stop && !stopping) {
+            /* apply what was already taken from the input, read nothing more */
+            kvix_reader_stop(r);
+            stopping = 1;
+        }
         int rc = kvix_reader_next(r, ev, &err);
-        if (rc == KVIX_EOF)
+        if (rc == KVIX_EOF) {
+            if (stopping && kvix_reader_pending(r)) {
+                clear_progress(k);
+                cli_warn("stopped with %zu bytes of an incomplete record from %s left unread",
+                         kvix_reader_pending(r), kvix_reader_name(r));
+            }
             break;
+        }
         if (rc == KVIX_ESYS) { /* woken by a signal: flags are handled above */
             drain_wake();
             continue;

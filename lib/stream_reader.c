@@ -29,6 +29,7 @@ struct kvix_reader {
     int eof;           /* read(2) returned 0 */
     int dead;          /* msgpack framing lost: only KVIX_EOF from now on */
     int skipping;      /* NDJSON: discarding an over-long line */
+    int stopped;       /* kvix_reader_stop: no more read(2), drain the buffer */
     uint64_t pos;      /* position of the record last returned */
     uint64_t line;     /* NDJSON lines consumed */
     uint64_t total;    /* bytes read from fd */
@@ -72,6 +73,16 @@ void kvix_reader_set_eintr(kvix_reader *r, int report)
 void kvix_reader_set_wakeup_fd(kvix_reader *r, int fd)
 {
     r->wake_fd = fd;
+}
+
+void kvix_reader_stop(kvix_reader *r)
+{
+    r->stopped = 1;
+}
+
+size_t kvix_reader_pending(const kvix_reader *r)
+{
+    return r->end - r->start;
 }
 
 uint64_t kvix_reader_pos(const kvix_reader *r) { return r->pos; }
@@ -187,6 +198,8 @@ static int next_ndjson(kvix_reader *r, kvix_event *ev, kvix_err *err)
             continue;
         }
         r->scan = r->end;
+        if (r->stopped && !r->eof)
+            return KVIX_EOF; /* a partial line stays pending: not a record yet */
         if (r->eof) {
             if (r->start < r->end || r->skipping) { /* a last line without its newline */
                 size_t ls = r->start, le = r->end;
@@ -261,6 +274,8 @@ static int next_msgpack(kvix_reader *r, kvix_event *ev, kvix_err *err)
                 return mp_fail(r, KVIX_ELIMIT, ev, err, m);
             }
         }
+        if (r->stopped && !r->eof)
+            return KVIX_EOF; /* a partial record stays pending */
         if (r->eof) {
             if (have)
                 return mp_fail(r, KVIX_EINVAL, ev, err, "truncated msgpack record at end of input");
@@ -293,7 +308,7 @@ static int detect(kvix_reader *r, kvix_err *err)
             r->fmt = is_msgpack_map(c) ? KVIX_FMT_MSGPACK : KVIX_FMT_NDJSON;
             return r->fmt == KVIX_FMT_MSGPACK ? start_msgpack(r, err) : KVIX_OK;
         }
-        if (r->eof || r->end - r->start > KVIX_LINE_MAX) {
+        if (r->eof || r->stopped || r->end - r->start > KVIX_LINE_MAX) {
             r->fmt = KVIX_FMT_NDJSON; /* nothing but blanks: NDJSON reads them as such */
             return KVIX_OK;
         }

@@ -78,6 +78,14 @@ void kvix_reader_set_eintr(kvix_reader *r, int report);
  * fd is readable, without reading it (the caller drains it). -1 turns it off. */
 void kvix_reader_set_wakeup_fd(kvix_reader *r, int fd);
 
+/* Stop reading from the descriptor (a tool told to stop by a signal): the
+ * next calls return the complete records already read, then KVIX_EOF, so
+ * nothing taken from a pipe is dropped. An incomplete record left over stays
+ * unread; kvix_reader_pending says how many bytes were buffered and not yet
+ * returned (after the drain: that record's bytes). */
+void kvix_reader_stop(kvix_reader *r);
+size_t kvix_reader_pending(const kvix_reader *r);
+
 /* Position of the record last returned: its line number (NDJSON) or its
  * 1-based record number (msgpack). */
 uint64_t kvix_reader_pos(const kvix_reader *r);

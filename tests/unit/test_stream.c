@@ -732,3 +732,55 @@ TEST(msgpack_records_cut_anywhere)
     kvix_buf_release(&m);
     kvix_event_release(&ev);
 }
+
+/* A tool told to stop applies what it already took from the pipe, and reads
+ * nothing more. */
+TEST(reader_stop_drains_the_buffer)
+{
+    int p[2];
+    CHECK(pipe(p) == 0);
+    const char in[] = "{\"type\":\"cleared\",\"worker\":1}\n{\"type\":\"cleared\",\"worker\":2}\n"
+                      "{\"type\":\"cleared\",\"wor";
+    CHECK(write(p[1], in, sizeof in - 1) == (ssize_t)(sizeof in - 1));
+    kvix_reader *r;
+    kvix_err err;
+    kvix_event ev;
+    kvix_event_init(&ev);
+    CHECK(kvix_reader_new(&r, p[0], "<pipe>", KVIX_FMT_AUTO, &err) == KVIX_OK);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_OK);
+    CHECK_U64(ev.worker, 1);
+    kvix_reader_stop(r);
+    /* written after the stop: must stay in the pipe */
+    const char more[] = "ker\":3}\n{\"type\":\"cleared\",\"worker\":4}\n";
+    CHECK(write(p[1], more, sizeof more - 1) == (ssize_t)(sizeof more - 1));
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_OK);
+    CHECK_U64(ev.worker, 2);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_EOF);
+    CHECK_U64(kvix_reader_pending(r), strlen("{\"type\":\"cleared\",\"wor"));
+    char rest[128];
+    CHECK(read(p[0], rest, sizeof rest) == (ssize_t)(sizeof more - 1));
+    kvix_reader_free(r);
+    close(p[0]);
+    close(p[1]);
+
+    /* msgpack too */
+    kvix_buf m;
+    kvix_buf_init(&m);
+    kvix_event_reset(&ev);
+    ev.type = KVIX_EV_CLEARED;
+    ev.worker = 7;
+    kvix_event_to_msgpack(&ev, &m, &err);
+    kvix_event_to_msgpack(&ev, &m, &err);
+    CHECK(pipe(p) == 0);
+    CHECK(write(p[1], m.data, m.len - 3) == (ssize_t)(m.len - 3));
+    CHECK(kvix_reader_new(&r, p[0], "<pipe>", KVIX_FMT_AUTO, &err) == KVIX_OK);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_OK);
+    kvix_reader_stop(r);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_EOF);
+    CHECK_U64(kvix_reader_pending(r), m.len / 2 - 3);
+    kvix_reader_free(r);
+    close(p[0]);
+    close(p[1]);
+    kvix_buf_release(&m);
+    kvix_event_release(&ev);
+}
