@@ -8,6 +8,7 @@
  * endpoint, a replay buffer that no longer holds the gap, a timeout, an
  * engine restart) becomes a `cleared` event for that worker and dp, so the
  * index downstream never keeps blocks it cannot vouch for. */
+#define _GNU_SOURCE /* memmem */
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -70,6 +71,7 @@ static const cli_tool tool = {
 #define RECONNECT_MS 100
 #define RECONNECT_MAX_MS 2000
 #define RCVHWM 100000     /* the engines' own high-water mark */
+#define EPOCH_MAX 128     /* bytes of a topic's epoch compared */
 
 /* ---- state ---------------------------------------------------------------- */
 
@@ -103,6 +105,8 @@ typedef struct tracker {
     endpoint *ep;       /* where its batches come from (for the source registration) */
     bool known;         /* a batch was applied: next is meaningful */
     bool live_known;    /* live_seq is meaningful */
+    char epoch[EPOCH_MAX]; /* the engine run named in the topic (SGLang), if any */
+    size_t epoch_len;
     uint64_t live_seq;  /* the last seq seen on the live stream */
     bool resync;        /* after a loss: take the next batch as it comes */
     uint64_t next;      /* seq expected next */
@@ -469,12 +473,17 @@ static void buffer_push(tracker *t, const batch *b)
     memcpy(c->data, b->data, b->len);
 }
 
-static void restart(tracker *t, const batch *b)
+static void restart(tracker *t, const batch *b, bool epoch)
 {
     S.c.restarts++;
-    cli_warn("worker %" PRIu64 " dp %" PRIu32 ": seq %" PRIu64 " after %" PRIu64
-             ": engine restarted, cleared",
-             t->worker, t->dp, b->seq, t->live_seq);
+    if (epoch)
+        cli_warn("worker %" PRIu64 " dp %" PRIu32 ": new epoch in the topic at seq %" PRIu64
+                 ": engine restarted, cleared",
+                 t->worker, t->dp, b->seq);
+    else
+        cli_warn("worker %" PRIu64 " dp %" PRIu32 ": seq %" PRIu64 " after %" PRIu64
+                 ": engine restarted, cleared",
+                 t->worker, t->dp, b->seq, t->live_seq);
     if (t->replaying) {
         replay_close(t);
         buf_clear(t);
@@ -522,9 +531,21 @@ static void sequence(tracker *t, const batch *b)
 }
 
 /* A batch from the live stream. Within one engine run its seqs only grow,
- * so a lower one means the engine restarted. */
-static void on_live(tracker *t, const batch *b)
+ * so a lower one means the engine restarted; so does a new epoch in the
+ * topic (SGLang: "...\0sgl-kv-epoch=<uuid>"), whatever the seq. */
+static void on_live(tracker *t, const batch *b, const char *epoch, size_t elen)
 {
+    if (epoch) {
+        bool changed = t->epoch_len && (elen != t->epoch_len || memcmp(epoch, t->epoch, elen));
+        memcpy(t->epoch, epoch, elen);
+        t->epoch_len = elen;
+        if (changed) {
+            t->live_known = true;
+            restart(t, b, true);
+            t->live_seq = b->seq;
+            return;
+        }
+    }
     if (t->live_known && b->seq == t->live_seq) {
         S.c.stale++; /* the same batch again */
         return;
@@ -535,7 +556,7 @@ static void on_live(tracker *t, const batch *b)
     t->live_seq = b->seq;
     if (back) {
         t->live_seq = prev; /* for the message */
-        restart(t, b);
+        restart(t, b, false);
         t->live_seq = b->seq;
         return;
     }
@@ -633,7 +654,17 @@ static void on_sub(endpoint *ep, zmq_msg_t *f, int nf)
     batch b;
     if (!decode(ep, seq, zmq_msg_data(&f[2]), zmq_msg_size(&f[2]), &b, "from"))
         return; /* its seq now shows as a gap, which replay or a loss settles */
-    on_live(tracker_get(ep, b.dp), &b);
+    static const char mark[] = "sgl-kv-epoch=";
+    const char *topic = zmq_msg_data(&f[0]), *epoch = NULL;
+    size_t tlen = zmq_msg_size(&f[0]), elen = 0;
+    const char *m = tlen ? memmem(topic, tlen, mark, sizeof mark - 1) : NULL;
+    if (m) {
+        epoch = m + sizeof mark - 1;
+        elen = (size_t)(topic + tlen - epoch);
+        if (elen > EPOCH_MAX)
+            elen = EPOCH_MAX;
+    }
+    on_live(tracker_get(ep, b.dp), &b, epoch, elen);
 }
 
 static void endpoint_open(endpoint *ep)

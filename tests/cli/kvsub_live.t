@@ -170,6 +170,19 @@ stat_is losses 0
 assert_grep 'engine restarted' err
 end
 
+begin "kvsub: a restart told only by SGLang's topic epoch (the new run's seqs are higher)"
+engine --pub "ipc://$T/pub" --replay "ipc://$T/rep" --epoch --restart-after 10 \
+    --restart-skip 25 --style sglang --expect exp.json --seed 25
+sub -w "1=ipc://$T/pub" --replay "1=ipc://$T/rep" --topic kv
+wait_final exp.json
+stop
+expect_rc 0
+same exp.json
+stat_is restarts 1
+stat_is losses 0
+assert_grep 'new epoch in the topic at seq 25' err
+end
+
 begin "kvsub: two workers, two dp ranks on one endpoint, replay per rank"
 engine --pub "ipc://$T/a" --dps 0,1 --replay "ipc://$T/r0,ipc://$T/r1" --drop 1:4,0:9 \
     --expect a.json --seed 18

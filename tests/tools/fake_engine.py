@@ -25,6 +25,8 @@ publish options:
   --forget R:S,...       do not send seq S of rank R and keep it out of the replay buffer
   --restart-after N      after N batches of every rank, restart: close and re-bind the
                          sockets, counters from 0, cache and replay buffer empty
+  --restart-skip N       the first N batches after the restart are not sent (replayable)
+  --epoch                topics carry SGLang's "\0sgl-kv-epoch=<id>", a new id per run
   --seed N               scenario seed
   --expect FILE          write what a correct subscriber holds at the end
   --linger SEC           keep answering replays this long after the last batch (default 10)
@@ -183,7 +185,14 @@ class Engine:
         self.pub = None
         self.routers = []
         self.subscribed = 0
+        self.new_topic()
         self.open()
+
+    def new_topic(self):
+        # SGLang names the engine run in the topic: "...\0sgl-kv-epoch=<uuid>"
+        self.topic = b""
+        if self.a.epoch:
+            self.topic = b"kv\0sgl-kv-epoch=%016x" % self.rng.getrandbits(64)
 
     def open(self):
         self.pub = self.ctx.socket(zmq.XPUB)
@@ -262,7 +271,7 @@ class Engine:
                 # A subscriber clears this rank when it sees the gap (at seq + 1).
                 rank.loss_floor = seq
             return
-        self.pub.send_multipart([b"", seq.to_bytes(8, "big"), payload])
+        self.pub.send_multipart([self.topic, seq.to_bytes(8, "big"), payload])
 
     def run(self):
         a = self.a
@@ -277,7 +286,10 @@ class Engine:
                 self.close()
                 for r in self.ranks:
                     r.restart()
-                self.drop, self.forget = set(), set()
+                # the first batches of the new run go unseen (still in its replay buffer)
+                self.drop = {(r.dp, q) for r in self.ranks for q in range(a.restart_skip)}
+                self.forget = set()
+                self.new_topic()
                 time.sleep(0.3)
                 self.open()
                 self.wait_subscriber()
@@ -459,6 +471,8 @@ def main():
     pp.add_argument("--drop")
     pp.add_argument("--forget")
     pp.add_argument("--restart-after", type=int, default=0)
+    pp.add_argument("--restart-skip", type=int, default=0)
+    pp.add_argument("--epoch", action="store_true")
     pp.add_argument("--buffer", type=int, default=10000)
     pp.add_argument("--seed", type=int, default=1)
     pp.add_argument("--expect")
