@@ -178,7 +178,7 @@ typedef struct pos_be {
      * reused (malloc and call_rcu per block cost more than the rest of an add) */
     _Atomic(pnode *) limbo;
     _Atomic long nlimbo;
-    _Atomic int reclaiming;
+    _Atomic long pending; /* limbo batches waiting for their grace period */
     spin_t poolmu;
     size_t npool;
     _Atomic(pnode *) pool[POOL_NW + 1]; /* by inline words; peeked without the lock */
@@ -364,24 +364,14 @@ static void node_retire(pos_be *be, pnode *n)
     atomic_fetch_add_explicit(&be->nlimbo, 1, memory_order_relaxed);
 }
 
-/* After a batch of retirements (or when the index is empty): one grace
- * period for the whole limbo, then its nodes go to the pool (kept at most
- * 1/8 of the live nodes) or back to malloc. Called holding no lock. */
-static void limbo_drain(pos_be *be)
+/* After the grace period of a limbo batch (call_rcu thread): its nodes go to
+ * the pool (kept at most 1/8 of the live nodes) or back to malloc. The batch's
+ * first node carries the backend in its (retired, unused) parent field. */
+static void limbo_cb(struct rcu_head *head)
 {
-    long nl = atomic_load_explicit(&be->nlimbo, memory_order_relaxed);
-    if (nl < LIMBO_BATCH && !(nl > 0 && atomic_load_explicit(&be->unique, memory_order_relaxed) == 0))
-        return;
-    int zero = 0;
-    if (!atomic_compare_exchange_strong(&be->reclaiming, &zero, 1))
-        return;
-    pnode *n = atomic_exchange_explicit(&be->limbo, NULL, memory_order_acquire);
-    long taken = 0;
-    for (pnode *k = n; k; k = k->next)
-        taken++;
-    atomic_fetch_sub_explicit(&be->nlimbo, taken, memory_order_relaxed);
-    synchronize_rcu();
     KVIX_RCU_TSAN_ACQUIRE();
+    pnode *n = (pnode *)head; /* rcu is the first member */
+    pos_be *be = (pos_be *)(void *)n->parent;
     size_t cap = (size_t)atomic_load_explicit(&be->unique, memory_order_relaxed) / 8;
     if (cap < POOL_MIN)
         cap = POOL_MIN;
@@ -407,7 +397,28 @@ static void limbo_drain(pos_be *be)
             node_free(be, k);
         }
     spin_unlock(&be->poolmu);
-    atomic_store(&be->reclaiming, 0);
+    atomic_fetch_sub_explicit(&be->pending, 1, memory_order_release);
+}
+
+/* After a batch of retirements (or when the index is empty), hand the limbo
+ * to one call_rcu: one grace period per batch, and writers never wait. */
+static void limbo_drain(pos_be *be)
+{
+    long nl = atomic_load_explicit(&be->nlimbo, memory_order_relaxed);
+    if (nl < LIMBO_BATCH && !(nl > 0 && atomic_load_explicit(&be->unique, memory_order_relaxed) == 0))
+        return;
+    pnode *n = atomic_exchange_explicit(&be->limbo, NULL, memory_order_acquire);
+    if (!n)
+        return;
+    long taken = 0;
+    for (pnode *k = n; k; k = k->next)
+        taken++;
+    atomic_fetch_sub_explicit(&be->nlimbo, taken, memory_order_relaxed);
+    n->parent = (pnode *)(void *)be;
+    atomic_fetch_add_explicit(&be->pending, 1, memory_order_relaxed);
+    kvix_rcu_writer();
+    KVIX_RCU_TSAN_RELEASE();
+    call_rcu(&n->rcu, limbo_cb);
 }
 
 static inline int node_removable(const pnode *n)
@@ -533,8 +544,10 @@ static void pos_destroy(void *vbe)
     pos_be *be = vbe;
     if (!be)
         return;
-    /* blocks already retired are freed by their own callbacks: they do not
-     * point back to the backend, so no rcu_barrier() is needed here */
+    /* limbo batches point back to the backend: wait for their callbacks
+     * (tables and bitsets retired alone do not, and free themselves) */
+    while (atomic_load_explicit(&be->pending, memory_order_acquire) > 0)
+        sched_yield();
     for (unsigned i = 0; i < NSHARD; i++) {
         ptable *t = atomic_load(&be->shard[i].t);
         for (uint64_t j = 0; j <= t->mask; j++) {
