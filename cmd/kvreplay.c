@@ -430,6 +430,8 @@ static void flush_batch(replay *r)
         cli_warn("cannot publish a batch of worker %" PRIu64 ": %s", r->batch[0].worker, err.msg);
         r->rejected += r->nbatch;
         r->written -= r->nbatch;
+        for (size_t i = 0; i < r->nbatch; i++)
+            r->by_type[r->batch[i].type]--;
         if (r->strict)
             r->fatal = KVIX_EXIT_STRICT;
     } else {

@@ -163,4 +163,5 @@ kvreplay -q --mooncake "$CONV" --workers 2 --limit 5 >notok.ndjson
 run kvreplay --fast --pub 'tcp://127.0.0.1:*' --pub-wait 0 notok.ndjson
 expect_rc 1
 assert_grep "cannot publish a batch of worker [0-9]+: stored event without tokens" err
+assert_grep " 0 events published in 0 batches by 2 publishers \(0 stored" err
 end
