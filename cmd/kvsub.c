@@ -72,6 +72,7 @@ static const cli_tool tool = {
 #define RECONNECT_MAX_MS 2000
 #define RCVHWM 100000     /* the engines' own high-water mark */
 #define EPOCH_MAX 128     /* bytes of a topic's epoch compared */
+#define TRACKERS_MAX 4096 /* (worker, dp) pairs: a payload's rank is untrusted input */
 
 /* ---- state ---------------------------------------------------------------- */
 
@@ -319,6 +320,8 @@ static tracker *tracker_get(endpoint *ep, uint32_t dp)
     for (size_t i = 0; i < S.ntrk; i++)
         if (S.trk[i]->worker == ep->worker && S.trk[i]->dp == dp)
             return S.trk[i];
+    if (S.ntrk == TRACKERS_MAX)
+        return NULL;
     tracker *t = calloc(1, sizeof *t);
     if (!t)
         cli_die(KVIX_EXIT_SYS, "out of memory");
@@ -664,7 +667,15 @@ static void on_sub(endpoint *ep, zmq_msg_t *f, int nf)
         if (elen > EPOCH_MAX)
             elen = EPOCH_MAX;
     }
-    on_live(tracker_get(ep, b.dp), &b, epoch, elen);
+    tracker *t = tracker_get(ep, b.dp);
+    if (!t) {
+        S.c.dropped++;
+        if (S.warned_decode++ < WARN_MAX)
+            cli_warn("batch %" PRIu64 " from %s dropped: more than %d workers and ranks", seq,
+                     ep->url, TRACKERS_MAX);
+        return;
+    }
+    on_live(t, &b, epoch, elen);
 }
 
 static void endpoint_open(endpoint *ep)
@@ -891,11 +902,11 @@ static void print_stats(void)
             " cleared_by_kvsub=%" PRIu64 " gaps=%" PRIu64 " replays=%" PRIu64
             " replayed=%" PRIu64 " losses=%" PRIu64 " restarts=%" PRIu64 " stale=%" PRIu64
             " decode_errors=%" PRIu64 " bad_frames=%" PRIu64 " partial_blocks=%" PRIu64
-            " unknown_events=%" PRIu64 "\n",
+            " unknown_events=%" PRIu64 " dropped=%" PRIu64 "\n",
             c->batches, c->events[KVIX_EV_STORED], c->events[KVIX_EV_REMOVED],
             c->events[KVIX_EV_CLEARED], c->synth_cleared, c->gaps, c->replays, c->replayed,
             c->losses, c->restarts, c->stale, c->decode_errors, c->bad_frames,
-            c->partial_blocks, c->unknown_events);
+            c->partial_blocks, c->unknown_events, c->dropped);
 }
 
 static void check_deadlines(void)

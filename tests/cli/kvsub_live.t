@@ -247,6 +247,10 @@ s.send_multipart([b"", b"\x01\x02", good(1)])          # a 2-byte seq
 s.send_multipart([b"", seq(1), b"\xdd\xff\xff\xff\xff"])  # a huge declared array
 s.send_multipart([b"", seq(2), good(2)[:-3]])         # truncated
 s.send_multipart([b"", seq(3), b"\xc1garbage"])
+for dp in range(1, 4101):  # ranks are untrusted: kvsub follows at most 4096 (worker, dp)
+    s.send_multipart([b"", seq(0), msgpack.packb([1.0, [], dp])])
+    if dp % 500 == 0:
+        time.sleep(0.05)
 s.send_multipart([b"", seq(4), good(4)])
 time.sleep(0.5)
 EOF
@@ -255,7 +259,8 @@ stop
 expect_rc 1
 stat_is bad_frames 3
 stat_is decode_errors 3
-stat_is batches 2
+stat_is batches 4097
+stat_is dropped 5
 stat_is losses 1
 assert_grep '"eid":0,'
 assert_grep '"eid":4,'
