@@ -565,7 +565,7 @@ int main(int argc, char **argv)
         case 'n': requests = strtoull(optarg, NULL, 10); break;
         case 'q': requests = 30000; break;
         default:
-            fprintf(stderr, "usage: bench_index [-r RUNS] [-n REQUESTS] [-q] [-p 1|2|3 [-j JUMP] [-s 0|1]]\n");
+            fprintf(stderr, "usage: bench_index [-r RUNS] [-n REQUESTS] [-q] [-p 1..6 [-j JUMP] [-s 0|1]]\n");
             return 2;
         }
     }
@@ -589,15 +589,23 @@ int main(int argc, char **argv)
             run_backend(&kvix_backend_positional_ops, (unsigned)pjump, pbs, &br);
         else if (profile == 2)
             run_backend(&kvix_backend_radix_ops, 0, 1, &br);
-        else
+        else if (profile == 3)
             run_single(KVIX_BACKEND_POSITIONAL, &lr1);
+        else
+            run_concurrent(profile == 4 ? KVIX_BACKEND_POSITIONAL
+                                        : profile == 5 ? KVIX_BACKEND_RADIX : KVIX_BACKEND_REFERENCE,
+                           &lr1);
         if (profile <= 2)
             printf("adds %.2f M/s dels %.2f M/s queries %.1f Mblocks/s p50 %.2f p99 %.2f us\n",
                    br.add_ops / 1e6, br.del_ops / 1e6, br.query_ops / 1e6, br.p50, br.p99);
-        else
+        else if (profile == 3)
             printf("stores %.2f M/s removes %.2f M/s queries %.1f Mblocks/s p50 %.2f p99 %.2f\n",
                    lr1.store_ops / 1e6, lr1.remove_ops / 1e6, lr1.query_ops / 1e6, lr1.p50,
                    lr1.p99);
+        else
+            printf("writes %.2f M/s queries %.1f Mblocks/s p50 %.2f p99 %.2f p99.9 %.2f max %.1f us\n",
+                   lr1.conc_write_ops / 1e6, lr1.conc_query_ops / 1e6, lr1.cp50, lr1.cp99,
+                   lr1.cp999, lr1.cmax);
         return 0;
     }
     printf("## Index (bench_index)\n\n");
