@@ -72,7 +72,7 @@ if command -v perf >/dev/null 2>&1; then
         -n 10 --no-sweep --no-fork --no-verify --no-timing --rule exact -b positional -q \
         --perf-ctl 7 "$log" >/dev/null 2>"$tmp/perf.err"; then
         prof=$(perf report -i "$tmp/perf.data" --stdio --no-children --percent-limit 1 \
-            --sort dso,symbol 2>/dev/null | grep -v '^#' | grep -v '^$' | head -25 || true)
+            --sort dso,symbol 2>/dev/null | grep -v "^#" | grep -v "^$" | sed -E "s/ +- +- *$//" | head -25 || true)
     fi
     exec 7>&-
 fi
