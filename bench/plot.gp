@@ -12,6 +12,13 @@ if (fmt eq 'png') {
 set output outfile
 stats datafile using 1 nooutput
 nblocks = STATS_blocks
+lo = STATS_min
+hi = STATS_max
+stats datafile using 2 nooutput
+lo = STATS_min < lo ? STATS_min : lo
+hi = STATS_max > hi ? STATS_max : hi
+set xrange [lo / 1.25 : hi * 1.25]
+set yrange [lo / 1.25 : hi * 1.25]
 set title "kvbench: Mooncake conversation trace replayed at rising speed".(subtitle eq '' ? '' : "\n".subtitle)
 set xlabel 'offered load (M block-ops/s)'
 set ylabel 'achieved (M block-ops/s)'
@@ -19,6 +26,12 @@ set logscale xy
 set grid xtics ytics mxtics mytics lw 0.5 lc rgb '#dddddd'
 set key left top box opaque font ',9'
 set style data linespoints
-plot for [i=0:nblocks-1] datafile index i using 1:2 title columnheader(1) lw 1.5 pt (i%13)+1 ps 0.7, \
+# Blocks come in groups of backends (kvbench's order): colour by backend,
+# dash and point type by group (rule x threads).
+if (!exists("nbackends")) nbackends = 3
+colors = "#1f77b4 #d62728 #2ca02c #9467bd #ff7f0e #8c564b #e377c2 #17becf"
+plot for [i=0:nblocks-1] datafile index i using 1:2 title columnheader(1) with linespoints \
+        lw 1.8 lc rgb word(colors, (i % nbackends) + 1) pt 4 + (i / nbackends) % 7 ps 0.8 \
+        dt 1 + (i / nbackends) % 5, \
      x title 'achieved = offered' lw 1 dt 2 lc rgb '#888888', \
      0.95*x title '95% of offered' lw 1 dt 3 lc rgb '#bbbbbb'
