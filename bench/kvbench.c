@@ -1,9 +1,12 @@
 /* kvbench: replay a captured event+query log against every index backend.
  *
  * The log (NDJSON or msgpack, e.g. `kvreplay --mooncake TRACE`) is decoded
- * into memory first; parsing is never timed. Each backend configuration then
- * replays it from an empty index, in a child process of its own (so peak RSS
- * and the allocator's state belong to that backend alone):
+ * into memory first; parsing is never timed. Each run of a backend
+ * configuration replays it from an empty index in a child process of its own
+ * (so peak RSS and the allocator's state belong to that run alone), twice:
+ * the second replay, on a warm heap, is the measured one, the first is
+ * reported as "cold". Runs are interleaved across the backends of a group,
+ * so a change of machine load hits them alike; figures are medians.
  *
  *  - writes go to T writer lanes, sticky by (worker, dp), through
  *    kvix_index_apply on our own threads (or kvix_index_submit with the
@@ -31,7 +34,12 @@
  * dispatcher paces each segment to its scaled timestamp; the offered load is
  * block-ops / scaled span. Offered load rises (from a fraction of the
  * unpaced ceiling by a constant factor) until the achieved rate falls below
- * 95% of it; the last offered load achieved is the saturation point. */
+ * 95% of it; the last offered load achieved is the saturation point.
+ *
+ * Output: markdown tables on stdout (one per rule x threads group, ratios to
+ * the reference backend), --json results, --dat gnuplot data (bench/plot.gp);
+ * progress on stderr. Exit status: 0, 1 on a checksum mismatch or a failed
+ * configuration, 2 on bad usage or input. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
