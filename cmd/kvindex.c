@@ -374,7 +374,7 @@ static void apply(kvi *k, kvix_reader *r, size_t file, const kvix_event *ev)
         save(k, "failure");
         cli_die(KVIX_EXIT_SYS, "%s", err.msg);
     }
-    if (rc && !k->threads) {
+    if (rc && !k->threads) { /* with threads, on_reject has reported it (even when refused at submit) */
         reject(k, "event", kvix_reader_name(r), kvix_reader_pos(r), ev->type, &err);
         return;
     }
