@@ -7,8 +7,8 @@
 
 saver=$KVIX_BIN/../tests/test_snapshot
 KILLS=${KVIX_CRASH_KILLS:-30}
-# 3 x 30000 blocks, 3.6 MB a file: a save is mostly write and fsync time
-export KVIX_TEST_SCALE=${KVIX_CRASH_SCALE:-0.05}
+# 3 x 18000 blocks, 2.2 MB a file: a save is mostly write and fsync time
+export KVIX_TEST_SCALE=${KVIX_CRASH_SCALE:-0.03}
 
 begin "kill -9 during saves: the snapshot is always A or B, whole"
 if [ ! -x "$saver" ]; then
@@ -69,9 +69,16 @@ PYEOF
 bad=0 seen=0
 RANDOM=$(( $(date +%s) % 32768 ))
 for i in $(seq 1 10); do
+    touch marker && sleep 0.02
     kvindex -s idx.kvix --quiet --save-every-events 2000 <ev 2>log &
     pid=$!
-    sleep "0.$(printf '%03d' $((RANDOM % 800 + 100)))"
+    # wait for a save of this run, then kill at a random moment after it
+    for _ in $(seq 1 1200); do
+        [ -n "$(find . -maxdepth 1 -name idx.kvix -newer marker)" ] && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.05
+    done
+    sleep "0.$(printf '%03d' $((RANDOM % 500)))"
     kill -9 "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
     rm -f idx.kvix.tmp.*
