@@ -28,6 +28,9 @@
  * looking at the parent's bit and, only when it may matter, at the children's
  * bits (add: only if the slot already has orphans; remove: only if the node
  * has children). A node stays (as an empty "ghost") while children link to it.
+ * Known cost: a slot removing a block with many children (the last block of
+ * a shared system prompt) checks each child, O(children); a per-slot count of
+ * held children on high-fanout nodes would make that O(1).
  *
  * Concurrency. Readers are lock-free under RCU (rcu_int.h): shard tables and
  * nodes are published with release stores and freed after a grace period.
