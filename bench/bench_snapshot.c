@@ -7,7 +7,8 @@
  * tiers, some orphans), then times, RUNS times each, median reported:
  *   save         kvix_snapshot_save into DIR (index walk, encode, write, fsync, rename)
  *   open+verify  kvix_snapshot_open (mmap, checksum, full structural check): kvdump --check
- *   load         kvix_snapshot_load into a fresh index (open + verify + kvix_index_load)
+ *   load         kvix_snapshot_load into a fresh index (open + verify + kvix_index_load,
+ *                one thread per core), and the same on one thread
  *   replay       the baseline: the same state rebuilt by applying its events
  *                (kvix_snapshot_group_events + kvix_index_apply, no parsing)
  * With -k the snapshot is kept as FILE (for timing kvdump on it).
@@ -176,7 +177,8 @@ int main(int argc, char **argv)
             now() - t0, st.blocks, st.unique_blocks, (double)st.bytes / 1048576);
 
     double *ts = calloc((size_t)runs, sizeof *ts), *to = calloc((size_t)runs, sizeof *to),
-           *tl = calloc((size_t)runs, sizeof *tl), *tr = calloc((size_t)runs, sizeof *tr);
+           *tl = calloc((size_t)runs, sizeof *tl), *tr = calloc((size_t)runs, sizeof *tr),
+           *t1 = calloc((size_t)runs, sizeof *t1), *c1 = calloc((size_t)runs, sizeof *c1);
     double *cs = calloc((size_t)runs, sizeof *cs), *co = calloc((size_t)runs, sizeof *co),
            *cl = calloc((size_t)runs, sizeof *cl), *cr = calloc((size_t)runs, sizeof *cr);
     double c0;
@@ -211,6 +213,13 @@ int main(int argc, char **argv)
             return 1;
         }
         kvix_index_free(fresh);
+        fresh = mk(be);
+        t0 = now(), c0 = cpu();
+        if (kvix_snapshot_open(&s, path, &err) || kvix_snapshot_apply_threads(s, fresh, 1, &err))
+            die("load on one thread", &err);
+        kvix_snapshot_close(s);
+        t1[i] = now() - t0, c1[i] = cpu() - c0;
+        kvix_index_free(fresh);
     }
     size_t replayed = 0;
     {
@@ -228,7 +237,7 @@ int main(int argc, char **argv)
     double ms = median(ts, runs), mo = median(to, runs), ml = median(tl, runs),
            mr = median(tr, runs);
     double xs = median(cs, runs), xo = median(co, runs), xl = median(cl, runs),
-           xr = median(cr, runs);
+           xr = median(cr, runs), m1 = median(t1, runs), x1 = median(c1, runs);
     double mb = (double)info.bytes / 1e6, N = (double)n;
     printf("| operation | wall s | M entries/s | MB/s | cpu s | M entries/cpu-s |\n"
            "|---|---|---|---|---|---|\n");
@@ -238,6 +247,8 @@ int main(int argc, char **argv)
            N / mo / 1e6, mb / mo, xo, N / xo / 1e6);
     printf("| load (open + verify + kvix_index_load) | %.3f | %.2f | %.0f | %.3f | %.2f |\n", ml,
            N / ml / 1e6, mb / ml, xl, N / xl / 1e6);
+    printf("| load on one thread | %.3f | %.2f | %.0f | %.3f | %.2f |\n", m1, N / m1 / 1e6,
+           mb / m1, x1, N / x1 / 1e6);
     printf("| baseline: replay as events (kvix_index_apply) | %.3f | %.2f | - | %.3f | %.2f |\n", mr,
            (double)replayed / mr / 1e6, xr, (double)replayed / xr / 1e6);
     printf("\n%zu entries (%zu unique blocks, %d workers), file %.1f MB (%.1f bytes/entry), "
@@ -247,6 +258,8 @@ int main(int argc, char **argv)
            n, st.unique_blocks, WORKERS, mb, (double)info.bytes / N, kvix_backend_name(be),
            (double)st.bytes / 1048576, runs, (N / ml) / ((double)replayed / mr),
            (N / xl) / ((double)replayed / xr), n - replayed);
+    free(t1);
+    free(c1);
     free(cs);
     free(co);
     free(cl);

@@ -84,21 +84,30 @@ static void *load_part(void *arg)
     return NULL;
 }
 
-static unsigned load_threads(const kvix_snapshot_info *info)
+static unsigned load_threads(const kvix_snapshot_info *info, unsigned want)
 {
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    unsigned n = cpus > 1 ? (unsigned)cpus : 1;
+    unsigned n = want;
+    if (n == 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        n = cpus > 1 ? (unsigned)cpus : 1;
+        /* threads pay off only past some work */
+        if (info->blocks < 100000)
+            n = 1;
+    }
     if (n > LOAD_THREADS_MAX)
         n = LOAD_THREADS_MAX;
     if (info->groups < n)
         n = info->groups ? (unsigned)info->groups : 1;
-    /* threads pay off only past some work */
-    if (info->blocks < 100000)
-        n = 1;
     return n;
 }
 
 int kvix_snapshot_apply(kvix_snapshot *s, kvix_index *idx, kvix_err *err)
+{
+    return kvix_snapshot_apply_threads(s, idx, 0, err);
+}
+
+int kvix_snapshot_apply_threads(kvix_snapshot *s, kvix_index *idx, unsigned threads,
+                                kvix_err *err)
 {
     kvix_index_stats st;
     kvix_index_stats_get(idx, &st);
@@ -106,7 +115,7 @@ int kvix_snapshot_apply(kvix_snapshot *s, kvix_index *idx, kvix_err *err)
         return kvix_err_set(err, KVIX_EINVAL, "a snapshot loads only into an empty index");
     kvix_snapshot_info info;
     kvix_snapshot_get_info(s, &info);
-    unsigned n = load_threads(&info);
+    unsigned n = load_threads(&info, threads);
     loader l[LOAD_THREADS_MAX];
     pthread_t th[LOAD_THREADS_MAX];
     int started[LOAD_THREADS_MAX] = {0};

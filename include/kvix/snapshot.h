@@ -142,6 +142,10 @@ int kvix_snapshot_group_events(const kvix_snapshot_group *g, kvix_event *scratch
  * thread per core (up to 8), each worker on one of them. Nothing else may
  * touch idx meanwhile. On failure idx holds part of the snapshot: free it. */
 int kvix_snapshot_apply(kvix_snapshot *s, kvix_index *idx, kvix_err *err);
+/* The same on a chosen number of threads (0: one per core past 100000
+ * blocks, as kvix_snapshot_apply; at most 8 and one per record). */
+int kvix_snapshot_apply_threads(kvix_snapshot *s, kvix_index *idx, unsigned threads,
+                                kvix_err *err);
 
 /* Open, verify and apply path into the empty index idx. The file is verified
  * whole before idx is touched, and is never modified. info may be NULL. */
