@@ -1,7 +1,11 @@
 #include "kvix/hash.h"
 
 #include <string.h>
-#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack: no allocation per hash */
+/* XXH3 inlined rather than called through libxxhash: the rolling hash is one
+ * 16-byte XXH3 per block on every query's hot path, and the call through the
+ * shared library's PLT costs more than the hash itself. XXH_INLINE_ALL also
+ * gives XXH3_state_t for the stack. */
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 uint64_t kvix_hash_lora_seed(const char *name, size_t len)
@@ -19,8 +23,12 @@ uint64_t kvix_hash_lora_seed(const char *name, size_t len)
 
 static inline void put_le64(unsigned char *p, uint64_t v)
 {
+#if KVIX_HOST_LE
+    memcpy(p, &v, sizeof v); /* gcc does not merge the byte loop below into one store */
+#else
     for (int i = 0; i < 8; i++)
         p[i] = (unsigned char)(v >> (8 * i));
+#endif
 }
 
 /* Tokens are hashed as le32; on a little-endian host that is their memory
@@ -50,6 +58,7 @@ uint64_t kvix_hash_local(const uint32_t *tokens, size_t bs, uint64_t seed)
     return XXH3_64bits_withSeed(tokens, bs * sizeof *tokens, seed);
 #else
     XXH3_state_t st;
+    memset(&st, 0, sizeof st);
     XXH3_64bits_reset_withSeed(&st, seed);
     update_tokens(&st, tokens, bs);
     return XXH3_64bits_digest(&st);
@@ -72,6 +81,8 @@ int kvix_hash_local_mm(const uint32_t *tokens, size_t bs, uint64_t seed,
         sorted[j] = mm[i];
     }
     XXH3_state_t st;
+    /* Zeroed because gcc cannot see that reset initialises what digest reads. */
+    memset(&st, 0, sizeof st);
     XXH3_64bits_reset_withSeed(&st, seed);
     update_tokens(&st, tokens, bs);
     for (size_t i = 0; i < nmm; i++) {
@@ -164,12 +175,21 @@ int kvix_hash_plh(uint64_t cur, uint64_t parent, uint64_t pos, kvix_u128 *out, k
     return KVIX_OK;
 }
 
-static const char hexdig[] = "0123456789abcdef";
+/* Two hex digits per table entry: one lookup per byte, not per nibble. */
+static const char hexpairs[513] =
+    "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+    "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f"
+    "404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f"
+    "606162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f"
+    "808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f"
+    "a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf"
+    "c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7d8d9dadbdcdddedf"
+    "e0e1e2e3e4e5e6e7e8e9eaebecedeeeff0f1f2f3f4f5f6f7f8f9fafbfcfdfeff";
 
 void kvix_hex64(uint64_t v, char out[17])
 {
-    for (int i = 15; i >= 0; i--, v >>= 4)
-        out[i] = hexdig[v & 15];
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        memcpy(out + 2 * i, hexpairs + 2 * (v & 0xff), 2);
     out[16] = '\0';
 }
 
