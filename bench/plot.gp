@@ -23,6 +23,9 @@ set title "kvbench: Mooncake conversation trace replayed at rising speed".(subti
 set xlabel 'offered load (M block-ops/s)'
 set ylabel 'achieved (M block-ops/s)'
 set logscale xy
+set format xy '%g'
+set xtics 2
+set ytics 2
 set grid xtics ytics mxtics mytics lw 0.5 lc rgb '#dddddd'
 set key left top box opaque font ',9'
 set style data linespoints
