@@ -31,8 +31,8 @@ echo "## Snapshot save and load"
 echo
 echo "\`bench_snapshot -n $ENTRIES -r $RUNS\`: an index of $ENTRIES (worker, block) entries (20 workers"
 echo "sharing 4 prompt forests, mixed tiers, some orphans), saved to and loaded from a file on the"
-echo "repository's disk. Load is multi-threaded (one thread per core); the baseline rebuilds the same"
-echo "state by applying its events (no parsing) on one thread."
+echo "repository's disk. Load runs on one thread (the default), then on one thread per core; the"
+echo "baseline rebuilds the same state by applying its events (no parsing) on one thread."
 echo
 "$BENCH" -n "$ENTRIES" -r "$RUNS" -d "$tmp" -k "$tmp/s.kvix"
 echo

@@ -138,12 +138,13 @@ int kvix_snapshot_group_events(const kvix_snapshot_group *g, kvix_event *scratch
 
 /* Apply every record of an opened snapshot to idx, which must be empty
  * (KVIX_EINVAL otherwise): blocks restored per (worker, dp) with
- * kvix_index_load (orphans included), then the eids; large snapshots on one
- * thread per core (up to 8), each worker on one of them. Nothing else may
- * touch idx meanwhile. On failure idx holds part of the snapshot: free it. */
+ * kvix_index_load (orphans included), then the eids, on the calling thread.
+ * Nothing else may touch idx meanwhile. On failure idx holds part of the snapshot: free it. */
 int kvix_snapshot_apply(kvix_snapshot *s, kvix_index *idx, kvix_err *err);
-/* The same on a chosen number of threads (0: one per core past 100000
- * blocks, as kvix_snapshot_apply; at most 8 and one per record). */
+/* The same on a chosen number of threads (0: one per core; at most 8 and one
+ * per record), each worker on one of them. Measure first: workers sharing
+ * blocks contend in the backend, and on the positional backend at 10M
+ * entries two threads were slower than one. */
 int kvix_snapshot_apply_threads(kvix_snapshot *s, kvix_index *idx, unsigned threads,
                                 kvix_err *err);
 

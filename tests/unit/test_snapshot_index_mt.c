@@ -1,7 +1,7 @@
 /* Snapshots of a live index: save -> load -> foreach equal, byte-stable
  * re-save, queries answered alike, refusal of a non-empty index and of a
- * corrupt file (the index untouched), on every backend built. Large
- * snapshots load on several threads: _mt, so ThreadSanitizer runs it too. */
+ * corrupt file (the index untouched), on every backend built. Loading on
+ * several threads too: _mt, so ThreadSanitizer runs it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -358,5 +358,20 @@ TEST(large_random_state)
         free(b);
     }
     round_trip(idx, be, "large.kvix");
+    /* and on several threads: the same index */
+    for (unsigned threads = 2; threads <= 5; threads += 3) {
+        kvix_snapshot *s;
+        kvix_index *copy = mk(be);
+        CHECK(kvix_snapshot_open(&s, path_of("large.kvix"), &err) == KVIX_OK);
+        if (!CHECK(kvix_snapshot_apply_threads(s, copy, threads, &err) == KVIX_OK))
+            printf("#   apply on %u threads: %s\n", threads, err.msg);
+        kvix_snapshot_close(s);
+        size_t l1, l2;
+        char *d1 = dump_index(idx, &l1), *d2 = dump_index(copy, &l2);
+        CHECK(l1 == l2 && l1 > 0 && memcmp(d1, d2, l1) == 0);
+        free(d1);
+        free(d2);
+        kvix_index_free(copy);
+    }
     kvix_index_free(idx);
 }
