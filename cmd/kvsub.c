@@ -22,6 +22,7 @@
 #include "cli.h"
 #include "kvix/buf.h"
 #include "kvix/event.h"
+#include "kvix/seqtrack.h"
 #include "kvix/stream.h"
 #include "kvix/wire.h"
 
@@ -71,7 +72,6 @@ static const cli_tool tool = {
 #define RECONNECT_MS 100
 #define RECONNECT_MAX_MS 2000
 #define RCVHWM 100000     /* the engines' own high-water mark */
-#define EPOCH_MAX 128     /* bytes of a topic's epoch compared */
 #define TRACKERS_MAX 4096 /* (worker, dp) pairs: a payload's rank is untrusted input */
 
 /* ---- state ---------------------------------------------------------------- */
@@ -100,29 +100,20 @@ typedef struct batch {
     uint64_t nev[4]; /* events by kvix_event_type */
 } batch;
 
+/* One (worker, dp) stream: its sequence tracker (kvix/seqtrack.h) and the
+ * replay DEALER the tracker asked for, if any. */
 typedef struct tracker {
     uint64_t worker;
     uint32_t dp;
     endpoint *ep;       /* where its batches come from (for the source registration) */
-    bool known;         /* a batch was applied: next is meaningful */
-    bool live_known;    /* live_seq is meaningful */
-    char epoch[EPOCH_MAX]; /* the engine run named in the topic (SGLang), if any */
-    size_t epoch_len;
-    uint64_t live_seq;  /* the last seq seen on the live stream */
-    bool resync;        /* after a loss: take the next batch as it comes */
-    uint64_t next;      /* seq expected next */
-    /* replay */
-    bool replaying, got_first;
     void *dealer;
-    uint64_t want;      /* first seq asked for */
-    struct timespec deadline;
-    batch *buf;         /* live batches waiting for the replay, in arrival order */
-    size_t nbuf, capbuf;
+    kvix_seqtrack st;
 } tracker;
 
 typedef struct counters {
-    uint64_t batches, events[4], synth_cleared, gaps, replays, replayed, losses, restarts,
-        decode_errors, bad_frames, partial_blocks, unknown_events, stale, dropped;
+    uint64_t batches, events[4], synth_cleared, decode_errors, bad_frames, partial_blocks,
+        unknown_events, dropped;
+    kvix_seqtrack_counts gone; /* of the trackers freed */
 } counters;
 
 static struct {
@@ -173,6 +164,21 @@ static char *xstrdup(const char *s)
     return d;
 }
 
+/* The trackers fail only when holding a batch cannot allocate. */
+static void seq_ok(int rc)
+{
+    if (rc != KVIX_OK)
+        cli_die(KVIX_EXIT_SYS, "out of memory");
+}
+
+/* The trackers' clock: CLOCK_MONOTONIC in milliseconds. */
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 /* ---- output --------------------------------------------------------------- */
 
 static void out_write(const void *p, size_t n)
@@ -209,16 +215,6 @@ static int emit_event(kvix_buf *b, const kvix_event *ev, kvix_err *err)
                                      : kvix_event_to_json(ev, b, err);
 }
 
-static void apply(tracker *t, const batch *b)
-{
-    out_write(b->data, b->len);
-    t->next = b->seq + 1;
-    t->known = true;
-    S.c.batches++;
-    for (int i = 0; i < 4; i++)
-        S.c.events[i] += b->nev[i];
-}
-
 /* A `cleared` of our own: the worker's state can no longer be vouched for. */
 static void emit_cleared(const tracker *t)
 {
@@ -237,19 +233,6 @@ static void emit_cleared(const tracker *t)
         out_write(S.out1.data, S.out1.len);
     kvix_event_release(&ev);
     S.c.synth_cleared++;
-}
-
-static void loss(tracker *t, const char *why, uint64_t from, uint64_t to)
-{
-    S.c.losses++;
-    if (to == UINT64_MAX)
-        cli_warn("worker %" PRIu64 " dp %" PRIu32 ": batches from %" PRIu64 " lost (%s): cleared",
-                 t->worker, t->dp, from, why);
-    else
-        cli_warn("worker %" PRIu64 " dp %" PRIu32 ": batches %" PRIu64 "..%" PRIu64
-                 " lost (%s): cleared",
-                 t->worker, t->dp, from, to, why);
-    emit_cleared(t);
 }
 
 /* ---- decoding ------------------------------------------------------------- */
@@ -302,7 +285,7 @@ static bool decode(const endpoint *ep, uint64_t seq, const void *p, size_t n, ba
     return true;
 }
 
-/* ---- trackers ------------------------------------------------------------- */
+/* ---- the trackers' callbacks ---------------------------------------------- */
 
 static const char *replay_url(uint64_t worker, uint32_t dp)
 {
@@ -313,65 +296,6 @@ static const char *replay_url(uint64_t worker, uint32_t dp)
         if (S.eps[i]->replay && S.eps[i]->worker == worker && S.eps[i]->dp == dp)
             return S.eps[i]->replay;
     return NULL;
-}
-
-static tracker *tracker_get(endpoint *ep, uint32_t dp)
-{
-    for (size_t i = 0; i < S.ntrk; i++)
-        if (S.trk[i]->worker == ep->worker && S.trk[i]->dp == dp)
-            return S.trk[i];
-    if (S.ntrk == TRACKERS_MAX)
-        return NULL;
-    tracker *t = calloc(1, sizeof *t);
-    if (!t)
-        cli_die(KVIX_EXIT_SYS, "out of memory");
-    t->worker = ep->worker;
-    t->dp = dp;
-    t->ep = ep;
-    S.trk = xrealloc(S.trk, (S.ntrk + 1) * sizeof *S.trk);
-    S.trk[S.ntrk++] = t;
-    return t;
-}
-
-static void buf_clear(tracker *t)
-{
-    for (size_t i = 0; i < t->nbuf; i++)
-        free(t->buf[i].data);
-    t->nbuf = 0;
-}
-
-static void replay_close(tracker *t)
-{
-    if (t->dealer)
-        zmq_close(t->dealer);
-    t->dealer = NULL;
-    t->replaying = false;
-}
-
-static void tracker_free(tracker *t)
-{
-    replay_close(t);
-    buf_clear(t);
-    free(t->buf);
-    free(t);
-}
-
-static void now_plus(struct timespec *ts, long ms)
-{
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    ts->tv_sec += ms / 1000;
-    ts->tv_nsec += (ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
-static long ms_until(const struct timespec *ts)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (long)(ts->tv_sec - now.tv_sec) * 1000 + (ts->tv_nsec - now.tv_nsec) / 1000000L;
 }
 
 static void put_be64(unsigned char *p, uint64_t v)
@@ -388,182 +312,153 @@ static uint64_t get_be64(const unsigned char *p)
     return v;
 }
 
-static void buffer_push(tracker *t, const batch *b);
-static void sequence(tracker *t, const batch *b);
-
-/* Ask for every batch from `from` on. false: it could not even be asked. */
-static bool replay_start(tracker *t, uint64_t from)
+static void cb_deliver(void *ctx, uint64_t seq, void *item)
 {
+    const batch *b = item;
+    (void)ctx;
+    (void)seq;
+    out_write(b->data, b->len);
+    S.c.batches++;
+    for (int i = 0; i < 4; i++)
+        S.c.events[i] += b->nev[i];
+}
+
+/* Ask for every batch from `from` on. -1: it could not even be asked. */
+static int cb_replay_start(void *ctx, uint64_t from)
+{
+    tracker *t = ctx;
     const char *url = replay_url(t->worker, t->dp);
     if (!url)
-        return false;
+        return -1;
     void *d = zmq_socket(S.zctx, ZMQ_DEALER);
     int zero = 0;
     if (!d)
-        return false;
+        return -1;
     zmq_setsockopt(d, ZMQ_LINGER, &zero, sizeof zero);
     if (zmq_connect(d, url) != 0) {
         cli_warn("worker %" PRIu64 " dp %" PRIu32 ": cannot connect to replay endpoint %s: %s",
                  t->worker, t->dp, url, zmq_strerror(errno));
         zmq_close(d);
-        return false;
+        return -1;
     }
     unsigned char seq[SEQ_FRAME];
     put_be64(seq, from);
     if (zmq_send(d, "", 0, ZMQ_SNDMORE) < 0 || zmq_send(d, seq, sizeof seq, 0) < 0) {
         zmq_close(d);
-        return false;
+        return -1;
     }
     t->dealer = d;
-    t->replaying = true;
-    t->got_first = false;
-    t->want = from;
-    now_plus(&t->deadline, S.replay_timeout_ms);
-    S.c.replays++;
-    return true;
+    return 0;
 }
 
-/* Feed held batches again, as live ones (a new gap among them may start a
- * new replay, which holds the rest again). */
-static void drain_held(tracker *t)
+static void cb_replay_stop(void *ctx)
 {
-    batch *held = t->buf;
-    size_t n = t->nbuf;
-    t->buf = NULL;
-    t->nbuf = t->capbuf = 0;
-    for (size_t i = 0; i < n; i++) {
-        sequence(t, &held[i]);
-        free(held[i].data);
-    }
-    free(held);
+    tracker *t = ctx;
+    if (t->dealer)
+        zmq_close(t->dealer);
+    t->dealer = NULL;
 }
 
-/* The replay could not finish (timeout, overflow, restart): what it did not
- * bring is lost. */
-static void replay_abort(tracker *t, const char *why)
-{
-    replay_close(t);
-    loss(t, why, t->next, UINT64_MAX);
-    t->resync = true;
-    drain_held(t);
-}
+static const char *const loss_why[] = {
+    [KVIX_SEQTRACK_NO_REPLAY] = "no replay endpoint",
+    [KVIX_SEQTRACK_REPLAY_LATER] = "the replay buffer starts later",
+    [KVIX_SEQTRACK_REPLAY_SHORT] = "not in the replay buffer",
+    [KVIX_SEQTRACK_REPLAY_MISSING] = "missing from the replay",
+    [KVIX_SEQTRACK_UNDECODABLE] = "undecodable batch",
+    [KVIX_SEQTRACK_TIMEOUT] = "replay timed out",
+    [KVIX_SEQTRACK_OVERFLOW] = "replay buffer of kvsub full",
+    [KVIX_SEQTRACK_RESTART_MISSED] = "missed at the restart, no replay endpoint",
+};
 
-static void replay_done(tracker *t)
+static void cb_cleared(void *ctx, const kvix_seqtrack_clear *c)
 {
-    replay_close(t);
-    if (t->nbuf && t->buf[0].seq > t->next) {
-        /* The replay did not reach the held batches: the rest is gone. */
-        loss(t, "not in the replay buffer", t->next, t->buf[0].seq - 1);
-        t->resync = true;
-    }
-    drain_held(t);
-}
-
-static void buffer_push(tracker *t, const batch *b)
-{
-    if (t->nbuf == S.replay_buffer) {
-        replay_abort(t, "replay buffer of kvsub full");
-        sequence(t, b);
-        return;
-    }
-    if (t->nbuf == t->capbuf) {
-        t->capbuf = t->capbuf ? t->capbuf * 2 : 16;
-        t->buf = xrealloc(t->buf, t->capbuf * sizeof *t->buf);
-    }
-    batch *c = &t->buf[t->nbuf++];
-    *c = *b;
-    c->data = xrealloc(NULL, b->len);
-    memcpy(c->data, b->data, b->len);
-}
-
-static void restart(tracker *t, const batch *b, bool epoch)
-{
-    S.c.restarts++;
-    if (epoch)
+    const tracker *t = ctx;
+    if (c->why == KVIX_SEQTRACK_EPOCH)
         cli_warn("worker %" PRIu64 " dp %" PRIu32 ": new epoch in the topic at seq %" PRIu64
                  ": engine restarted, cleared",
-                 t->worker, t->dp, b->seq);
-    else
+                 t->worker, t->dp, c->seq);
+    else if (c->why == KVIX_SEQTRACK_RESTART)
         cli_warn("worker %" PRIu64 " dp %" PRIu32 ": seq %" PRIu64 " after %" PRIu64
                  ": engine restarted, cleared",
-                 t->worker, t->dp, b->seq, t->live_seq);
-    if (t->replaying) {
-        replay_close(t);
-        buf_clear(t);
-    }
+                 t->worker, t->dp, c->seq, c->prev);
+    else if (c->to == UINT64_MAX)
+        cli_warn("worker %" PRIu64 " dp %" PRIu32 ": batches from %" PRIu64 " lost (%s): cleared",
+                 t->worker, t->dp, c->from, loss_why[c->why]);
+    else
+        cli_warn("worker %" PRIu64 " dp %" PRIu32 ": batches %" PRIu64 "..%" PRIu64
+                 " lost (%s): cleared",
+                 t->worker, t->dp, c->from, c->to, loss_why[c->why]);
     emit_cleared(t);
-    t->known = true;
-    t->next = 0; /* the new run counts from 0 */
-    t->resync = false;
-    if (b->seq == 0) {
-        apply(t, b);
-    } else if (replay_start(t, 0)) {
-        buffer_push(t, b);
-    } else {
-        loss(t, "missed at the restart, no replay endpoint", 0, b->seq - 1);
-        apply(t, b);
-    }
 }
 
-/* Put b in order: apply it, hold it while a replay runs, or see a gap. */
-static void sequence(tracker *t, const batch *b)
+/* A copy of a live batch held during a replay (its bytes are in S.scratch). */
+static void *cb_hold(void *ctx, void *item)
 {
-    if (t->replaying) {
-        if (b->seq < t->next)
-            S.c.stale++; /* the replay brought it already */
-        else
-            buffer_push(t, b);
-        return;
+    const batch *b = item;
+    (void)ctx;
+    batch *c = malloc(sizeof *c);
+    if (!c)
+        return NULL;
+    *c = *b;
+    c->data = malloc(b->len ? b->len : 1);
+    if (!c->data) {
+        free(c);
+        return NULL;
     }
-    if (!t->known || t->resync) {
-        t->resync = false;
-        apply(t, b);
-    } else if (b->seq == t->next) {
-        apply(t, b);
-    } else if (b->seq < t->next) {
-        S.c.stale++;
-    } else {
-        S.c.gaps++;
-        if (replay_start(t, t->next)) {
-            buffer_push(t, b);
-        } else {
-            loss(t, "no replay endpoint", t->next, b->seq - 1);
-            apply(t, b);
-        }
-    }
+    memcpy(c->data, b->data, b->len);
+    return c;
 }
 
-/* A batch from the live stream. Within one engine run its seqs only grow,
- * so a lower one means the engine restarted; so does a new epoch in the
- * topic (SGLang: "...\0sgl-kv-epoch=<uuid>"), whatever the seq. */
-static void on_live(tracker *t, const batch *b, const char *epoch, size_t elen)
+static void cb_release(void *ctx, void *item)
 {
-    if (epoch) {
-        bool changed = t->epoch_len && (elen != t->epoch_len || memcmp(epoch, t->epoch, elen));
-        memcpy(t->epoch, epoch, elen);
-        t->epoch_len = elen;
-        if (changed) {
-            t->live_known = true;
-            restart(t, b, true);
-            t->live_seq = b->seq;
-            return;
-        }
-    }
-    if (t->live_known && b->seq == t->live_seq) {
-        S.c.stale++; /* the same batch again */
-        return;
-    }
-    bool back = t->live_known && b->seq < t->live_seq;
-    uint64_t prev = t->live_seq;
-    t->live_known = true;
-    t->live_seq = b->seq;
-    if (back) {
-        t->live_seq = prev; /* for the message */
-        restart(t, b, false);
-        t->live_seq = b->seq;
-        return;
-    }
-    sequence(t, b);
+    batch *b = item;
+    (void)ctx;
+    free(b->data);
+    free(b);
+}
+
+static const kvix_seqtrack_ops tracker_ops = {
+    cb_deliver, cb_replay_start, cb_replay_stop, cb_cleared, cb_hold, cb_release,
+};
+
+/* ---- trackers ------------------------------------------------------------- */
+
+static tracker *tracker_get(endpoint *ep, uint32_t dp)
+{
+    for (size_t i = 0; i < S.ntrk; i++)
+        if (S.trk[i]->worker == ep->worker && S.trk[i]->dp == dp)
+            return S.trk[i];
+    if (S.ntrk == TRACKERS_MAX)
+        return NULL;
+    tracker *t = calloc(1, sizeof *t);
+    if (!t)
+        cli_die(KVIX_EXIT_SYS, "out of memory");
+    t->worker = ep->worker;
+    t->dp = dp;
+    t->ep = ep;
+    kvix_seqtrack_config cfg = {S.replay_buffer, (uint64_t)S.replay_timeout_ms};
+    kvix_seqtrack_init(&t->st, &cfg, &tracker_ops, t);
+    S.trk = xrealloc(S.trk, (S.ntrk + 1) * sizeof *S.trk);
+    S.trk[S.ntrk++] = t;
+    return t;
+}
+
+static void counts_add(kvix_seqtrack_counts *a, const kvix_seqtrack_counts *b)
+{
+    a->gaps += b->gaps;
+    a->replays += b->replays;
+    a->replayed += b->replayed;
+    a->losses += b->losses;
+    a->restarts += b->restarts;
+    a->duplicates += b->duplicates;
+    a->stale += b->stale;
+}
+
+static void tracker_free(tracker *t)
+{
+    counts_add(&S.c.gone, &t->st.counts);
+    kvix_seqtrack_release(&t->st); /* closes the replay DEALER */
+    free(t);
 }
 
 /* A message from t's replay DEALER: ["", topic, seq, payload] or
@@ -579,35 +474,21 @@ static void on_replay(tracker *t, zmq_msg_t *f, int nf)
     }
     uint64_t r = get_be64(zmq_msg_data(&f[nf - 2]));
     if (r == KVIX_WIRE_SEQ_END) {
-        replay_done(t);
+        seq_ok(kvix_seqtrack_replay_end(&t->st, now_ms()));
         return;
     }
-    now_plus(&t->deadline, S.replay_timeout_ms); /* it is alive */
-    if (!t->got_first) {
-        t->got_first = true;
-        if (r > t->next) {
-            loss(t, "the replay buffer starts later", t->next, r - 1);
-            t->next = r;
-        }
-    }
-    if (r < t->next) {
-        S.c.stale++;
+    if (!kvix_seqtrack_replay_want(&t->st, r, now_ms()))
         return;
-    }
     batch b;
     if (!decode(t->ep, r, zmq_msg_data(&f[nf - 1]), zmq_msg_size(&f[nf - 1]), &b, "replay")) {
-        loss(t, "undecodable batch", r, r); /* skipping it must not look like a gap again */
-        t->next = r + 1;
+        kvix_seqtrack_replayed(&t->st, r, NULL);
         return;
     }
     if (b.dp != t->dp) {
         S.c.dropped++;
         return;
     }
-    if (r > t->next)
-        loss(t, "missing from the replay", t->next, r - 1);
-    S.c.replayed++;
-    apply(t, &b);
+    kvix_seqtrack_replayed(&t->st, r, &b);
 }
 
 /* ---- sockets -------------------------------------------------------------- */
@@ -664,8 +545,6 @@ static void on_sub(endpoint *ep, zmq_msg_t *f, int nf)
     if (m) {
         epoch = m + sizeof mark - 1;
         elen = (size_t)(topic + tlen - epoch);
-        if (elen > EPOCH_MAX)
-            elen = EPOCH_MAX;
     }
     tracker *t = tracker_get(ep, b.dp);
     if (!t) {
@@ -675,7 +554,7 @@ static void on_sub(endpoint *ep, zmq_msg_t *f, int nf)
                      ep->url, TRACKERS_MAX);
         return;
     }
-    on_live(t, &b, epoch, elen);
+    seq_ok(kvix_seqtrack_live(&t->st, seq, epoch, elen, &b, now_ms()));
 }
 
 static void endpoint_open(endpoint *ep)
@@ -897,6 +776,9 @@ static void load_workers(bool initial)
 static void print_stats(void)
 {
     const counters *c = &S.c;
+    kvix_seqtrack_counts q = c->gone;
+    for (size_t i = 0; i < S.ntrk; i++)
+        counts_add(&q, &S.trk[i]->st.counts);
     fprintf(stderr,
             "kvsub: batches=%" PRIu64 " stored=%" PRIu64 " removed=%" PRIu64 " cleared=%" PRIu64
             " cleared_by_kvsub=%" PRIu64 " gaps=%" PRIu64 " replays=%" PRIu64
@@ -904,18 +786,16 @@ static void print_stats(void)
             " decode_errors=%" PRIu64 " bad_frames=%" PRIu64 " partial_blocks=%" PRIu64
             " unknown_events=%" PRIu64 " dropped=%" PRIu64 "\n",
             c->batches, c->events[KVIX_EV_STORED], c->events[KVIX_EV_REMOVED],
-            c->events[KVIX_EV_CLEARED], c->synth_cleared, c->gaps, c->replays, c->replayed,
-            c->losses, c->restarts, c->stale, c->decode_errors, c->bad_frames,
+            c->events[KVIX_EV_CLEARED], c->synth_cleared, q.gaps, q.replays, q.replayed,
+            q.losses, q.restarts, q.stale + q.duplicates, c->decode_errors, c->bad_frames,
             c->partial_blocks, c->unknown_events, c->dropped);
 }
 
 static void check_deadlines(void)
 {
-    for (size_t i = 0; i < S.ntrk; i++) {
-        tracker *t = S.trk[i];
-        if (t->replaying && ms_until(&t->deadline) <= 0)
-            replay_abort(t, "replay timed out");
-    }
+    uint64_t now = now_ms();
+    for (size_t i = 0; i < S.ntrk; i++)
+        seq_ok(kvix_seqtrack_tick(&S.trk[i]->st, now));
 }
 
 static void run(void)
@@ -941,16 +821,18 @@ static void run(void)
         }
         size_t k = 0;
         long timeout = 200;
+        uint64_t now = now_ms();
         for (size_t i = 0; i < S.neps; i++) {
             items[k] = (zmq_pollitem_t){S.eps[i]->sub, 0, ZMQ_POLLIN, 0};
             owners[k++] = NULL;
         }
         for (size_t i = 0; i < S.ntrk; i++) {
-            if (!S.trk[i]->replaying)
+            uint64_t deadline;
+            if (!kvix_seqtrack_replaying(&S.trk[i]->st, &deadline))
                 continue;
-            long ms = ms_until(&S.trk[i]->deadline);
+            long ms = deadline > now ? (long)(deadline - now) : 0;
             if (ms < timeout)
-                timeout = ms < 0 ? 0 : ms;
+                timeout = ms;
             items[k] = (zmq_pollitem_t){S.trk[i]->dealer, 0, ZMQ_POLLIN, 0};
             owners[k++] = S.trk[i];
         }
@@ -968,7 +850,8 @@ static void run(void)
             if (!(items[i].revents & ZMQ_POLLIN))
                 continue;
             tracker *t = owners[i];
-            for (int m = 0; m < DRAIN_MAX && t->replaying && t->dealer == items[i].socket; m++) {
+            for (int m = 0; m < DRAIN_MAX && kvix_seqtrack_replaying(&t->st, NULL) &&
+                            t->dealer == items[i].socket; m++) {
                 zmq_msg_t f[4];
                 int nf;
                 if (recv_msg(t->dealer, f, &nf) < 0)
