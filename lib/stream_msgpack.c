@@ -2,16 +2,16 @@
  * hashes are msgpack uint64 (not hex strings), a query's id is the msgpack
  * form of its JSON value.
  *
- * Decoding is msgpack-c's own unpacking template (msgpack/unpack_template.h)
- * instantiated twice with callbacks of ours, because msgpack_unpack() and
- * the streaming unpacker allocate a container's declared element count
- * before reading one element (5 bytes declaring an array32 ask for 96 GiB):
+ * Decoding avoids msgpack_unpack() and the streaming unpacker, which
+ * allocate a container's declared element count before reading one element
+ * (5 bytes declaring an array32 ask for 96 GiB):
  *  - a framing pass that allocates nothing finds where a record ends, as its
  *    bytes arrive (resumable, so a record is scanned once however it is cut);
- *  - only then the whole record is parsed into objects, every declared
- *    element charged against the record's length (as lib/wire_decode.c does),
- *    so a record never makes the decoder allocate more than a fixed multiple
- *    of its own size. Nesting is bounded by the template's stack (32). */
+ *  - only then the whole record is parsed into objects by the budgeted
+ *    parser shared with the wire decoder (lib/msgpack_bounded_int.h), so a
+ *    record never makes the decoder allocate more than a fixed multiple of
+ *    its own size. The framing pass bounds nesting by the template's stack
+ *    (32); a record is limited to KVIX_JSON_DEPTH_MAX like NDJSON. */
 #include "kvix/stream.h"
 
 #include <jansson.h>
@@ -22,206 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "msgpack_bounded_int.h"
 #include "stream_int.h"
-
-/* ---- parsing a whole record: the template with a budget ---- */
-
-enum { WHY_NONE = 0, WHY_BUDGET, WHY_NOMEM };
-
-typedef struct mpa_user {
-    msgpack_zone *z;
-    size_t budget; /* elements the rest of the record can still hold */
-    int why;
-} mpa_user;
-
-#define msgpack_unpack_struct(name) struct kvmpa##name
-#define msgpack_unpack_func(ret, name) static inline ret kvmpa##name
-#define msgpack_unpack_callback(name) kvmpa_cb##name
-#define msgpack_unpack_object msgpack_object
-#define msgpack_unpack_user mpa_user
-
-static inline msgpack_object kvmpa_cb_root(mpa_user *u)
-{
-    (void)u;
-    msgpack_object o;
-    memset(&o, 0, sizeof o);
-    return o;
-}
-
-#define MPA_UINT(name, T)                                                      \
-    static inline int kvmpa_cb##name(mpa_user *u, T d, msgpack_object *o)       \
-    {                                                                          \
-        (void)u;                                                               \
-        o->type = MSGPACK_OBJECT_POSITIVE_INTEGER;                             \
-        o->via.u64 = d;                                                        \
-        return 0;                                                              \
-    }
-#define MPA_INT(name, T)                                                       \
-    static inline int kvmpa_cb##name(mpa_user *u, T d, msgpack_object *o)       \
-    {                                                                          \
-        (void)u;                                                               \
-        if (d >= 0) {                                                          \
-            o->type = MSGPACK_OBJECT_POSITIVE_INTEGER;                         \
-            o->via.u64 = (uint64_t)d;                                          \
-        } else {                                                               \
-            o->type = MSGPACK_OBJECT_NEGATIVE_INTEGER;                         \
-            o->via.i64 = d;                                                    \
-        }                                                                      \
-        return 0;                                                              \
-    }
-MPA_UINT(_uint8, uint8_t)
-MPA_UINT(_uint16, uint16_t)
-MPA_UINT(_uint32, uint32_t)
-MPA_UINT(_uint64, uint64_t)
-MPA_INT(_int8, int8_t)
-MPA_INT(_int16, int16_t)
-MPA_INT(_int32, int32_t)
-MPA_INT(_int64, int64_t)
-
-static inline int kvmpa_cb_float(mpa_user *u, float d, msgpack_object *o)
-{
-    (void)u;
-    o->type = MSGPACK_OBJECT_FLOAT32;
-    o->via.f64 = d;
-    return 0;
-}
-
-static inline int kvmpa_cb_double(mpa_user *u, double d, msgpack_object *o)
-{
-    (void)u;
-    o->type = MSGPACK_OBJECT_FLOAT64;
-    o->via.f64 = d;
-    return 0;
-}
-
-static inline int kvmpa_cb_nil(mpa_user *u, msgpack_object *o)
-{
-    (void)u;
-    o->type = MSGPACK_OBJECT_NIL;
-    return 0;
-}
-
-static inline int kvmpa_cb_true(mpa_user *u, msgpack_object *o)
-{
-    (void)u;
-    o->type = MSGPACK_OBJECT_BOOLEAN;
-    o->via.boolean = true;
-    return 0;
-}
-
-static inline int kvmpa_cb_false(mpa_user *u, msgpack_object *o)
-{
-    (void)u;
-    o->type = MSGPACK_OBJECT_BOOLEAN;
-    o->via.boolean = false;
-    return 0;
-}
-
-static inline int charge(mpa_user *u, size_t n)
-{
-    if (n > u->budget) {
-        u->why = WHY_BUDGET;
-        return -1;
-    }
-    u->budget -= n;
-    return 0;
-}
-
-static inline int kvmpa_cb_array(mpa_user *u, unsigned int n, msgpack_object *o)
-{
-    if (charge(u, n))
-        return -1;
-    o->type = MSGPACK_OBJECT_ARRAY;
-    o->via.array.size = 0;
-    o->via.array.ptr = NULL;
-    if (n == 0)
-        return 0;
-    o->via.array.ptr = msgpack_zone_malloc(u->z, (size_t)n * sizeof(msgpack_object));
-    if (!o->via.array.ptr) {
-        u->why = WHY_NOMEM;
-        return -1;
-    }
-    return 0;
-}
-
-static inline int kvmpa_cb_array_item(mpa_user *u, msgpack_object *c, msgpack_object o)
-{
-    (void)u;
-    c->via.array.ptr[c->via.array.size++] = o;
-    return 0;
-}
-
-static inline int kvmpa_cb_map(mpa_user *u, unsigned int n, msgpack_object *o)
-{
-    if (charge(u, n) || charge(u, n))
-        return -1;
-    o->type = MSGPACK_OBJECT_MAP;
-    o->via.map.size = 0;
-    o->via.map.ptr = NULL;
-    if (n == 0)
-        return 0;
-    o->via.map.ptr = msgpack_zone_malloc(u->z, (size_t)n * sizeof(msgpack_object_kv));
-    if (!o->via.map.ptr) {
-        u->why = WHY_NOMEM;
-        return -1;
-    }
-    return 0;
-}
-
-static inline int kvmpa_cb_map_item(mpa_user *u, msgpack_object *c, msgpack_object k,
-                                    msgpack_object v)
-{
-    (void)u;
-    c->via.map.ptr[c->via.map.size].key = k;
-    c->via.map.ptr[c->via.map.size].val = v;
-    c->via.map.size++;
-    return 0;
-}
-
-/* Strings point into the record, which outlives the decode. */
-static inline int kvmpa_cb_str(mpa_user *u, const char *b, const char *p, unsigned int l,
-                               msgpack_object *o)
-{
-    (void)u;
-    (void)b;
-    o->type = MSGPACK_OBJECT_STR;
-    o->via.str.ptr = p;
-    o->via.str.size = l;
-    return 0;
-}
-
-static inline int kvmpa_cb_bin(mpa_user *u, const char *b, const char *p, unsigned int l,
-                               msgpack_object *o)
-{
-    (void)u;
-    (void)b;
-    o->type = MSGPACK_OBJECT_BIN;
-    o->via.bin.ptr = p;
-    o->via.bin.size = l;
-    return 0;
-}
-
-static inline int kvmpa_cb_ext(mpa_user *u, const char *b, const char *p, unsigned int l,
-                               msgpack_object *o)
-{
-    (void)u;
-    (void)b;
-    o->type = MSGPACK_OBJECT_EXT;
-    o->via.ext.type = l ? (int8_t)p[0] : 0;
-    o->via.ext.ptr = l ? p + 1 : p;
-    o->via.ext.size = l ? l - 1 : 0;
-    return 0;
-}
-
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcast-align"
-#pragma GCC diagnostic ignored "-Wshadow"
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
-#pragma GCC diagnostic ignored "-Wunused-parameter"
-#pragma GCC diagnostic ignored "-Wundef"
-#include <msgpack/unpack_template.h>
-#pragma GCC diagnostic pop
 
 /* ---- framing: the template with callbacks that keep nothing ---- */
 
@@ -485,34 +287,8 @@ static int mp_json_text(const sv *v, char *out, size_t cap, kvix_err *err)
 
 static const sv_ops mp_ops = {mp_item, mp_next, mp_json_text};
 
-static int mp_depth_ok(const msgpack_object *o, int depth)
-{
-    if (depth > KVIX_JSON_DEPTH_MAX)
-        return 0;
-    if (o->type == MSGPACK_OBJECT_ARRAY) {
-        for (uint32_t i = 0; i < o->via.array.size; i++) {
-            const msgpack_object *e = &o->via.array.ptr[i];
-            if ((e->type == MSGPACK_OBJECT_ARRAY || e->type == MSGPACK_OBJECT_MAP) &&
-                !mp_depth_ok(e, depth + 1))
-                return 0;
-        }
-    } else if (o->type == MSGPACK_OBJECT_MAP) {
-        for (uint32_t i = 0; i < o->via.map.size; i++) {
-            const msgpack_object *e = &o->via.map.ptr[i].val;
-            if ((e->type == MSGPACK_OBJECT_ARRAY || e->type == MSGPACK_OBJECT_MAP) &&
-                !mp_depth_ok(e, depth + 1))
-                return 0;
-        }
-    }
-    return 1;
-}
-
 static int decode_object(const msgpack_object *o, kvix_event *ev, kvix_err *err)
 {
-    if (!mp_depth_ok(o, 1)) {
-        kvix_event_reset(ev);
-        return kvix_err_set(err, KVIX_ELIMIT, "nested deeper than %d levels", KVIX_JSON_DEPTH_MAX);
-    }
     sv r;
     msv(o, &r);
     return kvix_stream_decode(&r, ev, err);
@@ -521,20 +297,16 @@ static int decode_object(const msgpack_object *o, kvix_event *ev, kvix_err *err)
 int kvix_mp_decode_record(kvix_mp_framer *f, const char *rec, size_t len, kvix_event *ev,
                           kvix_err *err)
 {
-    struct kvmpa_context ctx;
-    kvmpa_init(&ctx);
     msgpack_zone_clear(f->zone);
-    ctx.user.z = f->zone;
-    ctx.user.budget = len;
-    ctx.user.why = WHY_NONE;
+    msgpack_object o;
     size_t off = 0;
-    int ret = kvmpa_execute(&ctx, rec, len, &off);
-    if (ret > 0 && off == len) {
-        msgpack_object o = kvmpa_data(&ctx);
+    kvix_mpb_result r = kvix_mpb_parse(rec, len, f->zone, KVIX_JSON_DEPTH_MAX, &o, &off);
+    if (r == KVIX_MPB_OK && off == len)
         return decode_object(&o, ev, err);
-    }
     kvix_event_reset(ev);
-    if (ctx.user.why == WHY_NOMEM)
+    if (r == KVIX_MPB_DEPTH)
+        return kvix_err_set(err, KVIX_ELIMIT, "nested deeper than %d levels", KVIX_JSON_DEPTH_MAX);
+    if (r == KVIX_MPB_NOMEM)
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory decoding a %zu-byte record", len);
     /* the framing pass said this is one whole record: anything else is a bug */
     return kvix_err_set(err, KVIX_EINVAL, "malformed msgpack record");

@@ -1,14 +1,9 @@
 /* kvix: decoding the engines' KV-event batches (vLLM, SGLang; see
  * ../shared/docs/vllm-wire.md) into kvix events.
  *
- * Parsing is msgpack-c's own unpacking template (msgpack/unpack_template.h)
- * with callbacks of ours, for one reason: msgpack_unpack() allocates a
- * container's declared element count before reading a single element, so a
- * 5-byte payload declaring an array32 of 2^32-1 elements asks for 96 GiB. Our
- * callbacks charge every declared element against the payload's size (each
- * element takes at least one byte), so a payload can never make the decoder
- * allocate more than a fixed multiple of its own length. Nesting is bounded
- * by the template's stack (WIRE_DEPTH_MAX).
+ * Parsing is budgeted (lib/msgpack_bounded_int.h): a payload can never make
+ * the decoder allocate more than a fixed multiple of its own length, and
+ * nesting is bounded (WIRE_DEPTH_MAX).
  *
  * Decoding is two passes over the object tree: the first validates the whole
  * batch and sizes the output, the second computes the local hashes and
@@ -21,245 +16,36 @@
 
 #include "kvix/hash.h"
 
+#include "msgpack_bounded_int.h"
+
 /* Deepest nesting accepted: a batch needs 6 (batch, events, event,
  * extra_keys, per-block list, an entry); more is hostile. */
 #define WIRE_DEPTH_MAX 12
-#define MSGPACK_EMBED_STACK_SIZE WIRE_DEPTH_MAX
-#include <msgpack/object.h>
-#include <msgpack/unpack.h>
-#include <msgpack/unpack_define.h>
-#include <msgpack/zone.h>
-
-/* ---- parsing: msgpack-c's template, our callbacks ------------------------ */
-
-enum { WHY_NONE = 0, WHY_BUDGET, WHY_NOMEM };
-
-typedef struct wire_user {
-    msgpack_zone *z;
-    size_t budget; /* elements the rest of the payload can still hold */
-    int why;
-} wire_user;
-
-#define msgpack_unpack_struct(name) struct wire_tpl##name
-#define msgpack_unpack_func(ret, name) static inline ret wire_tpl##name
-#define msgpack_unpack_callback(name) wire_cb##name
-#define msgpack_unpack_object msgpack_object
-#define msgpack_unpack_user wire_user
-
-static inline msgpack_object wire_cb_root(wire_user *u)
-{
-    (void)u;
-    msgpack_object o;
-    memset(&o, 0, sizeof o);
-    return o;
-}
-
-#define WIRE_CB_UINT(name, T)                                                  \
-    static inline int wire_cb##name(wire_user *u, T d, msgpack_object *o)      \
-    {                                                                             \
-        (void)u;                                                                  \
-        o->type = MSGPACK_OBJECT_POSITIVE_INTEGER;                                \
-        o->via.u64 = d;                                                           \
-        return 0;                                                                 \
-    }
-#define WIRE_CB_INT(name, T)                                                   \
-    static inline int wire_cb##name(wire_user *u, T d, msgpack_object *o)      \
-    {                                                                             \
-        (void)u;                                                                  \
-        if (d >= 0) {                                                             \
-            o->type = MSGPACK_OBJECT_POSITIVE_INTEGER;                            \
-            o->via.u64 = (uint64_t)d;                                             \
-        } else {                                                                  \
-            o->type = MSGPACK_OBJECT_NEGATIVE_INTEGER;                            \
-            o->via.i64 = d;                                                       \
-        }                                                                         \
-        return 0;                                                                 \
-    }
-WIRE_CB_UINT(_uint8, uint8_t)
-WIRE_CB_UINT(_uint16, uint16_t)
-WIRE_CB_UINT(_uint32, uint32_t)
-WIRE_CB_UINT(_uint64, uint64_t)
-WIRE_CB_INT(_int8, int8_t)
-WIRE_CB_INT(_int16, int16_t)
-WIRE_CB_INT(_int32, int32_t)
-WIRE_CB_INT(_int64, int64_t)
-
-static inline int wire_cb_float(wire_user *u, float d, msgpack_object *o)
-{
-    (void)u;
-    o->type = MSGPACK_OBJECT_FLOAT32;
-    o->via.f64 = d;
-    return 0;
-}
-
-static inline int wire_cb_double(wire_user *u, double d, msgpack_object *o)
-{
-    (void)u;
-    o->type = MSGPACK_OBJECT_FLOAT64;
-    o->via.f64 = d;
-    return 0;
-}
-
-static inline int wire_cb_nil(wire_user *u, msgpack_object *o)
-{
-    (void)u;
-    o->type = MSGPACK_OBJECT_NIL;
-    return 0;
-}
-
-static inline int wire_cb_true(wire_user *u, msgpack_object *o)
-{
-    (void)u;
-    o->type = MSGPACK_OBJECT_BOOLEAN;
-    o->via.boolean = true;
-    return 0;
-}
-
-static inline int wire_cb_false(wire_user *u, msgpack_object *o)
-{
-    (void)u;
-    o->type = MSGPACK_OBJECT_BOOLEAN;
-    o->via.boolean = false;
-    return 0;
-}
-
-/* Charge n declared elements; fail once they cannot fit in the payload. */
-static inline int charge(wire_user *u, size_t n)
-{
-    if (n > u->budget) {
-        u->why = WHY_BUDGET;
-        return -1;
-    }
-    u->budget -= n;
-    return 0;
-}
-
-static inline int wire_cb_array(wire_user *u, unsigned int n, msgpack_object *o)
-{
-    if (charge(u, n))
-        return -1;
-    o->type = MSGPACK_OBJECT_ARRAY;
-    o->via.array.size = 0;
-    o->via.array.ptr = NULL;
-    if (n == 0)
-        return 0;
-    o->via.array.ptr = msgpack_zone_malloc(u->z, (size_t)n * sizeof(msgpack_object));
-    if (!o->via.array.ptr) {
-        u->why = WHY_NOMEM;
-        return -1;
-    }
-    return 0;
-}
-
-static inline int wire_cb_array_item(wire_user *u, msgpack_object *c, msgpack_object o)
-{
-    (void)u;
-    c->via.array.ptr[c->via.array.size++] = o;
-    return 0;
-}
-
-static inline int wire_cb_map(wire_user *u, unsigned int n, msgpack_object *o)
-{
-    if (charge(u, n) || charge(u, n))
-        return -1;
-    o->type = MSGPACK_OBJECT_MAP;
-    o->via.map.size = 0;
-    o->via.map.ptr = NULL;
-    if (n == 0)
-        return 0;
-    o->via.map.ptr = msgpack_zone_malloc(u->z, (size_t)n * sizeof(msgpack_object_kv));
-    if (!o->via.map.ptr) {
-        u->why = WHY_NOMEM;
-        return -1;
-    }
-    return 0;
-}
-
-static inline int wire_cb_map_item(wire_user *u, msgpack_object *c, msgpack_object k,
-                                   msgpack_object v)
-{
-    (void)u;
-    c->via.map.ptr[c->via.map.size].key = k;
-    c->via.map.ptr[c->via.map.size].val = v;
-    c->via.map.size++;
-    return 0;
-}
-
-/* Strings and bins point into the payload, which outlives the decode. */
-static inline int wire_cb_str(wire_user *u, const char *b, const char *p, unsigned int l,
-                              msgpack_object *o)
-{
-    (void)u;
-    (void)b;
-    o->type = MSGPACK_OBJECT_STR;
-    o->via.str.ptr = p;
-    o->via.str.size = l;
-    return 0;
-}
-
-static inline int wire_cb_bin(wire_user *u, const char *b, const char *p, unsigned int l,
-                              msgpack_object *o)
-{
-    (void)u;
-    (void)b;
-    o->type = MSGPACK_OBJECT_BIN;
-    o->via.bin.ptr = p;
-    o->via.bin.size = l;
-    return 0;
-}
-
-static inline int wire_cb_ext(wire_user *u, const char *b, const char *p, unsigned int l,
-                              msgpack_object *o)
-{
-    (void)u;
-    (void)b;
-    o->type = MSGPACK_OBJECT_EXT;
-    o->via.ext.type = l ? (int8_t)p[0] : 0;
-    o->via.ext.ptr = l ? p + 1 : p;
-    o->via.ext.size = l ? l - 1 : 0;
-    return 0;
-}
-
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcast-align"
-#pragma GCC diagnostic ignored "-Wshadow"
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
-#pragma GCC diagnostic ignored "-Wunused-parameter"
-#pragma GCC diagnostic ignored "-Wundef"
-#include <msgpack/unpack_template.h>
-#pragma GCC diagnostic pop
 
 /* Parse payload[0..len) whole into *root (objects in z). */
 static int parse(const char *payload, size_t len, msgpack_zone *z, msgpack_object *root,
                  kvix_err *err)
 {
-    struct wire_tpl_context ctx;
-    wire_tpl_init(&ctx);
-    ctx.user.z = z;
-    ctx.user.budget = len;
-    ctx.user.why = WHY_NONE;
     size_t off = 0;
-    int ret = wire_tpl_execute(&ctx, payload, len, &off);
-    if (ret > 0) {
+    switch (kvix_mpb_parse(payload, len, z, WIRE_DEPTH_MAX, root, &off)) {
+    case KVIX_MPB_OK:
         if (off != len)
             return kvix_err_set(err, KVIX_EINVAL, "%zu trailing bytes after the batch",
                                 len - off);
-        *root = wire_tpl_data(&ctx);
         return KVIX_OK;
-    }
-    if (ret == 0)
+    case KVIX_MPB_TRUNCATED:
         return kvix_err_set(err, KVIX_EINVAL, "truncated payload (%zu bytes)", len);
-    switch (ctx.user.why) {
-    case WHY_BUDGET:
+    case KVIX_MPB_BUDGET:
         return kvix_err_set(err, KVIX_ELIMIT,
                             "a container declares more elements than the payload holds");
-    case WHY_NOMEM:
+    case KVIX_MPB_NOMEM:
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory decoding a %zu-byte payload",
                             len);
-    }
-    if (ret == MSGPACK_UNPACK_NOMEM_ERROR) /* the template's stack: nesting */
+    case KVIX_MPB_DEPTH:
         return kvix_err_set(err, KVIX_ELIMIT, "nesting deeper than %d", WIRE_DEPTH_MAX);
+    case KVIX_MPB_MALFORMED:
+        break;
+    }
     return kvix_err_set(err, KVIX_EINVAL, "malformed msgpack at byte %zu", off);
 }
 
