@@ -100,6 +100,17 @@ static int resize(kvix_hmap *m, size_t cap)
     return 0;
 }
 
+int kvix_hmap_reserve(kvix_hmap *m, size_t n)
+{
+    size_t cap = m->cap ? m->cap : MIN_CAP;
+    while (n * 5 > cap * 4) { /* the same 80% load put keeps */
+        if (cap > SIZE_MAX / 4 / m->esize)
+            return -1;
+        cap *= 2;
+    }
+    return cap == m->cap ? 0 : resize(m, cap);
+}
+
 void *kvix_hmap_get(const kvix_hmap *m, const uint64_t *key)
 {
     size_t i = find(m, key, key_hash(m, key));

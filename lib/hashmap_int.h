@@ -33,6 +33,10 @@ void *kvix_hmap_get(const kvix_hmap *m, const uint64_t *key);
 /* The value under key, inserting a zeroed one (*inserted = 1) if absent.
  * NULL when memory runs out (the map is unchanged). */
 void *kvix_hmap_put(kvix_hmap *m, const uint64_t *key, int *inserted);
+/* Make room for n entries in all, so that as many puts never grow the map
+ * (a restore knows its count: one allocation instead of log2(n) rehashes).
+ * Returns 0, or -1 when memory runs out (the map is unchanged). */
+int kvix_hmap_reserve(kvix_hmap *m, size_t n);
 /* Remove key; returns 1 if it was present. */
 int kvix_hmap_del(kvix_hmap *m, const uint64_t *key);
 

@@ -1103,6 +1103,9 @@ int kvix_index_load(kvix_index *idx, const char *model, const char *tenant, uint
     int rc;
     if ((rc = part_get(idx, model, tenant, bs, &p, err)) || (rc = ws_get(p, worker, dp, &w, err)))
         return rc;
+    if (kvix_hmap_reserve(&w->blocks, kvix_hmap_size(&w->blocks) + n) ||
+        kvix_hmap_reserve(&w->canon, kvix_hmap_size(&w->canon) + n))
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for %zu blocks", n);
     kvix_apply_result r = {0, 0, 0, 0};
     for (size_t i = 0; i < n && !rc; i++) {
         const kvix_block_info *b = &blocks[i];

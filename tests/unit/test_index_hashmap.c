@@ -110,3 +110,28 @@ TEST(hashmap_shrinks_after_churn)
     kvix_hmap_release(&m);
     CHECK_U64(kvix_hmap_size(&m), 0);
 }
+
+/* reserve: the announced puts never rehash, and reserving keeps what is there. */
+TEST(reserve_then_fill)
+{
+    kvix_hmap m;
+    kvix_hmap_init(&m, 1, sizeof(uint64_t));
+    uint64_t k = 12345;
+    *(uint64_t *)kvix_hmap_put(&m, &k, NULL) = 99;
+    CHECK(kvix_hmap_reserve(&m, 1000) == 0);
+    size_t cap = m.cap;
+    CHECK(cap * 4 >= 1000 * 5);
+    CHECK_U64(*(uint64_t *)kvix_hmap_get(&m, &k), 99);
+    for (uint64_t i = 0; i < 999; i++) {
+        int ins = 0;
+        *(uint64_t *)kvix_hmap_put(&m, &i, &ins) = i * 3;
+        CHECK(ins);
+    }
+    CHECK_U64(m.cap, cap); /* no growth during the announced puts */
+    CHECK_U64(kvix_hmap_size(&m), 1000);
+    for (uint64_t i = 0; i < 999; i++)
+        CHECK_U64(*(uint64_t *)kvix_hmap_get(&m, &i), i * 3);
+    CHECK(kvix_hmap_reserve(&m, 10) == 0); /* never shrinks */
+    CHECK_U64(m.cap, cap);
+    kvix_hmap_release(&m);
+}
