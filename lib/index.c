@@ -835,29 +835,55 @@ static void insertion_sort_scores(kvix_score *v, size_t n)
 /* Answers often score every worker (every conversation shares the system
  * prompt's first block), and glibc's qsort calls its comparator through a
  * pointer n log n times: that was 68% of a Mooncake replay's instructions.
- * A bottom-up merge sort over insertion-sorted runs of 16, comparison
- * inlined. tmp has room for n scores. */
-#define SORT_RUN 16
+ * Long answers get a stable LSD radix sort on the key (dp, worker, ~blocks)
+ * that skips every key byte equal across the answer (found by one OR/AND
+ * pass): worker ids below 2^16, dp 0 and short matches need 2 or 3 passes.
+ * tmp has room for n scores. */
+#define RADIX_MIN 32
+
+static void radix_pass(kvix_score **src, kvix_score **dst, size_t n, int field, unsigned shift)
+{
+    size_t count[256] = {0};
+    kvix_score *s = *src, *d = *dst;
+#define KEY_BYTE(x)                                                                 \
+    (unsigned)(((field == 0   ? (uint64_t)(x).dp                                     \
+                 : field == 1 ? (x).worker                                           \
+                              : (uint64_t)(uint32_t) ~(x).blocks) >> shift) & 0xff)
+    for (size_t i = 0; i < n; i++)
+        count[KEY_BYTE(s[i])]++;
+    size_t sum = 0;
+    for (unsigned b = 0; b < 256; b++) {
+        size_t c = count[b];
+        count[b] = sum;
+        sum += c;
+    }
+    for (size_t i = 0; i < n; i++)
+        d[count[KEY_BYTE(s[i])]++] = s[i];
+#undef KEY_BYTE
+    *src = d;
+    *dst = s;
+}
+
 static void sort_scores(kvix_score *v, kvix_score *tmp, size_t n)
 {
-    for (size_t lo = 0; lo < n; lo += SORT_RUN)
-        insertion_sort_scores(v + lo, n - lo < SORT_RUN ? n - lo : SORT_RUN);
-    kvix_score *src = v, *dst = tmp;
-    for (size_t w = SORT_RUN; w < n; w *= 2) {
-        for (size_t lo = 0; lo < n; lo += 2 * w) {
-            size_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
-            size_t i = lo, j = mid, k = lo;
-            while (i < mid && j < hi)
-                dst[k++] = score_before(&src[j], &src[i]) ? src[j++] : src[i++];
-            while (i < mid)
-                dst[k++] = src[i++];
-            while (j < hi)
-                dst[k++] = src[j++];
-        }
-        kvix_score *t = src;
-        src = dst;
-        dst = t;
+    if (n < RADIX_MIN) {
+        insertion_sort_scores(v, n);
+        return;
     }
+    uint64_t or_[3] = {0, 0, 0}, and_[3] = {~UINT64_C(0), ~UINT64_C(0), ~UINT64_C(0)};
+    for (size_t i = 0; i < n; i++) {
+        uint64_t k[3] = {v[i].dp, v[i].worker, (uint32_t)~v[i].blocks};
+        for (int f = 0; f < 3; f++) {
+            or_[f] |= k[f];
+            and_[f] &= k[f];
+        }
+    }
+    kvix_score *src = v, *dst = tmp;
+    static const unsigned bytes[3] = {4, 8, 4};
+    for (int f = 0; f < 3; f++)
+        for (unsigned b = 0; b < bytes[f]; b++)
+            if (((or_[f] ^ and_[f]) >> (8 * b)) & 0xff)
+                radix_pass(&src, &dst, n, f, 8 * b);
     if (src != v)
         memcpy(v, src, n * sizeof *v);
 }

@@ -538,29 +538,32 @@ TEST(answers_are_sorted)
     }
 }
 
-/* Hundreds of scores take the merge path of the answer sort: the order must
- * be exactly the contract's. The expected order is built independently: for
- * each match length from 8 down to 1, workers then dp ranks ascending. */
+/* Hundreds of scores take the long-answer sort: the order must be exactly
+ * the contract's. Each of 100 workers holds three dp ranks, registered in a
+ * scrambled worker order and descending dp, so every key field decides some
+ * pair. The expected order is built independently: for each match length
+ * from 8 down to 1, workers then dp ranks ascending. */
+static uint32_t many_len(uint64_t w, uint32_t dp)
+{
+    return (uint32_t)((w * 31 + (dp == 2)) % 8) + 1; /* dp 0 and 1 tie */
+}
+
 TEST(many_scores_are_sorted)
 {
     FOR_BACKENDS(idx, 0) {
-        /* Workers registered in a scrambled order; match lengths 1..8. */
         for (uint64_t k = 0; k < 300; k++) {
-            uint64_t w = (k * 7919) % 300 + 1000;
-            uint32_t dp = (uint32_t)(k % 3);
-            size_t n = (size_t)((w * 31 + dp) % 8) + 1;
-            CHECK(store(idx, "default", w, dp, 0, 4, NULL, L, n, w * 3 + dp, NULL) == KVIX_OK);
+            uint64_t w = (k * 7919) % 100 + 1000;
+            uint32_t dp = 2 - (uint32_t)(k / 100);
+            CHECK(store(idx, "default", w, dp, 0, 4, NULL, L, many_len(w, dp), w * 3 + dp,
+                        NULL) == KVIX_OK);
         }
         query(idx, "default", L, 8);
         CHECK_U64(ans.nscores, 300);
         size_t i = 0;
         for (uint32_t b = 8; b >= 1; b--)
-            for (uint64_t w = 1000; w < 1300; w++)
+            for (uint64_t w = 1000; w < 1100; w++)
                 for (uint32_t dp = 0; dp < 3; dp++) {
-                    int held = 0;
-                    for (uint64_t k = 0; k < 300; k++)
-                        held |= (k * 7919) % 300 + 1000 == w && k % 3 == dp;
-                    if (!held || (uint32_t)((w * 31 + dp) % 8) + 1 != b)
+                    if (many_len(w, dp) != b)
                         continue;
                     if (i < ans.nscores) {
                         CHECK_U64(ans.scores[i].worker, w);
