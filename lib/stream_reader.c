@@ -153,6 +153,18 @@ static int ensure_room(kvix_reader *r, kvix_err *err)
     return KVIX_OK;
 }
 
+/* Read what arrives next into the buffer's free end, making room first. */
+static int fill_more(kvix_reader *r, kvix_err *err)
+{
+    int rc = ensure_room(r, err);
+    size_t got = 0;
+    if (!rc)
+        rc = read_some(r, r->buf + r->end, r->cap - r->end, &got, err);
+    if (!rc)
+        r->end += got;
+    return rc;
+}
+
 static int is_blank(const char *s, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -214,13 +226,9 @@ static int next_ndjson(kvix_reader *r, kvix_event *ev, kvix_err *err)
             r->skipping = 1; /* keep reading to the newline, holding nothing */
             r->start = r->scan = r->end = 0;
         }
-        int rc = ensure_room(r, err);
-        size_t got;
-        if (!rc)
-            rc = read_some(r, r->buf + r->end, r->cap - r->end, &got, err);
+        int rc = fill_more(r, err);
         if (rc)
             return rc;
-        r->end += got;
     }
 }
 
@@ -281,13 +289,9 @@ static int next_msgpack(kvix_reader *r, kvix_event *ev, kvix_err *err)
                 return mp_fail(r, KVIX_EINVAL, ev, err, "truncated msgpack record at end of input");
             return KVIX_EOF;
         }
-        int rc = ensure_room(r, err);
-        size_t got;
-        if (!rc)
-            rc = read_some(r, r->buf + r->end, r->cap - r->end, &got, err);
+        int rc = fill_more(r, err);
         if (rc)
             return rc;
-        r->end += got;
     }
 }
 
@@ -312,13 +316,9 @@ static int detect(kvix_reader *r, kvix_err *err)
             r->fmt = KVIX_FMT_NDJSON; /* nothing but blanks: NDJSON reads them as such */
             return KVIX_OK;
         }
-        int rc = ensure_room(r, err);
-        size_t got;
-        if (!rc)
-            rc = read_some(r, r->buf + r->end, r->cap - r->end, &got, err);
+        int rc = fill_more(r, err);
         if (rc)
             return rc;
-        r->end += got;
     }
 }
 
