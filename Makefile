@@ -7,16 +7,22 @@
 #   make bench                benchmarks; figures in bench/RESULTS.md
 #   make SANITIZE=address,undefined   instrumented build in build/asan
 #   make SANITIZE=thread              instrumented build in build/tsan
-#   make install PREFIX=/usr/local DESTDIR=
+#   make install PREFIX=/usr/local DESTDIR=   tools, man pages, completions, and libkvix
+#                             (static, shared with soname libkvix.so.$(SOVERSION)), headers, kvix.pc
 
 PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
 MANDIR ?= $(PREFIX)/share/man
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
 FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 
 CC ?= cc
+VERSION := 0.1.0
+SOVERSION := 0
 PKGS := libxxhash jansson msgpack libzmq liburcu liblzma libzstd zlib
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -57,9 +63,16 @@ UNIT_SUPPORT_OBJ := $(UNIT_SUPPORT:%.c=$(BUILD)/obj/%.o)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 LIBKVIX := $(BUILD)/libkvix.a
+# The shared library has objects of its own (-fPIC): the tools keep linking the
+# static one, built without it, and only `make shared` or `make install` pay for it.
+LIB_PIC_OBJ := $(LIB_SRC:%.c=$(BUILD)/pic/%.o)
+LIBKVIX_SO := $(BUILD)/libkvix.so.$(VERSION)
+SONAME := libkvix.so.$(SOVERSION)
+PKG_REQUIRES := $(PKGS)
 
-.PHONY: all tools tests benches check demo bench deps install uninstall clean
+.PHONY: all tools tests benches shared check demo bench deps install uninstall clean
 all: $(LIBKVIX) $(TOOLS)
+shared: $(LIBKVIX_SO)
 tools: $(TOOLS)
 tests: all $(UNIT_BIN)
 benches: all $(BENCH_BIN)
@@ -71,6 +84,17 @@ $(BUILD)/obj/%.o: %.c
 $(LIBKVIX): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/pic/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -fPIC -MMD -MP -c -o $@ $<
+
+# Only the kvix_ names are exported (lib/kvix.map): the library's private
+# helpers and its dependencies' symbols stay inside.
+$(LIBKVIX_SO): $(LIB_PIC_OBJ) lib/kvix.map
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=lib/kvix.map \
+	    -o $@ $(LIB_PIC_OBJ) $(LIBS)
 
 $(BUILD)/bin/%: $(BUILD)/obj/cmd/%.o $(CLI_OBJ) $(LIBKVIX)
 	@mkdir -p $(dir $@)
@@ -98,12 +122,25 @@ bench: deps
 	@$(MAKE) --no-print-directory benches
 	@bash bench/run.sh
 
-install: all
+install: all shared
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 \
+	    $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/kvix \
+	    $(DESTDIR)$(PKGCONFIGDIR) \
 	    $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
 	install -m 755 $(TOOLS) $(DESTDIR)$(BINDIR)
 	install -m 644 $(wildcard man/*.1) $(DESTDIR)$(MANDIR)/man1
 	install -m 644 $(wildcard man/*.5) $(DESTDIR)$(MANDIR)/man5
+	$(if $(wildcard man/*.7),install -m 644 $(wildcard man/*.7) $(DESTDIR)$(MANDIR)/man7)
+	install -m 644 $(LIBKVIX) $(DESTDIR)$(LIBDIR)
+	install -m 755 $(LIBKVIX_SO) $(DESTDIR)$(LIBDIR)
+	ln -sf libkvix.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libkvix.so
+	install -m 644 $(wildcard include/kvix/*.h) $(DESTDIR)$(INCLUDEDIR)/kvix
+	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCLUDEDIR)' '' \
+	    'Name: kvix' 'Description: global KV-cache block index: hashing, events, index, snapshots' \
+	    'Version: $(VERSION)' 'Requires.private: $(PKG_REQUIRES)' \
+	    'Libs: -L$${libdir} -lkvix' 'Libs.private: -pthread -lm' 'Cflags: -I$${includedir}' \
+	    >$(DESTDIR)$(PKGCONFIGDIR)/kvix.pc
 	for f in completions/*.bash; do [ -e "$$f" ] || continue; \
 	    install -m 644 $$f $(DESTDIR)$(BASHCOMPDIR)/$$(basename $$f .bash); done
 	for f in completions/_*; do [ -e "$$f" ] || continue; \
@@ -115,6 +152,10 @@ uninstall:
 	rm -f $(TOOLS:$(BUILD)/bin/%=$(DESTDIR)$(BINDIR)/%)
 	rm -f $(patsubst man/%,$(DESTDIR)$(MANDIR)/man1/%,$(wildcard man/*.1))
 	rm -f $(patsubst man/%,$(DESTDIR)$(MANDIR)/man5/%,$(wildcard man/*.5))
+	rm -f $(patsubst man/%,$(DESTDIR)$(MANDIR)/man7/%,$(wildcard man/*.7))
+	rm -f $(DESTDIR)$(LIBDIR)/libkvix.a $(DESTDIR)$(LIBDIR)/libkvix.so.$(VERSION) \
+	    $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libkvix.so $(DESTDIR)$(PKGCONFIGDIR)/kvix.pc
+	rm -f $(patsubst include/kvix/%,$(DESTDIR)$(INCLUDEDIR)/kvix/%,$(wildcard include/kvix/*.h))
 	rm -f $(patsubst completions/%.bash,$(DESTDIR)$(BASHCOMPDIR)/%,$(wildcard completions/*.bash))
 	rm -f $(patsubst completions/%,$(DESTDIR)$(ZSHCOMPDIR)/%,$(wildcard completions/_*))
 	rm -f $(patsubst completions/%,$(DESTDIR)$(FISHCOMPDIR)/%,$(wildcard completions/*.fish))
@@ -122,7 +163,11 @@ uninstall:
 clean:
 	rm -rf build
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/pic -name '*.d' 2>/dev/null)
+
+# Objects are never deleted as intermediates: `make` then `make demo` (or
+# any second make) must find the tools up to date, not rebuild them all.
+.SECONDARY:
 
 # The codec fuzz target (clang's libFuzzer): tests/fuzz/run.sh [SECONDS]
 .PHONY: fuzz

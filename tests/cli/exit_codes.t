@@ -67,7 +67,7 @@ while read -r code _; do
 done <readme
 end
 
-for page in "$ROOT"/man/*.1; do
+for page in "$ROOT"/man/*.1 "$ROOT"/man/kvix.7; do
     [ -f "$page" ] || continue
     begin "$(basename "$page"): EXIT STATUS is README's table"
     readme_table >readme.tbl

@@ -1,0 +1,82 @@
+# `make install` gives users a library to link (static and shared, headers,
+# kvix.pc), and a second make finds every tool up to date.
+# shellcheck shell=bash
+. "$(dirname "$0")/lib.sh"
+
+# The build under test, and the sanitizer it was made with (a program linked
+# with an instrumented library needs the same flags).
+build=$(cd "$KVIX_BIN/.." && pwd)
+build=${build#"$ROOT"/}
+san=() sanflags=""
+case $build in
+*/asan) san=(SANITIZE=address,undefined) sanflags="-fsanitize=address,undefined" ;;
+*/tsan) san=(SANITIZE=thread) sanflags="-fsanitize=thread" ;;
+esac
+mk() { make --no-print-directory -s -C "$ROOT" BUILD="$build" "${san[@]}" "$@"; }
+
+begin "a second make rebuilds nothing (objects are not deleted as intermediates)"
+# a fresh build directory (-O0: quick), one tool: the first make writes the
+# dependency files that name the tool's object, so a deleted object would be
+# rebuilt, with the tool, by the next make (make demo after make)
+fresh=(BUILD="$T/b" OPT=-O0)
+run make --no-print-directory -s -C "$ROOT" "${fresh[@]}" "$T/b/bin/kvhash"
+expect_rc 0
+[ -f "$T/b/obj/cmd/kvhash.o" ] || fail "the tool's object was deleted"
+run make --no-print-directory -C "$ROOT" "${fresh[@]}" -q "$T/b/bin/kvhash"
+expect_rc 0
+run make --no-print-directory -s -C "$ROOT" "${fresh[@]}" -n "$T/b/bin/kvhash"
+assert_eq "$(cat out)" "" "make -n after make"
+end
+
+begin "make install puts libkvix, its headers, kvix.pc and the section 7 pages in DESTDIR"
+run mk install DESTDIR="$T/root" PREFIX=/usr
+expect_rc 0
+lib=$T/root/usr/lib
+for f in libkvix.a libkvix.so.0.1.0 pkgconfig/kvix.pc; do
+    [ -f "$lib/$f" ] || fail "no $f installed"
+done
+assert_eq "$(readlink "$lib/libkvix.so.0")" libkvix.so.0.1.0 "soname link"
+assert_eq "$(readlink "$lib/libkvix.so")" libkvix.so.0 "development link"
+readelf -d "$lib/libkvix.so.0.1.0" >dyn
+assert_grep 'SONAME.*\[libkvix\.so\.0\]' dyn
+for h in "$ROOT"/include/kvix/*.h; do
+    cmp -s "$h" "$T/root/usr/include/kvix/$(basename "$h")" || fail "header $(basename "$h") not installed"
+done
+for p in "$ROOT"/man/*.[157]; do
+    s=${p##*.}
+    [ -f "$T/root/usr/share/man/man$s/$(basename "$p")" ] || fail "$(basename "$p") not installed"
+done
+ls "$ROOT"/man/*.7 >/dev/null 2>&1 || fail "no section 7 page in man/"
+# only the kvix_ API is exported by the shared library
+nm -D --defined-only "$lib/libkvix.so.0.1.0" | awk '$2 ~ /[TDBR]/ { print $3 }' >syms
+assert_grep '^kvix_index_new$' syms
+assert_no_grep '^[^k]' syms
+end
+
+begin "a program builds against the installed copy with pkg-config --cflags --libs kvix"
+run mk install DESTDIR="$T/root" PREFIX=/usr
+expect_rc 0
+export PKG_CONFIG_PATH=$T/root/usr/lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$T/root
+run pkg-config --modversion kvix
+assert_eq "$(cat out)" 0.1.0 "kvix.pc version"
+flags=$(pkg-config --cflags --libs kvix) || fail "pkg-config --cflags --libs kvix failed"
+# shellcheck disable=SC2086
+cc $sanflags -o embed "$ROOT/tests/fixtures/lib/embed.c" $flags 2>cc.err || { fail "shared build failed"; cat cc.err; }
+readelf -d embed | grep -q 'NEEDED.*\[libkvix\.so\.0\]' || fail "embed does not need libkvix.so.0"
+LD_LIBRARY_PATH=$T/root/usr/lib run ./embed
+expect_rc 0
+assert_eq "$(cat out)" '{"id":"q1","blocks":3,"scores":[{"worker":7,"dp":0,"blocks":2,"tokens":4,"tiers":{"gpu":2}}]}' "answer (shared)"
+# the static library, with the dependencies kvix.pc names (Requires.private;
+# not --static: libzmq's own .pc names static archives Debian does not ship)
+deps=$(pkg-config --print-requires-private kvix | awk '{ print $1 }')
+[ -n "$deps" ] || fail "kvix.pc requires nothing"
+# shellcheck disable=SC2086
+static="$(pkg-config --libs $deps) -pthread -lm"
+# shellcheck disable=SC2086
+cc $sanflags -o embed_static "$ROOT/tests/fixtures/lib/embed.c" $(pkg-config --cflags kvix) \
+    "$T/root/usr/lib/libkvix.a" $static 2>cc.err || { fail "static build failed"; cat cc.err; }
+readelf -d embed_static | grep -q 'NEEDED.*libkvix' && fail "embed_static needs libkvix.so"
+run ./embed_static
+expect_rc 0
+assert_eq "$(cat out)" '{"id":"q1","blocks":3,"scores":[{"worker":7,"dp":0,"blocks":2,"tokens":4,"tiers":{"gpu":2}}]}' "answer (static)"
+end
