@@ -12,6 +12,8 @@
  * create and join threads freely. Threads must not exit inside a read-side
  * section.
  *
+ * The runtime (registration, deferred free) is lib/rcu.c.
+ *
  * ThreadSanitizer does not see liburcu's grace periods (the library is not
  * instrumented), so under TSan each read-side unlock releases, and each RCU
  * free callback acquires, one synchronisation address: the happens-before

@@ -1,0 +1,190 @@
+/* libkvix private: the index front end's shared state, for the files that
+ * make it up:
+ *   lib/index.c        block bookkeeping per (worker, dp), events, lifecycle
+ *   lib/index_part.c   partitions and (worker, dp) states (insert-only tables)
+ *   lib/index_query.c  queries: hashing the chain, the backend, the answer
+ *   lib/index_walk.c   walking, restoring (snapshots) and stats
+ *   lib/index_pool.c   the writer pool
+ * Backends (lib/index_int.h) hold the shared query-side structure.
+ *
+ * Concurrency design. Readers (queries) never lock in the front end:
+ *  - partitions and (worker, dp) states live in insert-only tables of
+ *    pointers; an insertion (rare: a new partition or worker) takes a mutex,
+ *    fills a slot with a release store, and a growing table is copied and
+ *    published while the old copy stays allocated until kvix_index_free.
+ *    Nothing a reader can reach is ever freed while the index lives, so no
+ *    reclamation scheme is needed;
+ *  - slot numbers are dense per partition and never reused: a (worker, dp)
+ *    keeps its slot after its blocks are removed, so a query that sees a
+ *    slot in a backend always maps it to the right (worker, dp);
+ *  - a (worker, dp)'s engine-hash map is touched only by that worker's
+ *    writer (the caller's contract), so it has no lock.
+ *
+ * Block bookkeeping per (worker, dp):
+ *  - blocks: engine hash -> {position, local, parent engine hash, parent
+ *    canonical, tier mask} (the block's canonical hash follows from the last
+ *    two: recomputed when needed, 8 bytes a block less);
+ *  - canon: (position, canonical) -> per-tier count of engine hashes holding
+ *    it. Two engine hashes may name the same canonical block (vLLM salts its
+ *    hashes with things the local hash does not see), and a backend must hear
+ *    about a (block, tier) only on its first arrival and last departure.
+ *    Keyed by the canonical hash alone (16-byte entries rather than 24); the
+ *    same canonical hash at a second position (only crafted input does that:
+ *    a local at position 0 equal to a rolling hash) goes to an overflow map
+ *    keyed by both.
+ */
+#ifndef KVIX_INDEX_FRONT_INT_H
+#define KVIX_INDEX_FRONT_INT_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hashmap_int.h"
+#include "index_int.h"
+#include "kvix/index.h"
+
+/* ---- insert-only table of pointers, lock-free for readers ------------- */
+
+typedef struct ctab {
+    struct ctab *retired; /* older copies, freed with the index */
+    size_t cap;
+    void *v[];
+} ctab;
+
+typedef struct cmap {
+    ctab *t;  /* published with release stores */
+    size_t n; /* writers only, under their lock */
+} cmap;
+
+
+/* ---- partitions and (worker, dp) states ------------------------------- */
+
+#define SLOT_CHUNK 256u
+#define SLOT_CHUNKS (KVIX_SLOTS_MAX / SLOT_CHUNK)
+
+typedef struct bent { /* one block a (worker, dp) holds; key: engine hash */
+    uint64_t local, parent, parent_canon;
+    uint32_t pos;
+    uint8_t tiers;
+} bent;
+
+static inline uint64_t canon_of(const bent *e)
+{
+    return e->pos ? kvix_hash_seq_next(e->parent_canon, e->local) : e->local;
+}
+
+typedef struct cref { /* key: canonical; or (position, canonical) in the overflow */
+    uint32_t pos;
+    uint8_t n[KVIX_MEDIUM_COUNT]; /* engine hashes holding it, per tier */
+} cref;
+
+#define CREF_MAX UINT8_MAX
+
+struct part;
+
+typedef struct wstate {
+    uint64_t h;
+    uint64_t worker;
+    uint32_t dp, slot;
+    struct part *p;
+    kvix_hmap blocks; /* engine hash -> bent */
+    kvix_hmap canon;  /* canon -> cref */
+    kvix_hmap canon2; /* (pos, canon) -> cref, when canon is taken at another pos */
+    int has_eid;
+    uint64_t eid;
+} wstate;
+
+typedef struct part {
+    uint64_t h;
+    char *model, *tenant;
+    uint32_t bs;
+    const kvix_backend_ops *ops;
+    void *be;
+    pthread_mutex_t lock; /* registration of new (worker, dp) */
+    cmap workers;
+    uint32_t nslots;                  /* atomic */
+    uint32_t depth;                   /* atomic: 1 + the deepest position ever stored */
+    wstate **chunks[SLOT_CHUNKS];     /* atomic pointers; slot -> state */
+} part;
+
+typedef struct wqueue {
+    struct kvix_index *idx;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t nonempty, progress;
+    kvix_event *ring;
+    uint64_t *tags;
+    size_t cap, head, tail; /* head, tail: monotonic counts */
+    int stop;
+} wqueue;
+
+#define QUEUE_CAP 128
+#define SLOT_KEEP 4096 /* blocks or hashes a queue slot keeps allocated */
+
+struct kvix_index {
+    kvix_index_opts opts;
+    const kvix_backend_ops *ops;
+    pthread_mutex_t lock; /* partition creation */
+    cmap parts;
+    uint64_t tot_stored, tot_dup, tot_removed, tot_unknown; /* atomic */
+    wqueue *q;
+    unsigned nq;
+};
+
+static inline uint32_t part_nslots(const part *p)
+{
+    return __atomic_load_n(&p->nslots, __ATOMIC_ACQUIRE);
+}
+
+static inline wstate *slot_ws(const part *p, uint32_t slot)
+{
+    if (slot >= part_nslots(p))
+        return NULL;
+    wstate **c = __atomic_load_n(&p->chunks[slot / SLOT_CHUNK], __ATOMIC_ACQUIRE);
+    return c ? __atomic_load_n(&c[slot % SLOT_CHUNK], __ATOMIC_ACQUIRE) : NULL;
+}
+
+static inline int ws_active(const wstate *w)
+{
+    return w->has_eid || kvix_hmap_size(&w->blocks) > 0;
+}
+
+/* Queries need not hash past the deepest position ever stored. Raised before
+ * the blocks reach the backend, so a query that can see them can reach them. */
+static inline void raise_depth(part *p, uint32_t depth)
+{
+    uint32_t d = __atomic_load_n(&p->depth, __ATOMIC_RELAXED);
+    while (d < depth &&
+           !__atomic_compare_exchange_n(&p->depth, &d, depth, 1, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED))
+        ;
+}
+
+/* lib/index_part.c */
+size_t kvix_ix_cmap_memory(const cmap *m);
+void kvix_ix_cmap_release(cmap *m, void (*free_elem)(void *));
+part *kvix_ix_part_find(const kvix_index *idx, const char *model, const char *tenant);
+wstate *kvix_ix_ws_find(const part *p, uint64_t worker, uint32_t dp);
+/* The partition (model, tenant), created with block size bs if absent. */
+int kvix_ix_part_get(kvix_index *idx, const char *model, const char *tenant, uint32_t bs, part **out,
+             kvix_err *err);
+/* The state of (worker, dp) in p, registered with the next slot if absent. */
+int kvix_ix_ws_get(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix_err *err);
+void kvix_ix_part_free(void *p);
+int kvix_ix_bs_mismatch(const part *p, uint32_t bs, kvix_err *err);
+/* The partitions, in no order; *n set. Caller frees. */
+part **kvix_ix_parts_list(const kvix_index *idx, size_t *n);
+
+/* lib/index.c */
+/* w holds engine at (pos, canon) in tier. */
+int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t canon,
+                uint64_t parent, uint64_t pcanon, unsigned tier, kvix_apply_result *r,
+                kvix_err *err);
+void kvix_ix_add_totals(kvix_index *idx, const kvix_apply_result *r);
+
+/* lib/index_pool.c */
+int kvix_ix_pool_start(kvix_index *idx, unsigned threads, kvix_err *err);
+void kvix_ix_pool_stop(kvix_index *idx);
+
+#endif

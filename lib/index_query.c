@@ -1,0 +1,260 @@
+/* Queries: the partition, the query's canonical chain (hashed lazily, no
+ * deeper than any stored block), the backend's hits, and the answer (scores
+ * mapped from slots and sorted). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "index_front_int.h"
+
+void kvix_answer_init(kvix_answer *ans)
+{
+    memset(ans, 0, sizeof *ans);
+}
+
+void kvix_answer_release(kvix_answer *ans)
+{
+    free(ans->scores);
+    free(ans->scratch);
+    free(ans->hits);
+    kvix_answer_init(ans);
+}
+
+int kvix_qhits_push(kvix_qhits *h, const kvix_qhit *hit, kvix_err *err)
+{
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 16;
+        kvix_qhit *v = realloc(h->v, cap * sizeof *v);
+        if (!v)
+            return kvix_err_set(err, KVIX_ENOMEM, "out of memory for query hits");
+        h->v = v;
+        h->cap = cap;
+    }
+    h->v[h->n++] = *hit;
+    return KVIX_OK;
+}
+
+static int scratch_reserve(kvix_answer *ans, size_t n, kvix_err *err)
+{
+    if (n <= ans->scratch_cap)
+        return KVIX_OK;
+    size_t cap = ans->scratch_cap ? ans->scratch_cap : 64;
+    while (cap < n)
+        cap *= 2;
+    uint64_t *v = realloc(ans->scratch, cap * sizeof *v);
+    if (!v)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a query of %zu blocks", n);
+    ans->scratch = v;
+    ans->scratch_cap = cap;
+    return KVIX_OK;
+}
+
+/* The answer order: blocks descending, then worker, then dp ascending. */
+static inline int score_before(const kvix_score *x, const kvix_score *y)
+{
+    if (x->blocks != y->blocks)
+        return x->blocks > y->blocks;
+    if (x->worker != y->worker)
+        return x->worker < y->worker;
+    return x->dp < y->dp;
+}
+
+static void insertion_sort_scores(kvix_score *v, size_t n)
+{
+    for (size_t i = 1; i < n; i++) {
+        kvix_score x = v[i];
+        size_t j = i;
+        while (j > 0 && score_before(&x, &v[j - 1])) {
+            v[j] = v[j - 1];
+            j--;
+        }
+        v[j] = x;
+    }
+}
+
+/* Answers often score every worker (every conversation shares the system
+ * prompt's first block), and glibc's qsort calls its comparator through a
+ * pointer n log n times: that was 68% of a Mooncake replay's instructions.
+ * Long answers get a stable LSD radix sort on the key (dp, worker, ~blocks)
+ * that skips every key byte equal across the answer (found by one OR/AND
+ * pass): worker ids below 2^16, dp 0 and short matches need 2 or 3 passes.
+ * tmp has room for n scores. */
+#define RADIX_MIN 32
+
+static void radix_pass(kvix_score **src, kvix_score **dst, size_t n, int field, unsigned shift)
+{
+    size_t count[256] = {0};
+    kvix_score *s = *src, *d = *dst;
+#define KEY_BYTE(x)                                                                 \
+    (unsigned)(((field == 0   ? (uint64_t)(x).dp                                     \
+                 : field == 1 ? (x).worker                                           \
+                              : (uint64_t)(uint32_t) ~(x).blocks) >> shift) & 0xff)
+    for (size_t i = 0; i < n; i++)
+        count[KEY_BYTE(s[i])]++;
+    size_t sum = 0;
+    for (unsigned b = 0; b < 256; b++) {
+        size_t c = count[b];
+        count[b] = sum;
+        sum += c;
+    }
+    for (size_t i = 0; i < n; i++)
+        d[count[KEY_BYTE(s[i])]++] = s[i];
+#undef KEY_BYTE
+    *src = d;
+    *dst = s;
+}
+
+static void sort_scores(kvix_score *v, kvix_score *tmp, size_t n)
+{
+    if (n < RADIX_MIN) {
+        insertion_sort_scores(v, n);
+        return;
+    }
+    uint64_t or_[3] = {0, 0, 0}, and_[3] = {~UINT64_C(0), ~UINT64_C(0), ~UINT64_C(0)};
+    for (size_t i = 0; i < n; i++) {
+        uint64_t k[3] = {v[i].dp, v[i].worker, (uint32_t)~v[i].blocks};
+        for (int f = 0; f < 3; f++) {
+            or_[f] |= k[f];
+            and_[f] &= k[f];
+        }
+    }
+    kvix_score *src = v, *dst = tmp;
+    static const unsigned bytes[3] = {4, 8, 4};
+    for (int f = 0; f < 3; f++)
+        for (unsigned b = 0; b < bytes[f]; b++)
+            if (((or_[f] ^ and_[f]) >> (8 * b)) & 0xff)
+                radix_pass(&src, &dst, n, f, 8 * b);
+    if (src != v)
+        memcpy(v, src, n * sizeof *v);
+}
+
+/* The blocks of an n-block query that can match at all. */
+static size_t query_depth(const part *p, size_t n)
+{
+    uint32_t d = __atomic_load_n(&p->depth, __ATOMIC_ACQUIRE);
+    return n < d ? n : d;
+}
+
+/* n: already cut to query_depth; canon: scratch of n entries. */
+static int query_part(part *p, const uint64_t *local, uint64_t *canon, size_t n,
+                      kvix_answer *ans, kvix_err *err)
+{
+    if (!n)
+        return KVIX_OK;
+    kvix_qchain q = {local, canon, n, 0};
+    kvix_qhits hits = {ans->hits, 0, ans->hits_cap};
+    int rc = p->ops->query(p->be, &q, &hits, err);
+    ans->hits = hits.v;
+    ans->hits_cap = hits.cap;
+    if (rc)
+        return rc;
+    /* Twice the scores: the upper half is the merge sort's buffer. */
+    if (2 * hits.n > ans->cap) {
+        kvix_score *s = realloc(ans->scores, 2 * hits.n * sizeof *s);
+        if (!s)
+            return kvix_err_set(err, KVIX_ENOMEM, "out of memory for %zu scores", hits.n);
+        ans->scores = s;
+        ans->cap = 2 * hits.n;
+    }
+    for (size_t i = 0; i < hits.n; i++) {
+        const kvix_qhit *h = &hits.v[i];
+        wstate *w = h->blocks ? slot_ws(p, h->slot) : NULL;
+        if (!w)
+            continue;
+        kvix_score *s = &ans->scores[ans->nscores++];
+        s->worker = w->worker;
+        s->dp = w->dp;
+        s->blocks = h->blocks;
+        memcpy(s->tier_blocks, h->tier_blocks, sizeof s->tier_blocks);
+    }
+    sort_scores(ans->scores, ans->scores + ans->nscores, ans->nscores);
+    return KVIX_OK;
+}
+
+static void answer_reset(kvix_answer *ans)
+{
+    ans->query_blocks = 0;
+    ans->bs = 0;
+    ans->nscores = 0;
+}
+
+int kvix_index_query(kvix_index *idx, const char *model, const char *tenant,
+                     const uint64_t *local, size_t n, kvix_answer *ans, kvix_err *err)
+{
+    answer_reset(ans);
+    if (n > KVIX_INDEX_DEPTH_MAX)
+        return kvix_err_set(err, KVIX_ELIMIT, "query of %zu blocks (limit %u)", n,
+                            KVIX_INDEX_DEPTH_MAX);
+    ans->query_blocks = (uint32_t)n;
+    part *p = kvix_ix_part_find(idx, model ? model : "default", tenant ? tenant : "default");
+    if (!p)
+        return KVIX_OK;
+    ans->bs = p->bs;
+    n = query_depth(p, n);
+    int rc = scratch_reserve(ans, n, err);
+    return rc ? rc : query_part(p, local, ans->scratch, n, ans, err);
+}
+
+static int query_tokens_bs(kvix_index *idx, const char *model, const char *tenant,
+                           const char *lora, uint32_t bs, const uint32_t *tokens, size_t ntokens,
+                           kvix_answer *ans, kvix_err *err)
+{
+    answer_reset(ans);
+    if (ntokens > KVIX_TOKENS_MAX)
+        return kvix_err_set(err, KVIX_ELIMIT, "query of %zu tokens (limit %u)", ntokens,
+                            KVIX_TOKENS_MAX);
+    part *p = kvix_ix_part_find(idx, model ? model : "default", tenant ? tenant : "default");
+    if (p && bs && bs != p->bs)
+        return kvix_ix_bs_mismatch(p, bs, err);
+    if (p)
+        bs = p->bs;
+    if (!bs)
+        return KVIX_OK; /* unknown partition, no block size: nothing to hash */
+    size_t n = ntokens / bs;
+    ans->query_blocks = (uint32_t)n;
+    if (!p || !n)
+        return KVIX_OK;
+    ans->bs = p->bs;
+    n = query_depth(p, n); /* hash no more blocks than can match */
+    int rc = scratch_reserve(ans, 2 * n, err);
+    if (rc)
+        return rc;
+    uint64_t seed = kvix_hash_lora_seed(lora, lora ? strlen(lora) : 0);
+    kvix_hash_blocks(tokens, n * bs, bs, seed, ans->scratch, NULL);
+    return query_part(p, ans->scratch, ans->scratch + n, n, ans, err);
+}
+
+int kvix_index_query_tokens(kvix_index *idx, const char *model, const char *tenant,
+                            const char *lora, const uint32_t *tokens, size_t ntokens,
+                            kvix_answer *ans, kvix_err *err)
+{
+    return query_tokens_bs(idx, model, tenant, lora, 0, tokens, ntokens, ans, err);
+}
+
+int kvix_index_query_event(kvix_index *idx, const kvix_event *q, kvix_answer *ans,
+                           kvix_err *err)
+{
+    if (q->type != KVIX_EV_QUERY && q->type != KVIX_EV_NONE) {
+        answer_reset(ans);
+        return kvix_err_set(err, KVIX_EINVAL, "not a query (%s)", kvix_event_type_name(q->type));
+    }
+    if (!memchr(q->model, 0, KVIX_NAME_MAX) || !memchr(q->tenant, 0, KVIX_NAME_MAX) ||
+        !memchr(q->lora, 0, KVIX_NAME_MAX)) {
+        answer_reset(ans);
+        return kvix_err_set(err, KVIX_EINVAL, "model, tenant or lora name not terminated");
+    }
+    if (q->has_tokens)
+        return query_tokens_bs(idx, q->model, q->tenant, q->lora, q->bs, q->tokens, q->ntokens,
+                               ans, err);
+    part *p = kvix_ix_part_find(idx, q->model, q->tenant);
+    if (p && q->bs && q->bs != p->bs) {
+        answer_reset(ans);
+        return kvix_ix_bs_mismatch(p, q->bs, err);
+    }
+    return kvix_index_query(idx, q->model, q->tenant, q->hashes, q->nhashes, ans, err);
+}
+
+uint32_t kvix_index_block_size(const kvix_index *idx, const char *model, const char *tenant)
+{
+    const part *p = kvix_ix_part_find(idx, model ? model : "default", tenant ? tenant : "default");
+    return p ? p->bs : 0;
+}

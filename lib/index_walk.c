@@ -1,0 +1,196 @@
+/* Walking the index (snapshots, dumps), restoring it, and its stats. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "index_front_int.h"
+
+static int part_cmp(const void *a, const void *b)
+{
+    const part *x = *(const part *const *)a, *y = *(const part *const *)b;
+    int c = strcmp(x->model, y->model);
+    return c ? c : strcmp(x->tenant, y->tenant);
+}
+
+static int ws_cmp(const void *a, const void *b)
+{
+    const wstate *x = *(const wstate *const *)a, *y = *(const wstate *const *)b;
+    if (x->worker != y->worker)
+        return x->worker < y->worker ? -1 : 1;
+    return x->dp < y->dp ? -1 : x->dp > y->dp;
+}
+
+static int info_cmp(const void *a, const void *b)
+{
+    const kvix_block_info *x = a, *y = b;
+    if (x->position != y->position)
+        return x->position < y->position ? -1 : 1;
+    return x->engine < y->engine ? -1 : x->engine > y->engine;
+}
+int kvix_index_foreach(kvix_index *idx, kvix_foreach_fn fn, void *ctx)
+{
+    size_t np;
+    part **ps = kvix_ix_parts_list(idx, &np);
+    if (!ps)
+        return KVIX_ENOMEM;
+    if (np > 1)
+        qsort(ps, np, sizeof *ps, part_cmp);
+    wstate **ws = NULL;
+    kvix_block_info *info = NULL;
+    size_t info_cap = 0;
+    int rc = 0;
+    for (size_t i = 0; i < np && !rc; i++) {
+        part *p = ps[i];
+        uint32_t ns = part_nslots(p), nw = 0;
+        wstate **nws = realloc(ws, (ns ? ns : 1) * sizeof *ws);
+        if (!nws) {
+            rc = KVIX_ENOMEM;
+            break;
+        }
+        ws = nws;
+        for (uint32_t s = 0; s < ns; s++) {
+            wstate *w = slot_ws(p, s);
+            if (w && ws_active(w))
+                ws[nw++] = w;
+        }
+        if (nw > 1)
+            qsort(ws, nw, sizeof *ws, ws_cmp);
+        if (!nw)
+            rc = fn(ctx, p->model, p->tenant, p->bs, UINT64_MAX, 0, 0, 0, NULL, 0);
+        for (uint32_t j = 0; j < nw && !rc; j++) {
+            wstate *w = ws[j];
+            size_t nb = kvix_hmap_size(&w->blocks), k = 0, it = 0;
+            if (nb > info_cap) {
+                kvix_block_info *ni = realloc(info, nb * sizeof *info);
+                if (!ni) {
+                    rc = KVIX_ENOMEM;
+                    break;
+                }
+                info = ni;
+                info_cap = nb;
+            }
+            const uint64_t *key;
+            const bent *e;
+            while ((e = kvix_hmap_next(&w->blocks, &it, &key))) {
+                kvix_block_info *b = &info[k++];
+                b->position = e->pos;
+                b->local = e->local;
+                b->engine = key[0];
+                b->parent = e->parent;
+                b->tiers = e->tiers;
+                b->canon = canon_of(e);
+                b->parent_canon = e->parent_canon;
+            }
+            if (nb > 1)
+                qsort(info, nb, sizeof *info, info_cmp);
+            rc = fn(ctx, p->model, p->tenant, p->bs, w->worker, w->dp, w->has_eid, w->eid, info,
+                    nb);
+        }
+    }
+    free(info);
+    free(ws);
+    free(ps);
+    return rc;
+}
+
+int kvix_index_set_eid(kvix_index *idx, const char *model, const char *tenant, uint32_t bs,
+                       uint64_t worker, uint32_t dp, uint64_t eid, kvix_err *err)
+{
+    part *p;
+    wstate *w;
+    int rc;
+    if ((rc = kvix_ix_part_get(idx, model, tenant, bs, &p, err)) || (rc = kvix_ix_ws_get(p, worker, dp, &w, err)))
+        return rc;
+    w->has_eid = 1;
+    w->eid = eid;
+    return KVIX_OK;
+}
+
+int kvix_index_load(kvix_index *idx, const char *model, const char *tenant, uint32_t bs,
+                    uint64_t worker, uint32_t dp, const kvix_block_info *blocks, size_t n,
+                    kvix_err *err)
+{
+    part *p;
+    wstate *w;
+    int rc;
+    if ((rc = kvix_ix_part_get(idx, model, tenant, bs, &p, err)) || (rc = kvix_ix_ws_get(p, worker, dp, &w, err)))
+        return rc;
+    if (kvix_hmap_reserve(&w->blocks, kvix_hmap_size(&w->blocks) + n) ||
+        kvix_hmap_reserve(&w->canon, kvix_hmap_size(&w->canon) + n))
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for %zu blocks", n);
+    kvix_apply_result r = {0, 0, 0, 0};
+    for (size_t i = 0; i < n && !rc; i++) {
+        const kvix_block_info *b = &blocks[i];
+        uint64_t canon = b->local, pcanon = 0;
+        if (b->position >= KVIX_INDEX_DEPTH_MAX) {
+            rc = kvix_err_set(err, KVIX_ECORRUPT,
+                              "block %016" PRIx64 " at position %" PRIu32 " too deep", b->engine,
+                              b->position);
+            break;
+        }
+        if (!b->tiers || b->tiers >= (1u << KVIX_MEDIUM_COUNT)) {
+            rc = kvix_err_set(err, KVIX_ECORRUPT, "block %016" PRIx64 " with tiers %#x",
+                              b->engine, b->tiers);
+            break;
+        }
+        if (b->position > 0) {
+            /* The parent engine hash is the one the block was stored under;
+             * it may since have been removed, or stored again elsewhere (a
+             * move): the block then stays where it was, an orphan. So a held
+             * parent that does not fit is no corruption: parent_canon rules. */
+            pcanon = b->parent_canon;
+            canon = kvix_hash_seq_next(pcanon, b->local);
+        }
+        if (b->canon != canon) {
+            rc = kvix_err_set(err, KVIX_ECORRUPT,
+                              "block %016" PRIx64 " at position %" PRIu32
+                              ": canonical hash does not follow from its parent's",
+                              b->engine, b->position);
+            break;
+        }
+        raise_depth(p, b->position + 1);
+        for (unsigned t = 0; t < KVIX_MEDIUM_COUNT && !rc; t++)
+            if (b->tiers & (1u << t))
+                rc = kvix_ix_store_block(w, b->engine, b->position, b->local, canon, b->parent, pcanon, t,
+                                 &r, err);
+    }
+    kvix_ix_add_totals(idx, &r);
+    return rc;
+}
+
+void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    size_t np;
+    part **ps = kvix_ix_parts_list(idx, &np);
+    out->partitions = np;
+    out->bytes = sizeof *idx + kvix_ix_cmap_memory(&idx->parts);
+    for (unsigned i = 0; i < idx->nq; i++) {
+        const wqueue *q = &idx->q[i];
+        out->bytes += sizeof *q + q->cap * (sizeof *q->ring + sizeof *q->tags);
+        for (size_t j = 0; j < q->cap; j++)
+            out->bytes += q->ring[j].cap_blocks * sizeof(kvix_block) +
+                          q->ring[j].cap_hashes * sizeof(uint64_t);
+    }
+    for (size_t i = 0; ps && i < np; i++) {
+        part *p = ps[i];
+        size_t be = p->ops->memory(p->be);
+        out->backend_bytes += be;
+        out->unique_blocks += p->ops->unique_blocks(p->be);
+        out->bytes += be + sizeof *p + strlen(p->model) + strlen(p->tenant) + 2 +
+                      kvix_ix_cmap_memory(&p->workers);
+        uint32_t ns = part_nslots(p);
+        out->bytes += (ns + SLOT_CHUNK - 1) / SLOT_CHUNK * SLOT_CHUNK * sizeof(wstate *);
+        for (uint32_t s = 0; s < ns; s++) {
+            wstate *w = slot_ws(p, s);
+            if (!w)
+                continue;
+            out->workers += ws_active(w);
+            out->blocks += kvix_hmap_size(&w->blocks);
+            size_t fb = sizeof *w + kvix_hmap_memory(&w->blocks) + kvix_hmap_memory(&w->canon) +
+                        kvix_hmap_memory(&w->canon2);
+            out->bytes += fb;
+        }
+    }
+    free(ps);
+}
