@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # Run every benchmark part (bench/parts/*.sh, in name order) and assemble
 # bench/RESULTS.md. Each part prints a markdown section on stdout and progress on
-# stderr; it gets $BUILD (the build directory), $ROOT and $SHARED. One part may be
+# stderr; it gets $BUILD (the build directory) and $ROOT. One part may be
 # chosen: bench/run.sh PATTERN.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export ROOT
 export BUILD=${BUILD:-$ROOT/build}
-export SHARED=${KVIX_SHARED:-$ROOT/../shared}
 out=$ROOT/bench/RESULTS.md
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT

@@ -1,5 +1,5 @@
 /* kvsub: subscribe to inference engines' KV-event streams (vLLM, SGLang over
- * ZMQ, see ../shared/docs/vllm-wire.md) and print kvix events on stdout.
+ * ZMQ, see kvsub(1) and tests/fixtures/vllm) and print kvix events on stdout.
  *
  * One SUB socket per endpoint. Each (worker, dp) has a sequence tracker:
  * batches are applied in seq order; a gap asks the worker's replay endpoint

@@ -1,5 +1,5 @@
 /* kvix: decoding the engines' KV-event batches (vLLM, SGLang; see
- * ../shared/docs/vllm-wire.md) into kvix events.
+ * kvsub(1), examples in tests/fixtures/vllm) into kvix events.
  *
  * Parsing is budgeted (lib/msgpack_bounded_int.h): a payload can never make
  * the decoder allocate more than a fixed multiple of its own length, and

@@ -1,6 +1,6 @@
 /* Engine batches from kvix events: what vLLM's publisher would have sent
- * (../shared/docs/vllm-wire.md), byte for byte the layout of the fixtures in
- * ../shared/fixtures/vllm (current vLLM maps, legacy 12-element arrays). */
+ * (see kvsub(1)), byte for byte the layout of the fixtures in
+ * tests/fixtures/vllm (current vLLM maps, legacy 12-element arrays). */
 #include "kvix/wire.h"
 
 #include <msgpack.h>

@@ -7,15 +7,14 @@
 # Workload: kvreplay --mooncake on the conversation trace (256 workers, 16384
 # blocks each, block size 512), its events repeated under KVIX_BENCH_COPIES
 # model names (independent partitions, same work each). Markdown on stdout,
-# progress on stderr. Environment: BUILD, ROOT, SHARED (bench/run.sh);
+# progress on stderr. Environment: BUILD, ROOT (bench/run.sh);
 # KVIX_BENCH_RUNS (default 5), KVIX_BENCH_COPIES (default 4).
 set -euo pipefail
 : "${ROOT:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${BUILD:=$ROOT/build}"
-: "${SHARED:=$ROOT/../shared}"
 RUNS=${KVIX_BENCH_RUNS:-5}
 COPIES=${KVIX_BENCH_COPIES:-4}
-TRACE=${KVIX_BENCH_TRACE:-$SHARED/data/mooncake/conversation_trace.jsonl.xz}
+TRACE=${KVIX_BENCH_TRACE:-$ROOT/tests/fixtures/mooncake/conversation_trace.jsonl.xz}
 KVINDEX=$BUILD/bin/kvindex
 KVREPLAY=$BUILD/bin/kvreplay
 INGEST=$BUILD/bench/bench_ingest

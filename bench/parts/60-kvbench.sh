@@ -5,14 +5,13 @@
 # of the positional backend. Markdown on stdout, progress on stderr; results
 # in bench/results/ (kvbench.json, .dat, .svg, .png).
 #
-# Environment: BUILD, ROOT, SHARED (from bench/run.sh); KVBENCH_RUNS (runs per
+# Environment: BUILD, ROOT (from bench/run.sh); KVBENCH_RUNS (runs per
 # configuration, default 5), KVBENCH_TRACE (default: the conversation trace).
 set -euo pipefail
 : "${ROOT:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${BUILD:=$ROOT/build}"
-: "${SHARED:=$ROOT/../shared}"
 RUNS=${KVBENCH_RUNS:-5}
-TRACE=${KVBENCH_TRACE:-$SHARED/data/mooncake/conversation_trace.jsonl.xz}
+TRACE=${KVBENCH_TRACE:-$ROOT/tests/fixtures/mooncake/conversation_trace.jsonl.xz}
 KVBENCH=$BUILD/bench/kvbench
 KVREPLAY=$BUILD/bin/kvreplay
 RES=$ROOT/bench/results

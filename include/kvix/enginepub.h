@@ -1,6 +1,6 @@
 /* kvix: act as one engine's KV-event publisher (what kvreplay --pub runs per
  * (worker, dp)): the 3-frame messages [topic, seq 8B big-endian, payload] of
- * ../shared/docs/vllm-wire.md on a bound socket, seq counting batches from 0,
+ * kvsub(1) (examples in tests/fixtures/vllm) on a bound socket, seq counting batches from 0,
  * and optionally vLLM's replay service: a bound ROUTER keeping the last
  * buffer_steps batches and answering ["", start_seq] requests with every
  * buffered batch from start_seq on as [identity, "", topic, seq8, payload]

@@ -1,5 +1,5 @@
 /* kvix: the sequence tracker of one engine stream (one worker and dp rank),
- * see ../shared/docs/vllm-wire.md: batches come numbered 0, 1, 2, ... per
+ * see kvsub(1): batches come numbered 0, 1, 2, ... per
  * engine run; a gap is asked for again from the engine's replay service while
  * later live batches wait in a bounded hold buffer; what cannot be recovered
  * (no replay service, a replay buffer that no longer holds the gap, a replay

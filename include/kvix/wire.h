@@ -1,5 +1,5 @@
 /* kvix: the engines' wire (vLLM and SGLang KV events over ZMQ/msgpack, see
- * ../shared/docs/vllm-wire.md): decoding batches into kvix events (kvsub) and
+ * kvsub(1) and tests/fixtures/vllm): decoding batches into kvix events (kvsub) and
  * encoding kvix events as engine batches (kvreplay --pub, test publishers). */
 #ifndef KVIX_WIRE_H
 #define KVIX_WIRE_H

@@ -4,8 +4,8 @@
 # shellcheck shell=bash
 . "$(dirname "$0")/lib.sh"
 
-CONV=$SHARED/data/mooncake/conversation_trace.jsonl.xz
-SYN=$SHARED/data/mooncake/synthetic_trace.jsonl.xz
+CONV=$FIXTURES/mooncake/conversation_trace.jsonl.xz
+SYN=$FIXTURES/mooncake/synthetic_trace.jsonl.xz
 SIM=$ROOT/tests/tools/mooncake_sim.py
 
 begin "mooncake: counters of a fixed seed are stable (golden)"

@@ -6,7 +6,7 @@
 # shellcheck shell=bash
 . "$(dirname "$0")/lib.sh"
 
-CONV=$SHARED/data/mooncake/conversation_trace.jsonl.xz
+CONV=$FIXTURES/mooncake/conversation_trace.jsonl.xz
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; }
 trap cleanup EXIT

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # kvsub without engines: the command line, exit codes, signals, the replay
-# timeout, and the fixtures of ../shared/fixtures/vllm published once each.
+# timeout, and the fixtures of tests/fixtures/vllm published once each.
 . "$(dirname "$0")/lib.sh"
 
 begin "kvsub: usage errors exit 2"
@@ -113,7 +113,7 @@ end
 begin "kvsub: each vLLM fixture through the wire prints its expected events"
 timeout --foreground 30 kvsub -w "1=ipc://$T/f" -b 16 >out 2>err &
 pid=$!
-fix=$SHARED/fixtures/vllm
+fix=$FIXTURES/vllm
 timeout 30 "$PY" - "ipc://$T/f" "$fix" <<'EOF'
 import json, sys, time, zmq
 s = zmq.Context().socket(zmq.XPUB)

@@ -8,10 +8,9 @@
 #   assert_eq A B MSG   assert_grep RE [FILE]   assert_no_grep RE [FILE]
 #   fail MSG            record a failure
 #   end                 print "ok - name" or "not ok - name"
-# Tools come from $KVIX_BIN (put first on PATH); ../shared is $SHARED.
+# Tools come from $KVIX_BIN (put first on PATH); fixtures are in $FIXTURES.
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-SHARED=${KVIX_SHARED:-$ROOT/../shared}
 : "${KVIX_BIN:?KVIX_BIN must name the directory of the tools under test}"
 PATH=$KVIX_BIN:$PATH
 # Debian's python3 has python3-zmq, -msgpack and -xxhash; another python3 on PATH may not.

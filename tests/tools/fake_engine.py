@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """A fake inference engine speaking the exact KV-event wire of vLLM / SGLang
-(../shared/docs/vllm-wire.md), for kvsub's live tests. It knows its true cache
+(see kvsub(1) and tests/fixtures/vllm), for kvsub's live tests. It knows its true cache
 state, and so what a correct subscriber must end up holding.
 
   fake_engine.py publish --pub ENDPOINT [options]    run a scenario, publishing

@@ -1,7 +1,9 @@
 #include "harness.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #define TH_MAX 512
 
@@ -57,6 +59,26 @@ double th_scale(void)
     const char *s = getenv("KVIX_TEST_SCALE");
     double v = s ? strtod(s, NULL) : 1.0;
     return v > 0 ? v : 1.0;
+}
+
+const char *th_fixture_dir(void)
+{
+    static char dir[PATH_MAX + 32];
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return "tests/fixtures";
+    exe[n] = '\0';
+    for (char *slash; (slash = strrchr(exe, '/')) && slash != exe;) {
+        *slash = '\0';
+        char probe[PATH_MAX + 32];
+        snprintf(probe, sizeof probe, "%s/include/kvix/error.h", exe);
+        if (access(probe, R_OK) == 0) {
+            snprintf(dir, sizeof dir, "%s/tests/fixtures", exe);
+            return dir;
+        }
+    }
+    return "tests/fixtures";
 }
 
 int main(int argc, char **argv)

@@ -19,6 +19,10 @@ int th_check_str(const char *a, const char *b, const char *ea, const char *eb,
 uint64_t th_seed(void);
 /* Scale for randomized test sizes (KVIX_TEST_SCALE, default 1.0). */
 double th_scale(void);
+/* The repository's tests/fixtures directory (found by walking up from the test
+ * binary to the directory holding include/kvix), or "tests/fixtures" relative
+ * to the working directory when that fails. The string is static. */
+const char *th_fixture_dir(void);
 
 #define TEST(name)                                                                      \
     static void name(void);                                                             \

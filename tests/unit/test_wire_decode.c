@@ -1,4 +1,4 @@
-/* kvix_wire_decode: every fixture of ../shared/fixtures/vllm decodes to
+/* kvix_wire_decode: every fixture of tests/fixtures/vllm decodes to
  * exactly the events cases.json lists; the other engine shapes of
  * vllm-wire.md (built here with msgpack-c's packer); hostile payloads
  * (random bytes, every truncation, huge declared sizes, deep nesting) fail
@@ -55,20 +55,7 @@ static int decode(const void *p, size_t len, const kvix_wire_source *src, sink *
     return kvix_wire_decode(p, len, 0, src, collect_fn, s, c, err);
 }
 
-/* ---- the shared fixtures ------------------------------------------------- */
-
-static const char *shared_dir(void)
-{
-    static char buf[4096];
-    const char *e = getenv("KVIX_SHARED");
-    if (e && *e)
-        return e;
-    /* __FILE__ is tests/unit/test_wire_decode.c, relative to the repository */
-    const char *f = __FILE__;
-    const char *slash = strstr(f, "tests/unit/");
-    snprintf(buf, sizeof buf, "%.*s../shared", slash ? (int)(slash - f) : 0, f);
-    return buf;
-}
+/* ---- the engine fixtures ------------------------------------------------- */
 
 static char *slurp(const char *path, size_t *len)
 {
@@ -158,7 +145,7 @@ static void compare_event(const char *file, json_t *x, const kvix_event *ev)
 TEST(fixtures_decode_to_cases_json)
 {
     char path[4200];
-    snprintf(path, sizeof path, "%s/fixtures/vllm/cases.json", shared_dir());
+    snprintf(path, sizeof path, "%s/vllm/cases.json", th_fixture_dir());
     json_error_t jerr;
     json_t *root = json_load_file(path, 0, &jerr);
     if (!CHECK(root != NULL)) {
@@ -177,7 +164,7 @@ TEST(fixtures_decode_to_cases_json)
     json_array_foreach(cases, i, c) {
         const char *file = json_string_value(json_object_get(c, "file"));
         json_t *expect = json_object_get(c, "expect");
-        snprintf(path, sizeof path, "%s/fixtures/vllm/%s", shared_dir(), file);
+        snprintf(path, sizeof path, "%s/vllm/%s", th_fixture_dir(), file);
         size_t len;
         char *buf = slurp(path, &len);
         if (!CHECK(buf != NULL)) {
@@ -218,7 +205,7 @@ TEST(every_truncation_and_mutation_of_the_fixtures)
     uint64_t rng = th_seed() | 1;
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
         char path[4200];
-        snprintf(path, sizeof path, "%s/fixtures/vllm/%s", shared_dir(), files[f]);
+        snprintf(path, sizeof path, "%s/vllm/%s", th_fixture_dir(), files[f]);
         size_t len;
         char *buf = slurp(path, &len);
         if (!CHECK(buf != NULL))

@@ -1,5 +1,5 @@
 /* kvix_wire_encode: byte-exact against the engine fixtures of
- * ../shared/fixtures/vllm (what vLLM itself sends), and its ceilings. */
+ * tests/fixtures/vllm (what vLLM itself sends), and its ceilings. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,35 +10,10 @@
 #include "kvix/hash.h"
 #include "kvix/wire.h"
 
-/* ../shared beside the repository: KVIX_SHARED, else found by walking up
- * from the test binary to the directory holding include/kvix. */
-static const char *shared_dir(void)
-{
-    static char dir[PATH_MAX + 16];
-    const char *env = getenv("KVIX_SHARED");
-    if (env)
-        return env;
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0)
-        return "../shared";
-    exe[n] = '\0';
-    for (char *slash; (slash = strrchr(exe, '/')) && slash != exe;) {
-        *slash = '\0';
-        char probe[PATH_MAX + 32];
-        snprintf(probe, sizeof probe, "%s/include/kvix/wire.h", exe);
-        if (access(probe, R_OK) == 0) {
-            snprintf(dir, sizeof dir, "%s/../shared", exe);
-            return dir;
-        }
-    }
-    return "../shared";
-}
-
 static size_t read_fixture(const char *name, unsigned char *buf, size_t cap)
 {
     char path[PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/fixtures/vllm/%s", shared_dir(), name);
+    snprintf(path, sizeof path, "%s/vllm/%s", th_fixture_dir(), name);
     FILE *f = fopen(path, "rb");
     CHECK(f != NULL);
     if (!f)
