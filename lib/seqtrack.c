@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int sequence(kvix_seqtrack *t, uint64_t seq, void *item, bool owned, uint64_t now);
+static int sequence(kvix_seqtrack *t, uint64_t seq, void *item, bool owned, size_t bytes,
+                    uint64_t now);
 
 void kvix_seqtrack_init(kvix_seqtrack *t, const kvix_seqtrack_config *cfg,
                         const kvix_seqtrack_ops *ops, void *ctx)
@@ -26,6 +27,13 @@ static void release_held(kvix_seqtrack *t, kvix_seqtrack_held *h, size_t n)
         t->ops.release(t->ctx, h[i].item);
 }
 
+void kvix_seqtrack_resume(kvix_seqtrack *t, uint64_t next)
+{
+    t->known = true;
+    t->next = next;
+    t->resumed = true;
+}
+
 static void replay_stop(kvix_seqtrack *t)
 {
     t->replaying = false;
@@ -40,6 +48,7 @@ void kvix_seqtrack_release(kvix_seqtrack *t)
     free(t->held);
     t->held = NULL;
     t->nheld = t->capheld = 0;
+    t->held_bytes = 0;
 }
 
 static void emit(kvix_seqtrack *t, kvix_seqtrack_why why, uint64_t from, uint64_t to,
@@ -91,9 +100,10 @@ static int drain(kvix_seqtrack *t, uint64_t now)
     size_t n = t->nheld;
     t->held = NULL;
     t->nheld = t->capheld = 0;
+    t->held_bytes = 0;
     int rc = KVIX_OK;
     for (size_t i = 0; i < n; i++) {
-        rc = sequence(t, h[i].seq, h[i].item, true, now);
+        rc = sequence(t, h[i].seq, h[i].item, true, h[i].bytes, now);
         if (rc != KVIX_OK) {
             release_held(t, h + i + 1, n - i - 1);
             break;
@@ -113,15 +123,19 @@ static int replay_abort(kvix_seqtrack *t, kvix_seqtrack_why why, uint64_t now)
     return drain(t, now);
 }
 
-static int push(kvix_seqtrack *t, uint64_t seq, void *item, bool owned, uint64_t now)
+static int push(kvix_seqtrack *t, uint64_t seq, void *item, bool owned, size_t bytes,
+                uint64_t now)
 {
-    if (t->nheld >= t->cfg.hold_max) {
+    bool over_bytes = t->cfg.hold_bytes_max && t->nheld &&
+                      (bytes > t->cfg.hold_bytes_max ||
+                       t->held_bytes > t->cfg.hold_bytes_max - bytes);
+    if (t->nheld >= t->cfg.hold_max || over_bytes) {
         int rc = replay_abort(t, KVIX_SEQTRACK_OVERFLOW, now);
         if (rc != KVIX_OK) {
             drop(t, item, owned);
             return rc;
         }
-        return sequence(t, seq, item, owned, now);
+        return sequence(t, seq, item, owned, bytes, now);
     }
     if (t->nheld == t->capheld) {
         size_t cap = t->capheld ? t->capheld * 2 : 16;
@@ -138,12 +152,14 @@ static int push(kvix_seqtrack *t, uint64_t seq, void *item, bool owned, uint64_t
     void *own = owned ? item : t->ops.hold(t->ctx, item);
     if (!own)
         return KVIX_ENOMEM;
-    t->held[t->nheld++] = (kvix_seqtrack_held){seq, own};
+    t->held[t->nheld++] = (kvix_seqtrack_held){seq, own, bytes};
+    t->held_bytes += bytes;
     return KVIX_OK;
 }
 
 /* Put a batch in order: deliver it, hold it while a replay runs, or see a gap. */
-static int sequence(kvix_seqtrack *t, uint64_t seq, void *item, bool owned, uint64_t now)
+static int sequence(kvix_seqtrack *t, uint64_t seq, void *item, bool owned, size_t bytes,
+                    uint64_t now)
 {
     if (t->replaying) {
         if (seq < t->next) {
@@ -151,7 +167,7 @@ static int sequence(kvix_seqtrack *t, uint64_t seq, void *item, bool owned, uint
             drop(t, item, owned);
             return KVIX_OK;
         }
-        return push(t, seq, item, owned, now);
+        return push(t, seq, item, owned, bytes, now);
     }
     if (!t->known || t->resync) {
         t->resync = false;
@@ -164,7 +180,7 @@ static int sequence(kvix_seqtrack *t, uint64_t seq, void *item, bool owned, uint
     } else {
         t->counts.gaps++;
         if (replay_start(t, t->next, now))
-            return push(t, seq, item, owned, now);
+            return push(t, seq, item, owned, bytes, now);
         loss(t, KVIX_SEQTRACK_NO_REPLAY, t->next, seq - 1);
         deliver(t, seq, item, owned);
     }
@@ -173,14 +189,15 @@ static int sequence(kvix_seqtrack *t, uint64_t seq, void *item, bool owned, uint
 
 /* The engine's old cache is gone: clear, then count the new run from 0,
  * asking for the batches of it that went unseen. */
-static int restart(kvix_seqtrack *t, uint64_t seq, void *item, kvix_seqtrack_why why,
-                   uint64_t now)
+static int restart(kvix_seqtrack *t, uint64_t seq, void *item, size_t bytes,
+                   kvix_seqtrack_why why, uint64_t now)
 {
     t->counts.restarts++;
     if (t->replaying) {
         replay_stop(t);
         release_held(t, t->held, t->nheld);
         t->nheld = 0;
+        t->held_bytes = 0;
     }
     emit(t, why, 0, 0, seq);
     t->known = true;
@@ -189,7 +206,7 @@ static int restart(kvix_seqtrack *t, uint64_t seq, void *item, kvix_seqtrack_why
     if (seq == 0) {
         deliver(t, seq, item, false);
     } else if (replay_start(t, 0, now)) {
-        return push(t, seq, item, false, now);
+        return push(t, seq, item, false, bytes, now);
     } else {
         loss(t, KVIX_SEQTRACK_RESTART_MISSED, 0, seq - 1);
         deliver(t, seq, item, false);
@@ -202,6 +219,16 @@ static int restart(kvix_seqtrack *t, uint64_t seq, void *item, kvix_seqtrack_why
 int kvix_seqtrack_live(kvix_seqtrack *t, uint64_t seq, const char *epoch, size_t epoch_len,
                        void *item, uint64_t now)
 {
+    size_t bytes = t->ops.size ? t->ops.size(t->ctx, item) : 0;
+    if (t->resumed) {
+        t->resumed = false;
+        if (seq < t->next) { /* below what was applied: a new engine run */
+            t->live_known = true;
+            int rc = restart(t, seq, item, bytes, KVIX_SEQTRACK_RESTART, now);
+            t->live_seq = seq;
+            return rc;
+        }
+    }
     if (epoch) {
         if (epoch_len > KVIX_SEQTRACK_EPOCH_MAX)
             epoch_len = KVIX_SEQTRACK_EPOCH_MAX;
@@ -211,7 +238,7 @@ int kvix_seqtrack_live(kvix_seqtrack *t, uint64_t seq, const char *epoch, size_t
         t->epoch_len = epoch_len;
         if (changed) {
             t->live_known = true;
-            int rc = restart(t, seq, item, KVIX_SEQTRACK_EPOCH, now);
+            int rc = restart(t, seq, item, bytes, KVIX_SEQTRACK_EPOCH, now);
             t->live_seq = seq;
             return rc;
         }
@@ -221,20 +248,24 @@ int kvix_seqtrack_live(kvix_seqtrack *t, uint64_t seq, const char *epoch, size_t
         return KVIX_OK;
     }
     if (t->live_known && seq < t->live_seq) {
-        int rc = restart(t, seq, item, KVIX_SEQTRACK_RESTART, now);
+        int rc = restart(t, seq, item, bytes, KVIX_SEQTRACK_RESTART, now);
         t->live_seq = seq;
         return rc;
     }
     t->live_known = true;
     t->live_seq = seq;
-    return sequence(t, seq, item, false, now);
+    return sequence(t, seq, item, false, bytes, now);
 }
 
 bool kvix_seqtrack_replay_want(kvix_seqtrack *t, uint64_t seq, uint64_t now)
 {
+    (void)now;
     if (!t->replaying)
         return false;
-    t->deadline = now + t->cfg.replay_timeout; /* it is alive */
+    if (seq < t->want || (t->live_known && seq > t->live_seq)) {
+        t->counts.refused++;
+        return false;
+    }
     if (!t->got_first) {
         t->got_first = true;
         if (seq > t->next) {

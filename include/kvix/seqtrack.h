@@ -77,11 +77,17 @@ typedef struct kvix_seqtrack_ops {
     void *(*hold)(void *ctx, void *item);
     /* Give back a held item (after its deliver, or undelivered). */
     void (*release)(void *ctx, void *item);
+    /* Optional (NULL: 0): the bytes a live item would take once held, for
+     * config.hold_bytes_max. item: borrowed. */
+    size_t (*size)(void *ctx, const void *item);
 } kvix_seqtrack_ops;
 
 typedef struct kvix_seqtrack_config {
     size_t hold_max;         /* live batches held during a replay (at least 1) */
-    uint64_t replay_timeout; /* give a replay up after this long without an answer */
+    uint64_t replay_timeout; /* a recovery (the replay asked for at a gap or a restart)
+                                is given up this long after it was asked, however
+                                busy its answers keep it */
+    size_t hold_bytes_max;   /* bytes held (ops.size); 0: no limit */
 } kvix_seqtrack_config;
 
 typedef struct kvix_seqtrack_counts {
@@ -92,11 +98,14 @@ typedef struct kvix_seqtrack_counts {
     uint64_t restarts;   /* clears for a restart */
     uint64_t duplicates; /* a live batch with the seq of the one before it */
     uint64_t stale;      /* batches older than the next expected (already applied) */
+    uint64_t refused;    /* replay answers outside the range asked: below its start,
+                            or past the newest live seq (a lying replay service) */
 } kvix_seqtrack_counts;
 
 typedef struct kvix_seqtrack_held {
     uint64_t seq;
-    void *item; /* owned by the tracker (from ops.hold) */
+    void *item;   /* owned by the tracker (from ops.hold) */
+    size_t bytes; /* ops.size of it */
 } kvix_seqtrack_held;
 
 /* One stream's tracker. Read counts freely; the other fields are private. */
@@ -109,6 +118,7 @@ typedef struct kvix_seqtrack {
     bool live_known; /* live_seq is meaningful */
     bool resync;     /* after a loss: take the next batch as it comes */
     bool replaying, got_first;
+    bool resumed;      /* kvix_seqtrack_resume: no live batch seen yet */
     uint64_t live_seq; /* the last seq seen on the live stream */
     uint64_t next;     /* seq expected next */
     uint64_t want;     /* first seq the replay asked for */
@@ -117,6 +127,7 @@ typedef struct kvix_seqtrack {
     size_t epoch_len;
     kvix_seqtrack_held *held; /* live batches waiting for the replay, in arrival order */
     size_t nheld, capheld;
+    size_t held_bytes;
 } kvix_seqtrack;
 
 /* Start tracking a stream. cfg and ops are copied; ctx is passed to every
@@ -140,11 +151,22 @@ void kvix_seqtrack_release(kvix_seqtrack *t);
 int kvix_seqtrack_live(kvix_seqtrack *t, uint64_t seq, const char *epoch, size_t epoch_len,
                        void *item, uint64_t now);
 
+/* Start a fresh tracker as if batch next - 1 had been applied (a consumer
+ * that kept the state up to it, such as a snapshot's last eid): a first live
+ * batch past next is a gap (replay asked for, or a loss); one below next
+ * means the engine restarted meanwhile (seqs only grow within a run): a
+ * restart, cleared. Call before the first kvix_seqtrack_live. */
+void kvix_seqtrack_resume(kvix_seqtrack *t, uint64_t next);
+
 /* A replay answer with seq (not the end marker) arrived: true when its payload
  * should be decoded and given to kvix_seqtrack_replayed; false when it is not
- * wanted (no replay running, or stale: counted). The first answer later than
- * the seq asked for is a loss of the batches in between. Restarts the replay's
- * timeout. */
+ * wanted: no replay running, stale (counted in stale), or outside the range
+ * asked for, below its start or past the newest live seq (counted in refused:
+ * a replay service cannot hold what the engine has not published; an honest
+ * one whose answer overtakes the live stream loses nothing, the live copy is
+ * taken). The first answer later than the seq asked for is a loss of the
+ * batches in between. The timeout is not restarted: it bounds the whole
+ * recovery. */
 bool kvix_seqtrack_replay_want(kvix_seqtrack *t, uint64_t seq, uint64_t now);
 /* The decoded replayed batch seq (after kvix_seqtrack_replay_want said yes):
  * delivered, after a loss of any seqs the replay skipped. item NULL: it could

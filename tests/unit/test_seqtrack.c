@@ -111,13 +111,13 @@ static void h_release(void *ctx, void *it)
 }
 
 static const kvix_seqtrack_ops hops = {h_deliver, h_replay_start, h_replay_stop,
-                                       h_cleared, h_hold,        h_release};
+                                       h_cleared, h_hold,        h_release, NULL};
 
 static void setup(size_t hold_max, uint64_t timeout, int replay_ok)
 {
     memset(&R, 0, sizeof R);
     R.replay_ok = replay_ok;
-    kvix_seqtrack_config cfg = {hold_max, timeout};
+    kvix_seqtrack_config cfg = {hold_max, timeout, 0};
     kvix_seqtrack_init(&T, &cfg, &hops, &R);
 }
 
@@ -173,7 +173,7 @@ TEST(first_batch_any_seq_then_in_order)
     lives(7, 10);
     LOG_IS("d7 d8 d9 d10");
     CHECK(!kvix_seqtrack_replaying(&T, NULL));
-    kvix_seqtrack_counts zero = {0, 0, 0, 0, 0, 0, 0};
+    kvix_seqtrack_counts zero = {0, 0, 0, 0, 0, 0, 0, 0};
     CHECK(!memcmp(&T.counts, &zero, sizeof zero));
     teardown();
 }
@@ -202,7 +202,7 @@ TEST(gap_replayed_then_held_in_order)
     LOG_IS("d0 R1");
     CHECK(kvix_seqtrack_replaying(&T, NULL));
     CHECK_U64(R.copies, 3);
-    rep(0); /* older than asked: stale */
+    rep(0); /* older than asked: refused */
     rep(1);
     rep(2);
     end_marker();
@@ -210,7 +210,8 @@ TEST(gap_replayed_then_held_in_order)
     CHECK_U64(T.counts.gaps, 1);
     CHECK_U64(T.counts.replays, 1);
     CHECK_U64(T.counts.replayed, 2);
-    CHECK_U64(T.counts.stale, 1);
+    CHECK_U64(T.counts.refused, 1);
+    CHECK_U64(T.counts.stale, 0);
     CHECK_U64(T.counts.losses, 0);
     CHECK_U64(R.copies, 0);
     live(6);
@@ -224,14 +225,15 @@ TEST(replay_overlaps_held_and_live)
     live(0);
     live(3); /* held */
     for (uint64_t s = 1; s <= 5; s++)
-        rep(s); /* the replay brings 3 itself, and 4 and 5 before they arrive live */
-    live(4);  /* stale: the replay brought it */
+        rep(s); /* the replay brings 3 itself; 4 and 5 overtake the live stream: refused */
+    live(4);    /* held */
     end_marker();
-    live(5); /* stale too */
+    live(5);
     live(6);
-    LOG_IS("d0 R1 d1 d2 d3 d4 d5 S d6");
-    CHECK_U64(T.counts.stale, 3); /* live 4, held 3, live 5 */
-    CHECK_U64(T.counts.replayed, 5);
+    LOG_IS("d0 R1 d1 d2 d3 S d4 d5 d6");
+    CHECK_U64(T.counts.stale, 1); /* held 3 */
+    CHECK_U64(T.counts.refused, 2);
+    CHECK_U64(T.counts.replayed, 3);
     CHECK_U64(T.counts.losses, 0);
     teardown();
 }
@@ -297,20 +299,119 @@ TEST(replay_timeout)
     CHECK_U64(dl, 110);
     CHECK_U64(kvix_seqtrack_tick(&T, 109), KVIX_OK);
     CHECK(kvix_seqtrack_replaying(&T, NULL));
-    CHECK(kvix_seqtrack_replay_want(&T, 1, 50)); /* an answer: alive until 150 */
+    CHECK(kvix_seqtrack_replay_want(&T, 1, 50)); /* an answer does not extend it */
     item it = {0, 1};
     kvix_seqtrack_replayed(&T, 1, &it);
     CHECK(kvix_seqtrack_replaying(&T, &dl));
-    CHECK_U64(dl, 150);
-    CHECK_U64(kvix_seqtrack_tick(&T, 149), KVIX_OK);
+    CHECK_U64(dl, 110);
+    CHECK_U64(kvix_seqtrack_tick(&T, 109), KVIX_OK);
     LOG_IS("d0 R1 d1");
-    CHECK_U64(kvix_seqtrack_tick(&T, 150), KVIX_OK);
+    CHECK_U64(kvix_seqtrack_tick(&T, 110), KVIX_OK);
     CHECK(!kvix_seqtrack_replaying(&T, NULL));
     LOG_IS("d0 R1 d1 S C:T2-* d3");
     CHECK(!kvix_seqtrack_replay_want(&T, 2, 151)); /* a late answer */
     live(4);
     LOG_IS("d0 R1 d1 S C:T2-* d3 d4");
     CHECK_U64(T.counts.losses, 1);
+    teardown();
+}
+
+/* A replay service that keeps resending an old batch cannot hold the live
+ * batches past the timeout: it bounds the whole recovery. */
+TEST(replay_resending_old_batch_times_out)
+{
+    setup(16, 100, 1);
+    CHECK_U64(live_at(0, 0), KVIX_OK);
+    CHECK_U64(live_at(3, 0), KVIX_OK);
+    CHECK(kvix_seqtrack_replay_want(&T, 1, 10));
+    item it = {0, 1};
+    kvix_seqtrack_replayed(&T, 1, &it);
+    for (uint64_t now = 20; now < 100; now += 10)
+        CHECK(!kvix_seqtrack_replay_want(&T, 1, now)); /* stale, again and again */
+    CHECK_U64(kvix_seqtrack_tick(&T, 100), KVIX_OK);
+    CHECK(!kvix_seqtrack_replaying(&T, NULL));
+    LOG_IS("d0 R1 d1 S C:T2-* d3");
+    teardown();
+}
+
+/* Answers outside [asked, newest live] are refused and counted: a claimed
+ * seq 2^63 is not a loss of everything before it. */
+TEST(replay_answers_out_of_range_refused)
+{
+    setup(16, 100, 1);
+    lives(0, 2);
+    live(5); /* gap: 3..4 asked */
+    CHECK(!kvix_seqtrack_replay_want(&T, UINT64_C(1) << 63, 1));
+    CHECK(!kvix_seqtrack_replay_want(&T, 6, 1)); /* past the newest live (5) */
+    CHECK(!kvix_seqtrack_replay_want(&T, 2, 1)); /* below the start */
+    CHECK_U64(T.counts.refused, 3);
+    CHECK_U64(T.counts.losses, 0);
+    CHECK(kvix_seqtrack_replay_want(&T, 3, 1));
+    item a = {0, 3}, b = {0, 4};
+    kvix_seqtrack_replayed(&T, 3, &a);
+    CHECK(kvix_seqtrack_replay_want(&T, 4, 1));
+    kvix_seqtrack_replayed(&T, 4, &b);
+    CHECK_U64(kvix_seqtrack_replay_end(&T, 2), KVIX_OK);
+    live(6);
+    LOG_IS("d0 d1 d2 R3 d3 d4 S d5 d6");
+    CHECK_U64(T.counts.losses, 0);
+    teardown();
+}
+
+static size_t h_size(void *ctx, const void *it)
+{
+    (void)ctx;
+    (void)it;
+    return 100;
+}
+
+/* Held batches are capped by bytes as well: past the cap, the loss path. */
+TEST(hold_capped_by_bytes)
+{
+    memset(&R, 0, sizeof R);
+    R.replay_ok = 1;
+    kvix_seqtrack_ops ops = hops;
+    ops.size = h_size;
+    kvix_seqtrack_config cfg = {1000, 100, 250}; /* two batches of 100 bytes fit */
+    kvix_seqtrack_init(&T, &cfg, &ops, &R);
+    lives(0, 1);
+    live(3);
+    live(4);
+    CHECK_U64(T.held_bytes, 200);
+    live(5); /* a third would pass 250 bytes: the replay is given up */
+    LOG_IS("d0 d1 R2 S C:O2-* d3 d4 d5");
+    CHECK_U64(T.counts.losses, 1);
+    CHECK_U64(T.held_bytes, 0);
+    teardown();
+}
+
+/* Resumed at a snapshot's last eid + 1: in order goes on, a gap is asked
+ * for, a lower seq is a restart. */
+TEST(resume)
+{
+    setup(16, 100, 1);
+    kvix_seqtrack_resume(&T, 10);
+    live(10);
+    LOG_IS("d10");
+    teardown();
+
+    setup(16, 100, 1);
+    kvix_seqtrack_resume(&T, 10);
+    live(12);
+    LOG_IS("R10");
+    teardown();
+
+    setup(16, 100, 0);
+    kvix_seqtrack_resume(&T, 10);
+    live(12);
+    LOG_IS("C:N10-11 d12");
+    teardown();
+
+    setup(16, 100, 0);
+    kvix_seqtrack_resume(&T, 10);
+    live(3);
+    LOG_IS("X3/0 C:Z0-2 d3");
+    CHECK_U64(T.counts.restarts, 1);
     teardown();
 }
 
@@ -605,7 +706,7 @@ static void s_release(void *ctx, void *p)
 }
 
 static const kvix_seqtrack_ops sops = {s_deliver, s_replay_start, s_replay_stop,
-                                       s_cleared, s_hold,         s_release};
+                                       s_cleared, s_hold,         s_release, NULL};
 
 static void s_live(sim *m, kvix_seqtrack *t, uint64_t seq, uint64_t now)
 {
@@ -656,7 +757,7 @@ static void sim_run(uint64_t seed, int lossy, int epochs, int steps)
     m.buffer = lossy ? 8 : 1000000;
     m.last_live = -1;
     m.fresh = 1;
-    kvix_seqtrack_config cfg = {lossy ? 6 : 100000, 20};
+    kvix_seqtrack_config cfg = {lossy ? 6 : 100000, 20, 0};
     kvix_seqtrack t;
     kvix_seqtrack_init(&t, &cfg, &sops, &m);
     uint64_t now = 0;
