@@ -25,6 +25,7 @@
 #include "cli.h"
 #include "kvix/buf.h"
 #include "kvix/enginepub.h"
+#include "kvix/enginesub.h"
 #include "kvix/event.h"
 #include "kvix/hash.h"
 #include "kvix/logio.h"
@@ -291,25 +292,29 @@ static void connectable(const char *bound, char *out, size_t cap)
 
 static void write_map(replay *r)
 {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", r->map_file, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        cli_die(KVIX_EXIT_IO, "cannot write %s: %s", tmp, strerror(errno));
+    kvix_enginesub_spec *v = calloc(r->npubs ? r->npubs : 1, sizeof *v);
+    if (!v)
+        cli_die(KVIX_EXIT_SYS, "out of memory");
     for (size_t i = 0; i < r->npubs; i++) {
         char ep[KVIX_ENGINEPUB_ENDPOINT_MAX + 32];
+        v[i].worker = r->pubs[i].worker;
+        v[i].dp = r->pubs[i].dp;
         connectable(kvix_enginepub_endpoint(r->pubs[i].p), ep, sizeof ep);
-        fprintf(f, "%" PRIu64 ":%" PRIu32 "=%s", r->pubs[i].worker, r->pubs[i].dp, ep);
+        if (strlen(ep) >= sizeof v[i].endpoint)
+            cli_die(KVIX_EXIT_USAGE, "endpoint %s too long for %s", ep, r->map_file);
+        memcpy(v[i].endpoint, ep, strlen(ep) + 1);
         const char *rep = kvix_enginepub_replay_endpoint(r->pubs[i].p);
         if (rep) {
             connectable(rep, ep, sizeof ep);
-            fprintf(f, " replay=%s", ep);
+            if (strlen(ep) >= sizeof v[i].replay)
+                cli_die(KVIX_EXIT_USAGE, "endpoint %s too long for %s", ep, r->map_file);
+            memcpy(v[i].replay, ep, strlen(ep) + 1);
         }
-        fputc('\n', f);
     }
-    /* Renamed into place whole, so a waiting subscriber never reads half. */
-    if (fflush(f) != 0 || ferror(f) | fclose(f) || rename(tmp, r->map_file) != 0)
-        cli_die(KVIX_EXIT_IO, "cannot write %s: %s", r->map_file, strerror(errno));
+    kvix_err err;
+    if (kvix_enginesub_file_write(r->map_file, v, r->npubs, &err))
+        cli_die(KVIX_EXIT_IO, "%s", err.msg);
+    free(v);
 }
 
 static void service_all(replay *r)

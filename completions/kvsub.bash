@@ -14,9 +14,12 @@ _kvsub() {
     --workers-file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     --replay-timeout) return ;;
     --replay-buffer) return ;;
+    --replay-buffer-bytes) return ;;
+    --max-message) return ;;
+    --resume) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     esac
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--worker -w --replay --model -m --tenant -t --block-size -b --topic --bind --format -f --workers-file --tokens --replay-timeout --replay-buffer --help -h --version -V" -- "$cur"))
+        COMPREPLY=($(compgen -W "--worker -w --replay --model -m --tenant -t --block-size -b --topic --bind --format -f --workers-file --tokens --replay-timeout --replay-buffer --replay-buffer-bytes --max-message --resume --help -h --version -V" -- "$cur"))
         return
     fi
 }

@@ -9,8 +9,11 @@ complete -c kvsub -l bind -d 'bind the endpoints instead of connecting (engines 
 complete -c kvsub -s f -l format -x -a 'ndjson msgpack' -d 'output format (default ndjson)'
 complete -c kvsub -l workers-file -r -F -d 'read ID[:DP]=ENDPOINT [replay=ENDPOINT] lines from FILE; re-read on SIGHUP'
 complete -c kvsub -l tokens -d 'keep each stored block\'s token ids in the events'
-complete -c kvsub -l replay-timeout -x -d 'give up a replay after MS milliseconds (default 5000)'
-complete -c kvsub -l replay-buffer -x -d 'live batches held per worker while a replay runs (default 10000)'
+complete -c kvsub -l replay-timeout -x -d 'give up a recovery MS milliseconds after asking (default 5000)'
+complete -c kvsub -l replay-buffer -x -d 'live batches held per endpoint while a replay runs (default 10000)'
+complete -c kvsub -l replay-buffer-bytes -x -d 'bytes of batches held per endpoint while a replay runs (default 268435456)'
+complete -c kvsub -l max-message -x -d 'largest engine message in bytes; a larger one is a loss (default 67108864)'
+complete -c kvsub -l resume -r -F -d 'start each worker after the last eid the snapshot holds for it'
 complete -c kvsub -s h -l help -d 'print this help and exit'
 complete -c kvsub -s V -l version -d 'print the version and exit'
 complete -c kvsub -f

@@ -34,7 +34,7 @@ assert_grep 'cannot open missing' err
 printf '1=ipc://%s/x\nbogus line\n' "$T" >workers
 run kvsub --workers-file workers
 expect_rc 3
-assert_grep 'workers:2: expected ID\[:DP\]=ENDPOINT' err
+assert_grep "workers:2: bad worker 'bogus' \\(expected ID\\[:DP\\]=ENDPOINT\\)" err
 printf '1=ipc://%s/x colour=blue\n' "$T" >workers
 run kvsub --workers-file workers
 expect_rc 3

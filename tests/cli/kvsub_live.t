@@ -108,7 +108,7 @@ same exp.json
 end
 
 begin "kvsub: dropped batches recovered by replay"
-engine --pub "ipc://$T/pub" --replay "ipc://$T/rep" --drop 0:5,0:6,0:20 --expect exp.json --seed 13
+engine --pub "ipc://$T/pub" --replay "ipc://$T/rep" --drop 5,6,20 --expect exp.json --seed 13
 sub -w "1=ipc://$T/pub" --replay "1=ipc://$T/rep"
 wait_final exp.json
 stop
@@ -121,7 +121,7 @@ stat_is cleared_by_kvsub 0
 end
 
 begin "kvsub: dropped batches, older replay format"
-engine --pub "ipc://$T/pub" --replay "ipc://$T/rep" --old-replay --style array --drop 0:3 \
+engine --pub "ipc://$T/pub" --replay "ipc://$T/rep" --old-replay --style array --drop 3 \
     --expect exp.json --seed 14
 sub -w "1=ipc://$T/pub" --replay "1=ipc://$T/rep"
 wait_final exp.json
@@ -133,7 +133,7 @@ stat_is replays 1
 end
 
 begin "kvsub: dropped batches without a replay endpoint clear the worker"
-engine --pub "ipc://$T/pub" --drop 0:5,0:6,0:20 --expect exp.json --seed 15
+engine --pub "ipc://$T/pub" --drop 5,6,20 --expect exp.json --seed 15
 sub -w "1=ipc://$T/pub"
 wait_final exp.json
 stop
@@ -146,7 +146,7 @@ assert_grep '^\{"type":"cleared","worker":1,"dp":0'
 end
 
 begin "kvsub: a replay buffer that no longer holds the gap"
-engine --pub "ipc://$T/pub" --replay "ipc://$T/rep" --forget 0:7 --drop 0:8 --expect exp.json \
+engine --pub "ipc://$T/pub" --replay "ipc://$T/rep" --forget 7 --drop 8 --expect exp.json \
     --seed 16
 sub -w "1=ipc://$T/pub" --replay "1=ipc://$T/rep"
 wait_final exp.json
@@ -183,19 +183,36 @@ stat_is losses 0
 assert_grep 'new epoch in the topic at seq 25' err
 end
 
-begin "kvsub: two workers, two dp ranks on one endpoint, replay per rank"
-engine --pub "ipc://$T/a" --dps 0,1 --replay "ipc://$T/r0,ipc://$T/r1" --drop 1:4,0:9 \
+# A seq counter is the publisher socket's: one port carrying ranks 0, 1 and 2
+# in turn has no gap but the ones replay fills, so nothing is cleared.
+begin "kvsub: one endpoint, three dp ranks, one seq counter: gaps only replay fills"
+engine --pub "ipc://$T/a" --dps 0,1,2 --replay "ipc://$T/ra" --drop 4,9,10,31 \
     --expect a.json --seed 18
-engine --pub "ipc://$T/b" --worker 2 --style sglang --drop 0:6 --expect b.json --seed 19
-sub -w "1=ipc://$T/a" --replay "1:0=ipc://$T/r0" --replay "1:1=ipc://$T/r1" -w "2=ipc://$T/b"
+engine --pub "ipc://$T/b" --worker 2 --style sglang --drop 6 --expect b.json --seed 19
+sub -w "1=ipc://$T/a" --replay "1=ipc://$T/ra" -w "2=ipc://$T/b"
 wait_final a.json b.json
 stop
 expect_rc 0
 same a.json b.json
-stat_is replays 2
+stat_is replays '[1-9][0-9]*' # one per gap seen, adjacent ones may share
 stat_is losses 1
-assert_grep '"worker":1,"dp":1,'
-assert_grep '"worker":2,"dp":0,'
+stat_is restarts 0
+stat_is cleared_by_kvsub 1 # worker 2's loss (no replay endpoint), nothing of worker 1
+assert_no_grep '"type":"cleared","worker":1,[^}]*"medium":"gpu"\}$' out # kvsub's own: no eid
+for dp in 0 1 2; do assert_grep "\"worker\":1,\"dp\":$dp,"; done
+end
+
+# A loss on a port carrying several ranks clears every rank seen on it.
+begin "kvsub: a loss on a multi-rank endpoint clears every rank seen on it"
+engine --pub "ipc://$T/a" --dps 0,1,2 --drop 7 --expect a.json --seed 28
+sub -w "1=ipc://$T/a"
+wait_final a.json
+stop
+expect_rc 0
+same a.json
+stat_is losses 1
+stat_is cleared_by_kvsub 3
+for dp in 0 1 2; do assert_grep "^\\{\"type\":\"cleared\",\"worker\":1,\"dp\":$dp,"; done
 end
 
 begin "kvsub: --bind, the engine connects (oldest vLLM batches without a rank)"
@@ -217,7 +234,7 @@ sub --workers-file workers
 wait_final a.json
 printf '2=ipc://%s/b replay=ipc://%s/rb\n' "$T" "$T" >workers
 kill -HUP "$KPID"
-engine --pub "ipc://$T/b" --replay "ipc://$T/rb" --worker 2 --drop 0:2 --expect b.json --seed 22
+engine --pub "ipc://$T/b" --replay "ipc://$T/rb" --worker 2 --drop 2 --expect b.json --seed 22
 wait_final b.json
 stop
 expect_rc 0
@@ -229,41 +246,53 @@ stat_is replays 1
 end
 
 begin "kvsub: hostile frames and payloads are counted, the rest goes on"
-sub -w "7=ipc://$T/h" -b 16
-timeout 30 "$PY" - "ipc://$T/h" <<'EOF'
+sub -w "7=ipc://$T/h" -w "8=ipc://$T/h2" -b 16
+timeout 30 "$PY" - "ipc://$T/h" "ipc://$T/h2" <<'EOF'
 import sys, time, msgpack, zmq
-s = zmq.Context().socket(zmq.XPUB)
+ctx = zmq.Context()
+s, s2 = ctx.socket(zmq.XPUB), ctx.socket(zmq.XPUB)
 s.bind(sys.argv[1])
-s.recv()  # a subscriber joined
+s2.bind(sys.argv[2])
+s.recv()  # subscribers joined
+s2.recv()
 time.sleep(0.1)
 seq = lambda n: n.to_bytes(8, "big")
 good = lambda n: msgpack.packb([1.0, [{"type": "BlockStored", "block_hashes": [n + 1],
                                        "parent_block_hash": None, "token_ids": list(range(16)),
                                        "block_size": 16}], None])
 s.send_multipart([b"", seq(0), good(0)])
+s2.send_multipart([b"", seq(0), good(100)])
 s.send_multipart([b"", seq(1)])                       # 2 frames
 s.send_multipart([b"", seq(1), good(1), b"extra"])    # 4 frames
 s.send_multipart([b"", b"\x01\x02", good(1)])          # a 2-byte seq
 s.send_multipart([b"", seq(1), b"\xdd\xff\xff\xff\xff"])  # a huge declared array
 s.send_multipart([b"", seq(2), good(2)[:-3]])         # truncated
 s.send_multipart([b"", seq(3), b"\xc1garbage"])
-for dp in range(1, 4101):  # ranks are untrusted: kvsub follows at most 4096 (worker, dp)
-    s.send_multipart([b"", seq(0), msgpack.packb([1.0, [], dp])])
-    if dp % 500 == 0:
+# Ranks are untrusted: one endpoint's batches follow at most 1024 ranks (dp 0,
+# the registered one, and 1..1023); the other endpoint is not starved.
+for dp in range(1, 1101):
+    s.send_multipart([b"", seq(3 + dp), msgpack.packb(
+        [1.0, [{"type": "BlockRemoved", "block_hashes": [5]}], dp])])
+    if dp % 200 == 0:
         time.sleep(0.05)
-s.send_multipart([b"", seq(4), good(4)])
+s.send_multipart([b"", seq(1104), good(1104)])
+s2.send_multipart([b"", seq(1), good(101)])
 time.sleep(0.5)
 EOF
-for i in $(seq 100); do grep -q '"eid":4' out && break; sleep 0.1; done
+for i in $(seq 100); do grep -q '"eid":1104' out && grep -q '"worker":8,.*"eid":1,' out && break; sleep 0.1; done
 stop
 expect_rc 1
 stat_is bad_frames 3
 stat_is decode_errors 3
-stat_is batches 4097
-stat_is dropped 5
-stat_is losses 1
+stat_is losses 3 # each undecodable batch: its events are unknown
+stat_is batches 1027
+stat_is dropped 77
+assert_grep 'message from ipc://.*/h dropped: seq frame of 2 bytes \(expected 8\)' err
+assert_grep 'message of 2 frames from ipc://.*/h dropped' err
+assert_grep 'more than 1024 ranks' err
 assert_grep '"eid":0,'
-assert_grep '"eid":4,'
+assert_grep '"eid":1104,'
+assert_grep '"worker":8,"dp":0,.*"eid":1,'
 end
 
 begin "kvsub: a reader that goes away (EPIPE) is a clean stop"

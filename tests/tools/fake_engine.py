@@ -13,17 +13,17 @@ state, and so what a correct subscriber must end up holding.
 
 publish options:
   --worker ID            the worker id the subscriber registered (for EXPECT)
-  --dps 0,1              data-parallel ranks multiplexed on this endpoint, each with
-                         its own seq counter (batch field dp)
-  --replay EP[,EP...]    a replay ROUTER per rank (bound)
+  --dps 0,1              data-parallel ranks multiplexed on this endpoint (batch field
+                         dp), in turn; the seq counter is the socket's, shared by them
+  --replay EP            the replay ROUTER (bound)
   --old-replay           answer replays as ["", seq, payload] (older vLLM, SGLang)
   --connect              connect the publisher (the subscriber binds)
   --style map|array|array6|sglang|bin   event encoding (default map)
   --batches N            batches per rank (default 40)
   --bs N                 block size (default 16)
-  --drop R:S,...         do not send seq S of rank R (it stays in the replay buffer)
-  --forget R:S,...       do not send seq S of rank R and keep it out of the replay buffer
-  --restart-after N      after N batches of every rank, restart: close and re-bind the
+  --drop S,...           do not send seq S (it stays in the replay buffer)
+  --forget S,...         do not send seq S and keep it out of the replay buffer
+  --restart-after N      after N rounds of batches (one per rank), restart: close and re-bind the
                          sockets, counters from 0, cache and replay buffer empty
   --restart-skip N       the first N batches after the restart are not sent (replayable)
   --epoch                topics carry SGLang's "\0sgl-kv-epoch=<id>", a new id per run
@@ -57,22 +57,21 @@ def local_hash(tokens, lora=None):
 class Rank:
     """One data-parallel rank: its seq counter, cache and replay buffer."""
 
-    def __init__(self, dp, rng, buffer_steps):
+    def __init__(self, dp, rng):
         self.dp = dp
         self.rng = rng
-        self.seq = 0
+        self.seq = 0  # the seq of the batch being made (the socket's counter)
+        self.last = -1  # seq of this rank's last batch
         self.cache = {}  # engine hash -> (parent, local)
         self.children = {}  # engine hash -> number of cached children
-        self.buffer = []  # (seq, payload)
-        self.buffer_steps = buffer_steps
         self.loss_floor = -1  # blocks stored in batches <= this seq are lost to a subscriber
         self.stored_at = {}  # engine hash -> seq of the batch that stored it
 
     def restart(self):
         self.seq = 0
+        self.last = -1
         self.cache.clear()
         self.children.clear()
-        self.buffer.clear()
         self.loss_floor = -1
         self.stored_at.clear()
 
@@ -168,11 +167,7 @@ def encode(events, dp, style, ts):
 
 
 def parse_seqs(s):
-    out = set()
-    for item in filter(None, (s or "").split(",")):
-        r, q = item.split(":") if ":" in item else ("0", item)
-        out.add((int(r), int(q)))
-    return out
+    return {int(item) for item in filter(None, (s or "").split(","))}
 
 
 class Engine:
@@ -180,8 +175,10 @@ class Engine:
         self.a = a
         self.ctx = zmq.Context()
         self.rng = random.Random(a.seed)
-        self.ranks = [Rank(int(d), self.rng, a.buffer) for d in a.dps.split(",")]
-        self.replay_eps = a.replay.split(",") if a.replay else []
+        self.ranks = [Rank(int(d), self.rng) for d in a.dps.split(",")]
+        self.replay_eps = [a.replay] if a.replay else []
+        self.seq = 0  # one counter per publisher socket, whatever the ranks
+        self.buffer = []  # (seq, payload)
         self.pub = None
         self.routers = []
         self.subscribed = 0
@@ -230,14 +227,13 @@ class Engine:
                     if m[:1] == b"\x01":
                         self.subscribed += 1
                 continue
-            rank = self.ranks[self.routers.index(sock)]
             while True:
                 try:
                     frames = sock.recv_multipart(zmq.NOBLOCK)
                 except zmq.Again:
                     break
                 ident, start = frames[0], int.from_bytes(frames[-1], "big")
-                for seq, payload in rank.buffer:
+                for seq, payload in self.buffer:
                     if seq >= start:
                         s8 = seq.to_bytes(8, "big")
                         if self.a.old_replay:
@@ -259,17 +255,20 @@ class Engine:
 
     def publish(self, rank, events, final=False):
         payload = encode(events, rank.dp, self.a.style, time.time())
-        seq = rank.seq
-        rank.seq += 1
-        key = (rank.dp, seq)
+        seq = self.seq
+        self.seq += 1
+        rank.last = seq
+        key = seq
         if key not in self.forget:
-            rank.buffer.append((seq, payload))
-            del rank.buffer[:-rank.buffer_steps]
+            self.buffer.append((seq, payload))
+            del self.buffer[:-self.a.buffer]
         if key in self.drop or key in self.forget:
             lost = key in self.forget or not self.routers
             if lost:
-                # A subscriber clears this rank when it sees the gap (at seq + 1).
-                rank.loss_floor = seq
+                # A subscriber clears every rank of the endpoint when it sees
+                # the gap (at seq + 1).
+                for r in self.ranks:
+                    r.loss_floor = seq
             return
         self.pub.send_multipart([self.topic, seq.to_bytes(8, "big"), payload])
 
@@ -286,14 +285,17 @@ class Engine:
                 self.close()
                 for r in self.ranks:
                     r.restart()
+                self.seq = 0
+                self.buffer.clear()
                 # the first batches of the new run go unseen (still in its replay buffer)
-                self.drop = {(r.dp, q) for r in self.ranks for q in range(a.restart_skip)}
+                self.drop = set(range(a.restart_skip))
                 self.forget = set()
                 self.new_topic()
                 time.sleep(0.3)
                 self.open()
                 self.wait_subscriber()
             for r in self.ranks:
+                r.seq = self.seq
                 evs = r.make_events(a.bs)
                 if i == a.batches - 1:  # the last batch always stores, and is never dropped
                     while not any(e[0] == "stored" for e in evs):
@@ -310,7 +312,7 @@ class Engine:
     def write_expect(self):
         blocks, final, chains = [], [], []
         for r in self.ranks:
-            final.append([self.a.worker, r.dp, r.seq - 1])
+            final.append([self.a.worker, r.dp, r.last])
             held = {h for h in r.cache if r.stored_at.get(h, -1) > r.loss_floor}
             for h in held:
                 blocks.append([self.a.worker, r.dp, "%016x" % h, "%016x" % r.cache[h][1]])
