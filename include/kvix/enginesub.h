@@ -1,5 +1,6 @@
 /* kvix: subscribe to engines' KV-event publishers (the subscriber half of
- * ../shared/docs/vllm-wire.md; kvix/enginepub.h is the publisher half).
+ * wire described in kvsub(1), examples in tests/fixtures/vllm; kvix/enginepub.h is the
+ * publisher half).
  *
  * A kvix_enginesub owns the ZMQ subscriptions of a set of workers. Each
  * subscription is one SUB socket on one endpoint (ID[:DP]=ENDPOINT, with an
