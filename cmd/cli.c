@@ -71,7 +71,7 @@ int cli_exit_for(int st)
 {
     switch (st) {
     case KVIX_OK: case KVIX_EOF: return KVIX_EXIT_OK;
-    case KVIX_EIO: case KVIX_ENOTFOUND: return KVIX_EXIT_IO;
+    case KVIX_EIO: case KVIX_ENOTFOUND: case KVIX_EBUSY: return KVIX_EXIT_IO;
     case KVIX_ECORRUPT: return KVIX_EXIT_CORRUPT;
     case KVIX_ENOMEM: case KVIX_ESYS: return KVIX_EXIT_SYS;
     }

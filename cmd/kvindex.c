@@ -498,6 +498,8 @@ int main(int argc, char **argv)
         case 'v': k.verbose = 1; break;
         }
     }
+    if (k.snap && !*k.snap)
+        cli_usage_error("empty snapshot path (-s)");
     if (k.query_only && !k.snap)
         cli_usage_error("-q needs a snapshot to answer from (-s FILE)");
     if (k.query_only && (k.save_every_events || k.save_every_secs))
@@ -525,6 +527,15 @@ int main(int argc, char **argv)
         cli_die(cli_exit_for(rc), "%s", err.msg);
     k.progress = !k.quiet && isatty(STDERR_FILENO);
     install_signals(k.progress || k.save_every_secs > 0);
+    kvix_snapshot_lock *lock = NULL;
+    if (k.snap && !k.query_only) {
+        /* Before anything is read: the last of two savers would erase the
+         * other's events, and a path that can never be saved must fail now,
+         * not at the end of the input. */
+        rc = kvix_snapshot_lock_take(&lock, k.snap, &err);
+        if (rc)
+            cli_die(cli_exit_for(rc), "cannot lock %s: %s", k.snap, err.msg);
+    }
     if (k.snap)
         load(&k);
     kvix_index_totals(k.idx, &k.base);
@@ -564,5 +575,7 @@ int main(int argc, char **argv)
     kvix_buf_release(&k.out);
     kvix_index_free(k.idx);
     free(k.names);
-    return cli_finish(code);
+    code = cli_finish(code);
+    kvix_snapshot_lock_release(lock); /* after the last save and output */
+    return code;
 }

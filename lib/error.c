@@ -30,6 +30,7 @@ const char *kvix_status_name(int code)
     case KVIX_ENOTFOUND: return "not found";
     case KVIX_ESYS: return "system error";
     case KVIX_EOF: return "end of input";
+    case KVIX_EBUSY: return "in use";
     }
     return "unknown error";
 }

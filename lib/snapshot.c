@@ -242,12 +242,17 @@ int kvix_snapshot_writer_open(kvix_snapshot_writer **out, const char *path, kvix
     if (!w)
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a snapshot writer");
     w->fd = -1;
+    int rc = kvix_snapshot_resolve(path, &w->path, err);
+    if (rc) {
+        kvix_snapshot_writer_abort(w);
+        return rc;
+    }
+    path = w->path; /* from here on, the file the path names */
     size_t pl = strlen(path);
-    w->path = strdup(path);
     w->tmp = malloc(pl + 16);
     w->buf = malloc(WBUF_BYTES);
     w->xs = XXH3_createState();
-    if (!w->path || !w->tmp || !w->buf || !w->xs) {
+    if (!w->tmp || !w->buf || !w->xs) {
         free(w->tmp);
         w->tmp = NULL;
         kvix_snapshot_writer_abort(w);

@@ -49,7 +49,8 @@ typedef struct kvix_snapshot_info {
 typedef struct kvix_snapshot_writer kvix_snapshot_writer;
 
 /* Start writing a snapshot that will replace path on commit: creates a
- * unique temporary file beside it. *out is owned by the caller and must be
+ * unique temporary file beside it. A symbolic link is followed (its target
+ * is replaced, the link stays: kvix_snapshot_resolve). *out is owned by the caller and must be
  * ended by kvix_snapshot_writer_commit or kvix_snapshot_writer_abort. */
 int kvix_snapshot_writer_open(kvix_snapshot_writer **out, const char *path, kvix_err *err);
 
@@ -76,6 +77,30 @@ void kvix_snapshot_writer_abort(kvix_snapshot_writer *w);
  * The index must be quiet (see index.h). info may be NULL. */
 int kvix_snapshot_save(kvix_index *idx, const char *path, kvix_snapshot_info *info,
                        kvix_err *err);
+
+/* ---- one writer per snapshot ------------------------------------------ */
+
+/* The name a save of path writes: path with its symbolic links followed
+ * (the last component's, hop by hop; a dangling link names its target), so
+ * a save replaces the link's target and the link stays. *out is owned by the
+ * caller (free). KVIX_EINVAL for an empty path. */
+int kvix_snapshot_resolve(const char *path, char **out, kvix_err *err);
+
+typedef struct kvix_snapshot_lock kvix_snapshot_lock;
+
+/* Take the exclusive lock of the snapshot path names, for as long as the
+ * caller keeps it: an flock(2) on TARGET.lock beside the file path resolves
+ * to (kvix_snapshot_resolve), created if missing and never removed; the
+ * holder's pid is written into it. Never waits: another holder gives
+ * KVIX_EBUSY (its pid in the message); a lock file that cannot be created
+ * gives KVIX_ENOTFOUND (no such folder) or KVIX_EIO. The lock dies with the
+ * process, so a crash leaves none behind. *out is owned by the caller:
+ * kvix_snapshot_lock_release. Saves and loads do not take it themselves. */
+int kvix_snapshot_lock_take(kvix_snapshot_lock **out, const char *path, kvix_err *err);
+/* The lock file's name (owned by l). */
+const char *kvix_snapshot_lock_path(const kvix_snapshot_lock *l);
+/* Drop the lock and free l. NULL is fine. */
+void kvix_snapshot_lock_release(kvix_snapshot_lock *l);
 
 /* ---- reading ---------------------------------------------------------- */
 
