@@ -36,7 +36,7 @@
 enum {
     O_FAST = 0x100, O_SINCE, O_UNTIL, O_SINCE_EID, O_UNTIL_EID, O_NO_QUERIES, O_STRICT,
     O_PUB, O_REPLAY_EP, O_REPLAY_BUFFER, O_WIRE, O_PUB_WAIT, O_PUB_HOLD, O_MAP_FILE, O_TOPIC,
-    O_MOONCAKE, O_WORKERS, O_CAPACITY, O_ROUTE, O_SEED, O_MODEL, O_TOKENS, O_FINAL_STATE,
+    O_MOONCAKE, O_WORKERS, O_CAPACITY, O_ROUTE, O_SEED, O_MODEL, O_TOKENS, O_FINAL_STATE, O_COPIES,
 };
 
 static const cli_opt options[] = {
@@ -75,6 +75,8 @@ static const cli_opt options[] = {
     {O_SEED, 0, "seed", "N", NULL, "mooncake: seed of the routing generator (default 0)"},
     {O_MODEL, 0, "model", "NAME", NULL, "mooncake: model name of the records (default \"default\")"},
     {O_TOKENS, 0, "tokens", NULL, NULL, "mooncake: stored events carry their token ids (needed by --pub)"},
+    {O_COPIES, 0, "copies", "K", NULL,
+     "mooncake: play the trace K times side by side (disjoint hash ids and workers; default 1)"},
     {O_FINAL_STATE, 0, "final-state", "FILE", "file",
      "mooncake: write each worker's final cache as 'worker engine local depth' lines"},
     {0, 0, NULL, NULL, NULL, NULL},
@@ -748,7 +750,7 @@ static int run_mooncake(replay *r, mooncake_args *a)
         cli_usage_error("%s", err.msg);
     if (r->pub) {
         size_t cap = 0;
-        for (uint32_t w = 0; w < a->o.workers; w++) {
+        for (uint32_t w = 0; w < a->o.workers * a->o.copies; w++) {
             kvix_event probe = {.worker = w, .dp = 0};
             if (keep_worker(r, &probe))
                 add_pub_key(r, &cap, w, 0);
@@ -791,6 +793,16 @@ static int run_mooncake(replay *r, mooncake_args *a)
         }
         rc = kvix_mooncake_step(m, &req, kvix_mooncake_trace_line(t) - 1, emit, r, &err);
         n++;
+        if (rc == KVIX_ERANGE) { /* nothing of it played */
+            cli_warn("bad request at %s:%" PRIu64 ": %s", a->trace, kvix_mooncake_trace_line(t),
+                     err.msg);
+            r->rejected++;
+            if (r->strict) {
+                code = KVIX_EXIT_STRICT;
+                break;
+            }
+            continue;
+        }
         if (rc < 0)
             cli_die(cli_exit_for(rc), "%s", err.msg);
         if (rc > 0 || r->fatal)
@@ -943,11 +955,15 @@ int main(int argc, char **argv)
         case O_MODEL: mc.o.model = arg; mooncake_only = 1; break;
         case O_TOKENS: mc.o.tokens = 1; mooncake_only = 1; break;
         case O_FINAL_STATE: mc.final_state = arg; mooncake_only = 1; break;
+        case O_COPIES:
+            mc.o.copies = (uint32_t)cli_parse_uint(arg, 1, KVIX_MOONCAKE_COPIES_MAX, "--copies");
+            mooncake_only = 1;
+            break;
         }
     }
     if (mooncake_only && !mc.trace)
-        cli_usage_error("--workers, --capacity, --route, --seed, --model, --tokens and "
-                        "--final-state need --mooncake");
+        cli_usage_error("--workers, --capacity, --route, --seed, --model, --tokens, "
+                        "--final-state and --copies need --mooncake");
     if (mc.trace && optind < argc)
         cli_usage_error("--mooncake reads a trace, not logs: '%s'", argv[optind]);
     if ((r.map_file || r.replay_ep || r.topic || r.replay_buffer) && !r.pub)

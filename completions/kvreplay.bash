@@ -27,10 +27,11 @@ _kvreplay() {
     --route) COMPREPLY=($(compgen -W "random best" -- "$cur")); return ;;
     --seed) return ;;
     --model) return ;;
+    --copies) return ;;
     --final-state) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     esac
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--format -f --fast --speed -x --rate -r --since --until --since-eid --until-eid --worker -w --no-queries --limit -n --strict --quiet -q --pub --map-file --replay-endpoint --replay-buffer --wire --topic --pub-wait --pub-hold --mooncake --workers --capacity --route --seed --model --tokens --final-state --help -h --version -V" -- "$cur"))
+        COMPREPLY=($(compgen -W "--format -f --fast --speed -x --rate -r --since --until --since-eid --until-eid --worker -w --no-queries --limit -n --strict --quiet -q --pub --map-file --replay-endpoint --replay-buffer --wire --topic --pub-wait --pub-hold --mooncake --workers --capacity --route --seed --model --tokens --copies --final-state --help -h --version -V" -- "$cur"))
         return
     fi
     COMPREPLY=($(compgen -f -- "$cur"))

@@ -241,8 +241,10 @@ typedef struct worker {
 
 struct kvix_mooncake {
     kvix_mooncake_opts o;
+    uint32_t nw; /* workers x copies */
     char model[KVIX_NAME_MAX];
-    uint64_t rng, clock;
+    uint64_t *rng; /* per copy: copy k draws from seed + k */
+    uint64_t clock;
     worker *w;
     node *nodes;
     size_t nnodes, cap_nodes;
@@ -264,6 +266,7 @@ void kvix_mooncake_opts_init(kvix_mooncake_opts *o)
     o->capacity = 16384;
     o->route = KVIX_ROUTE_RANDOM;
     o->queries = 1;
+    o->copies = 1;
 }
 
 int kvix_mooncake_new(kvix_mooncake **out, const kvix_mooncake_opts *o, kvix_err *err)
@@ -276,18 +279,29 @@ int kvix_mooncake_new(kvix_mooncake **out, const kvix_mooncake_opts *o, kvix_err
                             KVIX_MOONCAKE_WORKERS_MAX, KVIX_MOONCAKE_CAPACITY_MAX);
     if (o->route != KVIX_ROUTE_RANDOM && o->route != KVIX_ROUTE_BEST)
         return kvix_err_set(err, KVIX_EINVAL, "unknown route");
+    uint32_t copies = o->copies ? o->copies : 1;
+    if (copies > KVIX_MOONCAKE_COPIES_MAX ||
+        (uint64_t)o->workers * copies > KVIX_MOONCAKE_WORKERS_MAX)
+        return kvix_err_set(err, KVIX_ELIMIT,
+                            "%u copies of %u workers: at most %u copies and %u workers in all",
+                            copies, o->workers, KVIX_MOONCAKE_COPIES_MAX,
+                            KVIX_MOONCAKE_WORKERS_MAX);
     kvix_mooncake *m = calloc(1, sizeof *m);
-    if (!m || !(m->w = calloc(o->workers, sizeof *m->w)) ||
+    if (!m || !(m->w = calloc((size_t)o->workers * copies, sizeof *m->w)) ||
         !(m->tied = malloc(o->workers * sizeof *m->tied)) ||
+        !(m->rng = malloc(copies * sizeof *m->rng)) ||
         !(m->slots = malloc(1024 * sizeof *m->slots))) {
         if (m) {
             free(m->w);
             free(m->tied);
+            free(m->rng);
         }
         free(m);
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
     }
     m->o = *o;
+    m->o.copies = copies;
+    m->nw = o->workers * copies;
     int rc = kvix_event_set_name(m->model, o->model ? o->model : "default",
                                  strlen(o->model ? o->model : "default"), err);
     if (rc) {
@@ -295,7 +309,8 @@ int kvix_mooncake_new(kvix_mooncake **out, const kvix_mooncake_opts *o, kvix_err
         return rc;
     }
     m->o.model = m->model;
-    m->rng = o->seed;
+    for (uint32_t k = 0; k < copies; k++)
+        m->rng[k] = o->seed + k;
     m->nslots = 1024;
     memset(m->slots, 0xff, 1024 * sizeof *m->slots);
     m->free_node = -1;
@@ -309,7 +324,7 @@ void kvix_mooncake_free(kvix_mooncake *m)
     if (!m)
         return;
     if (m->w)
-        for (uint32_t i = 0; i < m->o.workers; i++)
+        for (uint32_t i = 0; i < m->nw; i++)
             free(m->w[i].heap);
     free(m->w);
     free(m->nodes);
@@ -318,6 +333,7 @@ void kvix_mooncake_free(kvix_mooncake *m)
     free(m->engine);
     free(m->path);
     free(m->tied);
+    free(m->rng);
     kvix_event_release(&m->ev);
     free(m);
 }
@@ -549,13 +565,15 @@ static uint32_t cached_prefix(const kvix_mooncake *m, uint32_t w, size_t n)
     return k;
 }
 
-static uint32_t route(kvix_mooncake *m, size_t n)
+/* A worker of copy c: c * workers .. (c + 1) * workers - 1. */
+static uint32_t route(kvix_mooncake *m, size_t n, uint32_t copy)
 {
-    uint64_t draw = kvix_splitmix64(&m->rng);
+    uint32_t base = copy * m->o.workers;
+    uint64_t draw = kvix_splitmix64(&m->rng[copy]);
     if (m->o.route == KVIX_ROUTE_RANDOM)
-        return (uint32_t)(draw % m->o.workers);
+        return base + (uint32_t)(draw % m->o.workers);
     uint32_t best = 0, ntied = 0;
-    for (uint32_t w = 0; w < m->o.workers; w++) {
+    for (uint32_t w = base; w < base + m->o.workers; w++) {
         uint32_t k = cached_prefix(m, w, n);
         if (k > best || ntied == 0) {
             best = k;
@@ -581,8 +599,21 @@ static void event_base(kvix_mooncake *m, int type, uint32_t w, double ts)
     }
 }
 
-int kvix_mooncake_step(kvix_mooncake *m, const kvix_mooncake_req *r, uint64_t id,
-                       kvix_mooncake_emit_fn fn, void *ctx, kvix_err *err)
+/* Copy k of K splits the token space in K equal ranges: hash id x plays as
+ * x + k * (2^32 / K), the token of its blocks (so copy 0 keeps the trace's
+ * tokens and hashes). */
+static inline uint64_t copy_stride(const kvix_mooncake *m)
+{
+    return (UINT64_C(1) << 32) / m->o.copies;
+}
+
+static inline uint32_t copy_id(const kvix_mooncake *m, uint32_t x, uint32_t k)
+{
+    return (uint32_t)(x + k * copy_stride(m));
+}
+
+static int step_copy(kvix_mooncake *m, const kvix_mooncake_req *r, uint64_t id, uint32_t k,
+                     kvix_mooncake_emit_fn fn, void *ctx, kvix_err *err)
 {
     size_t full = r->input_length / KVIX_MOONCAKE_BS;
     if (full > r->nids)
@@ -599,7 +630,7 @@ int kvix_mooncake_step(kvix_mooncake *m, const kvix_mooncake_req *r, uint64_t id
     for (size_t i = 0; i < full; i++) {
         uint32_t t[KVIX_MOONCAKE_BS];
         for (size_t j = 0; j < KVIX_MOONCAKE_BS; j++)
-            t[j] = r->ids[i];
+            t[j] = copy_id(m, r->ids[i], k);
         m->local[i] = kvix_hash_local(t, KVIX_MOONCAKE_BS, KVIX_HASH_SEED);
         m->engine[i] = i ? kvix_hash_seq_next(prev, m->local[i]) : m->local[i];
         prev = m->engine[i];
@@ -607,13 +638,13 @@ int kvix_mooncake_step(kvix_mooncake *m, const kvix_mooncake_req *r, uint64_t id
     double ts = (double)r->timestamp_ms / 1000.0;
     m->st.requests++;
     m->st.query_blocks += full;
-    uint32_t wi = route(m, full);
+    uint32_t wi = route(m, full, k);
     worker *w = &m->w[wi];
 
     if (m->o.queries) {
         event_base(m, KVIX_EV_QUERY, 0, ts);
         m->ev.has_id = 1;
-        snprintf(m->ev.id, sizeof m->ev.id, "%" PRIu64, id);
+        snprintf(m->ev.id, sizeof m->ev.id, "%" PRIu64, id * m->o.copies + k);
         if ((rc = kvix_event_reserve_hashes(&m->ev, full, err)))
             return rc;
         memcpy(m->ev.hashes, m->local, full * sizeof *m->local);
@@ -695,12 +726,34 @@ int kvix_mooncake_step(kvix_mooncake *m, const kvix_mooncake_req *r, uint64_t id
         b->seq = m->engine[i];
         if (m->o.tokens) {
             for (size_t j = 0; j < KVIX_MOONCAKE_BS; j++)
-                m->ev.tokens[m->ev.ntokens++] = r->ids[i];
+                m->ev.tokens[m->ev.ntokens++] = copy_id(m, r->ids[i], k);
         }
     }
     m->st.stored_events++;
     m->st.stored_blocks += nstore;
     return fn(ctx, &m->ev);
+}
+
+int kvix_mooncake_step(kvix_mooncake *m, const kvix_mooncake_req *r, uint64_t id,
+                       kvix_mooncake_emit_fn fn, void *ctx, kvix_err *err)
+{
+    uint32_t copies = m->o.copies;
+    if (copies > 1) {
+        for (size_t i = 0; i < r->nids; i++)
+            if (r->ids[i] >= copy_stride(m))
+                return kvix_err_set(err, KVIX_ERANGE,
+                                    "hash id %" PRIu32 " too large for %" PRIu32 " copies",
+                                    r->ids[i], copies);
+        if (id > (UINT64_MAX - (copies - 1)) / copies)
+            return kvix_err_set(err, KVIX_ERANGE, "request %" PRIu64 " too late for %" PRIu32
+                                " copies", id, copies);
+    }
+    for (uint32_t k = 0; k < copies; k++) {
+        int rc = step_copy(m, r, id, k, fn, ctx, err);
+        if (rc)
+            return rc;
+    }
+    return KVIX_OK;
 }
 
 typedef struct visit {

@@ -29,6 +29,14 @@
  *    null) for the missing blocks (if any). ts = timestamp / 1000 (seconds
  *    from the trace start); eid counts each worker's events from 0; dp 0;
  *    workers are numbered 0..N-1.
+ *  - Copies (Dynamo's duplicate_hash_space): with K copies the trace is
+ *    played K times side by side, as K disjoint fleets of N workers with
+ *    disjoint hash ids. Copy k of a request plays hash id x as the token
+ *    x + k * floor(2^32 / K) (so x must be below 2^32 / K), on workers
+ *    k * N .. (k + 1) * N - 1, routed by a generator of its own seeded with
+ *    seed + k; its query's id is id * K + k. The K copies of each request
+ *    are emitted back to back, copy 0 first. Stats count each copy as a
+ *    request. Copy 0 is the trace itself played alone, but for query ids.
  *
  * Deterministic: the same trace, options and seed give the same events. */
 #ifndef KVIX_MOONCAKE_H
@@ -47,7 +55,8 @@ extern "C" {
 #define KVIX_MOONCAKE_BS 512u              /* tokens per hash id */
 #define KVIX_MOONCAKE_LINE_MAX (4u << 20)  /* longest trace line, bytes */
 #define KVIX_MOONCAKE_IDS_MAX 32768u       /* hash ids in one request (x512 tokens fits an event) */
-#define KVIX_MOONCAKE_WORKERS_MAX 65536u
+#define KVIX_MOONCAKE_WORKERS_MAX 65536u /* workers x copies */
+#define KVIX_MOONCAKE_COPIES_MAX 4096u
 #define KVIX_MOONCAKE_CAPACITY_MAX (1u << 26)
 
 /* One trace request. Owns ids. */
@@ -90,6 +99,7 @@ typedef struct kvix_mooncake_opts {
     const char *model;    /* NULL = "default"; copied */
     int tokens;           /* stored events carry their token ids (for --pub) */
     int queries;          /* emit a query per request (default 1) */
+    uint32_t copies;      /* copies of the trace side by side (default 1) */
 } kvix_mooncake_opts;
 
 void kvix_mooncake_opts_init(kvix_mooncake_opts *o);
@@ -105,7 +115,9 @@ void kvix_mooncake_free(kvix_mooncake *m);
  * (returned as is by kvix_mooncake_step). */
 typedef int (*kvix_mooncake_emit_fn)(void *ctx, const kvix_event *ev);
 
-/* Play one request with index id (the query's id). */
+/* Play one request with index id (the query's id), once per copy.
+ * KVIX_ERANGE (nothing played) when a hash id or id times the copies does
+ * not fit. */
 int kvix_mooncake_step(kvix_mooncake *m, const kvix_mooncake_req *r, uint64_t id,
                        kvix_mooncake_emit_fn fn, void *ctx, kvix_err *err);
 

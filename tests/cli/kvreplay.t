@@ -118,6 +118,59 @@ assert_grep "1 skipped" err
 assert_grep "2 partial" err
 end
 
+# --copies K: copy k of the log is, record for record, the log of the trace
+# with hash id x written x+k*floor(2^32/K), played alone with seed+k, its workers moved
+# up by k*N and its query ids written id*K+k; the K copies of each request
+# come back to back.
+begin "mooncake: --copies K plays K disjoint copies of the trace, back to back"
+run kvreplay -q --mooncake "$CONV" --workers 5 --capacity 120 --seed 3 --limit 400
+expect_rc 0
+mv out one
+run kvreplay -q --mooncake "$CONV" --workers 5 --capacity 120 --seed 3 --limit 400 --copies 1
+cmp -s out one || fail "--copies 1 differs from the trace played alone"
+run kvreplay --mooncake "$CONV" --workers 5 --capacity 120 --seed 3 --limit 400 --copies 3
+expect_rc 0
+mv out three
+assert_grep "mooncake: 1200 requests" err
+for k in 0 1 2; do
+    xz -dc "$CONV" | head -n 400 |
+        jq -c --argjson k "$k" '.hash_ids |= map(. + $k * 1431655765)' >"trace$k.jsonl"
+    run kvreplay -q --mooncake "trace$k.jsonl" --workers 5 --capacity 120 --seed $((3 + k))
+    expect_rc 0
+    jq -c --argjson k "$k" 'if .type == "query" then .id = .id * 3 + $k
+        else .worker = .worker + 5 * $k end' out >"want$k"
+    jq -c --argjson k "$k" 'select((.type == "query" and .id % 3 == $k)
+        or (.type != "query" and (.worker / 5 | floor) == $k))' three >"got$k"
+    [ -s "want$k" ] || fail "empty copy $k"
+    cmp -s "got$k" "want$k" || fail "copy $k differs from its trace played alone"
+done
+jq -c 'if .type == "query" then .id = .id * 3 else . end' one | cmp -s got0 - ||
+    fail "copy 0 differs from the trace itself (but for query ids)"
+# back to back: request r's records (copy 0, then 1, then 2) come before r+1's
+jq -r 'select(.type == "query") | .id' three >ids
+seq 0 1199 | cmp -s - ids || fail "queries not in request order, copies back to back"
+jq -r 'if .type == "query" then "q \(.id % 3)" else "e \(.worker / 5 | floor)" end' three |
+    awk '$1 == "q" { c = $2 } $1 == "e" && $2 != c { bad = 1 } END { exit bad }' ||
+    fail "an event is not with its copy's query"
+# the copies' hash ids are disjoint
+jq -r 'select(.type == "stored") | .blocks[].local' got0 | sort -u >l0
+jq -r 'select(.type == "stored") | .blocks[].local' got1 | sort -u >l1
+[ -s l0 ] || fail "no stored blocks"
+assert_eq "$(comm -12 l0 l1 | wc -l)" 0 "blocks shared by two copies"
+run kvreplay --mooncake "$CONV" --workers 40000 --copies 2 --limit 1
+expect_rc 2
+assert_grep "at most" err
+printf '%s\n' '{"timestamp": 5, "input_length": 1024, "output_length": 1, "hash_ids": [1, 2]}' \
+    '{"timestamp": 6, "input_length": 512, "output_length": 1, "hash_ids": [2147483648]}' \
+    '{"timestamp": 7, "input_length": 512, "output_length": 1, "hash_ids": [3]}' >big.jsonl
+run kvreplay --mooncake big.jsonl --workers 1 --copies 2
+expect_rc 1
+assert_grep "bad request at big.jsonl:2: hash id 2147483648 too large for 2 copies" err
+assert_eq "$(grep -c '"type":"query"' out)" 4 "the other requests' copies"
+run kvreplay --mooncake big.jsonl --workers 1 --copies 2 --strict
+expect_rc 5
+end
+
 # A small log for the replay tests.
 kvreplay -q --mooncake "$CONV" --workers 4 --capacity 100 --limit 200 --seed 5 >"${TMPDIR:-/tmp}/kvreplay-log.$$"
 LOG=${TMPDIR:-/tmp}/kvreplay-log.$$
