@@ -509,13 +509,16 @@ static char *put_str(char *o, const char *s)
     return o + n;
 }
 
+/* In JSON a hex hash is a string and a decimal one an integer (contract
+ * section 2: a string is always hex), which kvindex reads back exactly. */
 static char *put_array(const hasher *h, char *o, int field, size_t n, const kvix_u128 *pos)
 {
     int json = h->plain == F_ALL;
+    int quote = json && !h->decimal;
     for (size_t i = 0; i < n; i++) {
         if (i)
             *o++ = json ? ',' : ' ';
-        if (json)
+        if (quote)
             *o++ = '"';
         if (field == F_LOCAL)
             o = put_u64(h, o, h->local[i]);
@@ -523,7 +526,7 @@ static char *put_array(const hasher *h, char *o, int field, size_t n, const kvix
             o = put_u64(h, o, h->seq[i]);
         else
             o = put_u128(h, o, pos[2 * i + (field == F_PLH)]);
-        if (json)
+        if (quote)
             *o++ = '"';
     }
     return o;
@@ -594,12 +597,13 @@ static int emit(hasher *h, const line_meta *meta, char *msg, size_t cap)
     return 0;
 }
 
-/* One line without its newline. Returns 0, or -1 with msg set. */
-static int do_line(hasher *h, const char *line, size_t len, char *msg, size_t cap)
+/* One line without its newline. Returns 0, or -1 with msg set (and the
+ * line's id in meta, when it got that far). */
+static int do_line(hasher *h, const char *line, size_t len, line_meta *meta, char *msg,
+                   size_t cap)
 {
-    line_meta meta;
-    meta.seed = h->seed;
-    meta.id[0] = '\0';
+    meta->seed = h->seed;
+    meta->id[0] = '\0';
     tok_reserve(h, len / 2 + 1);
     const char *p = line, *end = line + len;
     while (p < end && is_ws((unsigned char)*p))
@@ -609,9 +613,9 @@ static int do_line(hasher *h, const char *line, size_t len, char *msg, size_t ca
         h->ntok = 0;
         rc = 0;
     } else if (*p == '[') {
-        rc = fast_array(h, p, end) ? 0 : parse_json(h, line, len, &meta, msg, cap);
+        rc = fast_array(h, p, end) ? 0 : parse_json(h, line, len, meta, msg, cap);
     } else if (*p == '{') {
-        rc = parse_json(h, line, len, &meta, msg, cap);
+        rc = parse_json(h, line, len, meta, msg, cap);
     } else {
 #ifdef __SSE2__
         rc = parse_ws_fast(h, p, end) ? 0 : parse_ws(h, p, end, msg, cap);
@@ -619,7 +623,22 @@ static int do_line(hasher *h, const char *line, size_t len, char *msg, size_t ca
         rc = parse_ws(h, p, end, msg, cap);
 #endif
     }
-    return rc < 0 ? rc : emit(h, &meta, msg, cap);
+    return rc < 0 ? rc : emit(h, meta, msg, cap);
+}
+
+/* A rejected line still gets its own output line, so a reader that pairs
+ * input and output lines (a coprocess) never waits: {"id":..,"error":".."}. */
+static void emit_error(hasher *h, const line_meta *meta, const char *msg)
+{
+    kvix_buf b;
+    kvix_err err;
+    kvix_buf_init(&b);
+    if (kvix_error_to_json(meta->id, msg, &b, &err))
+        cli_die(KVIX_EXIT_SYS, "%s", err.msg);
+    out_reserve(h, b.len);
+    memcpy(h->out + h->olen, b.data, b.len);
+    h->olen += b.len;
+    kvix_buf_release(&b);
 }
 
 /* ---- input ------------------------------------------------------------- */
@@ -710,6 +729,7 @@ static int hash_file(hasher *h, input *in)
     const char *line;
     size_t len;
     char msg[512];
+    line_meta meta;
     for (;;) {
         int r = next_line(h, in, &line, &len);
         if (r == LINE_EOF)
@@ -718,10 +738,12 @@ static int hash_file(hasher *h, input *in)
             cli_warn("error reading %s: %s", in->name, strerror(errno));
             return RUN_IO;
         }
+        meta.id[0] = '\0';
         if (r == LINE_TOO_LONG)
             snprintf(msg, sizeof msg, "line longer than %u bytes", KVIX_LINE_MAX);
-        if (r == LINE_TOO_LONG || do_line(h, line, len, msg, sizeof msg) < 0) {
+        if (r == LINE_TOO_LONG || do_line(h, line, len, &meta, msg, sizeof msg) < 0) {
             h->rejected++;
+            emit_error(h, &meta, msg);
             out_flush(h); /* keep stdout and stderr in order for a reader of both */
             cli_warn("bad line at %s:%" PRIu64 ": %s", in->name, in->line, msg);
             if (h->strict)

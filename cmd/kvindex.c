@@ -128,7 +128,12 @@ typedef struct kvi {
     kvix_apply_result base; /* totals after loading the snapshot */
     kvix_buf out;
     kvix_answer ans;
+    char **unknown;         /* "model\ttenant" already warned about */
+    size_t nunknown;
 } kvi;
+
+/* Distinct unknown names warned about; past this many, no more warnings. */
+#define UNKNOWN_WARN_MAX 1024
 
 static volatile sig_atomic_t sig_stop, sig_save, sig_summary, sig_tick;
 static int wake[2] = {-1, -1};
@@ -208,6 +213,52 @@ static void reject(kvi *k, const char *what, const char *name, uint64_t pos, int
     if (k->strict)
         k->strict_hit = 1;
     pthread_mutex_unlock(&k->mu);
+}
+
+/* Every query line gets one answer line (contract section 4), so a
+ * coprocess reading our answers never waits for one that will not come: a
+ * rejected query, or a line whose kind could not be told, is answered with
+ * its error. With -q every line is a query. */
+static void answer_error(kvi *k, const kvix_event *ev, const kvix_err *e)
+{
+    if (!k->query_only && ev->type != KVIX_EV_QUERY && ev->type != KVIX_EV_NONE)
+        return;
+    kvix_err err;
+    k->out.len = 0;
+    int rc = kvix_error_to_json(ev->type == KVIX_EV_QUERY && ev->has_id ? ev->id : NULL, e->msg,
+                                &k->out, &err);
+    if (rc)
+        cli_die(KVIX_EXIT_SYS, "%s", err.msg);
+    fwrite(k->out.data, 1, k->out.len, stdout);
+}
+
+/* One warning per unknown name: a query for a model or tenant the index
+ * has never seen answers like a cache miss, with "unknown" saying why. */
+static void warn_unknown(kvi *k, kvix_reader *r, const kvix_event *q)
+{
+    int model = k->ans.unknown == KVIX_UNKNOWN_MODEL;
+    char key[2 * KVIX_NAME_MAX + 1];
+    snprintf(key, sizeof key, "%s\t%s", q->model, model ? "" : q->tenant);
+    for (size_t i = 0; i < k->nunknown; i++)
+        if (strcmp(k->unknown[i], key) == 0)
+            return;
+    if (k->nunknown == UNKNOWN_WARN_MAX)
+        return;
+    char **v = realloc(k->unknown, (k->nunknown + 1) * sizeof *v);
+    char *dup = strdup(key);
+    if (!v || !dup)
+        cli_die(KVIX_EXIT_SYS, "out of memory");
+    k->unknown = v;
+    v[k->nunknown++] = dup;
+    clear_progress(k);
+    if (model)
+        cli_warn("unknown model \"%s\" at %s:%" PRIu64 ": the index has never seen it "
+                 "(answered with \"unknown\":\"model\")",
+                 q->model, kvix_reader_name(r), kvix_reader_pos(r));
+    else
+        cli_warn("unknown tenant \"%s\" of model \"%s\" at %s:%" PRIu64
+                 ": the index has never seen it (answered with \"unknown\":\"tenant\")",
+                 q->tenant, q->model, kvix_reader_name(r), kvix_reader_pos(r));
 }
 
 /* Called on a writer thread (kvix_index_submit). */
@@ -350,8 +401,11 @@ static void answer(kvi *k, kvix_reader *r, const kvix_event *q)
         if (rc == KVIX_ENOMEM)
             cli_die(KVIX_EXIT_SYS, "%s", err.msg);
         reject(k, "query", kvix_reader_name(r), kvix_reader_pos(r), KVIX_EV_QUERY, &err);
+        answer_error(k, q, &err);
         return;
     }
+    if (k->ans.unknown)
+        warn_unknown(k, r, q);
     fwrite(k->out.data, 1, k->out.len, stdout);
     k->answered++;
 }
@@ -363,6 +417,7 @@ static void apply(kvi *k, kvix_reader *r, size_t file, const kvix_event *ev)
     if (k->query_only) {
         kvix_err_set(&err, KVIX_EINVAL, "event in query-only mode (-q)");
         reject(k, "event", kvix_reader_name(r), kvix_reader_pos(r), ev->type, &err);
+        answer_error(k, ev, &err);
         return;
     }
     int rc;
@@ -427,6 +482,7 @@ static void run_input(kvi *k, int fd, size_t file, kvix_format fmt, kvix_event *
         k->records++;
         if (rc) {
             reject(k, "event", kvix_reader_name(r), kvix_reader_pos(r), -1, &err);
+            answer_error(k, ev, &err);
             continue;
         }
         if (ev->type == KVIX_EV_QUERY)
@@ -574,6 +630,9 @@ int main(int argc, char **argv)
     kvix_answer_release(&k.ans);
     kvix_buf_release(&k.out);
     kvix_index_free(k.idx);
+    for (size_t i = 0; i < k.nunknown; i++)
+        free(k.unknown[i]);
+    free(k.unknown);
     free(k.names);
     code = cli_finish(code);
     kvix_snapshot_lock_release(lock); /* after the last save and output */

@@ -175,6 +175,21 @@ static void answer_reset(kvix_answer *ans)
     ans->query_blocks = 0;
     ans->bs = 0;
     ans->nscores = 0;
+    ans->unknown = KVIX_UNKNOWN_NONE;
+}
+
+/* Which name of a missing partition the index has never seen. A walk over
+ * the partitions (at most KVIX_INDEX_PARTITIONS_MAX), only on the rare
+ * unknown-partition answer; safe beside writers like kvix_ix_parts_list. */
+static int unknown_reason(const kvix_index *idx, const char *model)
+{
+    ctab *t = __atomic_load_n(&idx->parts.t, __ATOMIC_ACQUIRE);
+    for (size_t i = 0; t && i < t->cap; i++) {
+        part *p = __atomic_load_n(&t->v[i], __ATOMIC_ACQUIRE);
+        if (p && strcmp(p->model, model) == 0)
+            return KVIX_UNKNOWN_TENANT;
+    }
+    return KVIX_UNKNOWN_MODEL;
 }
 
 int kvix_index_query(kvix_index *idx, const char *model, const char *tenant,
@@ -186,8 +201,10 @@ int kvix_index_query(kvix_index *idx, const char *model, const char *tenant,
                             KVIX_INDEX_DEPTH_MAX);
     ans->query_blocks = (uint32_t)n;
     part *p = kvix_ix_part_find(idx, model ? model : "default", tenant ? tenant : "default");
-    if (!p)
+    if (!p) {
+        ans->unknown = unknown_reason(idx, model ? model : "default");
         return KVIX_OK;
+    }
     ans->bs = p->bs;
     n = query_depth(p, n);
     int rc = scratch_reserve(ans, n, err);
@@ -207,6 +224,8 @@ static int query_tokens_bs(kvix_index *idx, const char *model, const char *tenan
         return kvix_ix_bs_mismatch(p, bs, err);
     if (p)
         bs = p->bs;
+    else
+        ans->unknown = unknown_reason(idx, model ? model : "default");
     if (!bs)
         return KVIX_OK; /* unknown partition, no block size: nothing to hash */
     size_t n = ntokens / bs;

@@ -11,12 +11,12 @@
 
 enum {
     K_TYPE, K_WORKER, K_DP, K_MODEL, K_TENANT, K_MEDIUM, K_EID, K_TS, K_BS, K_PARENT,
-    K_BLOCKS, K_LORA, K_TOKENS, K_HASHES, K_LOCAL, K_ID, K_COUNT
+    K_BLOCKS, K_LORA, K_TOKENS, K_HASHES, K_LOCAL, K_ID, K_TOKEN_IDS, K_PROMPT_TOKEN_IDS, K_COUNT
 };
 
 static const char *const key_names[K_COUNT] = {
     "type", "worker", "dp", "model", "tenant", "medium", "eid", "ts", "bs", "parent",
-    "blocks", "lora", "tokens", "hashes", "local", "id",
+    "blocks", "lora", "tokens", "hashes", "local", "id", "token_ids", "prompt_token_ids",
 };
 
 static int key_index(const char *k, size_t len)
@@ -168,16 +168,16 @@ static int get_hashes(const sv *v, const char *what, kvix_event *ev, kvix_err *e
     return KVIX_OK;
 }
 
-/* A flat array of token ids into ev->tokens (a query). */
-static int get_tokens_flat(const sv *v, kvix_event *ev, kvix_err *err)
+/* A flat array of token ids into ev->tokens (a query); what names it. */
+static int get_tokens_flat(const sv *v, const char *what, kvix_event *ev, kvix_err *err)
 {
     int rc;
-    if ((rc = get_array(v, "\"tokens\"", err)) || (rc = kvix_event_reserve_tokens(ev, v->n, err)))
+    if ((rc = get_array(v, what, err)) || (rc = kvix_event_reserve_tokens(ev, v->n, err)))
         return rc;
     for (size_t i = 0; i < v->n; i++) {
         sv it;
         v->ops->item(v, i, &it);
-        if ((rc = get_token(&it, "\"tokens\"", i, &ev->tokens[i], err)))
+        if ((rc = get_token(&it, what, i, &ev->tokens[i], err)))
             return rc;
     }
     ev->ntokens = v->n;
@@ -366,23 +366,41 @@ static int decode_event(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
     return KVIX_OK; /* cleared */
 }
 
+/* A query's tokens may come as "tokens", or as what routers and
+ * OpenAI-style servers call them: "token_ids", "prompt_token_ids". */
+static const int token_keys[] = {K_TOKENS, K_TOKEN_IDS, K_PROMPT_TOKEN_IDS, K_LOCAL};
+
 static int decode_query(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
 {
-    int rc;
-    int has_t = f[K_TOKENS] && f[K_TOKENS]->kind != SV_NIL;
-    int has_l = f[K_LOCAL] && f[K_LOCAL]->kind != SV_NIL;
-    if (has_t && has_l)
-        return kvix_err_set(err, KVIX_EINVAL, "query has both \"tokens\" and \"local\"");
-    if (!has_t && !has_l)
-        return kvix_err_set(err, KVIX_EINVAL, "query has neither \"tokens\" nor \"local\"");
-    if (f[K_ID]) {
-        if ((rc = f[K_ID]->ops->json_text(f[K_ID], ev->id, sizeof ev->id, err)))
-            return rc;
-        ev->has_id = 1;
+    int which = -1;
+    for (size_t i = 0; i < sizeof token_keys / sizeof token_keys[0]; i++) {
+        int k = token_keys[i];
+        if (!f[k] || f[k]->kind == SV_NIL)
+            continue;
+        if (which >= 0)
+            return kvix_err_set(err, KVIX_EINVAL, "query has both \"%s\" and \"%s\"",
+                                key_names[which], key_names[k]);
+        which = k;
     }
-    if (has_t)
-        return get_tokens_flat(f[K_TOKENS], ev, err);
-    return get_hashes(f[K_LOCAL], "\"local\"", ev, err);
+    if (which < 0)
+        return kvix_err_set(err, KVIX_EINVAL, "query has neither \"tokens\" nor \"local\"");
+    char what[24];
+    snprintf(what, sizeof what, "\"%s\"", key_names[which]);
+    if (which != K_LOCAL)
+        return get_tokens_flat(f[which], what, ev, err);
+    return get_hashes(f[K_LOCAL], what, ev, err);
+}
+
+/* The id first, so that a query rejected for anything else is still
+ * answered with its id. */
+static int decode_id(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
+{
+    if (!f[K_ID])
+        return KVIX_OK;
+    int rc = f[K_ID]->ops->json_text(f[K_ID], ev->id, sizeof ev->id, err);
+    if (!rc)
+        ev->has_id = 1;
+    return rc;
 }
 
 int kvix_stream_decode(const sv *root, kvix_event *ev, kvix_err *err)
@@ -390,7 +408,7 @@ int kvix_stream_decode(const sv *root, kvix_event *ev, kvix_err *err)
     kvix_event_reset(ev);
     if (root->kind == SV_ARRAY) {
         ev->type = KVIX_EV_QUERY;
-        return get_tokens_flat(root, ev, err);
+        return get_tokens_flat(root, "\"tokens\"", ev, err);
     }
     if (root->kind != SV_MAP)
         return kvix_err_set(err, KVIX_EINVAL, "record is %s, not an object",
@@ -410,6 +428,8 @@ int kvix_stream_decode(const sv *root, kvix_event *ev, kvix_err *err)
         f[ki] = &vals[ki];
     }
     int rc = decode_type(f[K_TYPE], ev, err);
+    if (!rc && ev->type == KVIX_EV_QUERY)
+        rc = decode_id(f, ev, err);
     if (!rc)
         rc = decode_common(f, ev, err);
     if (!rc)

@@ -34,6 +34,10 @@ static void jsv(json_t *j, sv *out)
         out->kind = SV_STR;
         out->s = json_string_value(j);
         out->len = json_string_length(j);
+        if (out->len > 1 && out->s[0] == '\0') { /* a u64 past 2^63-1 (see big_ints) */
+            out->kind = SV_UINT;
+            out->u = strtoull(out->s + 1, NULL, 10);
+        }
         break;
     case JSON_INTEGER: {
         json_int_t v = json_integer_value(j);
@@ -79,6 +83,9 @@ static const void *json_next(const sv *map, const void *it, const char **key, si
     return i;
 }
 
+/* The marker big_ints gives a large integer, as jansson writes it back. */
+#define BIG_MARK "\"\\u0000"
+
 static int dump_id(json_t *j, char *out, size_t cap, kvix_err *err)
 {
     size_t n = json_dumpb(j, out, cap - 1, JSON_ENCODE_ANY | JSON_COMPACT);
@@ -87,6 +94,13 @@ static int dump_id(json_t *j, char *out, size_t cap, kvix_err *err)
     if (n >= cap)
         return kvix_err_set(err, KVIX_ELIMIT, "\"id\" longer than %zu bytes", cap - 1);
     out[n] = '\0';
+    /* an integer past 2^63-1 in the id is echoed as the integer it was */
+    for (char *m; (m = strstr(out, BIG_MARK));) {
+        char *q = strchr(m + 1, '"');
+        size_t d = (size_t)(q - (m + 7));
+        memmove(m, m + 7, d);
+        memmove(m + d, q + 1, strlen(q + 1) + 1);
+    }
     return KVIX_OK;
 }
 
@@ -199,11 +213,56 @@ static void arena_reset(void)
         arena->used = 0;
 }
 
+/* A line of whitespace-separated token ids, as kvhash(1) reads them: a
+ * token query on the default partition (a record is an object or an array,
+ * so a line that starts with a number is never one). Messages as kvhash's. */
+static int token_line(const char *p, const char *end, kvix_event *ev, kvix_err *err)
+{
+    ev->type = KVIX_EV_QUERY;
+    int rc = kvix_event_reserve_tokens(ev, (size_t)(end - p) / 2 + 1, err);
+    if (rc)
+        return rc;
+    size_t n = 0;
+    while (p < end) {
+        if (*p == ' ' || *p == '\t' || *p == '\r') {
+            p++;
+            continue;
+        }
+        const char *s = p;
+        while (p < end && *p != ' ' && *p != '\t' && *p != '\r')
+            p++;
+        char q[40];
+        size_t ql = (size_t)(p - s) < 24 ? (size_t)(p - s) : 24;
+        for (size_t i = 0; i < ql; i++)
+            q[i] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
+        memcpy(q + ql, (size_t)(p - s) > 24 ? "..." : "", (size_t)(p - s) > 24 ? 4 : 1);
+        uint64_t v = 0;
+        const char *d = s;
+        while (d < p && *d >= '0' && *d <= '9' && v <= UINT32_MAX)
+            v = v * 10 + (uint64_t)(*d++ - '0');
+        if (*s == '-' && p - s > 1 && s[1] >= '0' && s[1] <= '9')
+            return kvix_err_set(err, KVIX_ERANGE, "token '%s' is negative", q);
+        if (d == s || (d < p && (*d < '0' || *d > '9')))
+            return kvix_err_set(err, KVIX_EINVAL, "token '%s' is not a number", q);
+        if (v > UINT32_MAX)
+            return kvix_err_set(err, KVIX_ERANGE, "token '%s' is out of range (max 4294967295)", q);
+        ev->tokens[n++] = (uint32_t)v;
+    }
+    ev->ntokens = n;
+    ev->has_tokens = 1;
+    return KVIX_OK;
+}
+
 int kvix_event_from_json(const char *line, size_t len, kvix_event *ev, kvix_err *err)
 {
     kvix_event_reset(ev);
     if (len > KVIX_LINE_MAX)
         return kvix_err_set(err, KVIX_ELIMIT, "line longer than %u bytes", KVIX_LINE_MAX);
+    const char *p = line, *end = line + len;
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r'))
+        p++;
+    if (p < end && ((*p >= '0' && *p <= '9') || *p == '-'))
+        return token_line(p, end, ev, err);
     pthread_once(&arena_once, arena_install);
     arena_on = arena_installed;
     int rc = decode_line(line, len, ev, err);
@@ -212,12 +271,86 @@ int kvix_event_from_json(const char *line, size_t len, kvix_event *ev, kvix_err 
     return rc;
 }
 
+/* jansson's integers are signed 64-bit, and contract section 2 wants a
+ * JSON integer hash read exactly over the whole u64 range. When jansson
+ * refuses a line for an integer overflow, the line is parsed again with
+ * each integer literal in (2^63-1, 2^64-1] turned into a string of a NUL
+ * and its digits, which jsv reads back as the exact u64 (jansson accepts
+ * the NUL only with JSON_ALLOW_NUL, given to this second parse alone; a
+ * line that already holds an escaped NUL is left to fail as it did).
+ * Returns the new text (caller frees) or NULL. */
+static char *big_ints(const char *line, size_t len, size_t *outlen)
+{
+    char *out = malloc(len * 2 + 16); /* each literal of >= 19 digits grows by 8 */
+    if (!out)
+        return NULL;
+    size_t o = 0, changed = 0;
+    int in_str = 0;
+    for (size_t i = 0; i < len;) {
+        char c = line[i];
+        if (in_str) {
+            if (c == '\\' && i + 1 < len) {
+                if (line[i + 1] == 'u' && i + 6 <= len && memcmp(line + i + 2, "0000", 4) == 0)
+                    goto fail;
+                out[o++] = line[i++];
+            } else if (c == '"') {
+                in_str = 0;
+            }
+            out[o++] = line[i++];
+            continue;
+        }
+        if (c == '"') {
+            in_str = 1;
+            out[o++] = line[i++];
+            continue;
+        }
+        int after_sign = o > 0 && out[o - 1] == '-';
+        if (c >= '1' && c <= '9' && !after_sign) {
+            size_t j = i;
+            while (j < len && line[j] >= '0' && line[j] <= '9')
+                j++;
+            int frac = j < len && (line[j] == '.' || line[j] == 'e' || line[j] == 'E');
+            size_t nd = j - i;
+            int big = !frac && (nd == 20 ? memcmp(line + i, "18446744073709551615", 20) <= 0
+                                         : nd == 19 && memcmp(line + i, "9223372036854775807", 19) > 0);
+            if (big) {
+                memcpy(out + o, "\"\\u0000", 7);
+                memcpy(out + o + 7, line + i, nd);
+                o += 7 + nd;
+                out[o++] = '"';
+                changed++;
+            } else {
+                memcpy(out + o, line + i, nd);
+                o += nd;
+            }
+            i = j;
+            continue;
+        }
+        out[o++] = line[i++];
+    }
+    if (!changed)
+        goto fail;
+    *outlen = o;
+    return out;
+fail:
+    free(out);
+    return NULL;
+}
+
 static int decode_line(const char *line, size_t len, kvix_event *ev, kvix_err *err)
 {
     json_error_t jerr;
     /* A duplicated key would make the record mean whichever copy a reader
      * happens to keep: reject it. */
     json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root && json_error_code(&jerr) == json_error_numeric_overflow) {
+        size_t blen;
+        char *big = big_ints(line, len, &blen);
+        if (big) {
+            root = json_loadb(big, blen, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+            free(big);
+        }
+    }
     if (!root)
         return kvix_err_set(err, json_error_code(&jerr) == json_error_out_of_memory
                                      ? KVIX_ENOMEM : KVIX_EINVAL,
@@ -463,7 +596,7 @@ int kvix_answer_to_json(const kvix_answer *ans, const kvix_event *q, kvix_buf *o
     uint64_t bs = ans->bs ? ans->bs : (q ? q->bs : 0);
     size_t idlen = q && q->has_id ? strlen(q->id) : 0;
     /* per score: keys ~60 bytes, five numbers of <= 20 digits, four tiers of ~32 */
-    size_t need = 64 + idlen + ans->nscores * (64 + 5 * 20 + KVIX_MEDIUM_COUNT * 32);
+    size_t need = 96 + idlen + ans->nscores * (64 + 5 * 20 + KVIX_MEDIUM_COUNT * 32);
     int rc = kvix_buf_reserve(out, need, err);
     if (rc)
         return rc;
@@ -509,8 +642,41 @@ int kvix_answer_to_json(const kvix_answer *ans, const kvix_event *q, kvix_buf *o
         }
         PUT_LIT(p, "}}");
     }
-    PUT_LIT(p, "]}\n");
+    *p++ = ']';
+    if (ans->unknown == KVIX_UNKNOWN_MODEL)
+        PUT_LIT(p, ",\"unknown\":\"model\"");
+    else if (ans->unknown == KVIX_UNKNOWN_TENANT)
+        PUT_LIT(p, ",\"unknown\":\"tenant\"");
+    PUT_LIT(p, "}\n");
     out->len = (size_t)(p - out->data);
     out->data[out->len] = '\0';
     return KVIX_OK;
+}
+
+int kvix_error_to_json(const char *id_json, const char *msg, kvix_buf *out, kvix_err *err)
+{
+    size_t start = out->len;
+    int rc = app(out, "{", err);
+    if (!rc && id_json && id_json[0]) {
+        rc = app(out, "\"id\":", err);
+        if (!rc)
+            rc = app(out, id_json, err);
+        if (!rc)
+            rc = app(out, ",", err);
+    }
+    /* a message may quote bytes of a bad line: make it valid UTF-8 first */
+    char clean[1024];
+    size_t n = 0;
+    for (const unsigned char *s = (const unsigned char *)msg; *s && n + 4 < sizeof clean; s++)
+        clean[n++] = *s < 0x80 ? (char)*s : '?';
+    clean[n] = '\0';
+    if (!rc)
+        rc = app_str(out, "\"error\":", clean, err);
+    if (!rc)
+        rc = app(out, "}\n", err);
+    if (rc && out->len > start) {
+        out->len = start;
+        out->data[start] = '\0';
+    }
+    return rc;
 }

@@ -102,11 +102,20 @@ typedef struct kvix_score {
     uint32_t tier_blocks[KVIX_MEDIUM_COUNT]; /* of those, how many the worker holds per tier */
 } kvix_score;
 
+/* Why a query's partition is unknown to the index (contract section 4: the
+ * answer says so rather than look like a cache miss). */
+typedef enum kvix_unknown {
+    KVIX_UNKNOWN_NONE = 0, /* the partition exists */
+    KVIX_UNKNOWN_MODEL,    /* no partition has the query's model */
+    KVIX_UNKNOWN_TENANT,   /* the model is known, not with this tenant */
+} kvix_unknown;
+
 /* A query answer (contract section 4). Owns scores; reuse it across queries
  * and free its array with kvix_answer_release. */
 typedef struct kvix_answer {
     uint32_t query_blocks; /* whole blocks in the query */
     uint32_t bs;           /* the partition's block size (0 if the partition is unknown) */
+    int unknown;           /* kvix_unknown: the partition is unknown, and why */
     kvix_score *scores;    /* sorted: blocks desc, then worker, then dp asc */
     size_t nscores, cap;
     /* Private scratch reused across queries (hashes, backend hits). */
@@ -154,7 +163,8 @@ int kvix_index_remove_worker_dp(kvix_index *idx, uint64_t worker, uint32_t dp,
 
 /* Query by local hashes: for each (worker, dp), the number of leading blocks
  * it holds contiguously from position 0 whose canonical rolling hash equals
- * the query's. An unknown partition answers no scores (not an error). */
+ * the query's. An unknown partition answers no scores (not an error) and
+ * sets ans->unknown. */
 int kvix_index_query(kvix_index *idx, const char *model, const char *tenant,
                      const uint64_t *local, size_t n, kvix_answer *ans, kvix_err *err);
 /* Query by tokens: hashed with the partition's block size (or bs when the

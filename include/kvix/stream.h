@@ -47,6 +47,13 @@ int kvix_event_from_msgpack(const char *buf, size_t len, size_t *used, kvix_even
 int kvix_answer_to_json(const kvix_answer *ans, const kvix_event *q, kvix_buf *out,
                         kvix_err *err);
 
+/* Append the line that answers a rejected query or line (contract section
+ * 4: every query line gets one answer line): {"id":ID,"error":"msg"} with
+ * '\n', the id being id_json (compact JSON text, as kvix_event.id) when
+ * not NULL or empty. msg is escaped as a JSON string (bytes past ASCII
+ * become '?': a message may quote any bytes of a bad line). */
+int kvix_error_to_json(const char *id_json, const char *msg, kvix_buf *out, kvix_err *err);
+
 typedef struct kvix_reader kvix_reader;
 
 /* Read records from fd (not closed by the reader; the caller owns it). name

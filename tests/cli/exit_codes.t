@@ -11,7 +11,8 @@ run kvhash -b 2 good
 expect_rc 0
 run kvhash -b 2 bad
 expect_rc 1
-assert_eq "$(wc -l <out)" 2 "lines hashed around the rejected one"
+assert_eq "$(grep -vc error out)" 2 "lines hashed around the rejected one"
+assert_eq "$(sed -n 2p out)" "{\"error\":\"token 'x' is not a number\"}" "the rejected line's own line"
 run kvhash good
 expect_rc 2
 run kvhash -b 2 good missing
@@ -23,7 +24,7 @@ expect_rc 3
 assert_grep "^kvhash: error reading dir: " err
 run kvhash -b 2 --strict bad
 expect_rc 5
-assert_eq "$(wc -l <out)" 1 "lines before the stop"
+assert_eq "$(grep -vc error out)" 1 "lines before the stop"
 # precedence: --strict over i/o over rejected lines
 run kvhash -b 2 --strict missing bad
 expect_rc 5

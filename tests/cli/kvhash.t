@@ -7,8 +7,10 @@ begin "contract vectors: local and seq, hex and decimal"
 seq 1 12 | tr '\n' ' ' >in
 run kvhash -b 4 -d in
 expect_rc 0
-assert_eq "$(jq -c .local out)" '["14643705804678351452","16777012769546811212","483935686894639516"]' local
-assert_eq "$(jq -c .seq out)" '["14643705804678351452","4945711292740353085","12583592247330656132"]' seq
+# decimal hashes are JSON integers: read with python (jq 1.6 rounds them)
+pyj() { $PY -c "import json,sys; [print(json.dumps($1, separators=(',', ':'))) for r in map(json.loads, sys.stdin)]" <out; }
+assert_eq "$(pyj 'r["local"]')" '[14643705804678351452,16777012769546811212,483935686894639516]' local
+assert_eq "$(pyj 'r["seq"]')" '[14643705804678351452,4945711292740353085,12583592247330656132]' seq
 run kvhash -b 4 in
 assert_eq "$(jq -r '.local[0]' out)" "$(printf '%016x' 14643705804678351452)" "hex of local[0]"
 assert_eq "$(jq -r '.seq[2]' out)" "$(printf '%016x' 12583592247330656132)" "hex of seq[2]"
@@ -36,9 +38,11 @@ assert_eq "$(jq -c .plh out)" '["00000000000000000338e4d7fb2dca5c","0059c726bfd9
 run kvhash -b 4 -p plh in
 assert_eq "$(cat out)" "00000000000000000338e4d7fb2dca5c 0059c726bfd96e52e4a2b2379d6d3c3d" "plain plh"
 run kvhash -b 4 -P -d in
-# u128 in decimal: hi * 2^64 + lo, checked with python's integers
+# u128 in decimal: hi * 2^64 + lo, checked with python's integers (JSON
+# integers, not strings: jq would round them, python reads them exactly)
 want=$($PY -c 'print(int("0053ec39b907b74c44a2b2379d6d3c3d", 16))')
-assert_eq "$(jq -r '.psh[1]' out)" "$want" "decimal psh"
+assert_eq "$($PY -c 'import json,sys; print(json.load(sys.stdin)["psh"][1])' <out)" "$want" "decimal psh"
+assert_eq "$($PY -c 'import json,sys; print(type(json.load(sys.stdin)["local"][0]).__name__)' <out)" int "decimal hashes are integers"
 golden kvhash_positional_decimal
 end
 
@@ -56,7 +60,8 @@ begin "input shapes: whitespace, JSON array, query object, per-block arrays agre
 run kvhash -b 4 in
 expect_rc 1
 assert_eq "$(head -n 7 out | sort -u | wc -l)" 1 "seven shapes, one result"
-assert_eq "$(wc -l <out)" 7 "output lines"
+assert_eq "$(wc -l <out)" 8 "output lines"
+assert_eq "$(tail -n 1 out)" "{\"error\":\"token '9.0' is not an integer\"}" "the rejected line's own line"
 assert_grep '"partial":1' out
 assert_eq "$(cat err)" "kvhash: bad line at in:8: token '9.0' is not an integer" "a real is not a token"
 end
@@ -79,8 +84,8 @@ begin "query objects: id echoed, own lora wins over --lora, null or absent lora 
 run kvhash -b 4 -d --lora adapter-a in
 expect_rc 0
 a=6665157333201000639 n=9143094415614847814
-assert_eq "$(jq -c '[.id, .local[0]]' out | tr '\n' ' ')" \
-    "[7,\"$a\"] [\"q-1\",\"$a\"] [null,\"$n\"] [{\"a\":[1]},\"$a\"] [null,\"$a\"] " "ids and seeds"
+assert_eq "$(pyj '[r.get("id"), r["local"][0]]' | tr '\n' ' ')" \
+    "[7,$a] [\"q-1\",$a] [null,$n] [{\"a\":[1]},$a] [null,$a] " "ids and seeds"
 golden kvhash_objects
 end
 
@@ -109,7 +114,9 @@ begin "bad lines: reported with file:line and reason, the rest processed, exit 1
 } >in
 run kvhash -b 4 in
 expect_rc 1
-assert_eq "$(wc -l <out)" 2 "two good lines"
+# one output line per input line: the rejected ones say why
+assert_eq "$(wc -l <out)" "$(wc -l <in)" "one line per input line"
+assert_eq "$(grep -vc '"error"' out)" 2 "two good lines"
 golden kvhash_bad_lines.out out
 golden kvhash_bad_lines.err err
 end
@@ -118,7 +125,9 @@ begin "--strict stops at the first bad line, keeps what came before, exit 5"
 printf '1 2\n3 4\nx\n5 6\n' >in
 run kvhash -b 2 --strict in
 expect_rc 5
-assert_eq "$(wc -l <out)" 2 "lines before the bad one"
+assert_eq "$(head -n 2 out | grep -c local)" 2 "lines before the bad one"
+assert_eq "$(sed -n 3p out)" "{\"error\":\"token 'x' is not a number\"}" "the bad line's own line"
+assert_eq "$(wc -l <out)" 3 "nothing after the stop"
 assert_eq "$(cat err)" "kvhash: bad line at in:3: token 'x' is not a number" message
 end
 
@@ -140,7 +149,8 @@ begin "a line past the 16 MiB ceiling is rejected, the next one is hashed"
 } >in
 run kvhash -b 2 -p local in
 expect_rc 1
-assert_eq "$(wc -l <out)" 2 "two good lines"
+assert_eq "$(grep -vc error out)" 2 "two good lines"
+assert_eq "$(sed -n 2p out)" '{"error":"line longer than 16777216 bytes"}' "the long line's own line"
 assert_eq "$(cat err)" "kvhash: bad line at in:2: line longer than 16777216 bytes" message
 # just under the ceiling is fine: a single 16 MiB token is out of range, not too long
 head -c $((16 * 1024 * 1024)) /dev/zero | tr '\0' '7' >in2
@@ -237,7 +247,8 @@ for k in range(1, 140):
 EOF2
 run kvhash -b 2 -p local bad
 expect_rc 1
-assert_eq "$(wc -l <out)" 0 "no bad line hashed"
+assert_eq "$(grep -vc '^{"error":"token ' out)" 0 "no bad line hashed"
+assert_eq "$(wc -l <out)" 139 "every bad line answered"
 assert_eq "$(wc -l <err)" 139 "every bad line reported"
 assert_no_grep "token '1234567' " err
 end

@@ -97,7 +97,9 @@ def expected(tokens, bs, seed, opts, ident):
         parts.append('"id":' + json.dumps(ident, separators=(",", ":")))
     names = ["local", "seq"] + (["psh", "plh"] if opts["positional"] else [])
     for name in names:
-        parts.append('"%s":[%s]' % (name, ",".join('"%s"' % v for v in fields[name])))
+        # JSON: hex hashes are strings, decimal ones integers (contract section 2)
+        q = "" if opts["decimal"] else '"'
+        parts.append('"%s":[%s]' % (name, ",".join(q + v + q for v in fields[name])))
     if len(tokens) % bs:
         parts.append('"partial":%d' % (len(tokens) % bs))
     return "{" + ",".join(parts) + "}"

@@ -169,9 +169,21 @@ TEST(partitions_and_block_size)
         query(idx, "m2", L, 3);
         CHECK_U64(ans.nscores, 1);
         CHECK_U64(matched(2, 0), 2);
+        CHECK_U64(ans.unknown, KVIX_UNKNOWN_NONE);
         query(idx, "nope", L, 3);
         CHECK_U64(ans.nscores, 0);
         CHECK_U64(ans.bs, 0);
+        CHECK_U64(ans.unknown, KVIX_UNKNOWN_MODEL);
+        /* an unknown tenant of a known model; tokens too */
+        CHECK(kvix_index_query(idx, "m1", "other", L, 3, &ans, &err) == KVIX_OK);
+        CHECK_U64(ans.unknown, KVIX_UNKNOWN_TENANT);
+        uint32_t toks[4] = {1, 2, 3, 4};
+        CHECK(kvix_index_query_tokens(idx, "nope", "default", NULL, toks, 4, &ans, &err) ==
+              KVIX_OK);
+        CHECK_U64(ans.unknown, KVIX_UNKNOWN_MODEL);
+        CHECK(kvix_index_query_tokens(idx, "m1", "default", NULL, toks, 4, &ans, &err) ==
+              KVIX_OK);
+        CHECK_U64(ans.unknown, KVIX_UNKNOWN_NONE);
         /* tenant isolation */
         ev_set(KVIX_EV_STORED, "m1", 3, 0, 0);
         kvix_event_set_name(ev.tenant, "t", 1, NULL);

@@ -784,3 +784,123 @@ TEST(reader_stop_drains_the_buffer)
     kvix_buf_release(&m);
     kvix_event_release(&ev);
 }
+
+/* Contract section 2: a JSON integer hash over the whole u64 range, exactly
+ * (jansson's integers stop at 2^63-1). */
+TEST(decimal_hashes_over_the_whole_u64_range)
+{
+    kvix_event ev;
+    kvix_err err;
+    kvix_event_init(&ev);
+    CHECK(from_json("{\"type\":\"stored\",\"worker\":1,\"bs\":2,\"parent\":18446744073709551615,"
+                    "\"blocks\":[{\"local\":9223372036854775807,\"seq\":9223372036854775808},"
+                    "{\"local\":18446744073709551614,\"seq\":10000000000000000000}]}",
+                    &ev, &err) == KVIX_OK);
+    CHECK(ev.has_parent);
+    CHECK_U64(ev.parent, UINT64_MAX);
+    CHECK_U64(ev.blocks[0].local, INT64_MAX);
+    CHECK_U64(ev.blocks[0].seq, (uint64_t)INT64_MAX + 1);
+    CHECK_U64(ev.blocks[1].local, UINT64_MAX - 1);
+    CHECK_U64(ev.blocks[1].seq, UINT64_C(10000000000000000000));
+    CHECK(from_json("{\"type\":\"removed\",\"worker\":1,\"hashes\":[18446744073709551615, 1]}", &ev,
+                    &err) == KVIX_OK);
+    CHECK_U64(ev.hashes[0], UINT64_MAX);
+    CHECK_U64(ev.hashes[1], 1);
+    /* a large integer in an id is echoed as the integer it was */
+    CHECK(from_json("{\"id\":{\"n\":[18446744073709551615,\"x\"]},\"local\":[12345678901234567890]}",
+                    &ev, &err) == KVIX_OK);
+    CHECK_STR(ev.id, "{\"n\":[18446744073709551615,\"x\"]}");
+    CHECK_U64(ev.hashes[0], UINT64_C(12345678901234567890));
+    /* a digit string inside a string is text, not a number */
+    CHECK(from_json("{\"model\":\"18446744073709551615\",\"local\":[18446744073709551615]}", &ev,
+                    &err) == KVIX_OK);
+    CHECK_STR(ev.model, "18446744073709551615");
+    /* past 2^64-1, or below -2^63, or big and fractional: malformed as before */
+    CHECK(from_json("{\"local\":[18446744073709551616]}", &ev, &err) == KVIX_EINVAL);
+    CHECK(strstr(err.msg, "too big integer") != NULL);
+    CHECK(from_json("{\"local\":[-9223372036854775809]}", &ev, &err) == KVIX_EINVAL);
+    CHECK(from_json("{\"local\":[18446744073709551615.5]}", &ev, &err) == KVIX_EINVAL);
+    CHECK(from_json("{\"local\":[-1]}", &ev, &err) == KVIX_EINVAL);
+    /* an escaped NUL in a string is still refused, large integer or not */
+    CHECK(from_json("{\"model\":\"a\\u0000b\",\"local\":[18446744073709551615]}", &ev, &err) ==
+          KVIX_EINVAL);
+    CHECK(strncmp(err.msg, "malformed json", 14) == 0);
+    kvix_event_release(&ev);
+}
+
+TEST(token_aliases_and_token_lines)
+{
+    kvix_event ev;
+    kvix_err err;
+    kvix_event_init(&ev);
+    CHECK(from_json("{\"id\":1,\"token_ids\":[5,6]}", &ev, &err) == KVIX_OK);
+    CHECK(ev.type == KVIX_EV_QUERY && ev.has_tokens);
+    CHECK_U64(ev.ntokens, 2);
+    CHECK_U64(ev.tokens[1], 6);
+    CHECK(from_json("{\"model\":\"m\",\"prompt_token_ids\":[7]}", &ev, &err) == KVIX_OK);
+    CHECK_U64(ev.tokens[0], 7);
+    CHECK(from_json("{\"tokens\":[1],\"prompt_token_ids\":[7]}", &ev, &err) == KVIX_EINVAL);
+    CHECK_STR(err.msg, "query has both \"tokens\" and \"prompt_token_ids\"");
+    CHECK(from_json("{\"token_ids\":[1],\"local\":[\"1\"]}", &ev, &err) == KVIX_EINVAL);
+    CHECK_STR(err.msg, "query has both \"token_ids\" and \"local\"");
+    CHECK(from_json("{\"token_ids\":[1,-1]}", &ev, &err) == KVIX_ERANGE);
+    CHECK_STR(err.msg, "\"token_ids\"[1] out of range (0 to 4294967295)");
+    /* kvhash's whitespace lines */
+    CHECK(from_json(" 1\t2  4294967295\r", &ev, &err) == KVIX_OK);
+    CHECK(ev.type == KVIX_EV_QUERY && ev.has_tokens && !ev.has_id);
+    CHECK_U64(ev.ntokens, 3);
+    CHECK_U64(ev.tokens[2], UINT32_MAX);
+    CHECK_STR(ev.model, "default");
+    CHECK(from_json("7", &ev, &err) == KVIX_OK);
+    CHECK_U64(ev.ntokens, 1);
+    CHECK(from_json("1 -2", &ev, &err) == KVIX_ERANGE);
+    CHECK_STR(err.msg, "token '-2' is negative");
+    CHECK(from_json("1 4294967296", &ev, &err) == KVIX_ERANGE);
+    CHECK_STR(err.msg, "token '4294967296' is out of range (max 4294967295)");
+    CHECK(from_json("1 2x", &ev, &err) == KVIX_EINVAL);
+    CHECK_STR(err.msg, "token '2x' is not a number");
+    CHECK(from_json("-", &ev, &err) == KVIX_EINVAL);
+    CHECK_STR(err.msg, "token '-' is not a number");
+    kvix_event_release(&ev);
+}
+
+/* Contract section 4: a rejected query still gets its line. */
+TEST(error_lines)
+{
+    kvix_buf b;
+    kvix_err err;
+    kvix_buf_init(&b);
+    CHECK(kvix_error_to_json("2", "token -2 is out of range", &b, &err) == KVIX_OK);
+    CHECK_STR(b.data, "{\"id\":2,\"error\":\"token -2 is out of range\"}\n");
+    b.len = 0;
+    CHECK(kvix_error_to_json(NULL, "missing \"worker\" \\ \x01 \xff", &b, &err) == KVIX_OK);
+    CHECK_STR(b.data, "{\"error\":\"missing \\\"worker\\\" \\\\ \\u0001 ?\"}\n");
+    b.len = 0;
+    CHECK(kvix_error_to_json("", "x", &b, &err) == KVIX_OK);
+    CHECK_STR(b.data, "{\"error\":\"x\"}\n");
+    /* the decoder keeps a query's id even when the rest is rejected */
+    kvix_event ev;
+    kvix_event_init(&ev);
+    CHECK(from_json("{\"id\":[\"q\",9],\"model\":7,\"tokens\":[1]}", &ev, &err) == KVIX_EINVAL);
+    CHECK(ev.type == KVIX_EV_QUERY && ev.has_id);
+    CHECK_STR(ev.id, "[\"q\",9]");
+    kvix_event_release(&ev);
+    kvix_buf_release(&b);
+}
+
+TEST(answer_says_unknown)
+{
+    kvix_answer ans;
+    memset(&ans, 0, sizeof ans);
+    kvix_err err;
+    kvix_buf b;
+    kvix_buf_init(&b);
+    ans.unknown = KVIX_UNKNOWN_MODEL;
+    CHECK(kvix_answer_to_json(&ans, NULL, &b, &err) == KVIX_OK);
+    CHECK_STR(b.data, "{\"blocks\":0,\"scores\":[],\"unknown\":\"model\"}\n");
+    b.len = 0;
+    ans.unknown = KVIX_UNKNOWN_TENANT;
+    CHECK(kvix_answer_to_json(&ans, NULL, &b, &err) == KVIX_OK);
+    CHECK_STR(b.data, "{\"blocks\":0,\"scores\":[],\"unknown\":\"tenant\"}\n");
+    kvix_buf_release(&b);
+}
