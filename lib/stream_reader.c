@@ -302,6 +302,11 @@ static int is_msgpack_map(unsigned char c)
     return (c >= 0x80 && c <= 0x8f) || c == 0xde || c == 0xdf;
 }
 
+/* A snapshot given where events are read (kvindex <index.kvix) would be
+ * rejected line by line, hundreds of times: it is said once, and the
+ * input is not read further. */
+#define SNAP_MAGIC "KVIXSNAP"
+
 static int detect(kvix_reader *r, kvix_err *err)
 {
     for (;;) {
@@ -309,6 +314,17 @@ static int detect(kvix_reader *r, kvix_err *err)
             unsigned char c = (unsigned char)r->buf[i];
             if (c == ' ' || c == '\t' || c == '\r' || c == '\n')
                 continue;
+            if (c == 'K' && i == r->start && r->end - i < 8 && !r->eof && !r->stopped)
+                break; /* maybe a snapshot's magic: read on */
+            if (c == 'K' && i == r->start && r->end - i >= 8 && memcmp(r->buf + i, SNAP_MAGIC, 8) == 0) {
+                r->fmt = KVIX_FMT_NDJSON;
+                r->dead = 1;
+                r->pos = 1;
+                r->start = r->end;
+                return kvix_err_set(err, KVIX_EINVAL,
+                                    "this is a kvix snapshot, not a stream of events (load it "
+                                    "with kvindex -s, read it with kvdump)");
+            }
             r->fmt = is_msgpack_map(c) ? KVIX_FMT_MSGPACK : KVIX_FMT_NDJSON;
             return r->fmt == KVIX_FMT_MSGPACK ? start_msgpack(r, err) : KVIX_OK;
         }
@@ -325,8 +341,12 @@ static int detect(kvix_reader *r, kvix_err *err)
 int kvix_reader_next(kvix_reader *r, kvix_event *ev, kvix_err *err)
 {
     int rc;
-    if (r->fmt == KVIX_FMT_AUTO && (rc = detect(r, err)))
+    if (r->dead)
+        return KVIX_EOF;
+    if (r->fmt == KVIX_FMT_AUTO && (rc = detect(r, err))) {
+        kvix_event_reset(ev);
         return rc;
+    }
     if (r->fmt == KVIX_FMT_MSGPACK && !r->mp && (rc = start_msgpack(r, err)))
         return rc;
     return r->fmt == KVIX_FMT_MSGPACK ? next_msgpack(r, ev, err) : next_ndjson(r, ev, err);
