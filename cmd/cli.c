@@ -101,7 +101,8 @@ static void print_help(void)
         printf("  %-28s %s\n", left, o->help);
     }
     printf("\nexit status: 0 ok, 1 input rejected, 2 usage, 3 i/o error, 4 corrupt snapshot,\n"
-           "5 stopped by --strict, 6 system error; see %s(1)\n", cur->name);
+           "5 stopped by --strict, 6 system error, 7 stream position gone; see %s(1)\n",
+           cur->name);
 }
 
 /* Tab-separated: short, long, argument, completion, help; "-" when empty. */

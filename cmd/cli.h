@@ -20,6 +20,9 @@ enum {
     KVIX_EXIT_CORRUPT = 4,  /* a snapshot is corrupt, truncated or of another version */
     KVIX_EXIT_STRICT = 5,   /* --strict: stopped at the first rejected record (state saved) */
     KVIX_EXIT_SYS = 6,      /* out of memory, or a system facility failed (threads, ZMQ) */
+    KVIX_EXIT_GONE = 7,     /* kvindex --nats: the stream no longer holds the next message
+                               to apply (its retention dropped it), or ends before the
+                               snapshot's position */
 };
 
 /* One option. arg == NULL for a flag. complete says what the argument is for

@@ -443,9 +443,14 @@ static void stats_json(const table *t, const kvix_snapshot_info *info)
     }
     outf("{\"scope\":\"file\",\"version\":%" PRIu32 ",\"partitions\":%" PRIu64
          ",\"workers\":%" PRIu64 ",\"blocks\":%" PRIu64 ",\"bytes\":%" PRIu64
-         ",\"checksum\":\"%016" PRIx64 "\"}\n",
+         ",\"checksum\":\"%016" PRIx64 "\"",
          info->version, info->partitions, info->groups, info->blocks, info->bytes,
          info->checksum);
+    if (info->has_stream)
+        outf(",\"stream\":\"%s\",\"stream_seq\":%" PRIu64 "}\n", info->stream,
+             info->stream_seq);
+    else
+        outf(",\"stream\":null,\"stream_seq\":null}\n");
 }
 
 #define NCOLS 14
@@ -530,6 +535,9 @@ static void stats_table(const table *t, const kvix_snapshot_info *info)
     outf("\n%" PRIu64 " partitions, %" PRIu64 " workers, %" PRIu64
          " blocks; file %s, format version %" PRIu32 ", checksum %016" PRIx64 "\n",
          info->partitions, info->groups, info->blocks, size, info->version, info->checksum);
+    if (info->has_stream)
+        outf("stream %s: every message up to sequence %" PRIu64 " applied\n", info->stream,
+             info->stream_seq);
     free(cell);
 }
 

@@ -19,6 +19,7 @@
 
 #include "cli.h"
 #include "kvix/index.h"
+#include "kvix/natslog.h"
 #include "kvix/snapshot.h"
 #include "kvix/stream.h"
 
@@ -29,6 +30,10 @@ enum {
     O_SAVE_SECS,
     O_SAVE_EVENTS,
     O_QUIET,
+    O_NATS,
+    O_STREAM,
+    O_RESET_ON_GAP,
+    O_UNTIL_CAUGHT_UP,
 };
 
 static const cli_opt options[] = {
@@ -50,6 +55,14 @@ static const cli_opt options[] = {
     {O_QUIET, 0, "quiet", NULL, NULL,
      "no summary and no progress line on stderr (SIGUSR1 still prints the summary)"},
     {'v', 'v', "verbose", NULL, NULL, "report the snapshot loaded and every save on stderr"},
+    {O_NATS, 0, "nats", "URL", NULL,
+     "consume a NATS JetStream stream instead of stdin, from the snapshot's position on"},
+    {O_STREAM, 0, "stream", "NAME", NULL, "--nats: the stream to consume (default KVIX)"},
+    {O_RESET_ON_GAP, 0, "reset-on-gap", NULL, NULL,
+     "--nats: when the stream no longer holds the next message, start empty from its first "
+     "(default: save and exit 7)"},
+    {O_UNTIL_CAUGHT_UP, 0, "until-caught-up", NULL, NULL,
+     "--nats: stop (and save) once the stream's last message at start is applied"},
     {0, 0, NULL, NULL, NULL, NULL},
 };
 
@@ -126,6 +139,11 @@ typedef struct kvi {
     int strict_hit;
     int progress_shown;
     kvix_apply_result base; /* totals after loading the snapshot */
+    /* --nats: every message up to seq is applied */
+    kvix_natslog_opts nopt;
+    int reset_on_gap, until_caught_up, gone, has_seq;
+    uint64_t seq;
+    kvix_index_opts io;
     kvix_buf out;
     kvix_answer ans;
     char **unknown;         /* "model\ttenant" already warned about */
@@ -234,7 +252,7 @@ static void answer_error(kvi *k, const kvix_event *ev, const kvix_err *e)
 
 /* One warning per unknown name: a query for a model or tenant the index
  * has never seen answers like a cache miss, with "unknown" saying why. */
-static void warn_unknown(kvi *k, kvix_reader *r, const kvix_event *q)
+static void warn_unknown(kvi *k, const char *name, uint64_t pos, const kvix_event *q)
 {
     int model = k->ans.unknown == KVIX_UNKNOWN_MODEL;
     char key[2 * KVIX_NAME_MAX + 1];
@@ -254,11 +272,11 @@ static void warn_unknown(kvi *k, kvix_reader *r, const kvix_event *q)
     if (model)
         cli_warn("unknown model \"%s\" at %s:%" PRIu64 ": the index has never seen it "
                  "(answered with \"unknown\":\"model\")",
-                 q->model, kvix_reader_name(r), kvix_reader_pos(r));
+                 q->model, name, pos);
     else
         cli_warn("unknown tenant \"%s\" of model \"%s\" at %s:%" PRIu64
                  ": the index has never seen it (answered with \"unknown\":\"tenant\")",
-                 q->tenant, q->model, kvix_reader_name(r), kvix_reader_pos(r));
+                 q->tenant, q->model, name, pos);
 }
 
 /* Called on a writer thread (kvix_index_submit). */
@@ -338,7 +356,8 @@ static int save(kvi *k, const char *why)
     sync_writers(k);
     kvix_snapshot_info info;
     kvix_err err;
-    int rc = kvix_snapshot_save(k->idx, k->snap, &info, &err);
+    int rc = kvix_snapshot_save_at(k->idx, k->snap, k->nopt.url ? k->nopt.stream : NULL, k->seq,
+                                   &info, &err);
     clear_progress(k);
     if (rc) {
         cli_warn("cannot save %s: %s", k->snap, err.msg);
@@ -349,7 +368,10 @@ static int save(kvi *k, const char *why)
     k->dirty = 0;
     k->since_save = 0;
     k->last_save = now();
-    if (k->verbose)
+    if (k->verbose && k->nopt.url)
+        cli_warn("saved %s (%s): %" PRIu64 " blocks, %" PRIu64 " bytes, stream %s at %" PRIu64,
+                 k->snap, why, info.blocks, info.bytes, k->nopt.stream, k->seq);
+    else if (k->verbose)
         cli_warn("saved %s (%s): %" PRIu64 " blocks, %" PRIu64 " bytes", k->snap, why,
                  info.blocks, info.bytes);
     return KVIX_OK;
@@ -387,7 +409,7 @@ static void handle_flags(kvi *k, kvix_reader *r)
     }
 }
 
-static void answer(kvi *k, kvix_reader *r, const kvix_event *q)
+static void answer(kvi *k, const char *name, uint64_t pos, const kvix_event *q)
 {
     kvix_err err;
     k->queries++;
@@ -400,29 +422,29 @@ static void answer(kvi *k, kvix_reader *r, const kvix_event *q)
     if (rc) {
         if (rc == KVIX_ENOMEM)
             cli_die(KVIX_EXIT_SYS, "%s", err.msg);
-        reject(k, "query", kvix_reader_name(r), kvix_reader_pos(r), KVIX_EV_QUERY, &err);
+        reject(k, "query", name, pos, KVIX_EV_QUERY, &err);
         answer_error(k, q, &err);
         return;
     }
     if (k->ans.unknown)
-        warn_unknown(k, r, q);
+        warn_unknown(k, name, pos, q);
     fwrite(k->out.data, 1, k->out.len, stdout);
     k->answered++;
 }
 
-static void apply(kvi *k, kvix_reader *r, size_t file, const kvix_event *ev)
+static void apply(kvi *k, const char *name, uint64_t pos, size_t file, const kvix_event *ev)
 {
     kvix_err err;
     k->submitted[ev->type]++;
     if (k->query_only) {
         kvix_err_set(&err, KVIX_EINVAL, "event in query-only mode (-q)");
-        reject(k, "event", kvix_reader_name(r), kvix_reader_pos(r), ev->type, &err);
+        reject(k, "event", name, pos, ev->type, &err);
         answer_error(k, ev, &err);
         return;
     }
     int rc;
     if (k->threads)
-        rc = kvix_index_submit(k->idx, ev, make_tag(ev->type, file, kvix_reader_pos(r)), &err);
+        rc = kvix_index_submit(k->idx, ev, make_tag(ev->type, file, pos), &err);
     else
         rc = kvix_index_apply(k->idx, ev, NULL, &err);
     if (rc == KVIX_ENOMEM || rc == KVIX_ESYS) {
@@ -430,7 +452,7 @@ static void apply(kvi *k, kvix_reader *r, size_t file, const kvix_event *ev)
         cli_die(KVIX_EXIT_SYS, "%s", err.msg);
     }
     if (rc && !k->threads) { /* with threads, on_reject has reported it (even when refused at submit) */
-        reject(k, "event", kvix_reader_name(r), kvix_reader_pos(r), ev->type, &err);
+        reject(k, "event", name, pos, ev->type, &err);
         return;
     }
     k->dirty = 1;
@@ -486,9 +508,9 @@ static void run_input(kvi *k, int fd, size_t file, kvix_format fmt, kvix_event *
             continue;
         }
         if (ev->type == KVIX_EV_QUERY)
-            answer(k, r, ev);
+            answer(k, kvix_reader_name(r), kvix_reader_pos(r), ev);
         else
-            apply(k, r, file, ev);
+            apply(k, kvix_reader_name(r), kvix_reader_pos(r), file, ev);
     }
     if (k->progress_shown) {
         show_progress(k, r);
@@ -516,6 +538,145 @@ static void load(kvi *k)
     if (k->verbose)
         cli_warn("loaded %s: %" PRIu64 " partitions, %" PRIu64 " blocks", k->snap,
                  info.partitions, info.blocks);
+    if (k->nopt.url && !info.has_stream)
+        cli_die(KVIX_EXIT_USAGE, "%s records no stream position: it was not made by kvindex --nats",
+                k->snap);
+    if (k->nopt.url && strcmp(info.stream, k->nopt.stream) != 0)
+        cli_die(KVIX_EXIT_USAGE, "%s reflects stream %s, not %s", k->snap, info.stream,
+                k->nopt.stream);
+    k->seq = info.has_stream ? info.stream_seq : 0;
+    if (k->verbose && info.has_stream)
+        cli_warn("%s: stream %s applied up to sequence %" PRIu64, k->snap, info.stream, k->seq);
+}
+
+/* ---- --nats: the stream instead of stdin ---------------------------------- */
+
+static void pause_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* The records of one message (one engine batch, msgpack), like stdin's. */
+static void apply_message(kvi *k, const char *label, uint64_t seq, const char *data, size_t len,
+                          kvix_event *ev)
+{
+    size_t off = 0;
+    while (off < len) {
+        size_t used = 0;
+        kvix_err err;
+        int rc = kvix_event_from_msgpack(data + off, len - off, &used, ev, &err);
+        k->records++;
+        if (rc == KVIX_ENOMEM) {
+            save(k, "failure");
+            cli_die(KVIX_EXIT_SYS, "%s", err.msg);
+        }
+        if (rc || used == 0) {
+            if (!rc)
+                kvix_err_set(&err, KVIX_EINVAL, "empty msgpack record");
+            reject(k, "event", label, seq, -1, &err); /* the rest cannot be framed */
+            return;
+        }
+        off += used;
+        if (ev->type == KVIX_EV_QUERY)
+            answer(k, label, seq, ev);
+        else
+            apply(k, label, seq, 0, ev);
+    }
+}
+
+/* The index dropped, to start again from the stream's first message. */
+static void reset_index(kvi *k)
+{
+    kvix_err err;
+    sync_writers(k);
+    kvix_index_free(k->idx);
+    if (kvix_index_new(&k->idx, &k->io, &err))
+        cli_die(cli_exit_for(err.code), "%s", err.msg);
+    kvix_index_totals(k->idx, &k->base);
+    k->dirty = 1;
+}
+
+/* The stream's state, waiting for the server and the stream to be there. */
+static void stream_state(kvi *k, kvix_natslog *l, kvix_natslog_state *st)
+{
+    kvix_err err;
+    int warned = 0, rc;
+    while ((rc = kvix_natslog_state_get(l, st, &err)) != KVIX_OK) {
+        if (sig_stop)
+            cli_die(KVIX_EXIT_SYS, "%s", err.msg);
+        if (!warned++)
+            cli_warn("%s: waiting%s", err.msg, rc == KVIX_ENOTFOUND ? " for it" : " for the server");
+        pause_ms(100);
+        drain_wake();
+    }
+    (void)k;
+}
+
+static void run_nats(kvi *k, kvix_event *ev)
+{
+    kvix_natslog *l;
+    kvix_err err;
+    if (kvix_natslog_open(&l, &k->nopt, &err))
+        cli_die(err.code == KVIX_EINVAL ? KVIX_EXIT_USAGE : KVIX_EXIT_SYS, "%s", err.msg);
+    kvix_natslog_state st;
+    stream_state(k, l, &st);
+    if (k->seq > st.last) {
+        cli_warn("stream %s ends at %" PRIu64 " but %s has applied up to %" PRIu64
+                 ": not the stream it was made from",
+                 k->nopt.stream, st.last, k->snap ? k->snap : "the index", k->seq);
+        k->gone = 1;
+        kvix_natslog_free(l);
+        return;
+    }
+    uint64_t target = st.last;
+    const char *label = k->names[0];
+    kvix_natslog_consume(l, k->seq + 1, &err);
+    int warned = 0;
+    while (!sig_stop && !k->strict_hit) {
+        handle_flags(k, NULL);
+        if (k->until_caught_up && k->seq >= target)
+            break;
+        uint64_t seq = 0;
+        const char *data;
+        size_t len;
+        int rc = kvix_natslog_next(l, 200, &seq, &data, &len, &err);
+        if (rc == 1) {
+            apply_message(k, label, seq, data, len, ev);
+            k->seq = seq;
+            k->dirty = 1;
+            warned = 0;
+            continue;
+        }
+        if (rc == 0)
+            continue;
+        if (rc == KVIX_ELIMIT) {
+            reject(k, "message", label, seq, -1, &err);
+            k->seq = seq;
+            continue;
+        }
+        if (rc == KVIX_ENOTFOUND && kvix_natslog_connected(l) &&
+            kvix_natslog_state_get(l, &st, NULL) == KVIX_OK) {
+            if (!k->reset_on_gap) {
+                cli_warn("%s: this replica cannot follow it any more (restore it from a peer's "
+                         "snapshot, or run with --reset-on-gap to start empty)",
+                         err.msg);
+                k->gone = 1;
+                break;
+            }
+            cli_warn("%s: --reset-on-gap: WARNING: the index is dropped and starts empty "
+                     "from message %" PRIu64,
+                     err.msg, st.first);
+            reset_index(k);
+            k->seq = st.first - 1;
+            kvix_natslog_consume(l, st.first, &err);
+            continue;
+        }
+        if (!warned++)
+            cli_warn("%s: retrying", err.msg);
+        pause_ms(100);
+    }
+    kvix_natslog_free(l);
 }
 
 int main(int argc, char **argv)
@@ -526,6 +687,8 @@ int main(int argc, char **argv)
     pthread_mutex_init(&k.mu, NULL);
     kvix_index_opts io;
     kvix_index_opts_init(&io);
+    kvix_natslog_opts_init(&k.nopt);
+    k.nopt.name = "kvindex";
     kvix_format fmt = KVIX_FMT_AUTO;
     const char *arg;
     int c;
@@ -552,6 +715,10 @@ int main(int argc, char **argv)
             break;
         case O_QUIET: k.quiet = 1; break;
         case 'v': k.verbose = 1; break;
+        case O_NATS: k.nopt.url = arg; break;
+        case O_STREAM: k.nopt.stream = arg; break;
+        case O_RESET_ON_GAP: k.reset_on_gap = 1; break;
+        case O_UNTIL_CAUGHT_UP: k.until_caught_up = 1; break;
         }
     }
     if (k.snap && !*k.snap)
@@ -563,6 +730,10 @@ int main(int argc, char **argv)
     if ((k.save_every_events || k.save_every_secs) && !k.snap)
         cli_usage_error("--save-every-* need a snapshot (-s FILE)");
     int nfiles = argc - optind;
+    if (k.nopt.url && (nfiles || k.query_only))
+        cli_usage_error("--nats reads the stream: no input files, no -q");
+    if (!k.nopt.url && (k.reset_on_gap || k.until_caught_up))
+        cli_usage_error("--reset-on-gap and --until-caught-up go with --nats");
     if (nfiles > 0xffff)
         cli_usage_error("too many input files (limit 65535)");
     k.names = calloc(nfiles ? (size_t)nfiles : 1, sizeof *k.names);
@@ -570,14 +741,17 @@ int main(int argc, char **argv)
         cli_die(KVIX_EXIT_SYS, "out of memory");
     for (int i = 0; i < nfiles; i++)
         k.names[i] = strcmp(argv[optind + i], "-") ? argv[optind + i] : "<stdin>";
+    char label[300];
+    snprintf(label, sizeof label, "<stream %s>", k.nopt.stream);
     if (!nfiles)
-        k.names[0] = "<stdin>";
+        k.names[0] = k.nopt.url ? label : "<stdin>";
 
     io.threads = k.query_only ? 0 : k.threads;
     k.threads = io.threads;
     io.on_reject = on_reject;
     io.reject_ctx = &k;
     kvix_err err;
+    k.io = io;
     int rc = kvix_index_new(&k.idx, &io, &err);
     if (rc)
         cli_die(cli_exit_for(rc), "%s", err.msg);
@@ -601,7 +775,9 @@ int main(int argc, char **argv)
 
     kvix_event ev;
     kvix_event_init(&ev);
-    for (int i = 0; i < (nfiles ? nfiles : 1) && !sig_stop && !k.strict_hit; i++) {
+    if (k.nopt.url)
+        run_nats(&k, &ev);
+    for (int i = 0; i < (nfiles ? nfiles : 1) && !k.nopt.url && !sig_stop && !k.strict_hit; i++) {
         int fd = STDIN_FILENO;
         if (nfiles && strcmp(argv[optind + i], "-") != 0) {
             fd = open(argv[optind + i], O_RDONLY | O_CLOEXEC);
@@ -626,6 +802,8 @@ int main(int argc, char **argv)
         code = KVIX_EXIT_STRICT;
     if (k.io_error || k.save_failed)
         code = KVIX_EXIT_IO;
+    if (k.gone)
+        code = KVIX_EXIT_GONE;
     kvix_event_release(&ev);
     kvix_answer_release(&k.ans);
     kvix_buf_release(&k.out);

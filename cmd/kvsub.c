@@ -11,12 +11,14 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "kvix/buf.h"
 #include "kvix/enginesub.h"
 #include "kvix/event.h"
+#include "kvix/natslog.h"
 #include "kvix/snapshot.h"
 #include "kvix/stream.h"
 #include "kvix/wire.h"
@@ -32,6 +34,13 @@ enum {
     O_REPLAY_BUFFER_BYTES,
     O_MAX_MESSAGE,
     O_RESUME,
+    O_NATS,
+    O_SUBJECT,
+    O_STREAM,
+    O_STREAM_MAX_AGE,
+    O_STREAM_MAX_BYTES,
+    O_STREAM_REPLICAS,
+    O_STREAM_DUP_WINDOW,
 };
 
 static const cli_opt options[] = {
@@ -59,6 +68,20 @@ static const cli_opt options[] = {
      "largest engine message in bytes; a larger one is a loss (default 67108864)"},
     {O_RESUME, 0, "resume", "SNAPSHOT", "file",
      "start each worker after the last eid the snapshot holds for it"},
+    {O_NATS, 0, "nats", "URL", NULL,
+     "also publish every batch printed to a NATS JetStream stream (one message per batch)"},
+    {O_SUBJECT, 0, "subject", "PREFIX", NULL,
+     "--nats: publish to PREFIX.<model>.<worker> (default kvix)"},
+    {O_STREAM, 0, "stream", "NAME", NULL,
+     "--nats: the stream, created on PREFIX.> if missing (default KVIX)"},
+    {O_STREAM_MAX_AGE, 0, "stream-max-age", "SECONDS", NULL,
+     "stream created: drop messages older than SECONDS (default 0: never)"},
+    {O_STREAM_MAX_BYTES, 0, "stream-max-bytes", "BYTES", NULL,
+     "stream created: keep at most BYTES, oldest dropped first (default 0: no limit)"},
+    {O_STREAM_REPLICAS, 0, "stream-replicas", "N", NULL,
+     "stream created: N copies in a NATS cluster (default 1)"},
+    {O_STREAM_DUP_WINDOW, 0, "stream-dup-window", "SECONDS", NULL,
+     "stream created: a batch published again within SECONDS is dropped (default 120)"},
     {0, 0, NULL, NULL, NULL, NULL},
 };
 
@@ -80,6 +103,15 @@ static struct {
     size_t nspecs, nreplays;
     kvix_buf out;
     bool out_broken;
+    /* --nats: the batch being gathered (consecutive events of one
+     * (worker, dp, eid)), published when the next batch starts or kvsub waits */
+    kvix_natslog_opts nopt;
+    kvix_natslog *nats;
+    kvix_buf batch;
+    uint64_t bworker, beid;
+    uint32_t bdp;
+    bool bopen;
+    uint64_t published, pub_duplicates;
 } S;
 
 static volatile sig_atomic_t sig_stop, sig_hup, sig_usr1;
@@ -110,9 +142,81 @@ static void out_flush(void)
     }
 }
 
+/* One batch to the stream, acknowledged before anything else is sent (the
+ * stream keeps kvsub's order). A server away is waited for; only a stop
+ * while it is away loses the batch, and that is an error. */
+static void nats_flush(void)
+{
+    if (!S.nats || !S.bopen)
+        return;
+    S.bopen = false;
+    int warned = 0;
+    for (;;) {
+        kvix_err err;
+        int dup = 0;
+        int rc = kvix_natslog_publish(S.nats, S.batch.data, S.batch.len, KVIX_FMT_MSGPACK, &dup,
+                                      &err);
+        if (rc == KVIX_OK) {
+            S.published++;
+            S.pub_duplicates += dup != 0;
+            if (warned)
+                cli_warn("nats: publishing again");
+            S.batch.len = 0;
+            return;
+        }
+        if (rc != KVIX_EIO)
+            cli_die(KVIX_EXIT_SYS, "cannot publish a batch: %s", err.msg);
+        if (sig_stop)
+            cli_die(KVIX_EXIT_SYS, "stopped with a batch not published: %s", err.msg);
+        if (!warned++)
+            cli_warn("%s: waiting for the server", err.msg);
+        struct timespec ts = {0, 100 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void nats_add(const kvix_event *ev)
+{
+    if (S.bopen && !(ev->has_eid && ev->worker == S.bworker && ev->dp == S.bdp &&
+                     ev->eid == S.beid))
+        nats_flush();
+    kvix_err err;
+    int rc = kvix_event_to_msgpack(ev, &S.batch, &err);
+    if (rc != KVIX_OK)
+        cli_die(cli_exit_for(rc), "cannot publish an event: %s", err.msg);
+    S.bopen = true;
+    S.bworker = ev->worker;
+    S.bdp = ev->dp;
+    S.beid = ev->eid;
+    if (!ev->has_eid) /* kvsub's own cleared: a message of its own */
+        nats_flush();
+}
+
+/* The stream must exist before the first batch: made from the options when
+ * missing, the server waited for if it is not up yet. */
+static void nats_open(void)
+{
+    kvix_err err;
+    if (kvix_natslog_open(&S.nats, &S.nopt, &err))
+        cli_die(err.code == KVIX_EINVAL ? KVIX_EXIT_USAGE : KVIX_EXIT_SYS, "%s", err.msg);
+    int warned = 0, created = 0;
+    while (kvix_natslog_ensure_stream(S.nats, &created, &err) != KVIX_OK) {
+        if (sig_stop)
+            cli_die(KVIX_EXIT_SYS, "%s", err.msg);
+        if (!warned++)
+            cli_warn("%s: waiting for the server", err.msg);
+        struct timespec ts = {0, 100 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    if (created)
+        cli_warn("nats: created stream %s on %s.>", S.nopt.stream, S.nopt.subject);
+}
+
 static void on_event(void *ctx, const kvix_event *ev)
 {
     (void)ctx;
+    if (S.nats)
+        nats_add(ev);
     if (S.out_broken)
         return;
     kvix_err err;
@@ -241,6 +345,9 @@ static void print_stats(void)
             c.seq.losses, c.seq.restarts, c.seq.stale + c.seq.duplicates, c.seq.refused,
             c.decode_errors, c.bad_frames, c.partial_blocks, c.unknown_events, c.dropped,
             c.disconnects);
+    if (S.nats)
+        fprintf(stderr, "kvsub: nats published=%" PRIu64 " duplicates=%" PRIu64 "\n",
+                S.published, S.pub_duplicates);
 }
 
 static void run(void)
@@ -257,6 +364,7 @@ static void run(void)
             print_stats();
         }
         out_flush(); /* everything so far is visible before waiting */
+        nats_flush();
         int rc = kvix_enginesub_step(S.sub, 200, &err);
         if (rc)
             cli_die(cli_exit_for(rc), "%s", err.msg);
@@ -291,6 +399,8 @@ int main(int argc, char **argv)
     kvix_enginesub_config cfg;
     kvix_enginesub_config_init(&cfg);
     S.fmt = KVIX_FMT_NDJSON;
+    kvix_natslog_opts_init(&S.nopt);
+    S.nopt.name = "kvsub";
     const char *arg;
     const char **wargs = NULL;
     size_t nw = 0;
@@ -333,6 +443,21 @@ int main(int argc, char **argv)
             cfg.msg_max = (size_t)cli_parse_uint(arg, 1024, KVIX_WIRE_FRAME_MAX, "max message");
             break;
         case O_RESUME: S.resume = arg; break;
+        case O_NATS: S.nopt.url = arg; break;
+        case O_SUBJECT: S.nopt.subject = arg; break;
+        case O_STREAM: S.nopt.stream = arg; break;
+        case O_STREAM_MAX_AGE:
+            S.nopt.max_age_s = (int64_t)cli_parse_uint(arg, 0, UINT64_C(1) << 32, "max age");
+            break;
+        case O_STREAM_MAX_BYTES:
+            S.nopt.max_bytes = (int64_t)cli_parse_uint(arg, 0, INT64_MAX, "max bytes");
+            break;
+        case O_STREAM_REPLICAS:
+            S.nopt.replicas = (int)cli_parse_uint(arg, 1, 5, "replicas");
+            break;
+        case O_STREAM_DUP_WINDOW:
+            S.nopt.dup_window_s = (int64_t)cli_parse_uint(arg, 1, UINT64_C(1) << 32, "dup window");
+            break;
         }
     }
     if (optind < argc)
@@ -357,6 +482,9 @@ int main(int argc, char **argv)
      * at once without a write per line. */
     setvbuf(stdout, NULL, _IOFBF, 1 << 16);
     kvix_buf_init(&S.out);
+    kvix_buf_init(&S.batch);
+    if (S.nopt.url)
+        nats_open();
 
     kvix_err err;
     kvix_enginesub_ops ops = {on_event, on_note};
@@ -376,6 +504,7 @@ int main(int argc, char **argv)
     run();
 
     out_flush();
+    nats_flush();
     print_stats();
     kvix_enginesub_counts cnt;
     kvix_enginesub_counts_get(S.sub, &cnt);
@@ -383,6 +512,8 @@ int main(int argc, char **argv)
     free(S.specs);
     free(S.replays);
     kvix_buf_release(&S.out);
+    kvix_buf_release(&S.batch);
+    kvix_natslog_free(S.nats);
     int code = cnt.decode_errors || cnt.bad_frames ? KVIX_EXIT_REJECTED : KVIX_EXIT_OK;
     if (S.out_broken) { /* the reader left: nothing more to report about stdout */
         fclose(stdout);

@@ -11,9 +11,11 @@ _kvindex() {
     -t|--threads) return ;;
     --save-every-seconds) return ;;
     --save-every-events) return ;;
+    --nats) return ;;
+    --stream) return ;;
     esac
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--snapshot -s --query-only -q --format -f --backend --jump --threads -t --strict --save-every-seconds --save-every-events --quiet --verbose -v --help -h --version -V" -- "$cur"))
+        COMPREPLY=($(compgen -W "--snapshot -s --query-only -q --format -f --backend --jump --threads -t --strict --save-every-seconds --save-every-events --quiet --verbose -v --nats --stream --reset-on-gap --until-caught-up --help -h --version -V" -- "$cur"))
         return
     fi
     COMPREPLY=($(compgen -f -- "$cur"))

@@ -17,9 +17,16 @@ _kvsub() {
     --replay-buffer-bytes) return ;;
     --max-message) return ;;
     --resume) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --nats) return ;;
+    --subject) return ;;
+    --stream) return ;;
+    --stream-max-age) return ;;
+    --stream-max-bytes) return ;;
+    --stream-replicas) return ;;
+    --stream-dup-window) return ;;
     esac
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--worker -w --replay --model -m --tenant -t --block-size -b --topic --bind --format -f --workers-file --tokens --replay-timeout --replay-buffer --replay-buffer-bytes --max-message --resume --help -h --version -V" -- "$cur"))
+        COMPREPLY=($(compgen -W "--worker -w --replay --model -m --tenant -t --block-size -b --topic --bind --format -f --workers-file --tokens --replay-timeout --replay-buffer --replay-buffer-bytes --max-message --resume --nats --subject --stream --stream-max-age --stream-max-bytes --stream-replicas --stream-dup-window --help -h --version -V" -- "$cur"))
         return
     fi
 }

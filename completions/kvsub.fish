@@ -14,6 +14,13 @@ complete -c kvsub -l replay-buffer -x -d 'live batches held per endpoint while a
 complete -c kvsub -l replay-buffer-bytes -x -d 'bytes of batches held per endpoint while a replay runs (default 268435456)'
 complete -c kvsub -l max-message -x -d 'largest engine message in bytes; a larger one is a loss (default 67108864)'
 complete -c kvsub -l resume -r -F -d 'start each worker after the last eid the snapshot holds for it'
+complete -c kvsub -l nats -x -d 'also publish every batch printed to a NATS JetStream stream (one message per batch)'
+complete -c kvsub -l subject -x -d '--nats: publish to PREFIX.<model>.<worker> (default kvix)'
+complete -c kvsub -l stream -x -d '--nats: the stream, created on PREFIX.> if missing (default KVIX)'
+complete -c kvsub -l stream-max-age -x -d 'stream created: drop messages older than SECONDS (default 0: never)'
+complete -c kvsub -l stream-max-bytes -x -d 'stream created: keep at most BYTES, oldest dropped first (default 0: no limit)'
+complete -c kvsub -l stream-replicas -x -d 'stream created: N copies in a NATS cluster (default 1)'
+complete -c kvsub -l stream-dup-window -x -d 'stream created: a batch published again within SECONDS is dropped (default 120)'
 complete -c kvsub -s h -l help -d 'print this help and exit'
 complete -c kvsub -s V -l version -d 'print the version and exit'
 complete -c kvsub -f

@@ -1,6 +1,8 @@
 /* The snapshot file (kvix-snapshot(5)).
  *
  *   header  magic "KVIXSNAP", u32 version, u32 flags (0)                 16 bytes
+ *   STREAM  (version 2 only, right after the header) u32 4, u32 name_len,
+ *           u64 sequence, name: the stream position the state reflects
  *   PART    u32 1, u32 bs, u32 model_len, u32 tenant_len, model, tenant
  *   GROUP   u32 2, u32 dp, u64 worker, u32 flags (bit 0: has eid), u32 0,
  *           u64 eid, u64 nblocks, nblocks x block                       40 + 40n bytes
@@ -38,6 +40,8 @@
 #define TAG_PART 1u
 #define TAG_GROUP 2u
 #define TAG_END 3u
+#define TAG_STREAM 4u
+#define STREAM_HEAD_BYTES 16u
 #define HEADER_BYTES 16u
 #define GROUP_HEAD_BYTES 40u
 #define END_BYTES 40u
@@ -180,6 +184,7 @@ struct kvix_snapshot_writer {
     uint32_t bs;
     uint64_t worker;
     uint32_t dp;
+    int has_stream;
 };
 
 static int wflush(kvix_snapshot_writer *w, kvix_err *err)
@@ -286,6 +291,45 @@ int kvix_snapshot_writer_open(kvix_snapshot_writer **out, const char *path, kvix
     put32(w->buf + 12, 0);
     w->len = HEADER_BYTES;
     *out = w;
+    return KVIX_OK;
+}
+
+/* JetStream's rule for stream names (printable, no space, '.', '*', '>',
+ * path separators), and nothing a JSON string would need to escape. */
+static int stream_name_ok(const char *p, size_t n)
+{
+    if (n == 0 || n >= KVIX_SNAPSHOT_STREAM_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c <= ' ' || c >= 0x7f || strchr(".*>/\\\"", c))
+            return 0;
+    }
+    return 1;
+}
+
+int kvix_snapshot_writer_set_stream(kvix_snapshot_writer *w, const char *stream, uint64_t seq,
+                                    kvix_err *err)
+{
+    size_t nl = stream ? strlen(stream) : 0;
+    if (!stream_name_ok(stream, nl))
+        return kvix_err_set(err, KVIX_EINVAL, "snapshot: bad stream name '%s'",
+                            stream ? stream : "");
+    /* Only the header is buffered yet: the version can still change. */
+    if (w->broken || w->has_stream || w->have_part || w->len != HEADER_BYTES)
+        return kvix_err_set(err, KVIX_EINVAL,
+                            "snapshot: the stream position goes before every record");
+    put32(w->buf + 8, KVIX_SNAPSHOT_VERSION_STREAM);
+    unsigned char h[STREAM_HEAD_BYTES];
+    put32(h, TAG_STREAM);
+    put32(h + 4, (uint32_t)nl);
+    put64(h + 8, seq);
+    int rc = wbytes(w, h, sizeof h, err);
+    if (!rc)
+        rc = wbytes(w, stream, nl, err);
+    if (rc)
+        return rc;
+    w->has_stream = 1;
     return KVIX_OK;
 }
 
@@ -456,7 +500,7 @@ int kvix_snapshot_writer_commit(kvix_snapshot_writer *w, kvix_snapshot_info *inf
     /* The rename is durable only once the folder is. */
     rc = fsync_dir(w->path, err);
     if (info) {
-        info->version = KVIX_SNAPSHOT_VERSION;
+        info->version = w->has_stream ? KVIX_SNAPSHOT_VERSION_STREAM : KVIX_SNAPSHOT_VERSION;
         info->partitions = w->partitions;
         info->groups = w->groups;
         info->blocks = w->blocks;
@@ -477,6 +521,7 @@ struct kvix_snapshot {
     unsigned char *owned; /* read or copied bytes, or NULL */
     char *name;
     size_t body_end;      /* offset of the END record */
+    size_t first;         /* offset of the first record after the header (and STREAM) */
     size_t pos;
     kvix_snapshot_info info;
     int in_part, part_groups;
@@ -506,7 +551,7 @@ void kvix_snapshot_close(kvix_snapshot *s)
 
 void kvix_snapshot_rewind(kvix_snapshot *s)
 {
-    s->pos = HEADER_BYTES;
+    s->pos = s->first;
     s->in_part = 0;
     s->part_groups = 0;
     s->have_group = 0;
@@ -707,10 +752,11 @@ static int verify_frame(kvix_snapshot *s, kvix_err *err)
         return kvix_err_set(err, KVIX_ECORRUPT, "%s: truncated snapshot (%zu bytes)", s->name,
                             s->len);
     uint32_t version = get32(d + 8);
-    if (version != KVIX_SNAPSHOT_VERSION)
+    if (version != KVIX_SNAPSHOT_VERSION && version != KVIX_SNAPSHOT_VERSION_STREAM)
         return kvix_err_set(err, KVIX_ECORRUPT,
-                            "%s: unsupported snapshot format version %" PRIu32 " (this kvix reads %u)",
-                            s->name, version, KVIX_SNAPSHOT_VERSION);
+                            "%s: unsupported snapshot format version %" PRIu32
+                            " (this kvix reads %u and %u)",
+                            s->name, version, KVIX_SNAPSHOT_VERSION, KVIX_SNAPSHOT_VERSION_STREAM);
     if (get32(d + 12) != 0)
         return kvix_err_set(err, KVIX_ECORRUPT, "%s: unknown snapshot flags 0x%" PRIx32, s->name,
                             get32(d + 12));
@@ -726,6 +772,22 @@ static int verify_frame(kvix_snapshot *s, kvix_err *err)
                             "): the file is corrupt",
                             s->name, stored, sum);
     s->body_end = s->len - END_BYTES;
+    s->first = HEADER_BYTES;
+    if (version == KVIX_SNAPSHOT_VERSION_STREAM) {
+        size_t nl = s->body_end >= HEADER_BYTES + STREAM_HEAD_BYTES ? get32(d + HEADER_BYTES + 4) : 0;
+        if (s->body_end < HEADER_BYTES + STREAM_HEAD_BYTES ||
+            get32(d + HEADER_BYTES) != TAG_STREAM || nl == 0 ||
+            nl >= KVIX_SNAPSHOT_STREAM_MAX || nl > s->body_end - HEADER_BYTES - STREAM_HEAD_BYTES)
+            return CORRUPT(s, HEADER_BYTES, err, "bad stream position record");
+        const char *name = (const char *)d + HEADER_BYTES + STREAM_HEAD_BYTES;
+        if (!stream_name_ok(name, nl))
+            return CORRUPT(s, HEADER_BYTES, err, "bad stream name in the stream position record");
+        s->info.has_stream = 1;
+        s->info.stream_seq = get64(d + HEADER_BYTES + 8);
+        memcpy(s->info.stream, name, nl);
+        s->info.stream[nl] = '\0';
+        s->first = HEADER_BYTES + STREAM_HEAD_BYTES + nl;
+    }
     s->info.version = version;
     s->info.bytes = s->len;
     s->info.checksum = stored;
@@ -1029,6 +1091,7 @@ kvix_snapshot *kvix_snapshot_cursor(const kvix_snapshot *s, kvix_err *err)
     c->data = s->data; /* borrowed: c must be closed before s */
     c->len = s->len;
     c->body_end = s->body_end;
+    c->first = s->first;
     c->info = s->info;
     kvix_snapshot_rewind(c);
     return c;

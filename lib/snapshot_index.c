@@ -29,10 +29,20 @@ static int save_visit(void *ctx, const char *model, const char *tenant, uint32_t
 int kvix_snapshot_save(kvix_index *idx, const char *path, kvix_snapshot_info *info,
                        kvix_err *err)
 {
+    return kvix_snapshot_save_at(idx, path, NULL, 0, info, err);
+}
+
+int kvix_snapshot_save_at(kvix_index *idx, const char *path, const char *stream, uint64_t seq,
+                          kvix_snapshot_info *info, kvix_err *err)
+{
     save_ctx s = {NULL, err, 0};
     int rc = kvix_snapshot_writer_open(&s.w, path, err);
     if (rc)
         return rc;
+    if (stream && (rc = kvix_snapshot_writer_set_stream(s.w, stream, seq, err))) {
+        kvix_snapshot_writer_abort(s.w);
+        return rc;
+    }
     int stop = kvix_index_foreach(idx, save_visit, &s);
     if (stop || s.rc) {
         kvix_snapshot_writer_abort(s.w);

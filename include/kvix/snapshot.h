@@ -32,6 +32,8 @@ extern "C" {
 
 #define KVIX_SNAPSHOT_MAGIC "KVIXSNAP" /* 8 bytes, no NUL in the file */
 #define KVIX_SNAPSHOT_VERSION 1u
+#define KVIX_SNAPSHOT_VERSION_STREAM 2u /* version 1 plus a stream position record */
+#define KVIX_SNAPSHOT_STREAM_MAX 256u   /* longest stream name + 1 */
 #define KVIX_SNAPSHOT_BLOCK_BYTES 40u  /* one stored block in the file */
 
 /* Totals of one snapshot file. */
@@ -42,6 +44,12 @@ typedef struct kvix_snapshot_info {
     uint64_t blocks;    /* stored (worker, block) entries */
     uint64_t bytes;     /* file size */
     uint64_t checksum;  /* the XXH3-64 stored at the end of the file */
+    /* The stream position the state reflects (version 2 files): every
+     * message of stream up to and including stream_seq is applied, none
+     * after it. Set by the reader only. */
+    int has_stream;
+    uint64_t stream_seq;
+    char stream[KVIX_SNAPSHOT_STREAM_MAX];
 } kvix_snapshot_info;
 
 /* ---- writing ---------------------------------------------------------- */
@@ -53,6 +61,13 @@ typedef struct kvix_snapshot_writer kvix_snapshot_writer;
  * is replaced, the link stays: kvix_snapshot_resolve). *out is owned by the caller and must be
  * ended by kvix_snapshot_writer_commit or kvix_snapshot_writer_abort. */
 int kvix_snapshot_writer_open(kvix_snapshot_writer **out, const char *path, kvix_err *err);
+
+/* Record that the state written reflects stream (a JetStream stream name,
+ * 1..255 bytes) up to and including message seq. Only right after
+ * kvix_snapshot_writer_open, before any record; the file is then format
+ * version 2. Without it the file is version 1, byte for byte as before. */
+int kvix_snapshot_writer_set_stream(kvix_snapshot_writer *w, const char *stream, uint64_t seq,
+                                    kvix_err *err);
 
 /* Append one (partition, worker, dp) record, exactly as kvix_index_foreach
  * visits them: strictly ascending (model, tenant, worker, dp), blocks
@@ -77,6 +92,10 @@ void kvix_snapshot_writer_abort(kvix_snapshot_writer *w);
  * The index must be quiet (see index.h). info may be NULL. */
 int kvix_snapshot_save(kvix_index *idx, const char *path, kvix_snapshot_info *info,
                        kvix_err *err);
+/* The same, recording the stream position (stream, seq) the index reflects
+ * (kvix_snapshot_writer_set_stream); stream NULL is kvix_snapshot_save. */
+int kvix_snapshot_save_at(kvix_index *idx, const char *path, const char *stream, uint64_t seq,
+                          kvix_snapshot_info *info, kvix_err *err);
 
 /* ---- one writer per snapshot ------------------------------------------ */
 

@@ -413,6 +413,85 @@ TEST(writer_refuses_inconsistent_input)
     CHECK(access(tmp_path("bad.kvix"), F_OK) != 0);
 }
 
+static int open_bytes(const unsigned char *b, size_t len, kvix_err *err);
+
+/* A stream position: version 2 with the STREAM record; without it the file
+ * is version 1 exactly as before (old snapshots and tools unchanged). */
+TEST(stream_position_round_trip)
+{
+    state a;
+    small_state(&a, 0);
+    kvix_snapshot_info i1, i2;
+    char p1[600];
+    snprintf(p1, sizeof p1, "%s", tmp_path("v1.kvix"));
+    CHECK(write_state(&a, p1, &i1) == KVIX_OK);
+    CHECK_U64(i1.version, 1);
+    kvix_snapshot_writer *w;
+    kvix_err err;
+    char p2[600];
+    snprintf(p2, sizeof p2, "%s", tmp_path("v2.kvix"));
+    CHECK(kvix_snapshot_writer_open(&w, p2, &err) == KVIX_OK);
+    CHECK(kvix_snapshot_writer_set_stream(w, "", 1, &err) == KVIX_EINVAL);
+    CHECK(kvix_snapshot_writer_set_stream(w, "a.b", 1, &err) == KVIX_EINVAL);
+    CHECK(kvix_snapshot_writer_set_stream(w, "KVIX", UINT64_C(1) << 40, &err) == KVIX_OK);
+    CHECK(kvix_snapshot_writer_set_stream(w, "KVIX", 2, &err) == KVIX_EINVAL);
+    for (size_t i = 0; i < a.n; i++) {
+        const grp *g = &a.g[i];
+        CHECK(kvix_snapshot_writer_add(w, g->model, g->tenant, g->bs, g->worker, g->dp,
+                                       g->has_eid, g->eid, g->blocks, g->n, &err) == KVIX_OK);
+    }
+    CHECK(kvix_snapshot_writer_commit(w, &i2, &err) == KVIX_OK);
+    CHECK_U64(i2.version, 2);
+    CHECK_U64(i2.bytes, i1.bytes + 16 + 4);
+    kvix_snapshot *snap;
+    CHECK(kvix_snapshot_open(&snap, p2, &err) == KVIX_OK);
+    if (snap) {
+        kvix_snapshot_info ri;
+        kvix_snapshot_get_info(snap, &ri);
+        CHECK_U64(ri.version, 2);
+        CHECK(ri.has_stream);
+        CHECK_U64(ri.stream_seq, UINT64_C(1) << 40);
+        CHECK_STR(ri.stream, "KVIX");
+        check_equal(snap, &a);
+        kvix_snapshot_rewind(snap);
+        check_equal(snap, &a);
+        kvix_snapshot_close(snap);
+    }
+    CHECK(kvix_snapshot_open(&snap, p1, &err) == KVIX_OK);
+    if (snap) {
+        kvix_snapshot_info ri;
+        kvix_snapshot_get_info(snap, &ri);
+        CHECK(!ri.has_stream);
+        kvix_snapshot_close(snap);
+    }
+    /* Too late once a record is written. */
+    CHECK(kvix_snapshot_writer_open(&w, tmp_path("late.kvix"), &err) == KVIX_OK);
+    const grp *g = &a.g[0];
+    CHECK(kvix_snapshot_writer_add(w, g->model, g->tenant, g->bs, g->worker, g->dp, g->has_eid,
+                                   g->eid, g->blocks, g->n, &err) == KVIX_OK);
+    CHECK(kvix_snapshot_writer_set_stream(w, "KVIX", 2, &err) == KVIX_EINVAL);
+    kvix_snapshot_writer_abort(w);
+    /* Every flipped byte of a version 2 file is refused, and a name that
+     * runs past the records too. */
+    size_t len;
+    unsigned char *b = slurp(p2, &len);
+    if (CHECK(b != NULL)) {
+        size_t refused = 0;
+        for (size_t i = 0; i < len; i++) {
+            b[i] ^= 0x10;
+            refused += open_bytes(b, len, &err) == KVIX_ECORRUPT;
+            b[i] ^= 0x10;
+        }
+        CHECK_U64(refused, len);
+        b[21] = 0xff; /* name_len past the limit, with the checksum fixed */
+        uint64_t sum = XXH3_64bits(b, len - 8);
+        memcpy(b + len - 8, &sum, 8);
+        CHECK(open_bytes(b, len, &err) == KVIX_ECORRUPT && strstr(err.msg, "stream position"));
+        free(b);
+    }
+    state_free(&a);
+}
+
 /* ---- corruption --------------------------------------------------------------- */
 
 static int open_bytes(const unsigned char *b, size_t len, kvix_err *err)
@@ -458,8 +537,8 @@ TEST(every_flipped_byte_is_refused)
     b[0] ^= 1;
     CHECK(open_bytes(b, len, &err) == KVIX_ECORRUPT && strstr(err.msg, "bad magic"));
     b[0] ^= 1;
-    b[8] = 2;
-    CHECK(open_bytes(b, len, &err) == KVIX_ECORRUPT && strstr(err.msg, "version 2"));
+    b[8] = 3;
+    CHECK(open_bytes(b, len, &err) == KVIX_ECORRUPT && strstr(err.msg, "version 3"));
     b[8] = 1;
     b[100] ^= 0x40;
     CHECK(open_bytes(b, len, &err) == KVIX_ECORRUPT && strstr(err.msg, "checksum mismatch"));

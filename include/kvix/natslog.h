@@ -1,0 +1,114 @@
+/* kvix: the event log on NATS JetStream (kvsub --nats, kvindex --nats).
+ *
+ * One NATS message per engine batch: its payload is the batch's kvix records
+ * in the msgpack framing (kvix/stream.h), its subject PREFIX.<model>.<worker>,
+ * its message id "<worker>.<dp>.<eid>" so the server drops a batch published
+ * twice (a kvsub restarted within the stream's duplicate window) instead of
+ * storing it again. A record without eid (kvsub's own `cleared`) is published
+ * without id.
+ *
+ * Publishing is synchronous, one batch at a time, each acknowledged by the
+ * server before the next is sent: the stream holds every (worker, dp)'s
+ * batches in the order kvsub delivered them, which the events need (a stored
+ * after a removed is not the removed after the stored).
+ *
+ * Consuming hands messages with their stream sequence, strictly in sequence:
+ * from the position asked, each message once (a redelivery is dropped here),
+ * through server restarts and reconnections (the consumer is made again from
+ * the next sequence). A message the stream no longer holds (its retention
+ * dropped it before it was handed out) is an error, never a silent skip.
+ *
+ * The library uses nats.c (libnats): no NATS protocol code here. */
+#ifndef KVIX_NATSLOG_H
+#define KVIX_NATSLOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvix/buf.h"
+#include "kvix/error.h"
+#include "kvix/stream.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVIX_NATSLOG_SUBJECT_MAX 200u /* longest subject prefix */
+#define KVIX_NATSLOG_PAYLOAD_MAX (8u << 20) /* largest message handed out, bytes */
+
+typedef struct kvix_natslog_opts {
+    const char *url;        /* nats://host:port (a comma-separated list is fine) */
+    const char *stream;     /* stream name (kvix_snapshot's rule: no '.', '*', '>', space) */
+    const char *subject;    /* publishing: subject prefix; the stream gets PREFIX.> */
+    const char *name;       /* connection name shown by the server (may be NULL) */
+    int64_t max_age_s;      /* stream created: drop messages older than this (0: never) */
+    int64_t max_bytes;      /* stream created: at most this many bytes (0: no limit) */
+    int replicas;           /* stream created: copies in a cluster (1..5) */
+    int64_t dup_window_s;   /* stream created: duplicate window (0: server default, 2 min) */
+    int64_t timeout_ms;     /* one request: stream info, publish acknowledgement */
+} kvix_natslog_opts;
+
+/* Defaults: subject "kvix", stream "KVIX", replicas 1, timeout 5000 ms. */
+void kvix_natslog_opts_init(kvix_natslog_opts *o);
+
+/* The state of the stream: messages first..last are held (first == last + 1
+ * when it is empty). */
+typedef struct kvix_natslog_state {
+    uint64_t first, last, msgs, bytes;
+} kvix_natslog_state;
+
+typedef struct kvix_natslog kvix_natslog;
+
+/* Connect to o->url. A server that is not up yet is not an error: the
+ * connection is retried in the background (and after every drop), and the
+ * calls below fail with KVIX_EIO until it is up. Strings of o are copied.
+ * *out is owned by the caller: kvix_natslog_free. Errors: KVIX_EINVAL (bad
+ * options), KVIX_ESYS. */
+int kvix_natslog_open(kvix_natslog **out, const kvix_natslog_opts *o, kvix_err *err);
+void kvix_natslog_free(kvix_natslog *l); /* NULL is fine */
+
+/* Is the connection up now? */
+int kvix_natslog_connected(kvix_natslog *l);
+
+/* The stream's state. KVIX_ENOTFOUND: no such stream; KVIX_EIO: no answer. */
+int kvix_natslog_state_get(kvix_natslog *l, kvix_natslog_state *st, kvix_err *err);
+
+/* Create the stream from the options when it does not exist (subjects
+ * PREFIX.>, file storage, limits retention); an existing one is left as it
+ * is. *created says which (may be NULL). KVIX_EIO: no answer or refused. */
+int kvix_natslog_ensure_stream(kvix_natslog *l, int *created, kvix_err *err);
+
+/* ---- publishing -------------------------------------------------------- */
+
+/* Publish one batch: data[0..len) holds its records in fmt (NDJSON lines are
+ * converted to msgpack records), all of one (model, worker, dp, eid); the
+ * first record gives subject and id. Waits for the server's
+ * acknowledgement; *duplicate (may be NULL) says the server already had the
+ * batch. KVIX_EIO: not acknowledged (the caller may publish it again:
+ * the id makes that safe); KVIX_EINVAL: the records do not decode. */
+int kvix_natslog_publish(kvix_natslog *l, const char *data, size_t len, kvix_format fmt,
+                         int *duplicate, kvix_err *err);
+
+/* ---- consuming --------------------------------------------------------- */
+
+/* Hand out messages from sequence from (>= 1) on; call again to move. */
+int kvix_natslog_consume(kvix_natslog *l, uint64_t from, kvix_err *err);
+
+/* The next message, waiting at most timeout_ms. Returns 1 with *seq, *data
+ * and *len set (data owned by l, valid until the next call or free), 0 when
+ * none came in time (also while the server is away: the consumer is made
+ * again once it is back), or an error: KVIX_ENOTFOUND when the next
+ * sequence is no longer in the stream (err says which messages are gone and
+ * where the stream starts now), KVIX_ELIMIT for a payload over
+ * KVIX_NATSLOG_PAYLOAD_MAX (*seq says which; that message is skipped: the
+ * next call goes on after it). */
+int kvix_natslog_next(kvix_natslog *l, int timeout_ms, uint64_t *seq, const char **data,
+                      size_t *len, kvix_err *err);
+
+/* The sequence the next message handed out will have. */
+uint64_t kvix_natslog_position(const kvix_natslog *l);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,473 @@
+/* The event log on NATS JetStream (kvix/natslog.h), over nats.c.
+ *
+ * The consumer is nats.c's ordered push consumer (an ephemeral consumer that
+ * the client makes again itself on a sequence gap), started at the exact
+ * sequence wanted. Ephemeral consumers do not survive a server restart, so a
+ * reconnection, a missed heartbeat or a closed subscription makes us drop
+ * it and make a new one from the next sequence we have not handed out:
+ * resuming never depends on state kept by the server. */
+#define _GNU_SOURCE
+#include "kvix/natslog.h"
+
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nats/nats.h>
+
+#include "kvix/event.h"
+
+struct kvix_natslog {
+    natsConnection *nc;
+    jsCtx *js;
+    char *url, *stream, *subject, *name;
+    kvix_natslog_opts o;
+    atomic_int reconnected; /* set by nats.c's thread, read by ours */
+    /* consumer */
+    natsSubscription *sub;
+    natsMsg *msg;       /* the message last handed out */
+    uint64_t next;      /* sequence of the next message to hand out */
+    int consuming;
+    uint64_t gap_from;  /* a gap seen once: made again; seen twice: gone */
+    /* publisher */
+    kvix_buf pay;
+    kvix_event ev;
+};
+
+void kvix_natslog_opts_init(kvix_natslog_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->subject = "kvix";
+    o->stream = "KVIX";
+    o->replicas = 1;
+    o->timeout_ms = 5000;
+}
+
+static int nats_fail(kvix_err *err, int code, const char *what, natsStatus s, jsErrCode je)
+{
+    const char *last = nats_GetLastError(NULL);
+    if (je)
+        return kvix_err_set(err, code, "nats: %s: %s (jetstream error %d)", what,
+                            last && *last ? last : natsStatus_GetText(s), (int)je);
+    return kvix_err_set(err, code, "nats: %s: %s", what,
+                        last && *last ? last : natsStatus_GetText(s));
+}
+
+static void on_reconnected(natsConnection *nc, void *closure)
+{
+    (void)nc;
+    kvix_natslog *l = closure;
+    atomic_store(&l->reconnected, 1);
+}
+
+/* nats.c reports slow consumers and other asynchronous errors here; the
+ * ordered consumer recovers from them by itself, and we must not print. */
+static void on_async_error(natsConnection *nc, natsSubscription *sub, natsStatus s, void *closure)
+{
+    (void)nc;
+    (void)sub;
+    (void)s;
+    (void)closure;
+}
+
+static int name_ok(const char *s, size_t max, int dots)
+{
+    size_t n = s ? strlen(s) : 0;
+    if (n == 0 || n >= max)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c <= ' ' || c >= 0x7f || strchr("*>/\\\"", c) || (c == '.' && !dots))
+            return 0;
+    }
+    return !dots || (s[0] != '.' && s[n - 1] != '.' && !strstr(s, ".."));
+}
+
+void kvix_natslog_free(kvix_natslog *l)
+{
+    if (!l)
+        return;
+    natsMsg_Destroy(l->msg);
+    if (l->sub) {
+        natsSubscription_Unsubscribe(l->sub);
+        natsSubscription_Destroy(l->sub);
+    }
+    jsCtx_Destroy(l->js);
+    if (l->nc) {
+        natsConnection_Close(l->nc);
+        natsConnection_Destroy(l->nc);
+    }
+    kvix_buf_release(&l->pay);
+    kvix_event_release(&l->ev);
+    free(l->url);
+    free(l->stream);
+    free(l->subject);
+    free(l->name);
+    free(l);
+}
+
+int kvix_natslog_open(kvix_natslog **out, const kvix_natslog_opts *o, kvix_err *err)
+{
+    *out = NULL;
+    if (!o->url || !*o->url)
+        return kvix_err_set(err, KVIX_EINVAL, "nats: no server url");
+    if (!name_ok(o->stream, 256, 0))
+        return kvix_err_set(err, KVIX_EINVAL, "nats: bad stream name '%s'",
+                            o->stream ? o->stream : "");
+    if (!name_ok(o->subject, KVIX_NATSLOG_SUBJECT_MAX, 1))
+        return kvix_err_set(err, KVIX_EINVAL, "nats: bad subject prefix '%s'",
+                            o->subject ? o->subject : "");
+    if (o->replicas < 1 || o->replicas > 5 || o->max_age_s < 0 || o->max_bytes < 0 ||
+        o->dup_window_s < 0 || o->timeout_ms < 1)
+        return kvix_err_set(err, KVIX_EINVAL, "nats: bad stream options");
+    kvix_natslog *l = calloc(1, sizeof *l);
+    if (!l)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    l->o = *o;
+    l->url = strdup(o->url);
+    l->stream = strdup(o->stream);
+    l->subject = strdup(o->subject);
+    l->name = strdup(o->name ? o->name : "kvix");
+    kvix_buf_init(&l->pay);
+    kvix_event_init(&l->ev);
+    l->next = 1;
+    if (!l->url || !l->stream || !l->subject || !l->name) {
+        kvix_natslog_free(l);
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    }
+    natsOptions *no = NULL;
+    natsStatus s = natsOptions_Create(&no);
+    if (s == NATS_OK)
+        s = natsOptions_SetURL(no, l->url);
+    if (s == NATS_OK)
+        s = natsOptions_SetName(no, l->name);
+    if (s == NATS_OK)
+        s = natsOptions_SetTimeout(no, o->timeout_ms);
+    if (s == NATS_OK)
+        s = natsOptions_SetMaxReconnect(no, -1); /* forever: the server comes back */
+    if (s == NATS_OK)
+        s = natsOptions_SetReconnectWait(no, 100);
+    if (s == NATS_OK)
+        s = natsOptions_SetRetryOnFailedConnect(no, true, NULL, NULL);
+    if (s == NATS_OK)
+        s = natsOptions_SetReconnectedCB(no, on_reconnected, l);
+    if (s == NATS_OK)
+        s = natsOptions_SetErrorHandler(no, on_async_error, l);
+    if (s == NATS_OK) {
+        s = natsConnection_Connect(&l->nc, no);
+        if (s == NATS_NOT_YET_CONNECTED)
+            s = NATS_OK; /* retried in the background */
+    }
+    natsOptions_Destroy(no);
+    if (s != NATS_OK) {
+        int rc = nats_fail(err, KVIX_ESYS, l->url, s, 0);
+        kvix_natslog_free(l);
+        return rc;
+    }
+    jsOptions jo;
+    jsOptions_Init(&jo);
+    jo.Wait = o->timeout_ms;
+    s = natsConnection_JetStream(&l->js, l->nc, &jo);
+    if (s != NATS_OK) {
+        int rc = nats_fail(err, KVIX_ESYS, "jetstream context", s, 0);
+        kvix_natslog_free(l);
+        return rc;
+    }
+    *out = l;
+    return KVIX_OK;
+}
+
+int kvix_natslog_connected(kvix_natslog *l)
+{
+    return natsConnection_Status(l->nc) == NATS_CONN_STATUS_CONNECTED;
+}
+
+int kvix_natslog_state_get(kvix_natslog *l, kvix_natslog_state *st, kvix_err *err)
+{
+    jsStreamInfo *si = NULL;
+    jsErrCode je = 0;
+    natsStatus s = js_GetStreamInfo(&si, l->js, l->stream, NULL, &je);
+    if (s == NATS_NOT_FOUND || je == JSStreamNotFoundErr) {
+        jsStreamInfo_Destroy(si);
+        return kvix_err_set(err, KVIX_ENOTFOUND, "nats: no stream %s on %s", l->stream, l->url);
+    }
+    if (s != NATS_OK)
+        return nats_fail(err, KVIX_EIO, "stream info", s, je);
+    st->first = si->State.FirstSeq;
+    st->last = si->State.LastSeq;
+    st->msgs = si->State.Msgs;
+    st->bytes = si->State.Bytes;
+    if (st->msgs == 0 && st->first <= st->last)
+        st->first = st->last + 1;
+    jsStreamInfo_Destroy(si);
+    return KVIX_OK;
+}
+
+int kvix_natslog_ensure_stream(kvix_natslog *l, int *created, kvix_err *err)
+{
+    kvix_natslog_state st;
+    int rc = kvix_natslog_state_get(l, &st, err);
+    if (created)
+        *created = 0;
+    if (rc != KVIX_ENOTFOUND)
+        return rc;
+    char subj[KVIX_NATSLOG_SUBJECT_MAX + 3];
+    snprintf(subj, sizeof subj, "%s.>", l->subject);
+    const char *subjects[1] = {subj};
+    jsStreamConfig cfg;
+    jsStreamConfig_Init(&cfg);
+    cfg.Name = l->stream;
+    cfg.Subjects = subjects;
+    cfg.SubjectsLen = 1;
+    cfg.Storage = js_FileStorage;
+    cfg.Retention = js_LimitsPolicy;
+    cfg.MaxAge = l->o.max_age_s * INT64_C(1000000000);
+    cfg.MaxBytes = l->o.max_bytes ? l->o.max_bytes : -1;
+    cfg.Replicas = l->o.replicas;
+    cfg.Duplicates = l->o.dup_window_s * INT64_C(1000000000);
+    jsStreamInfo *si = NULL;
+    jsErrCode je = 0;
+    natsStatus s = js_AddStream(&si, l->js, &cfg, NULL, &je);
+    jsStreamInfo_Destroy(si);
+    if (s != NATS_OK && je != JSStreamNameExistErr) /* made by another kvsub meanwhile */
+        return nats_fail(err, KVIX_EIO, "creating the stream", s, je);
+    if (created)
+        *created = s == NATS_OK;
+    return KVIX_OK;
+}
+
+/* ---- publishing ------------------------------------------------------------ */
+
+/* A subject token from a model name: NATS tokens hold no '.', '*', '>' or
+ * white space. */
+static void put_token(char *dst, size_t cap, const char *src)
+{
+    size_t i = 0;
+    for (; src[i] && i + 1 < cap; i++) {
+        unsigned char c = (unsigned char)src[i];
+        dst[i] = (c <= ' ' || c >= 0x7f || c == '.' || c == '*' || c == '>') ? '_' : (char)c;
+    }
+    dst[i] = '\0';
+    if (i == 0 && cap > 1)
+        snprintf(dst, cap, "_");
+}
+
+/* The payload: the records as msgpack; the first record kept in l->ev. */
+static int build_payload(kvix_natslog *l, const char *data, size_t len, kvix_format fmt,
+                         kvix_err *err)
+{
+    l->pay.len = 0;
+    int first = 1, rc;
+    kvix_event tmp;
+    kvix_event_init(&tmp);
+    size_t off = 0;
+    while (off < len) {
+        kvix_event *ev = first ? &l->ev : &tmp;
+        if (fmt == KVIX_FMT_MSGPACK) {
+            size_t used = 0;
+            rc = kvix_event_from_msgpack(data + off, len - off, &used, ev, err);
+            if (!rc)
+                rc = kvix_buf_append(&l->pay, data + off, used, err);
+            off += used;
+            if (!rc && used == 0)
+                rc = kvix_err_set(err, KVIX_EINVAL, "empty msgpack record");
+        } else {
+            const char *nl = memchr(data + off, '\n', len - off);
+            size_t n = nl ? (size_t)(nl - (data + off)) : len - off;
+            if (n == 0) {
+                off += 1;
+                continue;
+            }
+            rc = kvix_event_from_json(data + off, n, ev, err);
+            if (!rc)
+                rc = kvix_event_to_msgpack(ev, &l->pay, err);
+            off += n + (nl != NULL);
+        }
+        if (rc)
+            break;
+        first = 0;
+    }
+    kvix_event_release(&tmp);
+    if (!rc && first)
+        rc = kvix_err_set(err, KVIX_EINVAL, "nats: nothing to publish");
+    return rc;
+}
+
+int kvix_natslog_publish(kvix_natslog *l, const char *data, size_t len, kvix_format fmt,
+                         int *duplicate, kvix_err *err)
+{
+    int rc = KVIX_OK;
+    if (duplicate)
+        *duplicate = 0;
+    if ((rc = build_payload(l, data, len, fmt, err)))
+        return rc;
+    char model[KVIX_NAME_MAX], subj[KVIX_NATSLOG_SUBJECT_MAX + KVIX_NAME_MAX + 32];
+    put_token(model, sizeof model, l->ev.model);
+    snprintf(subj, sizeof subj, "%s.%s.%" PRIu64, l->subject, model, l->ev.worker);
+    char id[64];
+    jsPubOptions po;
+    jsPubOptions_Init(&po);
+    po.MaxWait = l->o.timeout_ms;
+    if (l->ev.has_eid) {
+        snprintf(id, sizeof id, "%" PRIu64 ".%" PRIu32 ".%" PRIu64, l->ev.worker, l->ev.dp,
+                 l->ev.eid);
+        po.MsgId = id;
+    }
+    jsPubAck *pa = NULL;
+    jsErrCode je = 0;
+    natsStatus s = js_Publish(&pa, l->js, subj, l->pay.data, (int)l->pay.len, &po, &je);
+    if (s != NATS_OK)
+        return nats_fail(err, KVIX_EIO, subj, s, je);
+    if (duplicate)
+        *duplicate = pa->Duplicate;
+    jsPubAck_Destroy(pa);
+    return KVIX_OK;
+}
+
+/* ---- consuming ------------------------------------------------------------- */
+
+static void drop_sub(kvix_natslog *l)
+{
+    if (l->sub) {
+        natsSubscription_Unsubscribe(l->sub);
+        natsSubscription_Destroy(l->sub);
+        l->sub = NULL;
+    }
+}
+
+static int make_sub(kvix_natslog *l, kvix_err *err)
+{
+    drop_sub(l);
+    atomic_store(&l->reconnected, 0);
+    jsSubOptions so;
+    jsSubOptions_Init(&so);
+    so.Stream = l->stream;
+    so.Ordered = true;
+    so.Config.DeliverPolicy = js_DeliverByStartSequence;
+    so.Config.OptStartSeq = l->next;
+    jsErrCode je = 0;
+    natsStatus s = js_SubscribeSync(&l->sub, l->js, ">", NULL, &so, &je);
+    if (s != NATS_OK) {
+        l->sub = NULL;
+        return nats_fail(err, KVIX_EIO, "subscribing to the stream", s, je);
+    }
+    /* Bounded in bytes too: the flow control keeps the rest on the server. */
+    natsSubscription_SetPendingLimits(l->sub, 65536, 256 << 20);
+    return KVIX_OK;
+}
+
+int kvix_natslog_consume(kvix_natslog *l, uint64_t from, kvix_err *err)
+{
+    if (from < 1)
+        return kvix_err_set(err, KVIX_EINVAL, "nats: sequences start at 1");
+    l->next = from;
+    l->consuming = 1;
+    l->gap_from = 0;
+    drop_sub(l);
+    return KVIX_OK;
+}
+
+uint64_t kvix_natslog_position(const kvix_natslog *l)
+{
+    return l->next;
+}
+
+/* A message after a gap: made again once; the same gap twice is checked
+ * against the stream. */
+static int on_gap(kvix_natslog *l, uint64_t seq, kvix_err *err)
+{
+    kvix_natslog_state st;
+    int rc = kvix_natslog_state_get(l, &st, err);
+    if (rc)
+        return rc == KVIX_ENOTFOUND ? rc : 0;
+    if (st.first > l->next)
+        return kvix_err_set(err, KVIX_ENOTFOUND,
+                            "stream %s: messages %" PRIu64 "..%" PRIu64
+                            " are gone (the stream starts at %" PRIu64 " now)",
+                            l->stream, l->next, st.first - 1, st.first);
+    if (l->gap_from == l->next)
+        return kvix_err_set(err, KVIX_ENOTFOUND,
+                            "stream %s: messages %" PRIu64 "..%" PRIu64 " are gone (deleted)",
+                            l->stream, l->next, seq - 1);
+    l->gap_from = l->next;
+    drop_sub(l);
+    return 0;
+}
+
+int kvix_natslog_next(kvix_natslog *l, int timeout_ms, uint64_t *seq, const char **data,
+                      size_t *len, kvix_err *err)
+{
+    natsMsg_Destroy(l->msg);
+    l->msg = NULL;
+    if (!l->consuming)
+        return kvix_err_set(err, KVIX_EINVAL, "nats: kvix_natslog_consume first");
+    if (atomic_load(&l->reconnected))
+        drop_sub(l);
+    if (!l->sub) {
+        if (!kvix_natslog_connected(l)) {
+            nats_Sleep(timeout_ms > 100 ? 100 : timeout_ms);
+            return 0;
+        }
+        kvix_natslog_state st;
+        int rc = kvix_natslog_state_get(l, &st, err);
+        if (rc == KVIX_ENOTFOUND)
+            return rc;
+        if (rc) {
+            nats_Sleep(timeout_ms > 100 ? 100 : timeout_ms);
+            return 0; /* not answering yet: try again */
+        }
+        if (st.first > l->next)
+            return kvix_err_set(err, KVIX_ENOTFOUND,
+                                "stream %s: messages %" PRIu64 "..%" PRIu64
+                                " are gone (the stream starts at %" PRIu64 " now)",
+                                l->stream, l->next, st.first - 1, st.first);
+        if (make_sub(l, err)) {
+            nats_Sleep(timeout_ms > 100 ? 100 : timeout_ms);
+            return 0;
+        }
+    }
+    for (;;) {
+        natsMsg *m = NULL;
+        natsStatus s = natsSubscription_NextMsg(&m, l->sub, timeout_ms);
+        if (s == NATS_TIMEOUT)
+            return 0;
+        if (s != NATS_OK) {
+            /* missed heartbeats, a closed connection or subscription: the
+             * consumer is made again on the next call */
+            drop_sub(l);
+            return 0;
+        }
+        jsMsgMetaData *meta = NULL;
+        if (natsMsg_GetMetaData(&meta, m) != NATS_OK) {
+            natsMsg_Destroy(m); /* not a stream message (status or control) */
+            continue;
+        }
+        uint64_t sq = meta->Sequence.Stream;
+        jsMsgMetaData_Destroy(meta);
+        if (sq < l->next) { /* delivered again: already handed out */
+            natsMsg_Destroy(m);
+            continue;
+        }
+        if (sq > l->next) {
+            natsMsg_Destroy(m);
+            int rc = on_gap(l, sq, err);
+            return rc;
+        }
+        l->gap_from = 0;
+        l->next = sq + 1;
+        int n = natsMsg_GetDataLength(m);
+        *seq = sq;
+        if (n < 0 || (size_t)n > KVIX_NATSLOG_PAYLOAD_MAX) {
+            natsMsg_Destroy(m);
+            return kvix_err_set(err, KVIX_ELIMIT,
+                                "stream %s: message %" PRIu64 " of %d bytes (limit %u)",
+                                l->stream, sq, n, KVIX_NATSLOG_PAYLOAD_MAX);
+        }
+        l->msg = m;
+        *data = natsMsg_GetData(m);
+        *len = (size_t)n;
+        return 1;
+    }
+}

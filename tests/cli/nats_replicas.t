@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# Scale-out on NATS JetStream, against a real nats-server (JetStream on, its
+# store in the scratch directory, loopback, a free port): a fake engine feeds
+# kvsub --nats, three kvindex --nats replicas consume the stream; replicas and
+# the server are killed -9 and restarted at points while the engine runs. At
+# the end every replica's snapshot equals the one that never stopped and the
+# index of kvsub's own printed log, at the same stream sequence. Every wait
+# is a bounded poll; nothing asserts on time.
+. "$(dirname "$0")/lib.sh"
+FE=$ROOT/tests/tools/fake_engine.py
+if ! command -v nats-server >/dev/null 2>&1; then
+    echo "# skip: nats-server is not installed ('make deps' or .ci/deps installs it)"
+    exit 0
+fi
+
+PIDS=""
+SPIDS=""
+free_port() {
+    "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+server_start() { # the server on $PORT, its store in $T/js
+    nats-server -js -sd "$T/js" -a 127.0.0.1 -p "$PORT" >>"$T/server.log" 2>&1 &
+    SPID=$!
+    SPIDS="$SPIDS $SPID"
+    local i
+    for i in $(seq 100); do
+        grep -q "Server is ready" "$T/server.log" 2>/dev/null &&
+            [ "$(grep -c "Server is ready" "$T/server.log")" -ge "$1" ] && return 0
+        sleep 0.1
+    done
+    fail "nats-server did not start"
+    return 1
+}
+
+replica() { # replica NAME ARGS...: kvindex --nats in the background, pid in P_NAME
+    local name=$1
+    shift
+    # no timeout(1) in between: kill -9 must reach kvindex itself (the
+    # cleanup trap bounds its life)
+    kvindex --nats "$URL" -s "$T/$name.kvix" "$@" >>"$T/$name.out" 2>>"$T/$name.err" &
+    eval "P_$name=$!"
+}
+
+seq_of() { # the stream sequence recorded in a snapshot (0 if none yet)
+    local s
+    s=$(kvdump --stats --json "$1" 2>/dev/null | sed -n 's/.*"stream_seq":\([0-9]*\).*/\1/p')
+    echo "${s:-0}"
+}
+
+wait_seq() { # wait_seq NAME N: NAME's snapshot reflects at least N messages
+    local i
+    for i in $(seq 600); do
+        [ "$(seq_of "$T/$1.kvix")" -ge "$2" ] && return 0
+        sleep 0.1
+    done
+    fail "$1 never saved sequence $2 (it has $(seq_of "$T/$1.kvix"))"
+    sed 's/^/#     '"$1"': /' "$T/$1.err" | tail -5
+    return 1
+}
+
+kill9() { # kill9 PID: gone, and reaped
+    kill -9 "$1" 2>/dev/null
+    wait "$1" 2>/dev/null
+}
+
+cleanup() {
+    local p
+    for p in $PIDS ${P_a:-} ${P_b:-} ${P_c:-} $SPIDS; do
+        kill -9 "$p" 2>/dev/null
+    done
+    wait 2>/dev/null
+}
+trap cleanup EXIT
+
+begin "kvindex --nats: replicas and the server killed -9 mid-stream stay exactly in step"
+PORT=$(free_port)
+URL=nats://127.0.0.1:$PORT
+server_start 1
+timeout 120 "$PY" "$FE" publish --pub "ipc://$T/pub" --dps 0,1 --batches 1500 --expect exp.json \
+    --seed 21 --linger 1 2>engine.err &
+EPID=$!
+timeout --foreground 120 kvsub -w "1=ipc://$T/pub" --nats "$URL" --stream KVT \
+    --subject kvt >events.ndjson 2>kvsub.err &
+KPID=$!
+PIDS="$EPID $KPID"
+replica a --stream KVT --save-every-events 200
+replica b --stream KVT --save-every-events 7
+replica c --stream KVT --save-every-events 13 --threads 2
+# b killed mid-batch-run and restarted
+wait_seq b 300
+kill9 "$P_b"
+replica b --stream KVT --save-every-events 7
+# c and the server killed together; the server comes back on the same store
+wait_seq c 600
+kill9 "$P_c"
+kill9 "$SPID"
+server_start 2
+replica c --stream KVT --save-every-events 13 --threads 2
+# b again, after the server's restart
+wait_seq b 900
+kill9 "$P_b"
+replica b --stream KVT --save-every-events 7
+# the engine's last batches printed by kvsub, then kvsub stopped
+for i in $(seq 600); do
+    "$PY" "$FE" final events.ndjson exp.json 2>/dev/null && break
+    sleep 0.1
+done
+"$PY" "$FE" final events.ndjson exp.json || fail "kvsub did not print the engine's last batches"
+kill -TERM "$KPID"
+wait "$KPID"
+assert_eq "$?" 0 "kvsub's exit status"
+assert_grep '^kvsub: nats published=[1-9]' kvsub.err
+wait "$EPID" 2>/dev/null
+"$PY" "$FE" compare events.ndjson exp.json >cmp || fail "kvsub's log is not the engine's state"
+# every replica stopped, then brought to the end of the stream
+for r in a b c; do
+    eval "p=\$P_$r"
+    kill -TERM "$p"
+    wait "$p"
+    timeout --foreground 120 kvindex --nats "$URL" --stream KVT -s "$T/$r.kvix" \
+        --until-caught-up --quiet 2>>"$T/$r.err"
+    assert_eq "$?" 0 "replica $r catching up"
+done
+last=$(seq_of a.kvix)
+[ "$last" -gt 900 ] || fail "the stream holds only $last batches"
+assert_eq "$(seq_of b.kvix)" "$last" "b's stream sequence"
+assert_eq "$(seq_of c.kvix)" "$last" "c's stream sequence"
+kvindex -s ref.kvix --quiet <events.ndjson || fail "kvindex of kvsub's log"
+for r in b c ref; do
+    kvdump --diff a.kvix "$r.kvix" >diff.out 2>&1 || {
+        fail "replica a and $r differ"
+        cut -c1-200 diff.out | sed 's/^/#     /' | tail -3
+    }
+done
+assert_grep "exactly|equal" diff.out
+grep -h "gone\|cannot" a.err b.err c.err | sed 's/^/#     /' | head -5
+kill9 "$SPID"
+end
+
+begin "kvindex --nats: a position the stream no longer holds exits 7, or --reset-on-gap starts empty"
+PORT=$(free_port)
+URL=nats://127.0.0.1:$PORT
+server_start 1
+printf '{"type":"stored","worker":1,"dp":0,"model":"m","bs":4,"eid":%d,"parent":null,"blocks":[{"local":"%016x","seq":"%016x"}]}\n' \
+    1 1 1 2 2 2 3 3 3 >ev.ndjson
+# a stream of 200 bytes holds one of these messages: publishing three drops
+# the first two
+timeout 30 kvsub -w "1=ipc://$T/none" --nats "$URL" --stream GAP --subject g \
+    --stream-max-bytes 200 >/dev/null 2>sub.err &
+spid=$!
+for i in $(seq 100); do grep -q "created stream GAP" sub.err && break; sleep 0.1; done
+kill -TERM "$spid"
+wait "$spid"
+"$PY" - "$PORT" <<'EOF'
+import socket, sys, json, msgpack
+# three batches published with the NATS text protocol's PUB, so the test
+# needs no client library of its own
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.recv(4096)
+s.sendall(b'CONNECT {"verbose":false,"headers":true}\r\n')
+for eid in (1, 2, 3):
+    rec = {"type": "stored", "worker": 1, "dp": 0, "model": "m", "bs": 4, "eid": eid,
+           "parent": None, "blocks": [{"local": "%016x" % eid, "seq": "%016x" % eid}]}
+    body = msgpack.packb(rec)
+    s.sendall(b"PUB g.m.1 %d\r\n" % len(body) + body + b"\r\n")
+s.sendall(b"PING\r\n")
+buf = b""
+while b"PONG" not in buf:
+    buf += s.recv(4096)
+EOF
+run timeout 30 kvindex --nats "$URL" --stream GAP -s gap.kvix --until-caught-up
+expect_rc 7
+assert_grep "stream GAP: messages 1\.\.[12] are gone" err
+assert_grep "reset-on-gap" err
+run timeout 30 kvindex --nats "$URL" --stream GAP -s gap.kvix --until-caught-up --reset-on-gap
+expect_rc 0
+assert_grep "WARNING: the index is dropped and starts empty" err
+assert_eq "$(seq_of gap.kvix)" 3 "position after the reset"
+kvdump gap.kvix >dump
+assert_grep '"seq":"0000000000000003"' dump
+# a snapshot not made from a stream is refused with --nats
+kvindex -s plain.kvix --quiet <ev.ndjson
+run timeout 30 kvindex --nats "$URL" --stream GAP -s plain.kvix --until-caught-up
+expect_rc 2
+assert_grep "records no stream position" err
+kill9 "$SPID"
+end
