@@ -144,7 +144,7 @@ printf '\x55' | dd of=flip.kvix bs=1 seek=$((size / 2)) conv=notrunc 2>/dev/null
 head -c $((size - 1)) a.kvix >trunc.kvix
 head -c 10 a.kvix >short.kvix
 cp a.kvix ver.kvix
-printf '\x02' | dd of=ver.kvix bs=1 seek=8 conv=notrunc 2>/dev/null
+printf '\x03' | dd of=ver.kvix bs=1 seek=8 conv=notrunc 2>/dev/null
 events >text.kvix
 : >empty.kvix
 for f in flip trunc short ver text empty; do
@@ -162,7 +162,7 @@ assert_grep 'checksum mismatch' err
 run kvdump --check trunc.kvix
 assert_grep 'truncated' err
 run kvdump --check ver.kvix
-assert_grep 'unsupported snapshot format version 2' err
+assert_grep 'unsupported snapshot format version 3' err
 run kvdump --check text.kvix
 assert_grep 'not a kvix snapshot' err
 run kvdump - <flip.kvix
