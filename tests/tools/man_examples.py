@@ -1,15 +1,19 @@
 #!/usr/bin/python3
 """Run the examples of a man page and check what they print.
 
-In the EXAMPLES section, every .EX/.EE block is a transcript: a line
-starting with "$ " is a command (run with bash in a scratch directory),
-and the lines after it, up to the next command or .EE, are its exact
-standard output. Roff escapes are undone first (\\- \\e \\(aq \\(dq \\& \\fX).
+In the EXAMPLES section, every .EX/.EE block with "$ " lines is a transcript: a line
+starting with "$ " is a command (run with bash in a scratch directory that
+all the page's examples share, in order, so one may use the files an
+earlier one made), and the lines after it, up to the next command or .EE,
+are its exact standard output. Roff escapes are undone first (\\- \\e \\(aq \\(dq \\& \\fX).
 
-    man_examples.py PAGE      (the tools under test must be on PATH)
+    man_examples.py PAGE [FILE...]   (the tools under test must be on PATH;
+                                      the FILEs are linked into the scratch
+                                      directory, for pages that read them)
 
 Prints "ok - ..." or "not ok - ..." per example and "N examples" last;
 exits 1 when an example fails or the page has none."""
+import os
 import re
 import subprocess
 import sys
@@ -39,15 +43,16 @@ def examples(path):
         if section != "EXAMPLES":
             continue
         if raw.startswith(".EX"):
-            inside = True
+            inside, cur = True, None
         elif raw.startswith(".EE"):
             inside = False
         elif inside:
             line = unroff(raw)
             if line.startswith("$ "):
-                out.append([line[2:], []])
-            elif out:
-                out[-1][1].append(line)
+                cur = [line[2:], []]
+                out.append(cur)
+            elif cur:  # a block without "$ " lines is not a transcript
+                cur[1].append(line)
     return out
 
 
@@ -55,10 +60,12 @@ def main():
     page = sys.argv[1]
     ex = examples(page)
     bad = 0
+    scratch = tempfile.TemporaryDirectory()
+    for f in sys.argv[2:]:
+        os.symlink(os.path.abspath(f), os.path.join(scratch.name, os.path.basename(f)))
     for i, (cmd, want) in enumerate(ex, 1):
-        with tempfile.TemporaryDirectory() as d:
-            p = subprocess.run(["bash", "-c", cmd], cwd=d, capture_output=True, text=True,
-                               stdin=subprocess.DEVNULL)
+        p = subprocess.run(["bash", "-c", cmd], cwd=scratch.name, capture_output=True, text=True,
+                           stdin=subprocess.DEVNULL)
         got = p.stdout.split("\n")
         if got and got[-1] == "":
             got.pop()
@@ -73,6 +80,7 @@ def main():
                 print("#   got:  %s" % g)
             for e in p.stderr.split("\n")[:5]:
                 print("#   stderr: %s" % e)
+    scratch.cleanup()
     print("%d examples" % len(ex))
     return 1 if bad or not ex else 0
 
