@@ -58,6 +58,8 @@ typedef struct filter {
     uint64_t worker;
 } filter;
 
+static uint64_t filter_hits; /* groups a filter let through */
+
 static int wanted(const filter *f, const kvix_snapshot_group *g)
 {
     if (f->model && strcmp(f->model, g->model) != 0)
@@ -66,7 +68,23 @@ static int wanted(const filter *f, const kvix_snapshot_group *g)
         return 0;
     if (f->has_worker && f->worker != g->worker)
         return 0;
+    filter_hits++;
     return 1;
+}
+
+/* A filter that matched nothing is said: an empty dump would otherwise look
+ * like an empty snapshot. */
+static void warn_empty_filter(const filter *f, const char *path)
+{
+    if ((!f->model && !f->tenant && !f->has_worker) || filter_hits)
+        return;
+    char w[32] = "";
+    if (f->has_worker)
+        snprintf(w, sizeof w, " --worker %" PRIu64, f->worker);
+    cli_warn("%s%s%s%s%s: matched nothing in %s", f->model ? "--model " : "",
+             f->model ? f->model : "", f->tenant ? (f->model ? " --tenant " : "--tenant ") : "",
+             f->tenant ? f->tenant : "", f->has_worker ? (f->model || f->tenant ? w : w + 1) : "",
+             path);
 }
 
 /* ---- output ------------------------------------------------------------- */
@@ -224,6 +242,7 @@ static int do_dump(const char *path, const filter *f)
     if (rc != KVIX_EOF)
         cli_die(cli_exit_for(rc), "%s", err.msg);
     out_flush();
+    warn_empty_filter(f, path);
     if (unreplayable)
         cli_warn("%" PRIu64 " blocks lie below a parent the worker no longer holds (orphans): "
                  "they are dumped with that parent, which a replay will reject",
@@ -549,6 +568,7 @@ static int do_stats(const char *path, const filter *f, int json)
     table t = {0};
     kvix_event_init(&t.scratch);
     gather_stats(s, f, &t);
+    warn_empty_filter(f, path);
     if (json)
         stats_json(&t, &info);
     else

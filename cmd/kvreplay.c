@@ -97,6 +97,8 @@ typedef struct wfilter {
     uint64_t worker;
     uint32_t dp;
     int any_dp;
+    const char *as_given; /* for the warning when it matched nothing */
+    uint64_t hits;
 } wfilter;
 
 typedef struct tbound {
@@ -151,6 +153,7 @@ typedef struct replay {
     int progress;
     struct timespec last_progress;
     uint64_t in, written, filtered, rejected, by_type[5], batches, pub_skipped;
+    uint64_t kept; /* records past the filters */
     int stop;     /* limit reached */
     int fatal;    /* an exit code when something failed for good */
 } replay;
@@ -187,6 +190,7 @@ static void parse_worker(replay *r, const char *s)
         f->dp = (uint32_t)cli_parse_uint(colon + 1, 0, UINT32_MAX, "--worker dp rank");
     }
     f->worker = cli_parse_uint(buf, 0, UINT64_MAX, "--worker id");
+    f->as_given = s;
 }
 
 static void parse_time(tbound *b, const char *s, const char *what)
@@ -526,6 +530,14 @@ static int keep_worker(const replay *r, const kvix_event *ev)
     return 0;
 }
 
+/* Count what each --worker kept, for the warning about one that kept nothing. */
+static void count_hits(replay *r, const kvix_event *ev)
+{
+    for (size_t i = 0; i < r->nwf && ev->type != KVIX_EV_QUERY; i++)
+        if (r->wf[i].worker == ev->worker && (r->wf[i].any_dp || r->wf[i].dp == ev->dp))
+            r->wf[i].hits++;
+}
+
 static double bound_value(const replay *r, const tbound *b)
 {
     return b->relative ? r->first_ts + b->v : b->v;
@@ -579,6 +591,8 @@ static int emit(void *ctx, const kvix_event *ev)
         r->filtered++;
         return 0;
     }
+    r->kept++;
+    count_hits(r, ev);
     if (r->zctx && ev->type == KVIX_EV_QUERY) {
         r->pub_skipped++; /* engines do not publish queries */
         return 0;
@@ -843,8 +857,24 @@ static int run_mooncake(replay *r, mooncake_args *a)
 
 /* ---- main ------------------------------------------------------------------ */
 
+/* Filters that matched nothing are said (even with --quiet): an empty
+ * output would otherwise look like an empty log. */
+static void warn_empty_filters(const replay *r)
+{
+    if (!r->in)
+        return;
+    for (size_t i = 0; i < r->nwf; i++)
+        if (!r->wf[i].hits)
+            cli_warn("--worker %s matched no event of the %" PRIu64 " records read",
+                     r->wf[i].as_given, r->in);
+    int windows = r->since.set || r->until.set || r->has_since_eid || r->has_until_eid;
+    if (!r->kept && (windows || r->nwf || r->no_queries))
+        cli_warn("the filters kept none of the %" PRIu64 " records read", r->in);
+}
+
 static void report(const replay *r)
 {
+    warn_empty_filters(r);
     if (r->quiet)
         return;
     if (r->pub)
@@ -881,6 +911,8 @@ int main(int argc, char **argv)
     mooncake_args mc = {0};
     kvix_mooncake_opts_init(&mc.o);
     int timing_set = 0, mooncake_only = 0;
+    const char *timing_opt[3] = {NULL, NULL, NULL}; /* --fast, --speed, --rate as given */
+    const char *since_arg = "", *until_arg = "";
     const char *arg;
     int c;
     while ((c = cli_next(argc, argv, &arg)) != -1) {
@@ -889,19 +921,21 @@ int main(int argc, char **argv)
             if (kvix_format_parse(arg, &r.fmt) || r.fmt == KVIX_FMT_AUTO)
                 cli_usage_error("bad --format: '%s' (ndjson or msgpack)", arg);
             break;
-        case O_FAST: r.timing = T_FAST; timing_set = 1; break;
+        case O_FAST: r.timing = T_FAST; timing_set = 1; timing_opt[0] = "--fast"; break;
         case 'x':
             r.speed = cli_parse_double(arg, 1e-6, 1e9, "--speed");
             r.timing = T_RECORDED;
             timing_set = 1;
+            timing_opt[1] = "--speed";
             break;
         case 'r':
             r.rate = cli_parse_double(arg, 1e-6, 1e12, "--rate");
             r.timing = T_RATE;
             timing_set = 1;
+            timing_opt[2] = "--rate";
             break;
-        case O_SINCE: parse_time(&r.since, arg, "--since"); break;
-        case O_UNTIL: parse_time(&r.until, arg, "--until"); break;
+        case O_SINCE: parse_time(&r.since, arg, "--since"); since_arg = arg; break;
+        case O_UNTIL: parse_time(&r.until, arg, "--until"); until_arg = arg; break;
         case O_SINCE_EID:
             r.since_eid = cli_parse_uint(arg, 0, UINT64_MAX, "--since-eid");
             r.has_since_eid = 1;
@@ -961,6 +995,21 @@ int main(int argc, char **argv)
             break;
         }
     }
+    /* Contradictions are refused, not settled by the order of the options. */
+    if (!!timing_opt[0] + !!timing_opt[1] + !!timing_opt[2] > 1)
+        cli_usage_error("%s%s%s%s%s: choose one timing (--fast, --speed or --rate)",
+                        timing_opt[0] ? timing_opt[0] : "",
+                        timing_opt[0] && (timing_opt[1] || timing_opt[2]) ? " and " : "",
+                        timing_opt[1] ? timing_opt[1] : "",
+                        timing_opt[1] && timing_opt[2] ? " and " : "",
+                        timing_opt[2] ? timing_opt[2] : "");
+    if (r.since.set && r.until.set && r.since.relative == r.until.relative &&
+        r.since.v > r.until.v)
+        cli_usage_error("--since %s is after --until %s: nothing would be kept", since_arg,
+                        until_arg);
+    if (r.has_since_eid && r.has_until_eid && r.since_eid > r.until_eid)
+        cli_usage_error("--since-eid %" PRIu64 " is above --until-eid %" PRIu64
+                        ": nothing would be kept", r.since_eid, r.until_eid);
     if (mooncake_only && !mc.trace)
         cli_usage_error("--workers, --capacity, --route, --seed, --model, --tokens, "
                         "--final-state and --copies need --mooncake");

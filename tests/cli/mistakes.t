@@ -24,3 +24,56 @@ expect_rc 1
 assert_grep "malformed json" err
 assert_eq "$(wc -l <out)" 2 "both lines answered"
 end
+
+begin "kvreplay refuses contradictory options"
+printf '%s\n' '{"type":"cleared","worker":1,"ts":10}' '{"type":"cleared","worker":2,"ts":20}' >log
+run kvreplay --since +100 --until +50 log
+expect_rc 2
+assert_grep "^kvreplay: --since \+100 is after --until \+50: nothing would be kept$" err
+run kvreplay --since 30 --until 20 log
+expect_rc 2
+run kvreplay --since-eid 5 --until-eid 2 log
+expect_rc 2
+assert_grep "^kvreplay: --since-eid 5 is above --until-eid 2: nothing would be kept$" err
+run kvreplay --fast --speed 2 --rate 5 log
+expect_rc 2
+assert_grep "^kvreplay: --fast and --speed and --rate: choose one timing \(--fast, --speed or --rate\)$" err
+run kvreplay -x 2 --fast log
+expect_rc 2
+run kvreplay -r 5 -x 2 log
+expect_rc 2
+assert_eq "$(wc -c <out)" 0 "nothing replayed"
+# a window of mixed forms cannot be judged before reading; equal bounds are fine
+run kvreplay --fast --since +10 --until +10 log
+expect_rc 0
+assert_eq "$(wc -l <out)" 1 "the record at the bound"
+end
+
+begin "kvreplay says when a filter matches nothing (even with --quiet)"
+printf '%s\n' '{"type":"cleared","worker":1,"ts":10}' '{"type":"cleared","worker":2,"ts":20}' >log
+run kvreplay --fast --quiet -w 9 -w 1 log
+expect_rc 0
+assert_eq "$(cat err)" "kvreplay: --worker 9 matched no event of the 2 records read" "one warning"
+assert_eq "$(wc -l <out)" 1 "worker 1 kept"
+run kvreplay --fast --quiet --since +100 log
+expect_rc 0
+assert_eq "$(cat err)" "kvreplay: the filters kept none of the 2 records read" "window"
+run kvreplay --fast --quiet -w 1 -w 2 log
+expect_rc 0
+assert_eq "$(cat err)" "" "filters that match say nothing"
+end
+
+begin "kvdump says when a filter matches nothing"
+printf '%s\n' '{"type":"stored","worker":1,"model":"m","bs":4,"blocks":[{"local":"a","seq":"b"}]}' |
+    kvindex --quiet -s s.kvix
+run kvdump -w 9 s.kvix
+expect_rc 0
+assert_eq "$(cat err)" "kvdump: --worker 9: matched nothing in s.kvix" "dump"
+run kvdump --stats --model x --worker 9 s.kvix
+expect_rc 0
+assert_eq "$(cat err)" "kvdump: --model x --worker 9: matched nothing in s.kvix" "stats"
+run kvdump --model m -w 1 s.kvix
+expect_rc 0
+assert_eq "$(cat err)" "" "a filter that matches says nothing"
+assert_eq "$(wc -l <out)" 1 "its worker dumped"
+end
