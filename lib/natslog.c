@@ -311,8 +311,15 @@ int kvix_natslog_publish(kvix_natslog *l, const char *data, size_t len, kvix_for
     jsPubOptions_Init(&po);
     po.MaxWait = l->o.timeout_ms;
     if (l->ev.has_eid) {
-        snprintf(id, sizeof id, "%" PRIu64 ".%" PRIu32 ".%" PRIu64, l->ev.worker, l->ev.dp,
-                 l->ev.eid);
+        int n = snprintf(id, sizeof id, "%" PRIu64 ".%" PRIu32 ".%" PRIu64, l->ev.worker,
+                         l->ev.dp, l->ev.eid);
+        /* The batch's own time tells an engine restarted (its eids from 0
+         * again) from a batch published twice, which has the same. */
+        if (l->ev.has_ts) {
+            uint64_t bits;
+            memcpy(&bits, &l->ev.ts, sizeof bits);
+            snprintf(id + n, sizeof id - (size_t)n, ".%016" PRIx64, bits);
+        }
         po.MsgId = id;
     }
     jsPubAck *pa = NULL;

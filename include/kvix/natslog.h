@@ -2,10 +2,12 @@
  *
  * One NATS message per engine batch: its payload is the batch's kvix records
  * in the msgpack framing (kvix/stream.h), its subject PREFIX.<model>.<worker>,
- * its message id "<worker>.<dp>.<eid>" so the server drops a batch published
+ * its message id "<worker>.<dp>.<eid>.<ts>" (ts: the bits of the batch's
+ * engine timestamp, when it has one) so the server drops a batch published
  * twice (a kvsub restarted within the stream's duplicate window) instead of
- * storing it again. A record without eid (kvsub's own `cleared`) is published
- * without id.
+ * storing it again, while an engine restarted (its eids from 0 again, at
+ * other times) is not mistaken for one. A record without eid (kvsub's own
+ * `cleared`) is published without id.
  *
  * Publishing is synchronous, one batch at a time, each acknowledged by the
  * server before the next is sent: the stream holds every (worker, dp)'s

@@ -186,3 +186,57 @@ expect_rc 2
 assert_grep "records no stream position" err
 kill9 "$SPID"
 end
+
+# publish_log LOG OUT STREAM: kvreplay plays LOG's engines on the wire, kvsub
+# --nats subscribed to them until it printed every event of LOG
+publish_log() {
+    local want
+    want=$(grep -vc '"type":"query"' "$1")
+    rm -f workers
+    kvreplay --fast --pub-wait 30 --map-file workers --pub "ipc://$T/e%w" "$1" >/dev/null 2>pub.err &
+    local pub=$!
+    for i in $(seq 200); do [ -s workers ] && break; sleep 0.1; done
+    kvsub --workers-file workers --nats "$URL" --stream "$3" >"$2" 2>>sub.err &
+    local sub=$!
+    wait "$pub"
+    for i in $(seq 300); do [ "$(wc -l <"$2")" -ge "$want" ] && break; sleep 0.1; done
+    assert_eq "$(wc -l <"$2")" "$want" "events printed by kvsub"
+    kill -TERM "$sub"
+    wait "$sub"
+}
+
+begin "kvsub --nats: batches published again are dropped by the server, a restarted engine's kept"
+PORT=$(free_port)
+URL=nats://127.0.0.1:$PORT
+server_start 1
+kvreplay -q --mooncake "$FIXTURES/mooncake/conversation_trace.jsonl.xz" --workers 2 \
+    --capacity 100 --limit 60 --seed 3 --tokens >log.ndjson
+publish_log log.ndjson first.ndjson DUP
+publish_log log.ndjson second.ndjson DUP
+n=$(sed -n 's/^kvsub: nats published=\([0-9]*\) duplicates=0$/\1/p' sub.err | head -n 1)
+[ "${n:-0}" -gt 10 ] || fail "first run: $(grep nats sub.err | head -n 1)"
+assert_grep "^kvsub: nats published=$n duplicates=$n\$" sub.err
+run timeout 60 kvindex --nats "$URL" --stream DUP -s dup.kvix --until-caught-up --quiet
+expect_rc 0
+assert_eq "$(seq_of dup.kvix)" "$n" "messages in the stream"
+kvindex --quiet -s direct.kvix <first.ndjson
+kvdump --diff dup.kvix direct.kvix >/dev/null || fail "the stream's index differs from kvsub's log"
+# an engine that restarts (batch numbers from 0 again) within the window
+: >sub.err
+timeout 60 "$PY" "$FE" publish --pub "ipc://$T/pub" --replay "ipc://$T/rep" --restart-after 15 \
+    --expect exp.json --seed 17 --linger 1 2>engine.err &
+epid=$!
+kvsub -w "1=ipc://$T/pub" --replay "1=ipc://$T/rep" --nats "$URL" --stream RST --subject rst >events.ndjson 2>sub.err &
+kpid=$!
+for i in $(seq 300); do "$PY" "$FE" final events.ndjson exp.json 2>/dev/null && break; sleep 0.1; done
+kill -TERM "$kpid"
+wait "$kpid"
+wait "$epid"
+"$PY" "$FE" compare events.ndjson exp.json >cmp || fail "kvsub's log is not the engine's state"
+assert_grep "^kvsub: nats published=[1-9][0-9]* duplicates=0\$" sub.err
+run timeout 60 kvindex --nats "$URL" --stream RST -s rst.kvix --until-caught-up --quiet
+expect_rc 0
+kvindex --quiet -s direct2.kvix <events.ndjson
+kvdump --diff rst.kvix direct2.kvix >/dev/null || fail "a restarted engine's batches were dropped"
+kill9 "$SPID"
+end
