@@ -143,6 +143,10 @@ typedef struct kvi {
     kvix_natslog_opts nopt;
     int reset_on_gap, until_caught_up, gone, has_seq;
     uint64_t seq;
+    /* --nats: lag from the server storing a message to its being applied, in
+     * microseconds; at most LAG_MAX kept (every k-th past that) */
+    double *lag;
+    size_t nlag, lag_seen;
     kvix_index_opts io;
     kvix_buf out;
     kvix_answer ans;
@@ -551,6 +555,44 @@ static void load(kvi *k)
 
 /* ---- --nats: the stream instead of stdin ---------------------------------- */
 
+#define LAG_MAX (1u << 20)
+
+static void lag_add(kvi *k, int64_t stored_ns)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double us = ((double)ts.tv_sec * 1e9 + (double)ts.tv_nsec - (double)stored_ns) / 1e3;
+    if (!k->lag && !(k->lag = malloc(LAG_MAX * sizeof *k->lag)))
+        return;
+    size_t i = k->lag_seen++;
+    if (k->nlag < LAG_MAX)
+        k->lag[k->nlag++] = us;
+    else /* a deterministic spread over the whole run */
+        k->lag[(i * 2654435761u) % LAG_MAX] = us;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void lag_summary(kvi *k)
+{
+    if (!k->nopt.url)
+        return;
+    if (!k->nlag) {
+        cli_warn("stream %s: applied up to sequence %" PRIu64, k->nopt.stream, k->seq);
+        return;
+    }
+    qsort(k->lag, k->nlag, sizeof *k->lag, cmp_double);
+    cli_warn("stream %s: applied up to sequence %" PRIu64 "; lag from stored to applied: "
+             "p50 %.3f ms, p99 %.3f ms, max %.3f ms over %zu messages",
+             k->nopt.stream, k->seq, k->lag[k->nlag / 2] / 1e3,
+             k->lag[(size_t)((double)k->nlag * 0.99)] / 1e3, k->lag[k->nlag - 1] / 1e3,
+             k->lag_seen);
+}
+
 static void pause_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -643,6 +685,7 @@ static void run_nats(kvi *k, kvix_event *ev)
         int rc = kvix_natslog_next(l, 200, &seq, &data, &len, &err);
         if (rc == 1) {
             apply_message(k, label, seq, data, len, ev);
+            lag_add(k, kvix_natslog_stored_ns(l));
             k->seq = seq;
             k->dirty = 1;
             warned = 0;
@@ -794,8 +837,10 @@ int main(int argc, char **argv)
     sync_writers(&k);
     if (k.snap && !k.query_only)
         save(&k, sig_stop ? "signal" : k.strict_hit ? "--strict" : "end of input");
-    if (!k.quiet)
+    if (!k.quiet) {
         summary(&k);
+        lag_summary(&k);
+    }
 
     int code = k.rejected ? KVIX_EXIT_REJECTED : KVIX_EXIT_OK;
     if (k.strict_hit)
@@ -812,6 +857,7 @@ int main(int argc, char **argv)
         free(k.unknown[i]);
     free(k.unknown);
     free(k.names);
+    free(k.lag);
     code = cli_finish(code);
     kvix_snapshot_lock_release(lock); /* after the last save and output */
     return code;

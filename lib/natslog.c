@@ -29,6 +29,7 @@ struct kvix_natslog {
     natsSubscription *sub;
     natsMsg *msg;       /* the message last handed out */
     uint64_t next;      /* sequence of the next message to hand out */
+    int64_t stored_ns;  /* when the server stored the message last handed out */
     int consuming;
     uint64_t gap_from;  /* a gap seen once: made again; seen twice: gone */
     /* publisher */
@@ -381,6 +382,11 @@ uint64_t kvix_natslog_position(const kvix_natslog *l)
     return l->next;
 }
 
+int64_t kvix_natslog_stored_ns(const kvix_natslog *l)
+{
+    return l->stored_ns;
+}
+
 /* A message after a gap: made again once; the same gap twice is checked
  * against the stream. */
 static int on_gap(kvix_natslog *l, uint64_t seq, kvix_err *err)
@@ -452,6 +458,7 @@ int kvix_natslog_next(kvix_natslog *l, int timeout_ms, uint64_t *seq, const char
             continue;
         }
         uint64_t sq = meta->Sequence.Stream;
+        int64_t when = meta->Timestamp;
         jsMsgMetaData_Destroy(meta);
         if (sq < l->next) { /* delivered again: already handed out */
             natsMsg_Destroy(m);
@@ -464,6 +471,7 @@ int kvix_natslog_next(kvix_natslog *l, int timeout_ms, uint64_t *seq, const char
         }
         l->gap_from = 0;
         l->next = sq + 1;
+        l->stored_ns = when;
         int n = natsMsg_GetDataLength(m);
         *seq = sq;
         if (n < 0 || (size_t)n > KVIX_NATSLOG_PAYLOAD_MAX) {

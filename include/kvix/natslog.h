@@ -110,6 +110,11 @@ int kvix_natslog_next(kvix_natslog *l, int timeout_ms, uint64_t *seq, const char
 /* The sequence the next message handed out will have. */
 uint64_t kvix_natslog_position(const kvix_natslog *l);
 
+/* When the server stored the message last handed out, in nanoseconds since
+ * the Unix epoch (the server's clock): the caller's lag is its own
+ * CLOCK_REALTIME minus this. */
+int64_t kvix_natslog_stored_ns(const kvix_natslog *l);
+
 #ifdef __cplusplus
 }
 #endif

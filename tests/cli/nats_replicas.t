@@ -176,6 +176,7 @@ assert_grep "reset-on-gap" err
 run timeout 30 kvindex --nats "$URL" --stream GAP -s gap.kvix --until-caught-up --reset-on-gap
 expect_rc 0
 assert_grep "WARNING: the index is dropped and starts empty" err
+assert_grep "stream GAP: applied up to sequence 3; lag from stored to applied: p50 [0-9.]+ ms, p99 [0-9.]+ ms, max [0-9.]+ ms over 1 messages" err
 assert_eq "$(seq_of gap.kvix)" 3 "position after the reset"
 kvdump gap.kvix >dump
 assert_grep '"seq":"0000000000000003"' dump
