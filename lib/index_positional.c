@@ -46,8 +46,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bitset_int.h"
 #include "canon_int.h"
+#include "hset_int.h"
 #include "index_int.h"
 #include "rcu_int.h"
 
@@ -56,11 +56,9 @@
 #define TABLE_MIN 8u
 #define JUMP_DEFAULT 32u /* bench_index jump sweep: fewest instructions, best median */
 #define JUMP_MAX 1024u
-#define DEPTH_MAX 12 /* bisection depth for JUMP_MAX */
 #define ORPH_CHUNK 256u
 #define TOMB ((pnode *)(uintptr_t)1)
 #define LIMBO_BATCH 1024
-#define POOL_NW 16   /* nodes with more inline words are freed, not pooled */
 #define POOL_MIN 32
 
 /* ---- shard locks: held for a few hundred instructions, so a spinlock
@@ -105,8 +103,7 @@ struct pnode {
     /* read side */
     uint32_t pos;
     uint64_t canon;
-    kvix_holders h;
-    kvix_aword w[];
+    kvix_hset h;
 };
 
 typedef struct pslot {
@@ -142,7 +139,7 @@ typedef struct pos_be {
     _Atomic long pending; /* limbo batches waiting for their grace period */
     spin_t poolmu;
     size_t npool;
-    _Atomic(pnode *) pool[POOL_NW + 1]; /* by inline words; peeked without the lock */
+    _Atomic(pnode *) pool; /* retired nodes to reuse; peeked without the lock */
     pshard shard[NSHARD];
 } pos_be;
 
@@ -274,49 +271,39 @@ static void shard_remove(pshard *sh, uint64_t h, pnode *n, kvix_bmem *mem)
         (void)shard_rebuild(sh, sh->used, mem); /* shrinking is optional: ENOMEM keeps it */
 }
 
-static size_t node_size(uint32_t nw)
-{
-    return sizeof(pnode) + nw * sizeof(uint64_t);
-}
-
-static pnode *node_new(pos_be *be, uint32_t pos, uint64_t canon, uint32_t nw)
+static pnode *node_new(pos_be *be, uint32_t pos, uint64_t canon)
 {
     pnode *n = NULL;
-    if (nw <= POOL_NW && atomic_load_explicit(&be->pool[nw], memory_order_relaxed)) {
+    if (atomic_load_explicit(&be->pool, memory_order_relaxed)) {
         spin_lock(&be->poolmu); /* the peek may be stale: the lock decides */
-        if ((n = atomic_load_explicit(&be->pool[nw], memory_order_relaxed))) {
-            atomic_store_explicit(&be->pool[nw], n->next, memory_order_relaxed);
+        if ((n = atomic_load_explicit(&be->pool, memory_order_relaxed))) {
+            atomic_store_explicit(&be->pool, n->next, memory_order_relaxed);
             be->npool--;
         }
         spin_unlock(&be->poolmu);
     }
     if (!n) {
-        if (!(n = malloc(node_size(nw))))
+        if (!(n = malloc(sizeof *n)))
             return NULL;
-        atomic_fetch_add_explicit(&be->mem.bytes, (long)node_size(nw), memory_order_relaxed);
+        atomic_fetch_add_explicit(&be->mem.bytes, (long)sizeof *n, memory_order_relaxed);
     }
     memset(n, 0, offsetof(pnode, pos));
     n->pos = pos;
     n->canon = canon;
-    atomic_init(&n->h.ext, NULL);
-    atomic_init(&n->h.tiers, NULL);
-    n->h.nw = nw;
-    n->h.count = 0;
-    for (uint32_t i = 0; i < nw; i++)
-        atomic_init(&n->w[i], 0);
+    kvix_hs_init(&n->h);
     return n;
 }
 
 static void node_free(pos_be *be, pnode *n)
 {
-    atomic_fetch_sub_explicit(&be->mem.bytes, (long)node_size(n->h.nw), memory_order_relaxed);
+    atomic_fetch_sub_explicit(&be->mem.bytes, (long)sizeof *n, memory_order_relaxed);
     free(n);
 }
 
 /* n is out of the table: readers may still see it until a grace period. */
 static void node_retire(pos_be *be, pnode *n)
 {
-    kvix_holders_retire(&n->h, &be->mem);
+    kvix_hs_retire(&n->h, &be->mem);
     pnode *head = atomic_load_explicit(&be->limbo, memory_order_relaxed);
     do
         n->next = head;
@@ -339,10 +326,9 @@ static void limbo_cb(struct rcu_head *head)
     spin_lock(&be->poolmu);
     while (n) {
         pnode *next = n->next;
-        uint32_t nw = n->h.nw;
-        if (nw <= POOL_NW && be->npool < cap) {
-            n->next = atomic_load_explicit(&be->pool[nw], memory_order_relaxed);
-            atomic_store_explicit(&be->pool[nw], n, memory_order_relaxed);
+        if (be->npool < cap) {
+            n->next = atomic_load_explicit(&be->pool, memory_order_relaxed);
+            atomic_store_explicit(&be->pool, n, memory_order_relaxed);
             be->npool++;
         } else {
             node_free(be, n);
@@ -350,13 +336,12 @@ static void limbo_cb(struct rcu_head *head)
         n = next;
     }
     /* the index shrank: let the pool go with it */
-    for (uint32_t nw = 0; nw <= POOL_NW && be->npool > cap; nw++)
-        while (atomic_load_explicit(&be->pool[nw], memory_order_relaxed) && be->npool > cap) {
-            pnode *k = atomic_load_explicit(&be->pool[nw], memory_order_relaxed);
-            atomic_store_explicit(&be->pool[nw], k->next, memory_order_relaxed);
-            be->npool--;
-            node_free(be, k);
-        }
+    while (atomic_load_explicit(&be->pool, memory_order_relaxed) && be->npool > cap) {
+        pnode *k = atomic_load_explicit(&be->pool, memory_order_relaxed);
+        atomic_store_explicit(&be->pool, k->next, memory_order_relaxed);
+        be->npool--;
+        node_free(be, k);
+    }
     spin_unlock(&be->poolmu);
     atomic_fetch_sub_explicit(&be->pending, 1, memory_order_release);
 }
@@ -467,7 +452,7 @@ static void orph_change(pos_be *be, uint32_t *o, uint32_t s, int delta)
 
 static inline int node_has(pnode *n, uint32_t s)
 {
-    return kvix_holders_has(&n->h, n->w, s);
+    return kvix_hs_has(&n->h, s);
 }
 
 /* ---- backend ops ---- */
@@ -514,7 +499,7 @@ static void pos_destroy(void *vbe)
         for (uint64_t j = 0; j <= t->mask; j++) {
             pnode *n = atomic_load(&t->s[j].node);
             if (n && n != TOMB) {
-                kvix_holders_free(&n->h);
+                kvix_hs_free(&n->h);
                 free(n);
             }
         }
@@ -526,11 +511,10 @@ static void pos_destroy(void *vbe)
         next = n->next;
         free(n);
     }
-    for (uint32_t nw = 0; nw <= POOL_NW; nw++)
-        for (pnode *n = atomic_load(&be->pool[nw]), *next; n; n = next) {
-            next = n->next;
-            free(n);
-        }
+    for (pnode *n = atomic_load(&be->pool), *next; n; n = next) {
+        next = n->next;
+        free(n);
+    }
     free(be);
 }
 
@@ -625,13 +609,10 @@ static int pos_add(void *vbe, uint32_t pos, uint64_t local, uint64_t canon, uint
         }
         int made = 0;
         if (!n) {
-            n = node_new(be, pos, canon, atomic_load_explicit(&be->nw, memory_order_relaxed));
+            n = node_new(be, pos, canon);
             if (!n || shard_insert(sh, h, n, &be->mem) < 0) {
-                if (n) {
-                    atomic_fetch_sub_explicit(&be->mem.bytes, (long)node_size(n->h.nw),
-                                              memory_order_relaxed);
-                    free(n);
-                }
+                if (n)
+                    node_free(be, n);
                 unlock2(be, si, pi);
                 return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
             }
@@ -642,14 +623,10 @@ static int pos_add(void *vbe, uint32_t pos, uint64_t local, uint64_t canon, uint
             pnode *p = table_find(atomic_load_explicit(&ps->t, memory_order_relaxed), hp, pos - 1,
                                   parent_canon);
             if (!p) { /* a parent nobody holds: a ghost, so holes stay exact */
-                p = node_new(be, pos - 1, parent_canon,
-                             atomic_load_explicit(&be->nw, memory_order_relaxed));
+                p = node_new(be, pos - 1, parent_canon);
                 if (!p || shard_insert(ps, hp, p, &be->mem) < 0) {
-                    if (p) {
-                        atomic_fetch_sub_explicit(&be->mem.bytes, (long)node_size(p->h.nw),
-                                                  memory_order_relaxed);
-                        free(p);
-                    }
+                    if (p)
+                        node_free(be, p);
                     unlock2(be, si, pi);
                     if (made)
                         reclaim(be, pos, canon);
@@ -664,8 +641,8 @@ static int pos_add(void *vbe, uint32_t pos, uint64_t local, uint64_t canon, uint
     /* n's shard lock held; n->parent (if any) is pinned by n */
     int any_new;
     uint32_t before = n->h.count;
-    if (kvix_holders_add(&n->h, n->w, slot, tier, atomic_load_explicit(&be->nw, memory_order_relaxed),
-                         &be->mem, &any_new) < 0) {
+    if (kvix_hs_add(&n->h, slot, tier, atomic_load_explicit(&be->nw, memory_order_relaxed),
+                    &be->mem, &any_new) < 0) {
         spin_unlock(&sh->mu);
         reclaim(be, pos, canon);
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
@@ -703,7 +680,7 @@ static void pos_del(void *vbe, uint32_t pos, uint64_t local, uint64_t canon, uin
         return;
     }
     int gone;
-    kvix_holders_del(&n->h, n->w, slot, tier, &be->mem, &gone);
+    kvix_hs_del(&n->h, slot, tier, &be->mem, &gone);
     if (gone) {
         uint32_t *orph = orph_slot(be, slot); /* exists: the slot added this block */
         if (orph) {
@@ -724,80 +701,75 @@ static void pos_del(void *vbe, uint32_t pos, uint64_t local, uint64_t canon, uin
     }
 }
 
-/* ---- query ---- */
+/* ---- query ----
+ * Candidates are lists of slot ids, not bitsets over the fleet: a probe costs
+ * one membership test per candidate (O(1): a few inline ids or one bit), so a
+ * query costs its candidates times its probes, whatever the number of slots.
+ * A list is split in place (holders first), so bisection needs no scratch. */
 
 typedef struct qctx {
     pos_be *be;
     kvix_qchain *q;
     kvix_qhits *out;
     kvix_err *err;
-    uint32_t qw;
-    uint64_t *scratch; /* DEPTH_MAX + 1 sets of qw words for bisection */
     int rc;
 } qctx;
-
-static inline void node_bits(pnode *n, uint64_t *dst, uint32_t qw)
-{
-    if (n)
-        kvix_bits_load(dst, qw, &n->h, n->w);
-    else
-        memset(dst, 0, qw * sizeof *dst);
-}
 
 static inline pnode *probe(qctx *c, uint32_t pos)
 {
     return be_find(c->be, pos, kvix_canon_at(c->q, pos));
 }
 
-static void push_set(qctx *c, const uint64_t *set, uint32_t blocks)
+static void push_list(qctx *c, const uint32_t *v, uint32_t n, uint32_t blocks)
 {
-    for (uint32_t wi = 0; wi < c->qw && c->rc == KVIX_OK; wi++)
-        for (uint64_t v = set[wi]; v && c->rc == KVIX_OK; v &= v - 1)
-            c->rc = kvix_hit_push(c->out, wi * 64 + (uint32_t)__builtin_ctzll(v), blocks, c->err);
+    for (uint32_t k = 0; k < n && c->rc == KVIX_OK; k++)
+        c->rc = kvix_hit_push(c->out, v[k], blocks, c->err);
+}
+
+/* Reorder v[0..n): the holders of node nd first; returns how many. */
+static uint32_t split(pnode *nd, uint32_t *v, uint32_t n)
+{
+    if (!nd)
+        return 0;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (kvix_hs_has(&nd->h, v[i])) {
+            uint32_t x = v[k];
+            v[k++] = v[i];
+            v[i] = x;
+        }
+    return k;
 }
 
 /* Slots of d (trusted: monotone) have their match length in [lo, hi]. */
-static void bisect(qctx *c, uint64_t *d, uint32_t lo, uint32_t hi, int depth)
+static void bisect(qctx *c, uint32_t *d, uint32_t nd, uint32_t lo, uint32_t hi)
 {
-    uint32_t qw = c->qw;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
-        uint64_t *d1 = c->scratch + (size_t)depth * qw; /* holders of mid: length in [mid+1, hi] */
-        node_bits(probe(c, mid), d1, qw);
-        int any1 = 0, any0 = 0;
-        for (uint32_t i = 0; i < qw; i++) {
-            d1[i] &= d[i];
-            d[i] &= ~d1[i];
-            any1 |= d1[i] != 0;
-            any0 |= d[i] != 0;
-        }
-        if (any0 && any1) {
-            bisect(c, d1, mid + 1, hi, depth + 1);
+        uint32_t k = split(probe(c, mid), d, nd); /* d[0..k): length in [mid+1, hi] */
+        if (k && k < nd) {
+            bisect(c, d, k, mid + 1, hi);
+            d += k;
+            nd -= k;
             hi = mid;
-        } else if (any1) {
-            memcpy(d, d1, qw * sizeof *d);
+        } else if (k) {
             lo = mid + 1;
         } else {
             hi = mid;
         }
     }
-    push_set(c, d, lo);
+    push_list(c, d, nd, lo);
 }
 
 /* Slots of d have their match length in [lo, hi]: scan. */
-static void scan(qctx *c, uint64_t *d, uint32_t lo, uint32_t hi)
+static void scan(qctx *c, uint32_t *d, uint32_t nd, uint32_t lo, uint32_t hi)
 {
-    uint64_t *b = c->scratch;
-    for (uint32_t x = lo; x < hi && kvix_bits_any(d, c->qw); x++) {
-        node_bits(probe(c, x), b, c->qw);
-        for (uint32_t i = 0; i < c->qw; i++) {
-            uint64_t out = d[i] & ~b[i];
-            b[i] = out;
-            d[i] &= ~out;
-        }
-        push_set(c, b, x);
+    for (uint32_t x = lo; x < hi && nd; x++) {
+        uint32_t k = split(probe(c, x), d, nd);
+        push_list(c, d + k, nd - k, x);
+        nd = k;
     }
-    push_set(c, d, hi);
+    push_list(c, d, nd, hi);
 }
 
 /* Per-tier counts: only when some node of this backend has a non-gpu holder. */
@@ -825,6 +797,13 @@ static void count_tiers(qctx *c, size_t first)
     }
 }
 
+static inline int untrusted(pos_be *be, uint32_t s)
+{
+    return atomic_load_explicit(&be->untrusted[s / 64], memory_order_relaxed) >> (s % 64) & 1;
+}
+
+#define QSTACK 512
+
 static int pos_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
 {
     pos_be *be = vbe;
@@ -833,66 +812,50 @@ static int pos_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
     uint32_t n = q->n > UINT32_MAX ? UINT32_MAX : (uint32_t)q->n;
     kvix_rcu_lock();
     qctx c = {.be = be, .q = q, .out = out, .err = err, .rc = KVIX_OK};
-    c.qw = atomic_load_explicit(&be->nw, memory_order_acquire);
     size_t first = out->n;
-    uint64_t stackbuf[16 * (DEPTH_MAX + 5)];
-    uint64_t *buf = stackbuf;
-    size_t need = (size_t)c.qw * (DEPTH_MAX + 5);
-    if (c.qw == 0)
-        goto done;
-    if (need > sizeof stackbuf / sizeof *stackbuf) {
-        buf = malloc(need * sizeof *buf);
-        if (!buf) {
-            c.rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory");
-            goto done;
-        }
-    }
-    uint64_t *cand = buf, *keep = cand + c.qw, *drop = keep + c.qw, *untr = drop + c.qw;
-    c.scratch = untr + c.qw;
+    uint32_t stackbuf[QSTACK];
+    uint32_t *cand = stackbuf;
     pnode *n0 = probe(&c, 0);
     if (!n0)
         goto done;
-    node_bits(n0, cand, c.qw);
+    uint32_t room = kvix_hs_room(&n0->h);
+    if (room > QSTACK && !(cand = malloc(room * sizeof *cand))) {
+        c.rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+        goto done;
+    }
+    uint32_t nc = kvix_hs_list(&n0->h, cand, room);
     int have_untr = atomic_load_explicit(&be->nuntrusted, memory_order_relaxed) > 0;
-    if (have_untr)
-        for (uint32_t i = 0; i < c.qw; i++)
-            untr[i] = atomic_load_explicit(&be->untrusted[i], memory_order_relaxed);
     uint32_t i = 1, jump = be->jump;
-    while (i < n && kvix_bits_any(cand, c.qw)) {
+    while (i < n && nc) {
         uint32_t step = jump;
         if (have_untr)
-            for (uint32_t w = 0; w < c.qw; w++)
-                if (cand[w] & untr[w]) {
+            for (uint32_t k = 0; k < nc; k++)
+                if (untrusted(be, cand[k])) {
                     step = 1; /* an untrusted candidate: the definition, position by position */
                     break;
                 }
         uint32_t p = (n - i > step ? i + step : n) - 1;
-        node_bits(probe(&c, p), keep, c.qw);
-        int dropped = 0;
-        for (uint32_t w = 0; w < c.qw; w++) {
-            keep[w] &= cand[w];
-            drop[w] = cand[w] & ~keep[w];
-            dropped |= drop[w] != 0;
-        }
-        if (dropped) {
+        uint32_t keep = split(probe(&c, p), cand, nc);
+        if (keep < nc) {
+            uint32_t *drop = cand + keep, nd = nc - keep;
             if (p == i)
-                push_set(&c, drop, i);
+                push_list(&c, drop, nd, i);
             else if (be->binsearch)
-                bisect(&c, drop, i, p, 0);
+                bisect(&c, drop, nd, i, p);
             else
-                scan(&c, drop, i, p);
+                scan(&c, drop, nd, i, p);
         }
-        memcpy(cand, keep, c.qw * sizeof *cand);
+        nc = keep;
         i = p + 1;
     }
-    push_set(&c, cand, i);
+    push_list(&c, cand, nc, i);
     if (c.rc == KVIX_OK && out->n > first &&
         atomic_load_explicit(&be->mem.tiered, memory_order_relaxed) > 0)
         count_tiers(&c, first);
 done:
     kvix_rcu_unlock();
-    if (buf != stackbuf)
-        free(buf);
+    if (cand != stackbuf)
+        free(cand);
     return c.rc;
 }
 

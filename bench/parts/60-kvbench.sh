@@ -124,8 +124,8 @@ fresh process, is the "cold" column (its page faults are a large share of the ti
 this VM). Writes go to writer lanes sticky by worker (\`kvix_index_apply\`), queries to
 reader lanes (\`kvix_index_query_event\`, each one timed with \`clock_gettime\`); the
 dispatching thread is lane 0 of both, so 1x1 is one thread. Block-ops as Dynamo counts
-them: one per query block, one per stored block, one per removed block (this trace
-evicts nothing: its workers never fill). "per cpu-s" divides by the CPU time of the whole
+them: one per query block, one per stored block; removals count 0 (this trace evicts
+nothing anyway: its workers never fill). "per cpu-s" divides by the CPU time of the whole
 process, i.e. per core; it is the figure least disturbed by a loaded machine.
 
 **Causality.** Every answer feeds a checksum (scored (query, worker) pairs, score sum and
