@@ -14,6 +14,7 @@ ask() {
 
 begin "kvhash as a coprocess: every line, good or bad, gets its answer line"
 coproc KVH { kvhash -b 2 -p local 2>/dev/null; }
+kvh_pid=$KVH_PID # bash unsets KVH_PID once the coprocess is reaped
 ask "${KVH[1]}" "${KVH[0]}" "1 2"
 assert_eq "$answer" 9581a6bbf9cef45a "good line"
 ask "${KVH[1]}" "${KVH[0]}" '{"id":2,"tokens":[1,-2]}'
@@ -23,7 +24,7 @@ assert_eq "$answer" "{\"error\":\"token 'not' is not a number\"}" "bad line with
 ask "${KVH[1]}" "${KVH[0]}" "1 2"
 assert_eq "$answer" 9581a6bbf9cef45a "good line after"
 exec {KVH[1]}>&-
-wait "$KVH_PID"
+wait "$kvh_pid"
 assert_eq "$?" 1 "exit status"
 end
 
@@ -31,6 +32,7 @@ begin "kvindex -q as a coprocess: every line gets its answer line"
 echo '{"type":"stored","worker":1,"bs":2,"model":"m","blocks":[{"local":"9581a6bbf9cef45a","seq":"1"}]}' |
     kvindex --quiet -s s.kvix
 coproc KVI { kvindex -q --quiet -s s.kvix 2>/dev/null; }
+kvi_pid=$KVI_PID # bash unsets KVI_PID once the coprocess is reaped
 ask "${KVI[1]}" "${KVI[0]}" '{"id":"a","model":"m","tokens":[1,2]}'
 assert_eq "$answer" '{"id":"a","blocks":1,"scores":[{"worker":1,"dp":0,"blocks":1,"tokens":2,"tiers":{"gpu":1}}]}' "answer"
 ask "${KVI[1]}" "${KVI[0]}" '{"id":"b","model":"m","tokens":[1,-2]}'
@@ -44,7 +46,7 @@ assert_eq "$answer" '{"id":"d","blocks":0,"scores":[],"unknown":"model"}' "unkno
 ask "${KVI[1]}" "${KVI[0]}" '{"id":"e","model":"m","tenant":"t","tokens":[1,2]}'
 assert_eq "$answer" '{"id":"e","blocks":0,"scores":[],"unknown":"tenant"}' "unknown tenant"
 exec {KVI[1]}>&-
-wait "$KVI_PID"
+wait "$kvi_pid"
 assert_eq "$?" 1 "exit status"
 end
 
