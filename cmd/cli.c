@@ -89,20 +89,74 @@ static const cli_opt builtin[] = {
     for (const cli_opt *tables_[2] = {cur->opts, builtin}, **t_ = tables_; t_ < tables_ + 2; t_++) \
         for (const cli_opt *o = *t_; o->lng; o++)
 
+/* The words of --help for each exit code (README.md has the full table). */
+static const char *const exit_words[] = {
+    "ok", "input rejected", "usage", "i/o error", "corrupt snapshot or compressed input",
+    "stopped by --strict", "system error", "stream position gone",
+};
+
+/* Allowed values of an option whose completion is a list of words, as
+ * " (auto, ndjson or msgpack)". */
+static void allowed_values(const cli_opt *o, char *out, size_t cap)
+{
+    out[0] = '\0';
+    if (!o->arg || !o->complete || !strchr(o->complete, '|'))
+        return;
+    size_t n = (size_t)snprintf(out, cap, " (");
+    const char *w = o->complete;
+    while (*w && n < cap) {
+        const char *bar = strchr(w, '|');
+        size_t len = bar ? (size_t)(bar - w) : strlen(w);
+        const char *sep = !bar ? "" : strchr(bar + 1, '|') ? ", " : " or ";
+        n += (size_t)snprintf(out + n, cap - n, "%.*s%s", (int)len, w, sep);
+        w = bar ? bar + 1 : w + len;
+    }
+    if (n < cap)
+        snprintf(out + n, cap - n, ")");
+}
+
+/* Whether an option's help already names every allowed value. */
+static int names_all(const cli_opt *o)
+{
+    if (!o->arg || !o->complete || !strchr(o->complete, '|'))
+        return 1;
+    for (const char *w = o->complete; *w;) {
+        size_t len = strcspn(w, "|");
+        char word[64];
+        snprintf(word, sizeof word, "%.*s", (int)len, w);
+        if (!strstr(o->help, word))
+            return 0;
+        w += len + (w[len] == '|');
+    }
+    return 1;
+}
+
 static void print_help(void)
 {
     printf("usage: %s %s\n%s\n\noptions:\n", cur->name, cur->usage, cur->summary);
     FOR_EACH_OPT(o) {
         if (o->id == 0x1000)
             continue;
-        char left[64];
+        char left[64], vals[160];
         snprintf(left, sizeof left, "%c%c%s--%s%s%s", o->shrt ? '-' : ' ', o->shrt ? o->shrt : ' ',
                  o->shrt ? ", " : "  ", o->lng, o->arg ? " " : "", o->arg ? o->arg : "");
-        printf("  %-28s %s\n", left, o->help);
+        allowed_values(o, vals, sizeof vals);
+        printf("  %-28s %s%s\n", left, o->help, names_all(o) ? "" : vals);
     }
-    printf("\nexit status: 0 ok, 1 input rejected, 2 usage, 3 i/o error, 4 corrupt snapshot,\n"
-           "5 stopped by --strict, 6 system error, 7 stream position gone; see %s(1)\n",
-           cur->name);
+    const char *codes = cur->exits ? cur->exits : "01234567";
+    int col = printf("\nexit status:") - 1;
+    for (const char *c = codes; *c; c++) {
+        char item[64];
+        int n = snprintf(item, sizeof item, "%s%c %s", c == codes ? "" : ", ", *c,
+                         exit_words[*c - '0']);
+        if (col + n > 78) {
+            fputs(",\n", stdout);
+            col = printf("%s", item + 2);
+        } else {
+            col += printf("%s%s", c == codes ? " " : "", item);
+        }
+    }
+    printf("; see %s(1)\n", cur->name);
 }
 
 /* Tab-separated: short, long, argument, completion, help; "-" when empty. */

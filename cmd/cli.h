@@ -42,6 +42,8 @@ typedef struct cli_tool {
     const char *summary;  /* one line */
     const cli_opt *opts;  /* ends with an entry whose lng is NULL */
     const char *operands; /* what positional arguments complete to: "file" or NULL */
+    const char *exits;    /* the exit codes this tool can return, as digits ("01236");
+                             NULL: all of them. --help lists only these */
 } cli_tool;
 
 /* Remember the tool for messages; make stdout line-buffered on a pipe. */

@@ -50,6 +50,7 @@ static const cli_tool tool = {
     .summary = "print a kvix snapshot as events, show its statistics, verify it, or diff two",
     .opts = options,
     .operands = "file",
+    .exits = "012346",
 };
 
 typedef struct filter {

@@ -53,6 +53,7 @@ static const cli_tool tool = {
     .summary = "hash token sequences (one per line) into kv-cache block hashes",
     .opts = options,
     .operands = "file",
+    .exits = "012356",
 };
 
 typedef struct hasher {

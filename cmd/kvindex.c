@@ -72,6 +72,7 @@ static const cli_tool tool = {
     "apply kvix events (NDJSON or msgpack) to the KV-cache block index and answer queries",
     options,
     "file",
+    .exits = "01234567",
 };
 
 /* Why records were rejected, for the summary. */

@@ -88,6 +88,7 @@ static const cli_tool tool = {
     .summary = "replay kv event logs (or a mooncake trace) to stdout or as zmq engine publishers",
     .opts = options,
     .operands = "file",
+    .exits = "0123456",
 };
 
 #define WORKER_FILTERS_MAX 256

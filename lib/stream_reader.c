@@ -371,9 +371,5 @@ int kvix_format_parse(const char *s, kvix_format *out)
             return KVIX_OK;
         }
     }
-    if (strcmp(s, "json") == 0) {
-        *out = KVIX_FMT_NDJSON;
-        return KVIX_OK;
-    }
-    return KVIX_EINVAL;
+    return KVIX_EINVAL; /* no undocumented aliases ("json" is not a format name) */
 }

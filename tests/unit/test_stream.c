@@ -406,6 +406,7 @@ TEST(format_names)
     CHECK(kvix_format_parse("ndjson", &f) == KVIX_OK && f == KVIX_FMT_NDJSON);
     CHECK(kvix_format_parse("auto", &f) == KVIX_OK && f == KVIX_FMT_AUTO);
     CHECK(kvix_format_parse("xml", &f) == KVIX_EINVAL);
+    CHECK(kvix_format_parse("json", &f) == KVIX_EINVAL); /* no undocumented alias */
 }
 
 /* ---- the reader ---- */
