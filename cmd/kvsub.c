@@ -98,6 +98,7 @@ static const cli_tool tool = {
 
 static struct {
     const char *workers_file, *resume;
+    bool bind;
     kvix_format fmt;
     kvix_enginesub *sub;
     kvix_enginesub_spec *specs, *replays;
@@ -270,7 +271,7 @@ static void load_workers(bool initial)
     kvix_enginesub_spec *v;
     size_t n, added, removed;
     kvix_err err;
-    int rc = kvix_enginesub_file_read(S.workers_file, false, &v, &n, &err);
+    int rc = kvix_enginesub_file_read(S.workers_file, S.bind, &v, &n, &err);
     if (rc) {
         cli_warn("%s", err.msg);
         if (initial)
@@ -423,7 +424,7 @@ int main(int argc, char **argv)
             cfg.block_size = (uint32_t)cli_parse_uint(arg, 1, KVIX_BS_MAX, "block size");
             break;
         case O_TOPIC: cfg.topic = arg; break;
-        case O_BIND: cfg.bind = true; break;
+        case O_BIND: cfg.bind = S.bind = true; break;
         case 'f':
             if (kvix_format_parse(arg, &S.fmt) != KVIX_OK || S.fmt == KVIX_FMT_AUTO)
                 cli_usage_error("bad format '%s' (expected ndjson or msgpack)", arg);

@@ -1,5 +1,5 @@
 /* kvix: subscribe to engines' KV-event publishers (the subscriber half of
- * wire described in kvsub(1), examples in tests/fixtures/vllm; kvix/enginepub.h is the
+ * the wire described in kvsub(1), examples in tests/fixtures/vllm; kvix/enginepub.h is the
  * publisher half).
  *
  * A kvix_enginesub owns the ZMQ subscriptions of a set of workers. Each

@@ -31,6 +31,10 @@ publish options:
   --expect FILE          write what a correct subscriber holds at the end
   --linger SEC           keep answering replays this long after the last batch (default 10)
   --ready FILE           touch FILE once every subscriber joined (first time)
+  --subscribers N        wait for N subscribers before the first batch (default 1)
+  --pause-at N:FILE[:S]  after N rounds, wait (up to 60 s) until FILE exists, then until S
+                         subscriptions in all were seen (a subscriber that came back);
+                         repeatable
 """
 import argparse
 import io
@@ -195,6 +199,7 @@ class Engine:
         self.pub = self.ctx.socket(zmq.XPUB)
         self.pub.setsockopt(zmq.LINGER, 0)
         self.pub.setsockopt(zmq.SNDHWM, 100000)
+        self.pub.setsockopt(zmq.XPUB_VERBOSE, 1)  # every subscriber's subscription counts
         if self.a.connect:
             self.pub.connect(self.a.pub)
         else:
@@ -245,9 +250,9 @@ class Engine:
                 else:
                     sock.send_multipart([ident, b"", b"", END_SEQ, b""])
 
-    def wait_subscriber(self):
+    def wait_subscriber(self, n=1):
         deadline = time.monotonic() + 15
-        while self.subscribed < 1:
+        while self.subscribed < n:
             if time.monotonic() > deadline:
                 sys.exit("fake_engine: no subscriber joined")
             self.service(50)
@@ -275,7 +280,7 @@ class Engine:
     def run(self):
         a = self.a
         self.drop, self.forget = parse_seqs(a.drop), parse_seqs(a.forget)
-        self.wait_subscriber()
+        self.wait_subscriber(a.subscribers)
         if a.ready:
             open(a.ready, "w").close()
         restarted = False
@@ -294,6 +299,9 @@ class Engine:
                 time.sleep(0.3)
                 self.open()
                 self.wait_subscriber()
+            for spec in a.pause_at or []:
+                if i == int(spec.split(":")[0]):
+                    self.pause(*spec.split(":")[1:])
             for r in self.ranks:
                 r.seq = self.seq
                 evs = r.make_events(a.bs)
@@ -308,6 +316,19 @@ class Engine:
         while time.monotonic() < deadline:
             self.service(50)
         self.close()
+
+    def pause(self, path, subs="0"):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            self.service(50)
+            try:
+                open(path).close()
+                break
+            except OSError:
+                pass
+        while self.subscribed < int(subs) and time.monotonic() < deadline:
+            self.service(50)
+        time.sleep(0.05)
 
     def write_expect(self):
         blocks, final, chains = [], [], []
@@ -480,6 +501,8 @@ def main():
     pp.add_argument("--expect")
     pp.add_argument("--linger", type=float, default=10)
     pp.add_argument("--ready")
+    pp.add_argument("--subscribers", type=int, default=1)
+    pp.add_argument("--pause-at", action="append")
     pc = sub.add_parser("compare")
     pc.add_argument("events")
     pc.add_argument("expect", nargs="+")
