@@ -91,7 +91,7 @@ static const cli_tool tool = {
     .summary = "subscribe to engines' kv-cache event streams and print kvix events",
     .opts = options,
     .operands = NULL,
-    .exits = "01236",
+    .exits = "012346",
 };
 
 #define WARN_MAX 20 /* warnings of one kind of rejected input before they are only counted */

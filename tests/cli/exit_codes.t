@@ -82,7 +82,7 @@ kvhash 012356
 kvindex 01234567
 kvdump 012346
 kvreplay 0123456
-kvsub 01236
+kvsub 012346
 EOF2
 end
 
