@@ -33,6 +33,30 @@ const char *cli_name(void)
     return cur ? cur->name : "kvix";
 }
 
+int cli_draws_progress(void)
+{
+    return isatty(STDERR_FILENO) && !isatty(STDOUT_FILENO);
+}
+
+void cli_progress_eta(uint64_t done, uint64_t total, double elapsed, char out[48])
+{
+    out[0] = '\0';
+    if (!total)
+        return;
+    if (done > total)
+        done = total;
+    double frac = (double)done / (double)total;
+    int n = snprintf(out, 48, " %.0f%%", 100 * frac);
+    if (frac > 0 && frac < 1 && elapsed > 0) {
+        double left = elapsed / frac - elapsed;
+        unsigned s = left < 359999 ? (unsigned)(left + 0.5) : 359999;
+        if (s >= 3600)
+            snprintf(out + n, (size_t)(48 - n), ", eta %u:%02u:%02u", s / 3600, s / 60 % 60, s % 60);
+        else
+            snprintf(out + n, (size_t)(48 - n), ", eta %u:%02u", s / 60, s % 60);
+    }
+}
+
 static void vwarn(const char *fmt, va_list ap)
 {
     fprintf(stderr, "%s: ", cli_name());

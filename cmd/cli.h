@@ -57,6 +57,15 @@ const char *cli_name(void);
  * operand). */
 int cli_next(int argc, char **argv, const char **arg);
 
+/* Whether this tool draws a progress line: only one tool of a pipeline
+ * should (two lines on one terminal overwrite each other), the one whose
+ * standard error is a terminal and whose standard output is not (the head
+ * of `kvreplay log | kvindex`). */
+int cli_draws_progress(void);
+/* " 42%, eta 1:05" for done of total units after elapsed seconds, or "" when
+ * total is unknown (0); written into out. */
+void cli_progress_eta(uint64_t done, uint64_t total, double elapsed, char out[48]);
+
 /* "TOOL: message" on stderr. */
 void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Warn and exit with code. */

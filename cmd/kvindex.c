@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -139,6 +140,8 @@ typedef struct kvi {
     uint64_t rejected, reasons[R_COUNT], rejected_type[KVIX_EV_QUERY + 1];
     int strict_hit;
     int progress_shown;
+    uint64_t input_size;  /* what is left of a regular file when its reading began, else 0 */
+    double input_started;
     kvix_apply_result base; /* totals after loading the snapshot */
     /* --nats: every message up to seq is applied */
     kvix_natslog_opts nopt;
@@ -385,11 +388,14 @@ static int save(kvi *k, const char *why)
 static void show_progress(kvi *k, kvix_reader *r)
 {
     double el = now() - k->started;
+    char eta[48];
+    cli_progress_eta(kvix_reader_offset(r), k->input_size, now() - k->input_started, eta);
     pthread_mutex_lock(&k->mu);
-    fprintf(stderr, "\r%s: %s: %" PRIu64 " records, %.0f/s, %.1f MB read, %" PRIu64
+    fprintf(stderr, "\r%s: %s:%s %" PRIu64 " records, %.0f/s, %.1f MB read, %" PRIu64
                     " rejected\033[K",
-            cli_name(), kvix_reader_name(r), k->records, el > 0 ? (double)k->records / el : 0.0,
-            (double)kvix_reader_offset(r) / 1e6, k->rejected);
+            cli_name(), kvix_reader_name(r), eta, k->records,
+            el > 0 ? (double)k->records / el : 0.0, (double)kvix_reader_offset(r) / 1e6,
+            k->rejected);
     k->progress_shown = 1;
     pthread_mutex_unlock(&k->mu);
 }
@@ -473,6 +479,13 @@ static void run_input(kvi *k, int fd, size_t file, kvix_format fmt, kvix_event *
     if (kvix_reader_new(&r, fd, k->names[file], fmt, &err))
         cli_die(KVIX_EXIT_SYS, "%s", err.msg);
     kvix_reader_set_wakeup_fd(r, wake[0]);
+    /* a regular file (named, or redirected to stdin) has a known size: the
+     * progress line gives a percentage and an estimate of the time left */
+    struct stat st;
+    off_t at = lseek(fd, 0, SEEK_CUR);
+    k->input_size = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && at >= 0 && st.st_size > at
+                        ? (uint64_t)(st.st_size - at) : 0;
+    k->input_started = now();
     int stopping = 0;
     for (;;) {
         handle_flags(k, r);
@@ -517,7 +530,7 @@ static void run_input(kvi *k, int fd, size_t file, kvix_format fmt, kvix_event *
         else
             apply(k, kvix_reader_name(r), kvix_reader_pos(r), file, ev);
     }
-    if (k->progress_shown) {
+    if (k->progress) { /* the last figures, also for an input read in under a second */
         show_progress(k, r);
         clear_progress(k);
     }
@@ -799,7 +812,7 @@ int main(int argc, char **argv)
     int rc = kvix_index_new(&k.idx, &io, &err);
     if (rc)
         cli_die(cli_exit_for(rc), "%s", err.msg);
-    k.progress = !k.quiet && isatty(STDERR_FILENO);
+    k.progress = !k.quiet && cli_draws_progress();
     install_signals(k.progress || k.save_every_secs > 0);
     kvix_snapshot_lock *lock = NULL;
     if (k.snap && !k.query_only) {

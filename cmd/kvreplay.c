@@ -1031,7 +1031,9 @@ int main(int argc, char **argv)
         r.timing = T_FAST; /* a generator: an hour of trace should not take an hour */
     if (mc.trace && r.pub)
         mc.o.tokens = 1; /* engines send token ids */
-    r.progress = !r.quiet && isatty(STDERR_FILENO);
+    /* one progress line per terminal: kvreplay draws it when its output goes
+     * down a pipe (or to publishers), not when it shares the terminal */
+    r.progress = !r.quiet && isatty(STDERR_FILENO) && (r.pub || !isatty(STDOUT_FILENO));
     kvix_buf_init(&r.out);
     kvix_buf_init(&r.payload);
     for (size_t i = 0; i < BATCH_MAX; i++)

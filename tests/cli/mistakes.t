@@ -77,3 +77,45 @@ expect_rc 0
 assert_eq "$(cat err)" "" "a filter that matches says nothing"
 assert_eq "$(wc -l <out)" 1 "its worker dumped"
 end
+
+# on_terminal OUT_TOO CMD...: run CMD with stderr on a pseudo-terminal (and
+# stdout too when OUT_TOO is 1, else into ./stdout); what the terminal got
+# goes to ./tty
+on_terminal() {
+    "$PY" - "$@" <<'PYEOF'
+import os, pty, subprocess, sys
+out_too, cmd = sys.argv[1] == "1", sys.argv[2:]
+m, s = pty.openpty()
+with open("stdout", "wb") as so:
+    p = subprocess.Popen(cmd, stdin=open(os.devnull), stdout=s if out_too else so, stderr=s)
+    os.close(s)
+    got = b""
+    while True:
+        try:
+            b = os.read(m, 65536)
+        except OSError:
+            break
+        if not b:
+            break
+        got += b
+    p.wait()
+open("tty", "wb").write(got)
+PYEOF
+}
+
+begin "one progress line per terminal: the tool whose stdout is not the terminal draws it"
+for i in $(seq 1 200); do echo "{\"type\":\"cleared\",\"worker\":$i,\"ts\":$i}"; done >log
+# kvindex reading a file, answers going elsewhere: progress with a percentage
+on_terminal 0 kvindex log
+grep -q 'kvindex: log: 100% 200 records' tty || fail "no progress line: $(tr '\r\033' '|~' <tty | head -c 300)"
+# kvindex printing its answers on the terminal: no progress line there
+on_terminal 1 kvindex log
+grep -q 'records, ' tty && fail "progress drawn on the terminal kvindex prints to"
+grep -q 'applied 200 events' tty || fail "the summary is still printed"
+# kvreplay: the same rule
+on_terminal 0 kvreplay --fast log
+grep -q 'kvreplay: 200 read, 200 written' tty || fail "kvreplay draws no progress into a pipe"
+on_terminal 1 kvreplay --fast log
+grep -q ' read, .* written, [0-9]*/s' tty && fail "kvreplay draws progress on the terminal it prints to"
+assert_eq "$(grep -c '"type":"cleared"' tty)" 200 "kvreplay's records on the terminal"
+end
