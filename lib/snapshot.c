@@ -252,8 +252,10 @@ int kvix_snapshot_writer_open(kvix_snapshot_writer **out, const char *path, kvix
         kvix_snapshot_writer_abort(w);
         return rc;
     }
-    path = w->path; /* from here on, the file the path names */
-    size_t pl = strlen(path);
+    /* From here on the file the path names (messages keep the caller's
+     * path: w, and real with it, are freed on failure). */
+    const char *real = w->path;
+    size_t pl = strlen(real);
     w->tmp = malloc(pl + 16);
     w->buf = malloc(WBUF_BYTES);
     w->xs = XXH3_createState();
@@ -265,7 +267,7 @@ int kvix_snapshot_writer_open(kvix_snapshot_writer **out, const char *path, kvix
     }
     /* Beside the target, so rename(2) is atomic; unique, so two savers
      * never write into each other's file. */
-    memcpy(w->tmp, path, pl);
+    memcpy(w->tmp, real, pl);
     memcpy(w->tmp + pl, ".tmp.XXXXXX", 12);
     w->fd = mkostemp(w->tmp, O_CLOEXEC);
     if (w->fd < 0) {
@@ -279,7 +281,7 @@ int kvix_snapshot_writer_open(kvix_snapshot_writer **out, const char *path, kvix
     }
     /* Keep the mode of the file being replaced; a new one gets 0644. */
     struct stat st;
-    mode_t mode = stat(path, &st) == 0 ? (st.st_mode & 07777) : 0644;
+    mode_t mode = stat(real, &st) == 0 ? (st.st_mode & 07777) : 0644;
     if (fchmod(w->fd, mode) != 0) {
         int e = errno;
         kvix_snapshot_writer_abort(w);
