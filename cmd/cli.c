@@ -17,6 +17,7 @@
 #define CLI_OPTS_MAX 64
 
 static const cli_tool *cur;
+static char given[64]; /* the option being handled, as written */
 
 void cli_init(const cli_tool *tool)
 {
@@ -31,6 +32,11 @@ void cli_init(const cli_tool *tool)
 const char *cli_name(void)
 {
     return cur ? cur->name : "kvix";
+}
+
+const char *cli_opt_given(void)
+{
+    return given;
 }
 
 int cli_draws_progress(void)
@@ -217,14 +223,26 @@ int cli_next(int argc, char **argv, const char **arg)
         shorts[s] = '\0';
         opterr = 0;
     }
+    int before = optind;
     int c = getopt_long(argc, argv, shorts, longs, NULL);
-    if (c == -1)
+    if (c == -1) {
+        given[0] = '\0';
         return -1;
+    }
+    /* the option as the user wrote it, for messages: "--plain" (or an
+     * abbreviation of it) when that was written, "-p" when that was */
+    const char *w = before < argc ? argv[before] : "";
+    if (strncmp(w, "--", 2) == 0)
+        snprintf(given, sizeof given, "%.*s", (int)strcspn(w, "="), w);
+    else
+        snprintf(given, sizeof given, "-%c", c == '?' ? optopt : c);
     if (c == '?') {
-        if (optopt)
-            cli_usage_error("%s -%c", strchr(shorts, optopt) ? "missing argument to" : "unknown option",
-                            optopt);
-        cli_usage_error("unknown option or missing argument: %s", argv[optind - 1]);
+        if (strncmp(w, "--", 2) == 0 && optopt)
+            cli_usage_error("missing argument to %s", given);
+        if (strncmp(w, "--", 2) == 0)
+            cli_usage_error("unknown option %s", given);
+        cli_usage_error("%s %s", strchr(shorts, optopt) ? "missing argument to" : "unknown option",
+                        given);
     }
     if (c == 'h' || c == 'V' || c == 0x1000) {
         if (c == 'h')
@@ -251,8 +269,25 @@ int cli_finish(int code)
     return code;
 }
 
+/* Name a bad value after the option as the user wrote it: "bad -x" for an
+ * option named "--speed" by the caller, "bad thread count (-t)" otherwise. */
+static const char *value_name(const char *what, char out[128])
+{
+    if (!given[0])
+        return what;
+    if (what[0] == '-' && !strchr(what, ' '))
+        snprintf(out, 128, "%s", given);
+    else if (strcmp(what, given) != 0)
+        snprintf(out, 128, "%s (%s)", what, given);
+    else
+        return what;
+    return out;
+}
+
 uint64_t cli_parse_uint(const char *s, uint64_t min, uint64_t max, const char *what)
 {
+    char name[128];
+    what = value_name(what, name);
     char *end;
     errno = 0;
     if (!s || !*s || *s == '-' || *s == '+')
@@ -266,6 +301,8 @@ uint64_t cli_parse_uint(const char *s, uint64_t min, uint64_t max, const char *w
 
 double cli_parse_double(const char *s, double min, double max, const char *what)
 {
+    char name[128];
+    what = value_name(what, name);
     char *end;
     errno = 0;
     double v = s && *s ? strtod(s, &end) : NAN;

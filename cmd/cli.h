@@ -66,6 +66,10 @@ int cli_draws_progress(void);
  * total is unknown (0); written into out. */
 void cli_progress_eta(uint64_t done, uint64_t total, double elapsed, char out[48]);
 
+/* The option cli_next last returned, as the user wrote it ("--plain", an
+ * abbreviation of it, or "-p"), for messages about its value. */
+const char *cli_opt_given(void);
+
 /* "TOOL: message" on stderr. */
 void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Warn and exit with code. */

@@ -782,7 +782,8 @@ int main(int argc, char **argv)
                 if (strcmp(arg, names[i]) == 0)
                     f = i;
             if (f < 0)
-                cli_usage_error("bad field for --plain: '%s' (expected local, seq, psh or plh)", arg);
+                cli_usage_error("bad field for %s: '%s' (expected local, seq, psh or plh)",
+                                cli_opt_given(), arg);
             h.plain = f;
             break;
         }

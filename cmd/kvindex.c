@@ -755,11 +755,13 @@ int main(int argc, char **argv)
         case 'q': k.query_only = 1; break;
         case 'f':
             if (kvix_format_parse(arg, &fmt))
-                cli_usage_error("bad format '%s' (expected auto, ndjson or msgpack)", arg);
+                cli_usage_error("bad format for %s: '%s' (expected auto, ndjson or msgpack)",
+                                cli_opt_given(), arg);
             break;
         case O_BACKEND:
             if (kvix_backend_parse(arg, &io.backend))
-                cli_usage_error("bad backend '%s' (expected positional, radix or reference)", arg);
+                cli_usage_error("bad backend for %s: '%s' (expected positional, radix or reference)",
+                                cli_opt_given(), arg);
             break;
         case O_JUMP: io.jump = (unsigned)cli_parse_uint(arg, 1, 1u << 16, "jump"); break;
         case 't': k.threads = (unsigned)cli_parse_uint(arg, 0, 256, "thread count"); break;

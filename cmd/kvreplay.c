@@ -920,7 +920,7 @@ int main(int argc, char **argv)
         switch (c) {
         case 'f':
             if (kvix_format_parse(arg, &r.fmt) || r.fmt == KVIX_FMT_AUTO)
-                cli_usage_error("bad --format: '%s' (ndjson or msgpack)", arg);
+                cli_usage_error("bad %s: '%s' (ndjson or msgpack)", cli_opt_given(), arg);
             break;
         case O_FAST: r.timing = T_FAST; timing_set = 1; timing_opt[0] = "--fast"; break;
         case 'x':
@@ -962,7 +962,7 @@ int main(int argc, char **argv)
             else if (strcmp(arg, "array") == 0)
                 r.wire = KVIX_WIRE_ARRAY;
             else
-                cli_usage_error("bad --wire: '%s' (map or array)", arg);
+                cli_usage_error("bad %s: '%s' (map or array)", cli_opt_given(), arg);
             break;
         case O_TOPIC: r.topic = arg; break;
         case O_PUB_WAIT: r.pub_wait = cli_parse_double(arg, 0, 86400, "--pub-wait"); break;
@@ -983,7 +983,7 @@ int main(int argc, char **argv)
             else if (strcmp(arg, "best") == 0)
                 mc.o.route = KVIX_ROUTE_BEST;
             else
-                cli_usage_error("bad --route: '%s' (random or best)", arg);
+                cli_usage_error("bad %s: '%s' (random or best)", cli_opt_given(), arg);
             mooncake_only = 1;
             break;
         case O_SEED: mc.o.seed = cli_parse_uint(arg, 0, UINT64_MAX, "--seed"); mooncake_only = 1; break;

@@ -95,7 +95,7 @@ assert_grep '--plain FIELD .*local, seq, psh or plh' help
 # an undocumented alias is gone: -f takes the names --help gives
 run kvindex -f json </dev/null
 expect_rc 2
-assert_grep "bad format 'json' \(expected auto, ndjson or msgpack\)" err
+assert_grep "bad format for -f: 'json' \(expected auto, ndjson or msgpack\)" err
 end
 
 for page in "$ROOT"/man/*.1 "$ROOT"/man/kvix.7; do

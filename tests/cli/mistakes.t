@@ -119,3 +119,28 @@ on_terminal 1 kvreplay --fast log
 grep -q ' read, .* written, [0-9]*/s' tty && fail "kvreplay draws progress on the terminal it prints to"
 assert_eq "$(grep -c '"type":"cleared"' tty)" 200 "kvreplay's records on the terminal"
 end
+
+begin "an error names the option as the user wrote it"
+run kvhash -b 2 --plain
+expect_rc 2
+assert_grep "^kvhash: missing argument to --plain$" err
+run kvhash -b 2 -p
+assert_grep "^kvhash: missing argument to -p$" err
+run kvhash -b 2 --pl nope
+assert_grep "^kvhash: bad field for --pl: 'nope' " err
+run kvindex --backend
+assert_grep "^kvindex: missing argument to --backend$" err
+run kvindex --no-such
+assert_grep "^kvindex: unknown option --no-such$" err
+run kvindex -qt x
+assert_grep "^kvindex: bad thread count \(-t\): 'x' " err
+run kvindex --threads=x
+assert_grep "^kvindex: bad thread count \(--threads\): 'x' " err
+run kvreplay -x 0 /dev/null
+expect_rc 2
+assert_grep "^kvreplay: bad -x: '0' " err
+run kvreplay --speed 0 /dev/null
+assert_grep "^kvreplay: bad --speed: '0' " err
+run kvreplay --fast --wire nope /dev/null
+assert_grep "^kvreplay: bad --wire: 'nope' " err
+end
