@@ -24,3 +24,14 @@ for page in "$ROOT"/man/*.[157]; do
     fi
     end
 done
+
+begin "README.md: every transcript runs and prints what the README says"
+# in order, in one directory where tests/ is the repository's (the README
+# names the bundled fixtures by their path)
+run "$PY" "$ROOT/tests/tools/man_examples.py" "$ROOT/README.md" "$ROOT/tests"
+expect_rc 0
+grep -E '^(not ok|#)' out | head -20 | sed 's/^/#   /'
+want=$(grep -c '^    \$ ' "$ROOT/README.md")
+assert_eq "$(grep -c '^ok - example' out)" "$want" "examples run"
+[ "$want" -ge 8 ] || fail "only $want transcripts in the README"
+end

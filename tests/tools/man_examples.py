@@ -7,12 +7,13 @@ all the page's examples share, in order, so one may use the files an
 earlier one made), and the lines after it, up to the next command or .EE,
 are its exact standard output. Roff escapes are undone first (\\- \\e \\(aq \\(dq \\& \\fX).
 
-    man_examples.py PAGE [FILE...]   (the tools under test must be on PATH;
+    man_examples.py PAGE|README.md [FILE...]   (the tools under test must be on PATH;
                                       the FILEs are linked into the scratch
                                       directory, for pages that read them)
 
 Prints "ok - ..." or "not ok - ..." per example and "N examples" last;
-exits 1 when an example fails or the page has none."""
+exits 1 when an example fails or the page has none. In a Markdown file
+(README.md) the transcripts are the indented blocks' "$ " lines."""
 import os
 import re
 import subprocess
@@ -56,9 +57,25 @@ def examples(path):
     return out
 
 
+def markdown_examples(path):
+    """The "    $ command" transcripts of a Markdown file's indented blocks."""
+    out, cur = [], None
+    for raw in open(path, encoding="utf-8").read().split("\n"):
+        if not raw.startswith("    "):
+            cur = None
+            continue
+        line = raw[4:]
+        if line.startswith("$ "):
+            cur = [line[2:], []]
+            out.append(cur)
+        elif cur:
+            cur[1].append(line)
+    return out
+
+
 def main():
     page = sys.argv[1]
-    ex = examples(page)
+    ex = markdown_examples(page) if page.endswith(".md") else examples(page)
     bad = 0
     scratch = tempfile.TemporaryDirectory()
     for f in sys.argv[2:]:
