@@ -321,6 +321,9 @@ int kvix_index_apply(kvix_index *idx, const kvix_event *ev, kvix_apply_result *r
         rc = kvix_err_set(err, KVIX_EINVAL, "model or tenant name not terminated");
     else if (ev->medium < 0 || ev->medium >= KVIX_MEDIUM_COUNT)
         rc = kvix_err_set(err, KVIX_EINVAL, "unknown medium %d", ev->medium);
+    else if (ev->has_eid && ev->eid > KVIX_EID_MAX) /* a snapshot could not hold it */
+        rc = kvix_err_set(err, KVIX_ERANGE, "eid %" PRIu64 " out of range (0 to %" PRId64 ")",
+                          ev->eid, (int64_t)KVIX_EID_MAX);
     else if (ev->type == KVIX_EV_STORED)
         rc = apply_stored(idx, ev, &r, err);
     else if (ev->type == KVIX_EV_REMOVED)

@@ -6,6 +6,7 @@
 #include <xxhash.h>
 
 #include "index_front_int.h"
+#include "utf8_int.h"
 
 typedef int (*cmatch_fn)(const void *elem, const void *key);
 
@@ -159,6 +160,15 @@ static int check_name(const char *s, const char *what, kvix_err *err)
     return KVIX_OK;
 }
 
+/* Checked once, when a partition is made: a name a snapshot or an NDJSON
+ * line could not hold would make the index unsaveable. */
+static int check_new_name(const char *s, const char *what, kvix_err *err)
+{
+    if (!kvix_utf8_valid(s, strlen(s)))
+        return kvix_err_set(err, KVIX_EINVAL, "%s name is not valid utf-8", what);
+    return KVIX_OK;
+}
+
 int kvix_ix_bs_mismatch(const part *p, uint32_t bs, kvix_err *err)
 {
     return kvix_err_set(err, KVIX_EBLOCKSIZE,
@@ -178,6 +188,9 @@ int kvix_ix_part_get(kvix_index *idx, const char *model, const char *tenant, uin
         if (bs == 0 || bs > KVIX_BS_MAX)
             return kvix_err_set(err, KVIX_ERANGE, "block size %" PRIu32 " out of range 1..%d",
                                 bs, KVIX_BS_MAX);
+        if ((rc = check_new_name(model, "model", err)) ||
+            (rc = check_new_name(tenant, "tenant", err)))
+            return rc;
         pthread_mutex_lock(&idx->lock);
         p = kvix_ix_part_find(idx, model, tenant);
         if (!p && idx->parts.n >= KVIX_INDEX_PARTITIONS_MAX) {
@@ -228,6 +241,9 @@ int kvix_ix_ws_get(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix_err
         *out = w;
         return KVIX_OK;
     }
+    if (worker > KVIX_WORKER_MAX) /* a snapshot could not hold it */
+        return kvix_err_set(err, KVIX_ERANGE, "worker %" PRIu64 " out of range (0 to %" PRId64 ")",
+                            worker, (int64_t)KVIX_WORKER_MAX);
     int rc = KVIX_OK;
     pthread_mutex_lock(&p->lock);
     w = kvix_ix_ws_find(p, worker, dp);

@@ -99,6 +99,9 @@ int kvix_index_set_eid(kvix_index *idx, const char *model, const char *tenant, u
     part *p;
     wstate *w;
     int rc;
+    if (eid > KVIX_EID_MAX)
+        return kvix_err_set(err, KVIX_ERANGE, "eid %" PRIu64 " out of range (0 to %" PRId64 ")",
+                            eid, (int64_t)KVIX_EID_MAX);
     if ((rc = kvix_ix_part_get(idx, model, tenant, bs, &p, err)) || (rc = kvix_ix_ws_get(p, worker, dp, &w, err)))
         return rc;
     w->has_eid = 1;
@@ -113,7 +116,11 @@ int kvix_index_load(kvix_index *idx, const char *model, const char *tenant, uint
     part *p;
     wstate *w;
     int rc;
-    if ((rc = kvix_ix_part_get(idx, model, tenant, bs, &p, err)) || (rc = kvix_ix_ws_get(p, worker, dp, &w, err)))
+    if ((rc = kvix_ix_part_get(idx, model, tenant, bs, &p, err)))
+        return rc;
+    if (n == 0) /* the partition alone (UINT64_MAX: one without workers) */
+        return KVIX_OK;
+    if ((rc = kvix_ix_ws_get(p, worker, dp, &w, err)))
         return rc;
     if (kvix_hmap_reserve(&w->blocks, kvix_hmap_size(&w->blocks) + n) ||
         kvix_hmap_reserve(&w->canon, kvix_hmap_size(&w->canon) + n))

@@ -36,6 +36,7 @@
 
 #include "kvix/hash.h"
 #include "snapshot_int.h"
+#include "utf8_int.h"
 
 #define TAG_PART 1u
 #define TAG_GROUP 2u
@@ -368,7 +369,8 @@ int kvix_snapshot_writer_add(kvix_snapshot_writer *w, const char *model, const c
     if (w->broken)
         return kvix_err_set(err, KVIX_EINVAL, "snapshot writer used after a failure");
     w->broken = 1; /* until this record is complete */
-    if (!model || !tenant || strlen(model) >= KVIX_NAME_MAX || strlen(tenant) >= KVIX_NAME_MAX)
+    if (!model || !tenant || strlen(model) >= KVIX_NAME_MAX || strlen(tenant) >= KVIX_NAME_MAX ||
+        !kvix_utf8_valid(model, strlen(model)) || !kvix_utf8_valid(tenant, strlen(tenant)))
         return kvix_err_set(err, KVIX_EINVAL, "snapshot: bad partition name");
     if (bs == 0 || bs > KVIX_BS_MAX)
         return kvix_err_set(err, KVIX_EINVAL, "snapshot: bad block size %" PRIu32, bs);
@@ -386,6 +388,9 @@ int kvix_snapshot_writer_add(kvix_snapshot_writer *w, const char *model, const c
         w->broken = 0; /* a partition without workers: the PART record says it */
         return KVIX_OK;
     }
+    if (worker > KVIX_WORKER_MAX || (has_eid && last_eid > KVIX_EID_MAX))
+        return kvix_err_set(err, KVIX_EINVAL, "snapshot: worker %" PRIu64 " or its eid out of range",
+                            worker);
     if (w->have_group && (worker < w->worker || (worker == w->worker && dp <= w->dp)))
         return kvix_err_set(err, KVIX_EINVAL,
                             "snapshot: worker %" PRIu64 " dp %" PRIu32 " out of order", worker, dp);
@@ -589,6 +594,8 @@ static int read_name(kvix_snapshot *s, size_t off, uint32_t len, char *dst, cons
         return CORRUPT(s, off, err, "%s name runs past the end", what);
     if (memchr(s->data + s->pos, '\0', len))
         return CORRUPT(s, off, err, "%s name contains a NUL byte", what);
+    if (!kvix_utf8_valid((const char *)s->data + s->pos, len))
+        return CORRUPT(s, off, err, "%s name is not valid utf-8", what);
     memcpy(dst, s->data + s->pos, len);
     dst[len] = '\0';
     s->pos += len;
@@ -636,6 +643,15 @@ static int parse_group(kvix_snapshot *s, kvix_snapshot_group *g, kvix_err *err)
     s->pos += GROUP_HEAD_BYTES;
     if (flags & ~1u || pad)
         return CORRUPT(s, off, err, "unknown flags 0x%" PRIx32 " in a worker record", flags);
+    /* One state, one file: an eid without its flag would be dropped on load
+     * and the file re-saved differently. */
+    if (!(flags & 1) && eid)
+        return CORRUPT(s, off, err, "eid %" PRIu64 " with the eid flag clear", eid);
+    /* The index never holds these (kvix-events(5)): no tool could print them. */
+    if (worker > KVIX_WORKER_MAX)
+        return CORRUPT(s, off, err, "worker %" PRIu64 " out of range", worker);
+    if (eid > KVIX_EID_MAX)
+        return CORRUPT(s, off, err, "eid %" PRIu64 " out of range", eid);
     /* Bounded by the bytes present before anything is allocated. */
     size_t left = s->body_end - s->pos;
     if (n > left / BLOCK_BYTES)

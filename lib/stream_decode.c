@@ -1,6 +1,7 @@
 /* The rules of a kvix record (contract sections 3 and 4), shared by the
  * NDJSON and msgpack decoders through the value view of stream_int.h. */
 #include "stream_int.h"
+#include "utf8_int.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -78,6 +79,8 @@ static int get_name(const sv *v, const char *what, char dst[KVIX_NAME_MAX], kvix
                             KVIX_NAME_MAX - 1);
     if (memchr(v->s, '\0', v->len))
         return kvix_err_set(err, KVIX_EINVAL, "%s contains a NUL byte", what);
+    if (!kvix_utf8_valid(v->s, v->len))
+        return kvix_err_set(err, KVIX_EINVAL, "%s is not valid utf-8", what);
     memcpy(dst, v->s, v->len);
     dst[v->len] = '\0';
     return KVIX_OK;
@@ -287,9 +290,12 @@ static int decode_common(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
 {
     int rc;
     uint64_t u;
-    if (f[K_MODEL] && (rc = get_name(f[K_MODEL], "\"model\"", ev->model, err)))
+    /* null in an optional field means absent (kvix-events(5)) */
+    if (f[K_MODEL] && f[K_MODEL]->kind != SV_NIL &&
+        (rc = get_name(f[K_MODEL], "\"model\"", ev->model, err)))
         return rc;
-    if (f[K_TENANT] && (rc = get_name(f[K_TENANT], "\"tenant\"", ev->tenant, err)))
+    if (f[K_TENANT] && f[K_TENANT]->kind != SV_NIL &&
+        (rc = get_name(f[K_TENANT], "\"tenant\"", ev->tenant, err)))
         return rc;
     if (f[K_LORA] && f[K_LORA]->kind != SV_NIL &&
         (rc = get_name(f[K_LORA], "\"lora\"", ev->lora, err)))
@@ -305,7 +311,7 @@ static int decode_common(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
         }
     }
     if (f[K_EID] && f[K_EID]->kind != SV_NIL) {
-        if ((rc = get_uint(f[K_EID], "\"eid\"", 0, UINT64_MAX, &ev->eid, err)))
+        if ((rc = get_uint(f[K_EID], "\"eid\"", 0, KVIX_EID_MAX, &ev->eid, err)))
             return rc;
         ev->has_eid = 1;
     }
@@ -333,11 +339,11 @@ static int decode_event(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
 {
     int rc;
     uint64_t u;
-    if (!f[K_WORKER])
+    if (!f[K_WORKER] || f[K_WORKER]->kind == SV_NIL)
         return kvix_err_set(err, KVIX_EINVAL, "missing \"worker\"");
-    if ((rc = get_uint(f[K_WORKER], "\"worker\"", 0, UINT64_MAX, &ev->worker, err)))
+    if ((rc = get_uint(f[K_WORKER], "\"worker\"", 0, KVIX_WORKER_MAX, &ev->worker, err)))
         return rc;
-    if (f[K_DP]) {
+    if (f[K_DP] && f[K_DP]->kind != SV_NIL) {
         if ((rc = get_uint(f[K_DP], "\"dp\"", 0, UINT32_MAX, &u, err)))
             return rc;
         ev->dp = (uint32_t)u;

@@ -14,8 +14,10 @@
  *    (32); a record is limited to KVIX_JSON_DEPTH_MAX like NDJSON. */
 #include "kvix/stream.h"
 
+#include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdio.h>
 #include <msgpack.h>
 #include <msgpack/unpack_define.h>
 #include <stdbool.h>
@@ -24,6 +26,7 @@
 
 #include "msgpack_bounded_int.h"
 #include "stream_int.h"
+#include "utf8_int.h"
 
 /* ---- framing: the template with callbacks that keep nothing ---- */
 
@@ -287,8 +290,125 @@ static int mp_json_text(const sv *v, char *out, size_t cap, kvix_err *err)
 
 static const sv_ops mp_ops = {mp_item, mp_next, mp_json_text};
 
+/* ---- one data model for both framings ---- */
+
+/* A msgpack record must be something an NDJSON line could say, so that a
+ * record is valid or not whatever its framing and whatever kvix accepts it
+ * can write as NDJSON and read back: string keys, no key twice in one map,
+ * strings of valid UTF-8 without NUL (jansson's rules), finite numbers, no
+ * bin or ext. Unsigned integers past 2^63-1 stay allowed: they are how
+ * msgpack carries the hashes NDJSON writes as hex strings (the fields that
+ * are not hashes have their own ranges in stream_decode.c). */
+
+static int key_cmp(const void *a, const void *b)
+{
+    const msgpack_object_str *x = &(*(const msgpack_object_kv *const *)a)->key.via.str;
+    const msgpack_object_str *y = &(*(const msgpack_object_kv *const *)b)->key.via.str;
+    uint32_t n = x->size < y->size ? x->size : y->size;
+    int c = n ? memcmp(x->ptr, y->ptr, n) : 0;
+    return c ? c : (x->size > y->size) - (x->size < y->size);
+}
+
+/* A short printable excerpt of a key for a message. */
+static void key_excerpt(const msgpack_object_str *k, char out[36])
+{
+    size_t n = 0;
+    for (uint32_t i = 0; i < k->size && n < 32; i++)
+        out[n++] = k->ptr[i] >= 0x20 && k->ptr[i] < 0x7f && k->ptr[i] != '"' ? k->ptr[i] : '?';
+    out[n] = '\0';
+}
+
+static int dup_key(const msgpack_object_str *k, const char *in, kvix_err *err)
+{
+    char ex[36];
+    key_excerpt(k, ex);
+    return kvix_err_set(err, KVIX_EINVAL, "duplicate key \"%s\"%s", ex, in);
+}
+
+/* No key twice in a map whose keys are all strings. */
+static int unique_keys(const msgpack_object_map *m, const char *in, kvix_err *err)
+{
+    if (m->size <= 16) {
+        for (uint32_t i = 1; i < m->size; i++)
+            for (uint32_t j = 0; j < i; j++) {
+                const msgpack_object_str *a = &m->ptr[i].key.via.str, *b = &m->ptr[j].key.via.str;
+                if (a->size == b->size && (!a->size || !memcmp(a->ptr, b->ptr, a->size)))
+                    return dup_key(a, in, err);
+            }
+        return KVIX_OK;
+    }
+    const msgpack_object_kv **v = malloc(m->size * sizeof *v);
+    if (!v)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory checking a map of %" PRIu32 " keys",
+                            m->size);
+    for (uint32_t i = 0; i < m->size; i++)
+        v[i] = &m->ptr[i];
+    qsort(v, m->size, sizeof *v, key_cmp);
+    int rc = KVIX_OK;
+    for (uint32_t i = 1; i < m->size && !rc; i++)
+        if (!key_cmp(&v[i - 1], &v[i]))
+            rc = dup_key(&v[i]->key.via.str, in, err);
+    free(v);
+    return rc;
+}
+
+/* in: " in \"field\"" naming the record's field o belongs to, or "". */
+static int json_form(const msgpack_object *o, const char *in, kvix_err *err)
+{
+    switch (o->type) {
+    case MSGPACK_OBJECT_STR:
+        if (o->via.str.size && memchr(o->via.str.ptr, '\0', o->via.str.size))
+            return kvix_err_set(err, KVIX_EINVAL, "a string contains a NUL byte%s", in);
+        if (!kvix_utf8_valid(o->via.str.ptr, o->via.str.size))
+            return kvix_err_set(err, KVIX_EINVAL, "a string is not valid utf-8%s", in);
+        return KVIX_OK;
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64:
+        return isfinite(o->via.f64) ? KVIX_OK
+                                    : kvix_err_set(err, KVIX_EINVAL, "a number is not finite%s", in);
+    case MSGPACK_OBJECT_BIN:
+    case MSGPACK_OBJECT_EXT:
+        return kvix_err_set(err, KVIX_EINVAL, "binary data has no json form%s", in);
+    case MSGPACK_OBJECT_ARRAY:
+        for (uint32_t i = 0; i < o->via.array.size; i++) {
+            int rc = json_form(&o->via.array.ptr[i], in, err);
+            if (rc)
+                return rc;
+        }
+        return KVIX_OK;
+    case MSGPACK_OBJECT_MAP: {
+        const msgpack_object_map *m = &o->via.map;
+        int top = !*in;
+        for (uint32_t i = 0; i < m->size; i++) {
+            const msgpack_object *k = &m->ptr[i].key;
+            if (k->type != MSGPACK_OBJECT_STR)
+                return kvix_err_set(err, KVIX_EINVAL, "a map key is not a string%s", in);
+            int rc = json_form(k, in, err);
+            if (rc)
+                return rc;
+            char field[48];
+            if (top) { /* below the record's own map, messages name its field */
+                char ex[36];
+                key_excerpt(&k->via.str, ex);
+                snprintf(field, sizeof field, " in \"%s\"", ex);
+            }
+            if ((rc = json_form(&m->ptr[i].val, top ? field : in, err)))
+                return rc;
+        }
+        return unique_keys(m, in, err);
+    }
+    default:
+        return KVIX_OK; /* nil, booleans, integers */
+    }
+}
+
 static int decode_object(const msgpack_object *o, kvix_event *ev, kvix_err *err)
 {
+    int rc = json_form(o, "", err);
+    if (rc) {
+        kvix_event_reset(ev);
+        return rc;
+    }
     sv r;
     msv(o, &r);
     return kvix_stream_decode(&r, ev, err);

@@ -234,6 +234,11 @@ static int next_ndjson(kvix_reader *r, kvix_event *ev, kvix_err *err)
 
 /* ---- msgpack ---- */
 
+static int is_space(unsigned char c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
 static int start_msgpack(kvix_reader *r, kvix_err *err)
 {
     if (kvix_mp_framer_new(&r->mp))
@@ -256,6 +261,11 @@ static int next_msgpack(kvix_reader *r, kvix_event *ev, kvix_err *err)
     for (;;) {
         if (r->dead)
             return KVIX_EOF;
+        /* White space before the first record (it told the framings apart)
+         * is not msgpack's: 0x20 and 0x0a would decode as integer records. */
+        while (r->pos == 0 && r->mp_off == 0 && r->start < r->end &&
+               is_space((unsigned char)r->buf[r->start]))
+            r->start++;
         size_t have = r->end - r->start;
         if (have) {
             const char *rec = r->buf + r->start;
@@ -312,7 +322,7 @@ static int detect(kvix_reader *r, kvix_err *err)
     for (;;) {
         for (size_t i = r->start; i < r->end; i++) {
             unsigned char c = (unsigned char)r->buf[i];
-            if (c == ' ' || c == '\t' || c == '\r' || c == '\n')
+            if (is_space(c))
                 continue;
             if (c == 'K' && i == r->start && r->end - i < 8 && !r->eof && !r->stopped)
                 break; /* maybe a snapshot's magic: read on */

@@ -21,6 +21,11 @@ extern "C" {
 #define KVIX_EVENT_BLOCKS_MAX 65536 /* blocks in a stored event, hashes in a removed one */
 #define KVIX_TOKENS_MAX (1u << 24) /* tokens in one record */
 #define KVIX_BS_MAX 65536          /* largest block size */
+/* Largest worker id and eid: what a JSON integer can hold in every framing
+ * (jansson's integers are signed 64-bit), so whatever is accepted can be
+ * written as NDJSON and read back. */
+#define KVIX_WORKER_MAX INT64_MAX
+#define KVIX_EID_MAX INT64_MAX
 
 typedef enum kvix_event_type {
     KVIX_EV_NONE = 0,

@@ -214,7 +214,8 @@ int kvix_index_foreach(kvix_index *idx, kvix_foreach_fn fn, void *ctx);
  * removed or stored again elsewhere (an engine hash moves), so a held block
  * of that hash need not sit at position - 1 nor have canonical hash
  * parent_canon. Blocks already held are merged (tiers added). Creates the partition with bs if it is
- * unknown (KVIX_EBLOCKSIZE if it differs). Same concurrency as
+ * unknown (KVIX_EBLOCKSIZE if it differs); n == 0 creates only the partition.
+ * worker must be at most KVIX_WORKER_MAX (KVIX_ERANGE). Same concurrency as
  * kvix_index_apply for that worker. blocks is only read during the call; on
  * error the blocks before the failing one stay loaded. */
 int kvix_index_load(kvix_index *idx, const char *model, const char *tenant, uint32_t bs,

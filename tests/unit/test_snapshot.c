@@ -63,7 +63,7 @@ static void small_state(state *s, uint64_t salt)
     add(s, "llama", "acme", 16, 1, 1, 0, 0, 2, 7, 0);
     add(s, "llama", "acme", 16, 7, 0, 1, 3, 3, 0, 0);
     add(s, "llama", "default", 32, UINT64_MAX, 0, 0, 0, 0, 0, 0);
-    add(s, "qwen", "default", 4, 2, 0, 1, UINT64_MAX, 4, 25, 1);
+    add(s, "qwen", "default", 4, 2, 0, 1, KVIX_EID_MAX, 4, 25, 1); /* the largest eid */
     add(s, "qwen", "default", 4, UINT64_C(1) << 40, 3, 0, 0, 5, 3, 0);
     /* worker 2's parents evicted before their children: orphans */
     grp *g = &s->g[4];
@@ -641,6 +641,9 @@ TEST(crafted_structure_errors)
         {PART_AT, 4, 9, "unknown record"},
         {GROUP_AT, 4, 7, "unknown record"},
         {GROUP_AT + 16, 4, 2, "flags"},
+        {GROUP_AT + 16, 4, 0, "eid 9 with the eid flag clear"}, /* an eid a load would drop */
+        {GROUP_AT + 24, 8, UINT64_C(1) << 63, "eid 9223372036854775808 out of range"},
+        {GROUP_AT + 8, 8, UINT64_C(1) << 63, "worker 9223372036854775808 out of range"},
         {BLOCK1_AT + 32, 8, 0xb, "disagrees"},      /* parent held, other canon */
         {BLOCK1_AT, 4, 1u << 24, "limit"},                        /* too deep */
         {BLOCK1_AT, 4, 0, "position 0"},                          /* a root with a parent */
@@ -677,6 +680,11 @@ TEST(crafted_structure_errors)
     c[PART_AT + 16] = 0;
     fix_sum(c, len);
     CHECK(open_bytes(c, len, &err) == KVIX_ECORRUPT && strstr(err.msg, "NUL"));
+    /* A name that is not UTF-8: no tool could print it as an event. */
+    memcpy(c, b, len);
+    c[PART_AT + 16] = 0xff;
+    fix_sum(c, len);
+    CHECK(open_bytes(c, len, &err) == KVIX_ECORRUPT && strstr(err.msg, "not valid utf-8"));
     /* An orphan (its parent not held) is a legal state: it opens. */
     memcpy(c, b, len);
     put64le(c + BLOCK1_AT + 24, 0x999);
