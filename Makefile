@@ -23,7 +23,7 @@ FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 CC ?= cc
 VERSION := 0.1.0
 SOVERSION := 0
-PKGS := libxxhash jansson msgpack libzmq liburcu liblzma libzstd zlib libnats
+PKGS := libxxhash jansson msgpack libzmq liburcu liblzma libzstd zlib libnats libmicrohttpd libcurl
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 

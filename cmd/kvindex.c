@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -21,6 +22,7 @@
 #include "cli.h"
 #include "kvix/index.h"
 #include "kvix/natslog.h"
+#include "kvix/service.h"
 #include "kvix/snapshot.h"
 #include "kvix/stream.h"
 
@@ -35,6 +37,9 @@ enum {
     O_STREAM,
     O_RESET_ON_GAP,
     O_UNTIL_CAUGHT_UP,
+    O_LISTEN,
+    O_HTTP_THREADS,
+    O_PEERS,
 };
 
 static const cli_opt options[] = {
@@ -64,6 +69,11 @@ static const cli_opt options[] = {
      "(default: save and exit 7)"},
     {O_UNTIL_CAUGHT_UP, 0, "until-caught-up", NULL, NULL,
      "--nats: stop (and save) once the stream's last message at start is applied"},
+    {O_LISTEN, 0, "listen", "[ADDR:]PORT", NULL,
+     "serve the HTTP API on ADDR (default 127.0.0.1) and PORT (0: any) until SIGTERM"},
+    {O_HTTP_THREADS, 0, "http-threads", "N", NULL, "HTTP server threads (default 2)"},
+    {O_PEERS, 0, "peers", "URL,...", NULL,
+     "start from the first peer whose GET /dump answers (else from the snapshot)"},
     {0, 0, NULL, NULL, NULL, NULL},
 };
 
@@ -156,6 +166,7 @@ typedef struct kvi {
     kvix_answer ans;
     char **unknown;         /* "model\ttenant" already warned about */
     size_t nunknown;
+    kvix_service *svc; /* --listen: the HTTP API */
 } kvi;
 
 /* Distinct unknown names warned about; past this many, no more warnings. */
@@ -233,7 +244,10 @@ static void reject(kvi *k, const char *what, const char *name, uint64_t pos, int
     clear_progress(k);
     cli_warn("bad %s at %s:%" PRIu64 ": %s", what, name, pos, e->msg);
     k->rejected++;
-    k->reasons[classify(e)]++;
+    int reason = classify(e);
+    k->reasons[reason]++;
+    if (k->svc)
+        kvix_service_note_event(k->svc, type, reason);
     if (type >= 0 && type <= KVIX_EV_QUERY)
         k->rejected_type[type]++;
     if (k->strict)
@@ -361,11 +375,16 @@ static int save(kvi *k, const char *why)
 {
     if (!k->snap || k->query_only)
         return KVIX_OK;
+    double t0 = now();
+    if (k->svc)
+        kvix_service_quiet_begin(k->svc); /* no /dump or /snapshot walks the index meanwhile */
     sync_writers(k);
     kvix_snapshot_info info;
     kvix_err err;
     int rc = kvix_snapshot_save_at(k->idx, k->snap, k->nopt.url ? k->nopt.stream : NULL, k->seq,
                                    &info, &err);
+    if (k->svc)
+        kvix_service_quiet_end(k->svc);
     clear_progress(k);
     if (rc) {
         cli_warn("cannot save %s: %s", k->snap, err.msg);
@@ -373,6 +392,12 @@ static int save(kvi *k, const char *why)
         return rc;
     }
     k->save_failed = 0;
+    if (k->svc) {
+        struct timespec wall;
+        clock_gettime(CLOCK_REALTIME, &wall);
+        kvix_service_note_save(k->svc, now() - t0,
+                               (double)wall.tv_sec + (double)wall.tv_nsec / 1e9);
+    }
     k->dirty = 0;
     k->since_save = 0;
     k->last_save = now();
@@ -454,10 +479,16 @@ static void apply(kvi *k, const char *name, uint64_t pos, size_t file, const kvi
         return;
     }
     int rc;
+    if (k->svc) {
+        kvix_service_note_event(k->svc, ev->type, -1);
+        kvix_service_write_begin(k->svc);
+    }
     if (k->threads)
         rc = kvix_index_submit(k->idx, ev, make_tag(ev->type, file, pos), &err);
     else
         rc = kvix_index_apply(k->idx, ev, NULL, &err);
+    if (k->svc)
+        kvix_service_write_end(k->svc);
     if (rc == KVIX_ENOMEM || rc == KVIX_ESYS) {
         save(k, "failure");
         cli_die(KVIX_EXIT_SYS, "%s", err.msg);
@@ -736,6 +767,107 @@ static void run_nats(kvi *k, kvix_event *ev)
     kvix_natslog_free(l);
 }
 
+/* --listen [ADDR:]PORT; an IPv6 address in brackets: [::1]:8090. */
+static void parse_listen(const char *arg, char *addr, size_t cap, unsigned *port)
+{
+    const char *p = arg;
+    snprintf(addr, cap, "127.0.0.1");
+    if (arg[0] == '[') {
+        const char *end = strchr(arg, ']');
+        if (!end || end[1] != ':' || (size_t)(end - arg - 1) >= cap)
+            cli_usage_error("bad --listen '%s' (expected [ADDR:]PORT, IPv6 as [ADDR]:PORT)", arg);
+        snprintf(addr, cap, "%.*s", (int)(end - arg - 1), arg + 1);
+        p = end + 2;
+    } else if (strrchr(arg, ':')) {
+        const char *c = strrchr(arg, ':');
+        if ((size_t)(c - arg) >= cap || c == arg)
+            cli_usage_error("bad --listen '%s' (expected [ADDR:]PORT)", arg);
+        snprintf(addr, cap, "%.*s", (int)(c - arg), arg);
+        p = c + 1;
+    }
+    *port = (unsigned)cli_parse_uint(p, 0, 65535, "port");
+}
+
+/* --peers URL,...: split in place. */
+static size_t split_peers(char *list, const char **out, size_t cap)
+{
+    size_t n = 0;
+    for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (n == cap)
+            cli_usage_error("too many --peers (limit %zu)", cap);
+        if (strncmp(t, "http://", 7) != 0 && strncmp(t, "https://", 8) != 0)
+            cli_usage_error("bad peer '%s' (expected an http:// or https:// URL)", t);
+        out[n++] = t;
+    }
+    if (!n)
+        cli_usage_error("--peers needs at least one URL");
+    return n;
+}
+
+/* Start from the first peer that answers; 1 if one did. */
+static int recover(kvi *k, const char **peers, size_t n)
+{
+    size_t who = 0;
+    uint64_t applied, rejected;
+    kvix_err err;
+    int rc = kvix_service_recover(k->idx, peers, n, 10000, (size_t)1 << 34, &who, &applied,
+                                  &rejected, &err);
+    if (rc == KVIX_ENOTFOUND) {
+        cli_warn("no peer answered (%s): starting from %s", err.msg,
+                 k->snap ? "the snapshot" : "empty");
+        return 0;
+    }
+    if (rc)
+        cli_die(cli_exit_for(rc), "cannot recover from %s: %s", peers[who], err.msg);
+    if (!k->quiet)
+        cli_warn("recovered from %s: %" PRIu64 " events applied, %" PRIu64
+                 " rejected (blocks below a removed parent)",
+                 peers[who], applied, rejected);
+    k->dirty = 1;
+    return 1;
+}
+
+/* --listen, once input is done: serve until told to stop. */
+static void serve(kvi *k)
+{
+    while (!sig_stop) {
+        handle_flags(k, NULL);
+        struct pollfd p = {wake[0], POLLIN, 0};
+        poll(&p, 1, -1);
+        drain_wake();
+    }
+}
+
+static void start_service(kvi *k, const char *listen, unsigned http_threads)
+{
+    static const char *const reasons[R_COUNT] = {
+        "malformed_json", "malformed_msgpack", "missing_field", "wrong_type", "bad_hash",
+        "bad_value", "out_of_range", "over_limit", "block_size_mismatch", "unknown_parent",
+        "query_only", "invalid",
+    };
+    char addr[128];
+    unsigned port;
+    parse_listen(listen, addr, sizeof addr, &port);
+    kvix_service_opts so = {
+        .idx = k->idx,
+        .writer_threads = k->threads > 0,
+        .tmpdir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+        .reject_reasons = reasons,
+        .nreasons = R_COUNT,
+    };
+    kvix_err err;
+    int rc = kvix_service_new(&k->svc, &so, &err);
+    if (!rc)
+        rc = kvix_service_listen(k->svc, addr, port, http_threads, &err);
+    if (rc == KVIX_EINVAL || rc == KVIX_ERANGE)
+        cli_usage_error("%s", err.msg);
+    if (rc)
+        cli_die(rc == KVIX_ENOMEM ? KVIX_EXIT_SYS : KVIX_EXIT_IO, "%s", err.msg);
+    if (!k->quiet)
+        cli_warn("listening on http://%s%s%s:%u", strchr(addr, ':') ? "[" : "", addr,
+                 strchr(addr, ':') ? "]" : "", kvix_service_port(k->svc));
+}
+
 int main(int argc, char **argv)
 {
     cli_init(&tool);
@@ -747,6 +879,11 @@ int main(int argc, char **argv)
     kvix_natslog_opts_init(&k.nopt);
     k.nopt.name = "kvindex";
     kvix_format fmt = KVIX_FMT_AUTO;
+    const char *listen = NULL;
+    unsigned http_threads = 0;
+    char *peer_list = NULL;
+    const char *peers[64];
+    size_t npeers = 0;
     const char *arg;
     int c;
     while ((c = cli_next(argc, argv, &arg)) != -1) {
@@ -778,6 +915,16 @@ int main(int argc, char **argv)
         case O_STREAM: k.nopt.stream = arg; break;
         case O_RESET_ON_GAP: k.reset_on_gap = 1; break;
         case O_UNTIL_CAUGHT_UP: k.until_caught_up = 1; break;
+        case O_LISTEN: listen = arg; break;
+        case O_HTTP_THREADS:
+            http_threads = (unsigned)cli_parse_uint(arg, 1, 256, "thread count");
+            break;
+        case O_PEERS:
+            free(peer_list);
+            if (!(peer_list = strdup(arg)))
+                cli_die(KVIX_EXIT_SYS, "out of memory");
+            npeers = split_peers(peer_list, peers, sizeof peers / sizeof peers[0]);
+            break;
         }
     }
     if (k.snap && !*k.snap)
@@ -825,9 +972,15 @@ int main(int argc, char **argv)
         if (rc)
             cli_die(cli_exit_for(rc), "cannot lock %s: %s", k.snap, err.msg);
     }
-    if (k.snap)
+    if (listen && k.reset_on_gap)
+        cli_usage_error("--reset-on-gap replaces the index: not with --listen, whose queries use it");
+    if (npeers && k.query_only)
+        cli_usage_error("-q answers from the snapshot: --peers makes no sense with it");
+    if (!(npeers && recover(&k, peers, npeers)) && k.snap)
         load(&k);
     kvix_index_totals(k.idx, &k.base);
+    if (listen)
+        start_service(&k, listen, http_threads);
     k.started = k.last_save = now();
     kvix_buf_init(&k.out);
     kvix_answer_init(&k.ans);
@@ -851,6 +1004,13 @@ int main(int argc, char **argv)
             close(fd);
     }
     sync_writers(&k);
+    if (k.svc && !sig_stop && !k.strict_hit) {
+        if (k.snap && !k.query_only)
+            save(&k, "end of input");
+        serve(&k);
+    }
+    if (k.svc) /* stop accepting, let the requests in flight finish */
+        kvix_service_shutdown(k.svc, 10000);
     if (k.snap && !k.query_only)
         save(&k, sig_stop ? "signal" : k.strict_hit ? "--strict" : "end of input");
     if (!k.quiet) {
@@ -858,7 +1018,9 @@ int main(int argc, char **argv)
         lag_summary(&k);
     }
 
-    int code = k.rejected ? KVIX_EXIT_REJECTED : KVIX_EXIT_OK;
+    /* A service counts rejected records in its metrics; only --strict, a
+     * failed read or a failed save change its exit status. */
+    int code = k.rejected && !k.svc ? KVIX_EXIT_REJECTED : KVIX_EXIT_OK;
     if (k.strict_hit)
         code = KVIX_EXIT_STRICT;
     if (k.io_error || k.save_failed)
@@ -868,11 +1030,13 @@ int main(int argc, char **argv)
     kvix_event_release(&ev);
     kvix_answer_release(&k.ans);
     kvix_buf_release(&k.out);
+    kvix_service_free(k.svc);
     kvix_index_free(k.idx);
     for (size_t i = 0; i < k.nunknown; i++)
         free(k.unknown[i]);
     free(k.unknown);
     free(k.names);
+    free(peer_list);
     free(k.lag);
     code = cli_finish(code);
     kvix_snapshot_lock_release(lock); /* after the last save and output */

@@ -13,9 +13,12 @@ _kvindex() {
     --save-every-events) return ;;
     --nats) return ;;
     --stream) return ;;
+    --listen) return ;;
+    --http-threads) return ;;
+    --peers) return ;;
     esac
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--snapshot -s --query-only -q --format -f --backend --jump --threads -t --strict --save-every-seconds --save-every-events --quiet --verbose -v --nats --stream --reset-on-gap --until-caught-up --help -h --version -V" -- "$cur"))
+        COMPREPLY=($(compgen -W "--snapshot -s --query-only -q --format -f --backend --jump --threads -t --strict --save-every-seconds --save-every-events --quiet --verbose -v --nats --stream --reset-on-gap --until-caught-up --listen --http-threads --peers --help -h --version -V" -- "$cur"))
         return
     fi
     COMPREPLY=($(compgen -f -- "$cur"))

@@ -14,5 +14,8 @@ complete -c kvindex -l nats -x -d 'consume a NATS JetStream stream instead of st
 complete -c kvindex -l stream -x -d '--nats: the stream to consume (default KVIX)'
 complete -c kvindex -l reset-on-gap -d '--nats: when the stream no longer holds the next message, start empty from its first (default: save and exit 7)'
 complete -c kvindex -l until-caught-up -d '--nats: stop (and save) once the stream\'s last message at start is applied'
+complete -c kvindex -l listen -x -d 'serve the HTTP API on ADDR (default 127.0.0.1) and PORT (0: any) until SIGTERM'
+complete -c kvindex -l http-threads -x -d 'HTTP server threads (default 2)'
+complete -c kvindex -l peers -x -d 'start from the first peer whose GET /dump answers (else from the snapshot)'
 complete -c kvindex -s h -l help -d 'print this help and exit'
 complete -c kvindex -s V -l version -d 'print the version and exit'

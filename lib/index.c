@@ -189,6 +189,7 @@ static void clear_ws(wstate *w, kvix_apply_result *r)
         untier_all(w, e);
     r->removed += (uint32_t)kvix_hmap_size(&w->blocks);
     kvix_hmap_release(&w->blocks);
+    kvix_ix_publish_held(w);
     kvix_hmap_release(&w->canon);
     kvix_hmap_release(&w->canon2);
 }
@@ -248,6 +249,7 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
         prev = canon;
         parent = ev->blocks[i].seq;
     }
+    kvix_ix_publish_held(w);
     record_eid(w, ev);
     return KVIX_OK;
 }
@@ -280,9 +282,11 @@ static int apply_removed(kvix_index *idx, const kvix_event *ev, kvix_apply_resul
     wstate *w = p ? kvix_ix_ws_find(p, ev->worker, ev->dp) : NULL;
     if (!w)
         r->unknown += (uint32_t)ev->nhashes;
-    else
+    else {
         for (size_t i = 0; i < ev->nhashes; i++)
             remove_hash(w, ev->hashes[i], (unsigned)ev->medium, r);
+        kvix_ix_publish_held(w);
+    }
     return eid_state(idx, p, ev, w, err);
 }
 

@@ -93,7 +93,14 @@ typedef struct wstate {
     kvix_hmap canon2; /* (pos, canon) -> cref, when canon is taken at another pos */
     int has_eid;
     uint64_t eid;
+    uint32_t held; /* atomic: kvix_hmap_size(&blocks), for queries on other threads */
 } wstate;
+
+/* Publish the count of blocks held after a change (one plain store on x86). */
+static inline void kvix_ix_publish_held(wstate *w)
+{
+    __atomic_store_n(&w->held, (uint32_t)kvix_hmap_size(&w->blocks), __ATOMIC_RELAXED);
+}
 
 typedef struct part {
     uint64_t h;

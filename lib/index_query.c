@@ -164,6 +164,7 @@ static int query_part(part *p, const uint64_t *local, uint64_t *canon, size_t n,
         s->worker = w->worker;
         s->dp = w->dp;
         s->blocks = h->blocks;
+        s->held = __atomic_load_n(&w->held, __ATOMIC_RELAXED);
         memcpy(s->tier_blocks, h->tier_blocks, sizeof s->tier_blocks);
     }
     sort_scores(ans->scores, ans->scores + ans->nscores, ans->nscores);

@@ -161,6 +161,7 @@ int kvix_index_load(kvix_index *idx, const char *model, const char *tenant, uint
                 rc = kvix_ix_store_block(w, b->engine, b->position, b->local, canon, b->parent, pcanon, t,
                                  &r, err);
     }
+    kvix_ix_publish_held(w);
     kvix_ix_add_totals(idx, &r);
     return rc;
 }

@@ -154,8 +154,15 @@ typedef struct arena_chunk {
 
 static __thread arena_chunk *arena;  /* chunks of the record being decoded, newest first */
 static __thread int arena_on;
+static __thread arena_chunk *arena_kept; /* the chunk the thread-exit destructor frees */
 static int arena_installed;
 static pthread_once_t arena_once = PTHREAD_ONCE_INIT;
+static pthread_key_t arena_key; /* frees a thread's kept chunk when it exits (server threads) */
+
+static void arena_thread_exit(void *p)
+{
+    free(p);
+}
 
 static void *arena_malloc(size_t n)
 {
@@ -194,7 +201,7 @@ static void arena_install(void)
     json_malloc_t m;
     json_free_t f;
     json_get_alloc_funcs(&m, &f);
-    if (m == malloc && f == free) {
+    if (m == malloc && f == free && pthread_key_create(&arena_key, arena_thread_exit) == 0) {
         json_set_alloc_funcs(arena_malloc, arena_free);
         arena_installed = 1;
     }
@@ -211,6 +218,10 @@ static void arena_reset(void)
     }
     if (arena)
         arena->used = 0;
+    if (arena != arena_kept) {
+        arena_kept = arena;
+        pthread_setspecific(arena_key, arena);
+    }
 }
 
 /* A line of whitespace-separated token ids, as kvhash(1) reads them: a

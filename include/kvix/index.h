@@ -100,6 +100,8 @@ typedef struct kvix_score {
     uint32_t dp;
     uint32_t blocks;                        /* matched contiguous prefix, any tier */
     uint32_t tier_blocks[KVIX_MEDIUM_COUNT]; /* of those, how many the worker holds per tier */
+    uint32_t held; /* blocks the (worker, dp) holds in the partition (read while writers
+                    * run: a recent value) */
 } kvix_score;
 
 /* Why a query's partition is unknown to the index (contract section 4: the

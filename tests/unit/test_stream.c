@@ -370,7 +370,7 @@ TEST(answer_lines)
 {
     kvix_answer ans;
     memset(&ans, 0, sizeof ans);
-    kvix_score s[2] = {{1, 0, 2, {2, 0, 0, 0}}, {2, 0, 1, {0, 1, 0, 1}}};
+    kvix_score s[2] = {{1, 0, 2, {2, 0, 0, 0}, 2}, {2, 0, 1, {0, 1, 0, 1}, 1}};
     ans.scores = s;
     ans.nscores = 2;
     ans.query_blocks = 3;

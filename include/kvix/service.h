@@ -1,0 +1,131 @@
+/* kvix: the live index service: the HTTP API of Dynamo's standalone KV
+ * indexer (docs in kvindex(1), SERVICE) over a kvix_index, plus kvix's own
+ * shapes (POST /query with a kvix query object, GET /snapshot).
+ *
+ * The protocol (routing, request and response shapes, error mapping, the
+ * metrics text, the /dump encoding and decoding) is kvix_service_handle, a
+ * pure function of (method, path, body) that tests call without sockets;
+ * kvix_service_listen puts it behind libmicrohttpd.
+ *
+ * Numbers: hashes and ids are exact u64 both ways. jansson keeps integers as
+ * signed 64-bit, so request bodies are read through kvix_json_u64_loadb,
+ * which hands literals 2^63..2^64-1 to jansson as their two's complement
+ * (read back with a cast) and refuses negative literals and anything past
+ * 2^64-1; responses are written by kvix, digit by digit.
+ *
+ * Concurrency: queries (/query, /query_by_hash) run on the server's threads
+ * at the same time as the writers, as index.h allows. Whatever must read a
+ * quiet index (/dump, /snapshot, the gauges of /metrics, a save) takes the
+ * service's quiet lock exclusively; every writer of the index (the tool's
+ * ingest loop) holds it shared around each apply or submit with
+ * kvix_service_write_begin/_end. The lock prefers the exclusive side, so a
+ * dump is never starved by a busy writer. */
+#ifndef KVIX_SERVICE_H
+#define KVIX_SERVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvix/buf.h"
+#include "kvix/error.h"
+#include "kvix/index.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVIX_SERVICE_BODY_MAX (8u << 20) /* default request body ceiling (Dynamo's) */
+
+typedef struct kvix_service kvix_service;
+
+typedef struct kvix_service_opts {
+    kvix_index *idx;          /* borrowed; must outlive the service */
+    int writer_threads;       /* the index has a writer pool: quiesce also syncs it */
+    size_t body_max;          /* 0: KVIX_SERVICE_BODY_MAX */
+    const char *tmpdir;       /* GET /snapshot writes (then unlinks) its file here; NULL: "/tmp" */
+    /* Names of the tool's rejection reasons, for kvix_events_rejected_total{reason};
+     * borrowed (static strings). */
+    const char *const *reject_reasons;
+    size_t nreasons;
+} kvix_service_opts;
+
+/* *out is owned by the caller: kvix_service_free. opts is copied. */
+int kvix_service_new(kvix_service **out, const kvix_service_opts *opts, kvix_err *err);
+/* Stops the server if it runs. NULL is fine. */
+void kvix_service_free(kvix_service *s);
+
+/* ---- the writers' side ---- */
+void kvix_service_write_begin(kvix_service *s); /* shared: around an apply / submit */
+void kvix_service_write_end(kvix_service *s);
+/* Exclusive, with the index's writer pool synced: a quiet index until _end. */
+void kvix_service_quiet_begin(kvix_service *s);
+void kvix_service_quiet_end(kvix_service *s);
+/* Counters for /metrics (thread-safe). type: kvix_event_type; reason: an index
+ * into opts.reject_reasons, or -1 for an applied event. */
+void kvix_service_note_event(kvix_service *s, int type, int reason);
+/* A snapshot save took `seconds`; it finished at wall-clock time `when`. */
+void kvix_service_note_save(kvix_service *s, double seconds, double when);
+
+/* ---- the protocol ---- */
+typedef struct kvix_service_response {
+    int status;               /* HTTP status */
+    const char *content_type; /* static string */
+    kvix_buf body;            /* owned; initialised by kvix_service_response_init */
+    int fd;                   /* >= 0: send this file's fd_size bytes instead of body; the
+                               * caller owns (and closes) it */
+    uint64_t fd_size;
+} kvix_service_response;
+
+void kvix_service_response_init(kvix_service_response *r);
+/* Frees the body and closes fd when open. */
+void kvix_service_response_release(kvix_service_response *r);
+
+/* Answer one request. path has no query string. Never fails: errors are
+ * responses (4xx/5xx with {"error":"..."}); the index is unchanged by a
+ * request that fails. Safe from any number of threads. r must be
+ * initialised; its previous contents are replaced. */
+void kvix_service_handle(kvix_service *s, const char *method, const char *path,
+                         const char *body, size_t len, kvix_service_response *r);
+
+/* ---- the HTTP server (libmicrohttpd) ---- */
+/* Listen on addr (IPv4 or IPv6 literal; NULL: 127.0.0.1) and port (0: any
+ * free port, see kvix_service_port) with `threads` server threads (0: 2). */
+int kvix_service_listen(kvix_service *s, const char *addr, unsigned port, unsigned threads,
+                        kvix_err *err);
+unsigned kvix_service_port(const kvix_service *s);
+/* Stop accepting connections, let the requests in flight finish (at most
+ * timeout_ms), then stop the server. */
+void kvix_service_shutdown(kvix_service *s, unsigned timeout_ms);
+
+/* ---- /dump: RouterEvents (also read by peer recovery) ---- */
+/* Append the whole index as /dump's JSON object. The index must be quiet. */
+int kvix_service_dump(kvix_index *idx, kvix_buf *out, kvix_err *err);
+/* Apply a /dump body to idx (partitions created with the dump's block
+ * sizes). Counts applied and rejected events (a block whose parent the
+ * worker no longer holds cannot be replayed). Same concurrency as
+ * kvix_index_apply for every worker in the dump. */
+int kvix_service_dump_apply(kvix_index *idx, const char *body, size_t len, uint64_t *applied,
+                            uint64_t *rejected, kvix_err *err);
+
+/* ---- peer recovery (libcurl) ---- */
+/* Ask each peer in order for GET <url>/dump (timeout_ms each, a body of at
+ * most max_bytes) and apply the first answer to idx with
+ * kvix_service_dump_apply. *winner gets the index of that peer. Returns
+ * KVIX_ENOTFOUND when no peer answered (err says why the last one failed);
+ * idx is untouched then. A dump that fails to decode counts as no answer
+ * only if nothing of it was applied; otherwise its error is returned. */
+int kvix_service_recover(kvix_index *idx, const char *const *urls, size_t n, long timeout_ms,
+                         size_t max_bytes, size_t *winner, uint64_t *applied, uint64_t *rejected,
+                         kvix_err *err);
+
+/* ---- exact u64 JSON ---- */
+/* Parse JSON text whose integer literals are u64: see the top of this file.
+ * Returns a new reference (the caller json_decref's it) or NULL with err
+ * set. Read integers back with (uint64_t)json_integer_value. */
+struct json_t;
+struct json_t *kvix_json_u64_loadb(const char *text, size_t len, kvix_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

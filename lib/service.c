@@ -1,0 +1,473 @@
+/* The service protocol: routing, request decoding, responses, error mapping.
+ * The metrics text is in lib/service_metrics.c, the server in
+ * lib/service_http.c, /dump's encoding in lib/service_json.c. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvix/service.h"
+#include "kvix/snapshot.h"
+#include "kvix/stream.h"
+#include "service_int.h"
+#include "service_priv.h"
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- lifecycle and locks ---- */
+
+int kvix_service_new(kvix_service **out, const kvix_service_opts *opts, kvix_err *err)
+{
+    *out = NULL;
+    if (!opts || !opts->idx)
+        return kvix_err_set(err, KVIX_EINVAL, "no index for the service");
+    kvix_service *s = calloc(1, sizeof *s);
+    if (!s)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    s->o = *opts;
+    if (!s->o.body_max)
+        s->o.body_max = KVIX_SERVICE_BODY_MAX;
+    if (!s->o.tmpdir)
+        s->o.tmpdir = "/tmp";
+    s->rejected_reason = calloc(opts->nreasons + 1, sizeof *s->rejected_reason);
+    if (!s->rejected_reason) {
+        free(s);
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    }
+    pthread_rwlockattr_t a;
+    pthread_rwlockattr_init(&a);
+    pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&s->quiet, &a);
+    pthread_rwlockattr_destroy(&a);
+    pthread_key_create(&s->ans_key, kvix_service_answer_free);
+    s->inflight_mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    s->inflight_cv = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+    *out = s;
+    return KVIX_OK;
+}
+
+void kvix_service_free(kvix_service *s)
+{
+    if (!s)
+        return;
+    kvix_service_shutdown(s, 0);
+    pthread_rwlock_destroy(&s->quiet);
+    kvix_answer *a = pthread_getspecific(s->ans_key);
+    kvix_service_answer_free(a);
+    pthread_key_delete(s->ans_key);
+    free(s->rejected_reason);
+    free(s);
+}
+
+void kvix_service_write_begin(kvix_service *s) { pthread_rwlock_rdlock(&s->quiet); }
+void kvix_service_write_end(kvix_service *s) { pthread_rwlock_unlock(&s->quiet); }
+
+void kvix_service_quiet_begin(kvix_service *s)
+{
+    pthread_rwlock_wrlock(&s->quiet);
+    if (s->o.writer_threads)
+        kvix_index_sync(s->o.idx);
+}
+
+void kvix_service_quiet_end(kvix_service *s) { pthread_rwlock_unlock(&s->quiet); }
+
+void kvix_service_note_event(kvix_service *s, int type, int reason)
+{
+    if (reason < 0) {
+        if (type >= 0 && type <= KVIX_EV_QUERY)
+            __atomic_fetch_add(&s->submitted[type], 1, __ATOMIC_RELAXED);
+        return;
+    }
+    size_t r = (size_t)reason < s->o.nreasons ? (size_t)reason : s->o.nreasons;
+    __atomic_fetch_add(&s->rejected_reason[r], 1, __ATOMIC_RELAXED);
+    if (type >= 0 && type <= KVIX_EV_QUERY)
+        __atomic_fetch_add(&s->rejected_type[type], 1, __ATOMIC_RELAXED);
+}
+
+void kvix_service_note_save(kvix_service *s, double seconds, double when)
+{
+    pthread_mutex_lock(&s->inflight_mu);
+    s->save_seconds = seconds;
+    s->save_when = when;
+    s->saves++;
+    pthread_mutex_unlock(&s->inflight_mu);
+}
+
+/* ---- responses ---- */
+
+void kvix_service_response_init(kvix_service_response *r)
+{
+    memset(r, 0, sizeof *r);
+    kvix_buf_init(&r->body);
+    r->fd = -1;
+}
+
+void kvix_service_response_release(kvix_service_response *r)
+{
+    kvix_buf_release(&r->body);
+    if (r->fd >= 0)
+        close(r->fd);
+    r->fd = -1;
+}
+
+static void respond(kvix_service_response *r, int status, const char *ctype, const char *text)
+{
+    r->status = status;
+    r->content_type = ctype;
+    r->body.len = 0;
+    if (kvix_sj_raw(&r->body, text, NULL)) {
+        r->status = 500;
+        r->body.len = 0;
+    }
+}
+
+/* {"error":"msg"} with status. */
+static void respond_error(kvix_service_response *r, int status, const char *msg)
+{
+    r->status = status;
+    r->content_type = "application/json";
+    r->body.len = 0;
+    if (kvix_sj_raw(&r->body, "{\"error\":", NULL) ||
+        kvix_sj_str(&r->body, msg, strlen(msg), NULL) || kvix_sj_raw(&r->body, "}", NULL)) {
+        r->body.len = 0;
+        r->status = 500;
+    }
+}
+
+/* The status for a library error code. */
+static int status_for(int code)
+{
+    switch (code) {
+    case KVIX_ENOTFOUND: return 404;
+    case KVIX_EBLOCKSIZE: return 409;
+    case KVIX_ENOMEM:
+    case KVIX_EIO:
+    case KVIX_ESYS: return 500;
+    default: return 400;
+    }
+}
+
+static void respond_err(kvix_service_response *r, const kvix_err *e)
+{
+    respond_error(r, status_for(e->code), e->msg);
+}
+
+/* ---- queries ---- */
+
+kvix_answer *kvix_service_answer(kvix_service *s)
+{
+    kvix_answer *a = pthread_getspecific(s->ans_key);
+    if (!a && (a = malloc(sizeof *a))) {
+        kvix_answer_init(a);
+        pthread_setspecific(s->ans_key, a);
+    }
+    return a;
+}
+
+void kvix_service_answer_free(void *p)
+{
+    kvix_answer *a = p;
+    if (a) {
+        kvix_answer_release(a);
+        free(a);
+    }
+}
+
+static int by_worker(const void *a, const void *b)
+{
+    const kvix_score *x = a, *y = b;
+    if (x->worker != y->worker)
+        return x->worker < y->worker ? -1 : 1;
+    return x->dp < y->dp ? -1 : x->dp > y->dp;
+}
+
+/* {"<worker>":{"<dp>":value,...},...} over scores sorted by worker. */
+static int put_nested(kvix_buf *b, const kvix_score *v, size_t n, uint64_t bs, int held,
+                      kvix_err *err)
+{
+    int rc = kvix_sj_raw(b, "{", err);
+    for (size_t i = 0; !rc && i < n; i++) {
+        int first_of_worker = i == 0 || v[i].worker != v[i - 1].worker;
+        if (first_of_worker) {
+            if ((rc = kvix_sj_raw(b, i ? "},\"" : "\"", err)) ||
+                (rc = kvix_sj_u64(b, v[i].worker, err)) || (rc = kvix_sj_raw(b, "\":{", err)))
+                break;
+        } else if ((rc = kvix_sj_raw(b, ",", err))) {
+            break;
+        }
+        if ((rc = kvix_sj_raw(b, "\"", err)) || (rc = kvix_sj_u64(b, v[i].dp, err)) ||
+            (rc = kvix_sj_raw(b, "\":", err)) ||
+            (rc = kvix_sj_u64(b, held ? v[i].held : (uint64_t)v[i].blocks * bs, err)))
+            break;
+    }
+    if (!rc)
+        rc = kvix_sj_raw(b, n ? "}}" : "}", err);
+    return rc;
+}
+
+/* Dynamo's answer shape. Reorders ans->scores (by worker). */
+static int put_dynamo_answer(kvix_answer *ans, kvix_buf *b, kvix_err *err)
+{
+    if (ans->nscores > 1)
+        qsort(ans->scores, ans->nscores, sizeof *ans->scores, by_worker);
+    int rc;
+    if ((rc = kvix_sj_raw(b, "{\"scores\":", err)) ||
+        (rc = put_nested(b, ans->scores, ans->nscores, ans->bs, 0, err)) ||
+        (rc = kvix_sj_raw(b, ",\"frequencies\":[],\"tree_sizes\":", err)) ||
+        (rc = put_nested(b, ans->scores, ans->nscores, 0, 1, err)))
+        return rc;
+    return kvix_sj_raw(b, "}", err);
+}
+
+/* model_name, tenant_id?, lora_name? of a Dynamo query into q. */
+static int read_partition(json_t *o, kvix_event *q, int with_lora, kvix_err *err)
+{
+    const char *s;
+    size_t n;
+    int has, rc;
+    if ((rc = kvix_sj_get_str(o, "model_name", NULL, &s, &n, err)) ||
+        (rc = kvix_event_set_name(q->model, s, n, err)) ||
+        (rc = kvix_sj_get_str(o, "tenant_id", &has, &s, &n, err)) ||
+        (has && (rc = kvix_event_set_name(q->tenant, s, n, err))))
+        return rc;
+    if (with_lora && ((rc = kvix_sj_get_str(o, "lora_name", &has, &s, &n, err)) ||
+                      (has && (rc = kvix_event_set_name(q->lora, s, n, err)))))
+        return rc;
+    return KVIX_OK;
+}
+
+static int read_u64_array(json_t *o, const char *key, kvix_event *q, int tokens, kvix_err *err)
+{
+    json_t *a = json_object_get(o, key);
+    if (!a)
+        return kvix_err_set(err, KVIX_EINVAL, "missing \"%s\"", key);
+    if (!json_is_array(a))
+        return kvix_err_set(err, KVIX_EINVAL, "\"%s\" is not an array", key);
+    size_t n = json_array_size(a);
+    int rc = tokens ? kvix_event_reserve_tokens(q, n, err) : kvix_event_reserve_hashes(q, n, err);
+    for (size_t i = 0; !rc && i < n; i++) {
+        json_t *v = json_array_get(a, i);
+        if (!json_is_integer(v))
+            return kvix_err_set(err, KVIX_EINVAL, "%s[%zu] is not an unsigned integer", key, i);
+        uint64_t u = (uint64_t)json_integer_value(v);
+        if (tokens && u > UINT32_MAX)
+            return kvix_err_set(err, KVIX_ERANGE, "%s[%zu] = %" PRIu64 " is above 2^32-1", key,
+                                i, u);
+        if (tokens)
+            q->tokens[i] = (uint32_t)u;
+        else
+            q->hashes[i] = u;
+    }
+    if (tokens) {
+        q->ntokens = n;
+        q->has_tokens = 1;
+    } else {
+        q->nhashes = n;
+    }
+    return rc;
+}
+
+/* POST /query and /query_by_hash in Dynamo's shape. */
+static void dynamo_query(kvix_service *s, json_t *o, int by_hash, kvix_service_response *r)
+{
+    kvix_err e;
+    kvix_event q;
+    kvix_event_init(&q);
+    q.type = KVIX_EV_QUERY;
+    kvix_answer *ans = kvix_service_answer(s);
+    int rc = ans ? read_partition(o, &q, !by_hash, &e)
+                 : kvix_err_set(&e, KVIX_ENOMEM, "out of memory");
+    if (!rc)
+        rc = read_u64_array(o, by_hash ? "block_hashes" : "token_ids", &q, !by_hash, &e);
+    if (!rc && !kvix_index_block_size(s->o.idx, q.model, q.tenant))
+        rc = kvix_err_set(&e, KVIX_ENOTFOUND, "unknown model \"%s\" (tenant \"%s\")", q.model,
+                          q.tenant);
+    double t0 = mono_now();
+    if (!rc)
+        rc = kvix_index_query_event(s->o.idx, &q, ans, &e);
+    if (!rc) {
+        kvix_service_observe_query(s, mono_now() - t0);
+        r->body.len = 0;
+        rc = put_dynamo_answer(ans, &r->body, &e);
+    }
+    if (rc) {
+        respond_err(r, &e);
+    } else {
+        r->status = 200;
+        r->content_type = "application/json";
+    }
+    kvix_event_release(&q);
+}
+
+/* POST /query with a kvix query object: the kvix answer line. */
+static void kvix_query(kvix_service *s, const char *body, size_t len, kvix_service_response *r)
+{
+    kvix_err e;
+    kvix_event q;
+    kvix_event_init(&q);
+    kvix_answer *ans = kvix_service_answer(s);
+    int rc = ans ? kvix_event_from_json(body, len, &q, &e)
+                 : kvix_err_set(&e, KVIX_ENOMEM, "out of memory");
+    if (!rc && q.type != KVIX_EV_QUERY)
+        rc = kvix_err_set(&e, KVIX_EINVAL, "a %s event is not a query (events come from the "
+                          "input or the engines)", kvix_event_type_name(q.type));
+    double t0 = mono_now();
+    if (!rc)
+        rc = kvix_index_query_event(s->o.idx, &q, ans, &e);
+    if (!rc) {
+        kvix_service_observe_query(s, mono_now() - t0);
+        r->body.len = 0;
+        rc = kvix_answer_to_json(ans, &q, &r->body, &e);
+    }
+    if (rc) {
+        respond_err(r, &e);
+    } else {
+        r->status = 200;
+        r->content_type = "application/x-ndjson";
+    }
+    kvix_event_release(&q);
+}
+
+static void post_query(kvix_service *s, const char *body, size_t len, int by_hash,
+                       kvix_service_response *r)
+{
+    kvix_err e;
+    json_t *o = kvix_json_u64_loadb(body, len, &e);
+    if (!o && !by_hash) {
+        /* A kvix query may hold what the u64 reader refuses (a negative
+         * token, to be told apart); a Dynamo query gets the reader's error. */
+        json_t *plain = json_loadb(body, len, 0, NULL);
+        int dynamo = json_object_get(plain, "model_name") != NULL;
+        json_decref(plain);
+        if (!dynamo) {
+            kvix_query(s, body, len, r);
+            return;
+        }
+    }
+    if (!o) {
+        respond_err(r, &e);
+        return;
+    }
+    if (!json_is_object(o))
+        respond_error(r, 400, "the body is not a JSON object");
+    else if (by_hash || json_object_get(o, "model_name"))
+        dynamo_query(s, o, by_hash, r);
+    else
+        kvix_query(s, body, len, r);
+    json_decref(o);
+}
+
+/* ---- state: /dump, /snapshot ---- */
+
+static void get_dump(kvix_service *s, kvix_service_response *r)
+{
+    kvix_err e;
+    r->body.len = 0;
+    kvix_service_quiet_begin(s);
+    int rc = kvix_service_dump(s->o.idx, &r->body, &e);
+    kvix_service_quiet_end(s);
+    if (rc)
+        respond_err(r, &e);
+    else {
+        r->status = 200;
+        r->content_type = "application/json";
+    }
+}
+
+static void get_snapshot(kvix_service *s, kvix_service_response *r)
+{
+    kvix_err e;
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/kvix-http-snapshot-XXXXXX", s->o.tmpdir) >=
+        sizeof path) {
+        respond_error(r, 500, "temporary folder name too long");
+        return;
+    }
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        char m[512];
+        snprintf(m, sizeof m, "cannot create a file in %s: %s", s->o.tmpdir, strerror(errno));
+        respond_error(r, 500, m);
+        return;
+    }
+    close(fd);
+    kvix_service_quiet_begin(s);
+    int rc = kvix_snapshot_save(s->o.idx, path, NULL, &e);
+    kvix_service_quiet_end(s);
+    fd = rc ? -1 : open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (!rc && (fd < 0 || fstat(fd, &st) != 0))
+        rc = kvix_err_set(&e, KVIX_EIO, "cannot open %s: %s", path, strerror(errno));
+    unlink(path); /* the open descriptor keeps the bytes until the response is sent */
+    if (rc) {
+        if (fd >= 0)
+            close(fd);
+        respond_err(r, &e);
+        return;
+    }
+    r->status = 200;
+    r->content_type = "application/octet-stream";
+    r->body.len = 0;
+    r->fd = fd;
+    r->fd_size = (uint64_t)st.st_size;
+}
+
+/* ---- routing ---- */
+
+const char *const kvix_service_endpoints[EP_COUNT] = {
+    "/health", "/metrics", "/query", "/query_by_hash", "/dump", "/snapshot", "other",
+};
+
+static int route(const char *path)
+{
+    for (int i = 0; i < EP_OTHER; i++)
+        if (strcmp(path, kvix_service_endpoints[i]) == 0)
+            return i;
+    return EP_OTHER;
+}
+
+static const char *const ep_method[EP_COUNT] = {"GET", "GET", "POST", "POST", "GET", "GET", ""};
+
+void kvix_service_handle(kvix_service *s, const char *method, const char *path,
+                         const char *body, size_t len, kvix_service_response *r)
+{
+    double t0 = mono_now();
+    int ep = route(path);
+    int m = strcmp(method, "GET") == 0 ? M_GET : strcmp(method, "POST") == 0 ? M_POST : M_OTHER;
+    if (r->fd >= 0)
+        close(r->fd);
+    r->fd = -1;
+    r->body.len = 0;
+    if (ep == EP_OTHER) {
+        respond_error(r, 404, "no such endpoint");
+    } else if (strcmp(method, ep_method[ep]) != 0) {
+        char msg[64];
+        snprintf(msg, sizeof msg, "method not allowed (use %s)", ep_method[ep]);
+        respond_error(r, 405, msg);
+    } else if (len > s->o.body_max) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "request body over the limit of %zu bytes", s->o.body_max);
+        respond_error(r, 413, msg);
+    } else {
+        switch (ep) {
+        case EP_HEALTH: respond(r, 200, "application/json", "{\"status\":\"ok\"}"); break;
+        case EP_METRICS: kvix_service_metrics(s, r); break;
+        case EP_QUERY: post_query(s, body ? body : "", len, 0, r); break;
+        case EP_QUERY_HASH: post_query(s, body ? body : "", len, 1, r); break;
+        case EP_DUMP: get_dump(s, r); break;
+        case EP_SNAPSHOT: get_snapshot(s, r); break;
+        }
+    }
+    kvix_service_observe_request(s, ep, m, r->status, mono_now() - t0);
+}

@@ -1,0 +1,505 @@
+/* The service's JSON: exact u64 reading over jansson, appenders, and /dump's
+ * RouterEvent encoding and decoding. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvix/service.h"
+#include "hashmap_int.h"
+#include "kvix/hash.h"
+#include "kvix/snapshot.h"
+#include "service_int.h"
+
+/* ---- exact u64 ---- */
+
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+
+/* Copy text to out, rewriting each integer literal above INT64_MAX as the
+ * negative number with the same 64 bits. Strings are copied untouched; the
+ * rest of the grammar is jansson's to check. */
+static int u64_rewrite(const char *t, size_t len, kvix_buf *out, kvix_err *err)
+{
+    int rc = kvix_buf_reserve(out, len + len / 16 + 16, err);
+    size_t i = 0;
+    while (!rc && i < len) {
+        char c = t[i];
+        if (c == '"') {
+            size_t j = i + 1;
+            while (j < len && t[j] != '"')
+                j += t[j] == '\\' ? 2 : 1;
+            j = j < len ? j + 1 : len;
+            rc = kvix_buf_append(out, t + i, j - i, err);
+            i = j;
+            continue;
+        }
+        if (c == '-' && i + 1 < len && is_digit(t[i + 1]))
+            return kvix_err_set(err, KVIX_EINVAL, "negative number at byte %zu", i + 1);
+        if (!is_digit(c)) {
+            size_t j = i + 1;
+            while (j < len && t[j] != '"' && t[j] != '-' && !is_digit(t[j]))
+                j++;
+            rc = kvix_buf_append(out, t + i, j - i, err);
+            i = j;
+            continue;
+        }
+        size_t j = i;
+        uint64_t v = 0;
+        int over = 0;
+        while (j < len && is_digit(t[j])) {
+            unsigned d = (unsigned)(t[j] - '0');
+            if (v > (UINT64_MAX - d) / 10)
+                over = 1;
+            v = v * 10 + d;
+            j++;
+        }
+        int integer = j >= len || (t[j] != '.' && t[j] != 'e' && t[j] != 'E');
+        if (!integer) { /* a real: copy it whole, the decoder calls it the wrong type */
+            while (j < len && (is_digit(t[j]) || strchr(".eE+-", t[j])))
+                j++;
+            rc = kvix_buf_append(out, t + i, j - i, err);
+        } else if (over) {
+            return kvix_err_set(err, KVIX_ERANGE, "number at byte %zu is above 2^64-1", i + 1);
+        } else if (v > INT64_MAX) {
+            char tmp[32];
+            int n = snprintf(tmp, sizeof tmp, "%" PRId64, (int64_t)v);
+            rc = kvix_buf_append(out, tmp, (size_t)n, err);
+        } else {
+            rc = kvix_buf_append(out, t + i, j - i, err);
+        }
+        i = j;
+    }
+    return rc;
+}
+
+json_t *kvix_json_u64_loadb(const char *text, size_t len, kvix_err *err)
+{
+    kvix_buf b;
+    kvix_buf_init(&b);
+    json_t *j = NULL;
+    if (u64_rewrite(text, len, &b, err) == KVIX_OK) {
+        json_error_t je;
+        j = json_loadb(b.data ? b.data : "", b.len, JSON_REJECT_DUPLICATES, &je);
+        if (!j)
+            kvix_err_set(err, KVIX_EINVAL, "malformed json at column %d: %s", je.column, je.text);
+    }
+    kvix_buf_release(&b);
+    return j;
+}
+
+/* ---- appenders ---- */
+
+int kvix_sj_raw(kvix_buf *b, const char *s, kvix_err *err)
+{
+    return kvix_buf_append(b, s, strlen(s), err);
+}
+
+int kvix_sj_u64(kvix_buf *b, uint64_t v, kvix_err *err)
+{
+    char tmp[24];
+    int n = snprintf(tmp, sizeof tmp, "%" PRIu64, v);
+    return kvix_buf_append(b, tmp, (size_t)n, err);
+}
+
+int kvix_sj_str(kvix_buf *b, const char *s, size_t len, kvix_err *err)
+{
+    json_t *j = json_stringn(s, len);
+    if (!j)
+        return kvix_err_set(err, KVIX_EINVAL, "name is not valid utf-8");
+    size_t need = json_dumpb(j, NULL, 0, JSON_ENCODE_ANY);
+    int rc = kvix_buf_reserve(b, need, err);
+    if (!rc) {
+        b->len += json_dumpb(j, b->data + b->len, need, JSON_ENCODE_ANY);
+        b->data[b->len] = '\0';
+    }
+    json_decref(j);
+    return rc;
+}
+
+/* ---- request fields ---- */
+
+int kvix_sj_get_u64(json_t *obj, const char *key, int *present, uint64_t *out, kvix_err *err)
+{
+    json_t *v = json_object_get(obj, key);
+    if (present)
+        *present = v && !json_is_null(v);
+    if (!v || json_is_null(v))
+        return present ? KVIX_OK : kvix_err_set(err, KVIX_EINVAL, "missing \"%s\"", key);
+    if (!json_is_integer(v))
+        return kvix_err_set(err, KVIX_EINVAL, "\"%s\" is not an unsigned integer", key);
+    *out = (uint64_t)json_integer_value(v);
+    return KVIX_OK;
+}
+
+int kvix_sj_get_str(json_t *obj, const char *key, int *present, const char **out, size_t *len,
+                    kvix_err *err)
+{
+    json_t *v = json_object_get(obj, key);
+    if (present)
+        *present = v && !json_is_null(v);
+    if (!v || json_is_null(v))
+        return present ? KVIX_OK : kvix_err_set(err, KVIX_EINVAL, "missing \"%s\"", key);
+    if (!json_is_string(v))
+        return kvix_err_set(err, KVIX_EINVAL, "\"%s\" is not a string", key);
+    *out = json_string_value(v);
+    *len = json_string_length(v);
+    return KVIX_OK;
+}
+
+/* ---- /dump ---- */
+
+static const char *const tier_names[KVIX_MEDIUM_COUNT] = {"device", "host_pinned", "disk",
+                                                         "external"};
+
+typedef struct dumper {
+    kvix_buf *out;
+    kvix_event scratch;
+    const char *model, *tenant; /* partition open in the output, NULL: none yet */
+    size_t nev;                 /* events written in the open partition */
+    int has_eid;
+    uint64_t eid;
+    const kvix_block_info *blocks; /* the group's, and engine hash -> index in it */
+    kvix_hmap where;
+    kvix_err *err;
+} dumper;
+
+/* The group's block info of an engine hash, NULL if not held. */
+static const kvix_block_info *held(dumper *d, uint64_t engine)
+{
+    const size_t *i = kvix_hmap_get(&d->where, &engine);
+    return i ? &d->blocks[*i] : NULL;
+}
+
+static int put_event_head(dumper *d, const kvix_event *ev)
+{
+    kvix_buf *b = d->out;
+    kvix_err *err = d->err;
+    int rc;
+    if ((rc = kvix_sj_raw(b, d->nev++ ? ",{\"worker_id\":" : "{\"worker_id\":", err)) ||
+        (rc = kvix_sj_u64(b, ev->worker, err)) ||
+        (rc = kvix_sj_raw(b, ",\"storage_tier\":\"", err)) ||
+        (rc = kvix_sj_raw(b, tier_names[ev->medium], err)) ||
+        (rc = kvix_sj_raw(b, "\",\"event\":{\"event_id\":", err)) ||
+        (rc = kvix_sj_u64(b, d->has_eid ? d->eid : 0, err)))
+        return rc;
+    return kvix_sj_raw(b, ",\"data\":", err);
+}
+
+static int put_event_tail(dumper *d, const kvix_event *ev)
+{
+    int rc;
+    if ((rc = kvix_sj_raw(d->out, ",\"dp_rank\":", d->err)) ||
+        (rc = kvix_sj_u64(d->out, ev->dp, d->err)))
+        return rc;
+    /* kvix's one extra key (readers ignore unknown keys): event_id 0 of a
+     * (worker, dp) that never had an eid must not read back as eid 0. */
+    return kvix_sj_raw(d->out, d->has_eid ? "}}" : "},\"kvix_no_eid\":true}", d->err);
+}
+
+static int dump_event(void *ctx, const kvix_event *ev)
+{
+    dumper *d = ctx;
+    kvix_buf *b = d->out;
+    kvix_err *err = d->err;
+    int rc;
+    if ((rc = put_event_head(d, ev)) ||
+        (rc = kvix_sj_raw(b, "{\"stored\":{\"parent_hash\":", err)))
+        return rc;
+    rc = ev->has_parent ? kvix_sj_u64(b, ev->parent, err) : kvix_sj_raw(b, "null", err);
+    /* A run below a parent the worker no longer holds where the run expects it
+     * (removed, or moved) cannot be replayed by parent: it gets its position
+     * and kvix's parent canonical hash, and is restored as it is. */
+    const kvix_block_info *first = ev->nblocks ? held(d, ev->blocks[0].seq) : NULL, *par = NULL;
+    int orphan = first && first->position > 0 &&
+                 (!(par = held(d, first->parent)) || par->position + 1 != first->position ||
+                  par->canon != first->parent_canon);
+    if (rc || (rc = kvix_sj_raw(b, ",\"start_position\":", err)) ||
+        (rc = orphan ? kvix_sj_u64(b, first->position, err) : kvix_sj_raw(b, "null", err)) ||
+        (rc = kvix_sj_raw(b, ",\"blocks\":[", err)))
+        return rc;
+    for (size_t i = 0; i < ev->nblocks; i++)
+        if ((rc = kvix_sj_raw(b, i ? ",{\"block_hash\":" : "{\"block_hash\":", err)) ||
+            (rc = kvix_sj_u64(b, ev->blocks[i].seq, err)) ||
+            (rc = kvix_sj_raw(b, ",\"tokens_hash\":", err)) ||
+            (rc = kvix_sj_u64(b, ev->blocks[i].local, err)) ||
+            (rc = kvix_sj_raw(b, ",\"mm_extra_info\":null}", err)))
+            return rc;
+    if ((rc = kvix_sj_raw(b, "]", err)))
+        return rc;
+    if (orphan && ((rc = kvix_sj_raw(b, ",\"kvix_parent_canon\":", err)) ||
+                   (rc = kvix_sj_u64(b, first->parent_canon, err))))
+        return rc;
+    if ((rc = kvix_sj_raw(b, "}}", err)))
+        return rc;
+    return put_event_tail(d, ev);
+}
+
+static int open_partition(dumper *d, const char *model, const char *tenant, uint32_t bs)
+{
+    kvix_buf *b = d->out;
+    int rc;
+    if (d->model && strcmp(d->model, model) == 0 && strcmp(d->tenant, tenant) == 0)
+        return KVIX_OK;
+    if ((rc = kvix_sj_raw(b, d->model ? "]}," : "", d->err)))
+        return rc;
+    size_t ml = strlen(model), tl = strlen(tenant);
+    char *key = malloc(ml + tl + 2);
+    if (!key)
+        return kvix_err_set(d->err, KVIX_ENOMEM, "out of memory");
+    memcpy(key, model, ml);
+    key[ml] = ':';
+    memcpy(key + ml + 1, tenant, tl + 1);
+    rc = kvix_sj_str(b, key, ml + tl + 1, d->err);
+    free(key);
+    if (rc || (rc = kvix_sj_raw(b, ":{\"block_size\":", d->err)) ||
+        (rc = kvix_sj_u64(b, bs, d->err)) || (rc = kvix_sj_raw(b, ",\"events\":[", d->err)))
+        return rc;
+    d->model = model;
+    d->tenant = tenant;
+    d->nev = 0;
+    return KVIX_OK;
+}
+
+static int dump_group(void *ctx, const char *model, const char *tenant, uint32_t bs,
+                      uint64_t worker, uint32_t dp, int has_eid, uint64_t last_eid,
+                      const kvix_block_info *blocks, size_t n)
+{
+    dumper *d = ctx;
+    int rc = open_partition(d, model, tenant, bs);
+    if (rc || (worker == UINT64_MAX && n == 0))
+        return rc;
+    d->has_eid = has_eid;
+    d->eid = last_eid;
+    if (n == 0) { /* holds nothing but its eid: a cleared event keeps the watermark */
+        if (!has_eid)
+            return KVIX_OK;
+        kvix_event ev;
+        kvix_event_init(&ev);
+        ev.worker = worker;
+        ev.dp = dp;
+        if ((rc = put_event_head(d, &ev)) || (rc = kvix_sj_raw(d->out, "\"cleared\"", d->err)))
+            return rc;
+        return put_event_tail(d, &ev);
+    }
+    kvix_snapshot_group g = {model, tenant, bs, worker, dp, has_eid, last_eid, blocks, n};
+    size_t orphans = 0;
+    d->blocks = blocks;
+    kvix_hmap_release(&d->where);
+    if (kvix_hmap_reserve(&d->where, n))
+        return kvix_err_set(d->err, KVIX_ENOMEM, "out of memory for %zu blocks", n);
+    for (size_t i = 0; i < n; i++) {
+        int inserted;
+        size_t *v = kvix_hmap_put(&d->where, &blocks[i].engine, &inserted);
+        if (!v)
+            return kvix_err_set(d->err, KVIX_ENOMEM, "out of memory for %zu blocks", n);
+        *v = i;
+    }
+    return kvix_snapshot_group_events(&g, &d->scratch, dump_event, d, &orphans, d->err);
+}
+
+int kvix_service_dump(kvix_index *idx, kvix_buf *out, kvix_err *err)
+{
+    dumper d = {.out = out, .err = err};
+    kvix_event_init(&d.scratch);
+    kvix_hmap_init(&d.where, 1, sizeof(size_t));
+    int rc = kvix_sj_raw(out, "{", err);
+    if (!rc)
+        rc = kvix_index_foreach(idx, dump_group, &d);
+    if (!rc)
+        rc = kvix_sj_raw(out, d.model ? "]}}" : "}", err);
+    kvix_event_release(&d.scratch);
+    kvix_hmap_release(&d.where);
+    return rc;
+}
+
+/* ---- reading a dump back ---- */
+
+static int tier_parse(const char *s, int *out)
+{
+    for (int m = 0; m < KVIX_MEDIUM_COUNT; m++)
+        if (strcmp(s, tier_names[m]) == 0)
+            return (*out = m, KVIX_OK);
+    return KVIX_EINVAL;
+}
+
+/* A run dumped with its position and parent canonical hash (see dump_event):
+ * restored as it is, as a snapshot restores it. */
+static int load_run(kvix_index *idx, const kvix_event *ev, uint64_t pos, uint64_t pcanon,
+                    kvix_err *err)
+{
+    if (pos == 0 || pos + ev->nblocks > KVIX_INDEX_DEPTH_MAX)
+        return kvix_err_set(err, KVIX_ERANGE, "start_position %" PRIu64 " out of range", pos);
+    kvix_block_info *b = calloc(ev->nblocks ? ev->nblocks : 1, sizeof *b);
+    if (!b)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    uint64_t parent = ev->parent;
+    for (size_t i = 0; i < ev->nblocks; i++) {
+        b[i].position = (uint32_t)(pos + i);
+        b[i].local = ev->blocks[i].local;
+        b[i].engine = ev->blocks[i].seq;
+        b[i].parent = parent;
+        b[i].tiers = 1u << ev->medium;
+        b[i].parent_canon = pcanon;
+        b[i].canon = kvix_hash_seq_next(pcanon, b[i].local);
+        parent = b[i].engine;
+        pcanon = b[i].canon;
+    }
+    int rc = kvix_index_load(idx, ev->model, ev->tenant, ev->bs, ev->worker, ev->dp, b,
+                             ev->nblocks, err);
+    free(b);
+    if (!rc && ev->has_eid)
+        rc = kvix_index_set_eid(idx, ev->model, ev->tenant, ev->bs, ev->worker, ev->dp, ev->eid,
+                                err);
+    return rc;
+}
+
+static int read_blocks(json_t *stored, kvix_event *ev, kvix_err *err)
+{
+    json_t *blocks = json_object_get(stored, "blocks");
+    if (!json_is_array(blocks))
+        return kvix_err_set(err, KVIX_EINVAL, "\"blocks\" is not an array");
+    size_t n = json_array_size(blocks);
+    int rc = kvix_event_reserve_blocks(ev, n, err);
+    for (size_t i = 0; !rc && i < n; i++) {
+        json_t *b = json_array_get(blocks, i);
+        if (!json_is_object(b))
+            return kvix_err_set(err, KVIX_EINVAL, "block %zu is not an object", i);
+        if (!(rc = kvix_sj_get_u64(b, "block_hash", NULL, &ev->blocks[i].seq, err)))
+            rc = kvix_sj_get_u64(b, "tokens_hash", NULL, &ev->blocks[i].local, err);
+    }
+    ev->nblocks = n;
+    if (!rc)
+        rc = kvix_sj_get_u64(stored, "parent_hash", (int[]){0}, &ev->parent, err);
+    if (!rc)
+        ev->has_parent = json_is_integer(json_object_get(stored, "parent_hash"));
+    return rc;
+}
+
+static int read_hashes(json_t *removed, kvix_event *ev, kvix_err *err)
+{
+    json_t *h = json_object_get(removed, "block_hashes");
+    if (!json_is_array(h))
+        return kvix_err_set(err, KVIX_EINVAL, "\"block_hashes\" is not an array");
+    size_t n = json_array_size(h);
+    int rc = kvix_event_reserve_hashes(ev, n, err);
+    for (size_t i = 0; !rc && i < n; i++) {
+        json_t *v = json_array_get(h, i);
+        if (!json_is_integer(v))
+            return kvix_err_set(err, KVIX_EINVAL, "block_hashes[%zu] is not a hash", i);
+        ev->hashes[i] = (uint64_t)json_integer_value(v);
+    }
+    ev->nhashes = n;
+    return rc;
+}
+
+/* One RouterEvent into ev (model, tenant and bs already set). */
+static int read_router_event(json_t *re, kvix_event *ev, kvix_err *err)
+{
+    const char *tier = "device";
+    size_t tl;
+    int has, rc;
+    json_t *e = json_object_get(re, "event");
+    if (!json_is_object(re) || !json_is_object(e))
+        return kvix_err_set(err, KVIX_EINVAL, "not a RouterEvent object");
+    if ((rc = kvix_sj_get_u64(re, "worker_id", NULL, &ev->worker, err)) ||
+        (rc = kvix_sj_get_str(re, "storage_tier", &has, &tier, &tl, err)))
+        return rc;
+    if (tier_parse(has ? tier : "device", &ev->medium))
+        return kvix_err_set(err, KVIX_EINVAL, "unknown storage_tier \"%.40s\"", tier);
+    uint64_t dp = 0;
+    if ((rc = kvix_sj_get_u64(e, "dp_rank", &has, &dp, err)) ||
+        (rc = kvix_sj_get_u64(e, "event_id", &has, &ev->eid, err)))
+        return rc;
+    if (dp > UINT32_MAX)
+        return kvix_err_set(err, KVIX_ERANGE, "dp_rank %" PRIu64 " out of range", dp);
+    ev->dp = (uint32_t)dp;
+    ev->has_eid = has && !json_is_true(json_object_get(re, "kvix_no_eid"));
+    json_t *data = json_object_get(e, "data");
+    json_t *x;
+    if (json_is_string(data) && strcmp(json_string_value(data), "cleared") == 0) {
+        ev->type = KVIX_EV_CLEARED;
+        return KVIX_OK;
+    }
+    if ((x = json_object_get(data, "stored")) && json_is_object(x)) {
+        ev->type = KVIX_EV_STORED;
+        return read_blocks(x, ev, err);
+    }
+    if ((x = json_object_get(data, "removed")) && json_is_object(x)) {
+        ev->type = KVIX_EV_REMOVED;
+        return read_hashes(x, ev, err);
+    }
+    return kvix_err_set(err, KVIX_EINVAL, "event data is neither stored, removed nor cleared");
+}
+
+static int apply_partition(kvix_index *idx, const char *key, json_t *part, kvix_event *ev,
+                           uint64_t *applied, uint64_t *rejected, kvix_err *err)
+{
+    const char *colon = strchr(key, ':');
+    uint64_t bs;
+    int rc;
+    if (!colon)
+        return kvix_err_set(err, KVIX_EINVAL, "dump key \"%.60s\" is not model:tenant", key);
+    if (!json_is_object(part))
+        return kvix_err_set(err, KVIX_EINVAL, "dump entry \"%.60s\" is not an object", key);
+    if ((rc = kvix_sj_get_u64(part, "block_size", NULL, &bs, err)))
+        return rc;
+    if (bs == 0 || bs > KVIX_BS_MAX)
+        return kvix_err_set(err, KVIX_ERANGE, "block_size %" PRIu64 " out of range", bs);
+    json_t *events = json_object_get(part, "events");
+    if (!json_is_array(events))
+        return kvix_err_set(err, KVIX_EINVAL, "\"events\" of \"%.60s\" is not an array", key);
+    size_t i;
+    json_t *re;
+    json_array_foreach(events, i, re)
+    {
+        kvix_event_reset(ev);
+        ev->bs = (uint32_t)bs;
+        if ((rc = kvix_event_set_name(ev->model, key, (size_t)(colon - key), err)) ||
+            (rc = kvix_event_set_name(ev->tenant, colon + 1, strlen(colon + 1), err)))
+            return rc;
+        if ((rc = read_router_event(re, ev, err)))
+            return rc;
+        kvix_err e2;
+        json_t *st = json_object_get(json_object_get(json_object_get(re, "event"), "data"),
+                                     "stored");
+        uint64_t pos, pcanon;
+        int has_pos, has_pc;
+        if (st && ((rc = kvix_sj_get_u64(st, "start_position", &has_pos, &pos, err)) ||
+                   (rc = kvix_sj_get_u64(st, "kvix_parent_canon", &has_pc, &pcanon, err))))
+            return rc;
+        if (st && has_pos && has_pc)
+            rc = load_run(idx, ev, pos, pcanon, &e2);
+        else
+            rc = kvix_index_apply(idx, ev, NULL, &e2);
+        if (rc == KVIX_ENOMEM || rc == KVIX_EBLOCKSIZE)
+            return (*err = e2, rc);
+        if (rc)
+            ++*rejected;
+        else
+            ++*applied;
+    }
+    return KVIX_OK;
+}
+
+int kvix_service_dump_apply(kvix_index *idx, const char *body, size_t len, uint64_t *applied,
+                            uint64_t *rejected, kvix_err *err)
+{
+    *applied = *rejected = 0;
+    json_t *root = kvix_json_u64_loadb(body, len, err);
+    if (!root)
+        return err ? err->code : KVIX_EINVAL;
+    int rc = KVIX_OK;
+    if (!json_is_object(root))
+        rc = kvix_err_set(err, KVIX_EINVAL, "a dump is a JSON object");
+    kvix_event ev;
+    kvix_event_init(&ev);
+    const char *key;
+    json_t *part;
+    if (!rc)
+        json_object_foreach(root, key, part)
+            if ((rc = apply_partition(idx, key, part, &ev, applied, rejected, err)))
+                break;
+    kvix_event_release(&ev);
+    json_decref(root);
+    return rc;
+}

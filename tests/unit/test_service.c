@@ -1,0 +1,159 @@
+/* The service protocol without sockets: exact u64 JSON, routing and error
+ * mapping of kvix_service_handle, /dump read back into an equal index. */
+#include <jansson.h>
+#include <string.h>
+
+#include "harness.h"
+#include "kvix/service.h"
+#include "kvix/snapshot.h"
+#include "kvix/stream.h"
+
+static int u64_of(const char *text, uint64_t *out)
+{
+    kvix_err e;
+    json_t *j = kvix_json_u64_loadb(text, strlen(text), &e);
+    if (!j)
+        return e.code;
+    json_t *v = json_array_get(j, 0);
+    *out = json_is_integer(v) ? (uint64_t)json_integer_value(v) : 0;
+    json_decref(j);
+    return 0;
+}
+
+TEST(u64_reads_every_value_exactly)
+{
+    uint64_t v = 0;
+    CHECK(u64_of("[0]", &v) == 0 && v == 0);
+    CHECK(u64_of("[9223372036854775807]", &v) == 0 && v == UINT64_C(9223372036854775807));
+    CHECK(u64_of("[9223372036854775808]", &v) == 0 && v == UINT64_C(9223372036854775808));
+    CHECK(u64_of("[18446744073709551615]", &v) == 0 && v == UINT64_MAX);
+    CHECK(u64_of(" [ 18446744073709551614 ] ", &v) == 0 && v == UINT64_MAX - 1);
+    CHECK_U64(u64_of("[18446744073709551616]", &v), (uint64_t)KVIX_ERANGE);
+    CHECK_U64(u64_of("[99999999999999999999999]", &v), (uint64_t)KVIX_ERANGE);
+    CHECK_U64(u64_of("[-1]", &v), (uint64_t)KVIX_EINVAL);
+    CHECK_U64(u64_of("[1,", &v), (uint64_t)KVIX_EINVAL);
+    /* strings are left alone, escapes included; reals stay reals */
+    kvix_err e;
+    const char *t = "{\"a\":\"-1 \\\" 18446744073709551616\",\"b\":1.5e3,\"c\":-0.5}";
+    json_t *j = kvix_json_u64_loadb(t, strlen(t), &e);
+    CHECK(j == NULL); /* -0.5: a negative number */
+    t = "{\"a\":\"-1 \\\" 18446744073709551616\",\"b\":1.5e3}";
+    j = kvix_json_u64_loadb(t, strlen(t), &e);
+    CHECK(j != NULL);
+    if (j) {
+        CHECK_STR(json_string_value(json_object_get(j, "a")), "-1 \" 18446744073709551616");
+        CHECK(json_is_real(json_object_get(j, "b")));
+        json_decref(j);
+    }
+}
+
+static void feed(kvix_index *idx, const char *line)
+{
+    kvix_event ev;
+    kvix_err e;
+    kvix_event_init(&ev);
+    CHECK(kvix_event_from_json(line, strlen(line), &ev, &e) == 0);
+    CHECK(kvix_index_apply(idx, &ev, NULL, &e) == 0);
+    kvix_event_release(&ev);
+}
+
+static kvix_index *new_index(void)
+{
+    kvix_index_opts o;
+    kvix_index_opts_init(&o);
+    kvix_index *idx = NULL;
+    kvix_err e;
+    CHECK(kvix_index_new(&idx, &o, &e) == 0);
+    return idx;
+}
+
+TEST(handle_routes_and_maps_errors)
+{
+    kvix_index *idx = new_index();
+    feed(idx, "{\"type\":\"stored\",\"worker\":3,\"dp\":1,\"model\":\"m\",\"bs\":2,\"eid\":5,"
+              "\"blocks\":[{\"local\":\"ffffffffffffffff\",\"seq\":\"01\"}]}");
+    kvix_service *s = NULL;
+    kvix_service_opts so = {.idx = idx, .body_max = 64};
+    kvix_err e;
+    CHECK(kvix_service_new(&s, &so, &e) == 0);
+    kvix_service_response r;
+    kvix_service_response_init(&r);
+    static const struct {
+        const char *method, *path, *body;
+        int status;
+        const char *answer;
+    } cases[] = {
+        {"GET", "/health", "", 200, "{\"status\":\"ok\"}"},
+        {"POST", "/query_by_hash", "{\"block_hashes\":[18446744073709551615],\"model_name\":\"m\"}",
+         200, "{\"scores\":{\"3\":{\"1\":2}},\"frequencies\":[],\"tree_sizes\":{\"3\":{\"1\":1}}}"},
+        {"POST", "/query_by_hash", "{\"block_hashes\":[1],\"model_name\":\"x\"}", 404, NULL},
+        {"POST", "/query_by_hash", "{\"block_hashes\":[1.0],\"model_name\":\"m\"}", 400, NULL},
+        {"POST", "/query", "{\"model\":\"m\",\"bs\":4,\"local\":[\"01\"]}", 409, NULL},
+        {"POST", "/query", "{\"model\":\"m\",\"local\":[\"ffffffffffffffff\"]}", 200,
+         "{\"blocks\":1,\"scores\":[{\"worker\":3,\"dp\":1,\"blocks\":1,\"tokens\":2,"
+         "\"tiers\":{\"gpu\":1}}]}\n"},
+        {"POST", "/query", "{\"model_name\":\"m\",\"token_ids\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]}",
+         413, NULL},
+        {"GET", "/query", "", 405, NULL},
+        {"DELETE", "/health", "", 405, NULL},
+        {"GET", "/nothing", "", 404, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kvix_service_handle(s, cases[i].method, cases[i].path, cases[i].body,
+                            strlen(cases[i].body), &r);
+        CHECK_U64(r.status, cases[i].status);
+        if (cases[i].answer)
+            CHECK_STR(r.body.data, cases[i].answer);
+        else
+            CHECK(r.body.data && strncmp(r.body.data, "{\"error\":\"", 10) == 0);
+    }
+    kvix_service_handle(s, "GET", "/metrics", "", 0, &r);
+    CHECK(r.body.data && strstr(r.body.data, "dynamo_kvindexer_errors_total{endpoint=\"/query\","
+                                             "status_class=\"4xx\"} 3\n"));
+    CHECK(r.body.data && strstr(r.body.data, "\ndynamo_kvindexer_workers 1\n"));
+    kvix_service_response_release(&r);
+    kvix_service_free(s);
+    kvix_index_free(idx);
+}
+
+static int count_group(void *ctx, const char *model, const char *tenant, uint32_t bs,
+                       uint64_t worker, uint32_t dp, int has_eid, uint64_t eid,
+                       const kvix_block_info *b, size_t n)
+{
+    kvix_buf *out = ctx;
+    (void)b;
+    return kvix_buf_printf(out, NULL, "%s %s %u %llu %u %d %llu %zu\n", model, tenant, bs,
+                           (unsigned long long)worker, dp, has_eid,
+                           (unsigned long long)eid, n);
+}
+
+TEST(dump_reads_back_into_an_equal_index)
+{
+    kvix_index *a = new_index(), *b = new_index();
+    feed(a, "{\"type\":\"stored\",\"worker\":1,\"bs\":2,\"eid\":9,\"blocks\":["
+            "{\"local\":\"0a\",\"seq\":\"fffffffffffffff0\"},{\"local\":\"0b\",\"seq\":\"02\"},"
+            "{\"local\":\"0c\",\"seq\":\"03\"}]}");
+    /* the middle block removed: the last one is an orphan */
+    feed(a, "{\"type\":\"removed\",\"worker\":1,\"eid\":10,\"hashes\":[\"02\"]}");
+    feed(a, "{\"type\":\"stored\",\"worker\":2,\"bs\":2,\"medium\":\"cpu\",\"blocks\":["
+            "{\"local\":\"0a\",\"seq\":\"05\"}]}");
+    feed(a, "{\"type\":\"cleared\",\"worker\":4,\"tenant\":\"t\",\"bs\":2,\"eid\":3}");
+    kvix_buf d, ga, gb;
+    kvix_buf_init(&d);
+    kvix_buf_init(&ga);
+    kvix_buf_init(&gb);
+    kvix_err e;
+    CHECK(kvix_service_dump(a, &d, &e) == 0);
+    uint64_t applied = 0, rejected = 0;
+    CHECK(kvix_service_dump_apply(b, d.data, d.len, &applied, &rejected, &e) == 0);
+    CHECK_U64(rejected, 0);
+    CHECK_U64(applied, 4); /* the chain, the orphan run, worker 2, worker 4's clear */
+    kvix_index_foreach(a, count_group, &ga);
+    kvix_index_foreach(b, count_group, &gb);
+    CHECK_STR(gb.data, ga.data);
+    kvix_buf_release(&d);
+    kvix_buf_release(&ga);
+    kvix_buf_release(&gb);
+    kvix_index_free(a);
+    kvix_index_free(b);
+}
