@@ -185,11 +185,12 @@ stop
 assert_eq "$rc" 0 "exit status on SIGTERM"
 end
 
-begin "kvindex --listen: hashes and ids near 2^64 both ways (a dump from a peer, then /dump and /query_by_hash)"
+# Hashes span the whole u64 range; worker ids and eids stop at 2^63-1 (the index's range).
+begin "kvindex --listen: hashes near 2^64 and ids at 2^63-1 both ways (a dump from a peer, then /dump and /query_by_hash)"
 cat >peer.json <<'EOF'
 {"m:default":{"block_size":2,"events":[
-{"worker_id":9223372036854775808,"storage_tier":"host_pinned","event":{"event_id":0,"data":{"stored":{"parent_hash":null,"start_position":null,"blocks":[{"block_hash":1,"tokens_hash":18446744073709551612,"mm_extra_info":null}]}},"dp_rank":0},"kvix_no_eid":true},
-{"worker_id":18446744073709551615,"storage_tier":"device","event":{"event_id":18446744073709551614,"data":{"stored":{"parent_hash":null,"start_position":null,"blocks":[{"block_hash":18446744073709551613,"tokens_hash":18446744073709551612,"mm_extra_info":null},{"block_hash":9223372036854775808,"tokens_hash":9223372036854775807,"mm_extra_info":null}]}},"dp_rank":4294967295}}]}}
+{"worker_id":1,"storage_tier":"host_pinned","event":{"event_id":0,"data":{"stored":{"parent_hash":null,"start_position":null,"blocks":[{"block_hash":1,"tokens_hash":18446744073709551612,"mm_extra_info":null}]}},"dp_rank":0},"kvix_no_eid":true},
+{"worker_id":9223372036854775807,"storage_tier":"device","event":{"event_id":9223372036854775807,"data":{"stored":{"parent_hash":null,"start_position":null,"blocks":[{"block_hash":18446744073709551613,"tokens_hash":18446744073709551612,"mm_extra_info":null},{"block_hash":9223372036854775808,"tokens_hash":9223372036854775807,"mm_extra_info":null}]}},"dp_rank":4294967295}}]}}
 EOF
 tr -d '\n' <peer.json >peer.min.json
 "$PY" "$HC" serve-dump peer.min.json port &
@@ -202,7 +203,7 @@ req GET /dump
 cmp -s body peer.min.json || { fail "/dump is not the dump recovered"; diff <(jq . body) <(jq . peer.min.json) | head -10 | sed 's/^/#     /'; }
 printf '{"model_name":"m","block_hashes":[18446744073709551612,9223372036854775807]}' >q.json
 req POST /query_by_hash q.json
-assert_eq "$(cat body)" '{"scores":{"9223372036854775808":{"0":2},"18446744073709551615":{"4294967295":4}},"frequencies":[],"tree_sizes":{"9223372036854775808":{"0":1},"18446744073709551615":{"4294967295":2}}}' "u64 answer"
+assert_eq "$(cat body)" '{"scores":{"1":{"0":2},"9223372036854775807":{"4294967295":4}},"frequencies":[],"tree_sizes":{"1":{"0":1},"9223372036854775807":{"4294967295":2}}}' "u64 answer"
 stop
 end
 
