@@ -120,10 +120,13 @@ static size_t find_engine(const kvix_block_info *b, size_t lo, size_t hi, uint64
 }
 
 /* The internal consistency of one (worker, dp): blocks ascending by
- * (position, engine), tiers valid, and where the parent is held (at
- * position - 1) its canonical hash is the one recorded. A parent that is not
- * held is allowed (an orphan). Position-0 parents are ignored. Fills
- * parent_idx[i] (when non-NULL) with the parent's index or NONE. */
+ * (position, engine) and tiers valid. A block's parent is the block held at
+ * position - 1 under the recorded engine hash with the recorded canonical
+ * hash; when there is none the block is an orphan, which is allowed: its
+ * parent was removed, or its engine hash was stored again with other
+ * content (the index keeps the child where it was, see kvix_index_load), so
+ * whatever the index holds can be saved. Position-0 parents are ignored.
+ * Fills parent_idx[i] (when non-NULL) with the parent's index or NONE. */
 static int check_blocks(const kvix_block_info *b, size_t n, size_t *parent_idx, char *why,
                         size_t whylen)
 {
@@ -156,13 +159,8 @@ static int check_blocks(const kvix_block_info *b, size_t n, size_t *parent_idx, 
         size_t p = NONE;
         if (b[i].position > 0) {
             p = find_engine(b, prev_lo, prev_hi, b[i].parent);
-            if (p != NONE && b[p].canon != b[i].parent_canon) {
-                snprintf(why, whylen,
-                         "block %016" PRIx64 " at position %" PRIu32
-                         " disagrees with its parent's canonical hash",
-                         b[i].engine, b[i].position);
-                return -1;
-            }
+            if (p != NONE && b[p].canon != b[i].parent_canon)
+                p = NONE; /* that hash now names other content: an orphan */
         }
         if (parent_idx)
             parent_idx[i] = p;

@@ -15,7 +15,13 @@
  *    (worker, block): storing a held block in another medium adds that tier.
  *    Counting is per (block, tier): newly held in the event's tier = stored,
  *    already held there = duplicate (idempotent). An engine hash names one
- *    block per worker: stored again at another place, it moves there. Two
+ *    block per worker, and a store is the engine's latest word on it (it
+ *    reuses a hash after an eviction whose removed event was lost or came
+ *    late): stored again at another place or with other content, the block
+ *    moves there (counted stored); blocks stored below its old placement
+ *    stay where they were as orphans (their parent's hash now names other
+ *    content), as after a removal. Every such state saves and reloads to an
+ *    equal index (kvix-snapshot(5)). Two
  *    engine hashes may name the same canonical block (aliases: salted engine
  *    hashes); the worker holds the block while either does.
  *  - removed: each hash drops the event's medium tier of that block (counted
