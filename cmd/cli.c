@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,16 +258,32 @@ int cli_next(int argc, char **argv, const char **arg)
     return c;
 }
 
+/* Standard output is a pipe or socket whose reader has gone away. */
+static int stdout_gone(void)
+{
+    struct pollfd p = {STDOUT_FILENO, POLLOUT, 0};
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP));
+}
+
 int cli_finish(int code)
 {
-    if (fflush(stdout) != 0 || ferror(stdout) || fclose(stdout) != 0) {
-        /* EPIPE is a reader that went away on purpose (head): not our error. */
-        if (errno == EPIPE)
-            return code;
-        fprintf(stderr, "%s: error writing standard output: %s\n", cli_name(), strerror(errno));
-        return KVIX_EXIT_IO;
+    int e = 0;
+    if (fflush(stdout) != 0) {
+        e = errno;
+    } else if (ferror(stdout)) {
+        /* An earlier write failed and errno has moved on since: write what
+         * stdio still holds again to learn why (EPIPE from a reader that
+         * went away, ENOSPC...). */
+        clearerr(stdout);
+        e = fflush(stdout) != 0 ? errno : stdout_gone() ? EPIPE : EIO;
     }
-    return code;
+    if (fclose(stdout) != 0 && !e)
+        e = errno;
+    /* EPIPE is a reader that went away on purpose (head): not our error. */
+    if (!e || e == EPIPE)
+        return code;
+    fprintf(stderr, "%s: error writing standard output: %s\n", cli_name(), strerror(e));
+    return KVIX_EXIT_IO;
 }
 
 /* Name a bad value after the option as the user wrote it: "bad -x" for an
