@@ -7,6 +7,8 @@
  * signals (SIGHUP re-reads the workers file, SIGUSR1 prints the counters). */
 #include <errno.h>
 #include <inttypes.h>
+#include <jansson.h>
+#include <netdb.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -41,6 +43,8 @@ enum {
     O_STREAM_MAX_BYTES,
     O_STREAM_REPLICAS,
     O_STREAM_DUP_WINDOW,
+    O_JSON,
+    O_IDLE_EXIT,
 };
 
 static const cli_opt options[] = {
@@ -68,6 +72,10 @@ static const cli_opt options[] = {
      "largest engine message in bytes; a larger one is a loss (default 67108864)"},
     {O_RESUME, 0, "resume", "SNAPSHOT", "file",
      "start each worker after the last eid the snapshot holds for it"},
+    {O_JSON, 0, "json", NULL, NULL,
+     "counters and worker status (SIGUSR1, exit) as JSON objects, one a line"},
+    {O_IDLE_EXIT, 0, "idle-exit", "SECONDS", NULL,
+     "stop after SECONDS without any engine message (default: run until stopped)"},
     {O_NATS, 0, "nats", "URL", NULL,
      "also publish every batch printed to a NATS JetStream stream (one message per batch)"},
     {O_SUBJECT, 0, "subject", "PREFIX", NULL,
@@ -98,7 +106,8 @@ static const cli_tool tool = {
 
 static struct {
     const char *workers_file, *resume;
-    bool bind;
+    bool bind, json;
+    uint64_t idle_exit_ms;
     kvix_format fmt;
     kvix_enginesub *sub;
     kvix_enginesub_spec *specs, *replays;
@@ -249,6 +258,8 @@ static void on_note(void *ctx, const kvix_enginesub_note *n)
 
 /* ---- subscriptions ---------------------------------------------------------- */
 
+static void warn_unresolved(const kvix_enginesub_spec *v, size_t n);
+
 /* --replay ID[:DP]=EP names the replay endpoint of a worker and rank,
  * wherever it is subscribed (-w or the workers file, whose replay= wins). */
 static void apply_replays(kvix_enginesub_spec *v, size_t n)
@@ -280,6 +291,7 @@ static void load_workers(bool initial)
         return;
     }
     apply_replays(v, n);
+    warn_unresolved(v, n);
     rc = kvix_enginesub_replace(S.sub, 1, v, n, &added, &removed, &err);
     free(v);
     if (rc) {
@@ -331,30 +343,139 @@ static void load_resume(const char *model, const char *tenant)
 
 /* ---- counters ----------------------------------------------------------------- */
 
+static void print_json(json_t *o)
+{
+    char *t = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    if (!t)
+        cli_die(KVIX_EXIT_SYS, "out of memory");
+    fprintf(stderr, "%s\n", t);
+    free(t);
+    json_decref(o);
+}
+
 static void print_stats(void)
 {
     kvix_enginesub_counts c;
     kvix_enginesub_counts_get(S.sub, &c);
-    fprintf(stderr,
-            "kvsub: batches=%" PRIu64 " stored=%" PRIu64 " removed=%" PRIu64 " cleared=%" PRIu64
-            " cleared_by_kvsub=%" PRIu64 " gaps=%" PRIu64 " replays=%" PRIu64
-            " replayed=%" PRIu64 " losses=%" PRIu64 " restarts=%" PRIu64 " stale=%" PRIu64
-            " refused=%" PRIu64 " decode_errors=%" PRIu64 " bad_frames=%" PRIu64
-            " partial_blocks=%" PRIu64 " unknown_events=%" PRIu64 " dropped=%" PRIu64
-            " disconnects=%" PRIu64 "\n",
-            c.batches, c.events[KVIX_EV_STORED], c.events[KVIX_EV_REMOVED],
-            c.events[KVIX_EV_CLEARED], c.cleared, c.seq.gaps, c.seq.replays, c.seq.replayed,
-            c.seq.losses, c.seq.restarts, c.seq.stale + c.seq.duplicates, c.seq.refused,
-            c.decode_errors, c.bad_frames, c.partial_blocks, c.unknown_events, c.dropped,
-            c.disconnects);
+    struct { const char *k; uint64_t v; } f[] = {
+        {"batches", c.batches},
+        {"stored", c.events[KVIX_EV_STORED]},
+        {"removed", c.events[KVIX_EV_REMOVED]},
+        {"cleared", c.events[KVIX_EV_CLEARED]},
+        {"cleared_by_kvsub", c.cleared},
+        {"gaps", c.seq.gaps},
+        {"replays", c.seq.replays},
+        {"replayed", c.seq.replayed},
+        {"losses", c.seq.losses},
+        {"restarts", c.seq.restarts},
+        {"stale", c.seq.stale + c.seq.duplicates},
+        {"refused", c.seq.refused},
+        {"decode_errors", c.decode_errors},
+        {"bad_frames", c.bad_frames},
+        {"partial_blocks", c.partial_blocks},
+        {"unknown_events", c.unknown_events},
+        {"dropped", c.dropped},
+        {"disconnects", c.disconnects},
+        {"workers", c.subscriptions},
+    };
+    size_t n = sizeof f / sizeof *f;
+    if (S.json) {
+        json_t *o = json_object();
+        for (size_t i = 0; o && i < n; i++)
+            json_object_set_new(o, f[i].k, json_integer((json_int_t)f[i].v));
+        if (o && S.nats) {
+            json_object_set_new(o, "nats_published", json_integer((json_int_t)S.published));
+            json_object_set_new(o, "nats_duplicates",
+                                json_integer((json_int_t)S.pub_duplicates));
+        }
+        print_json(o);
+        return;
+    }
+    fputs("kvsub:", stderr);
+    for (size_t i = 0; i < n; i++)
+        fprintf(stderr, " %s=%" PRIu64, f[i].k, f[i].v);
+    fputc('\n', stderr);
     if (S.nats)
         fprintf(stderr, "kvsub: nats published=%" PRIu64 " duplicates=%" PRIu64 "\n",
                 S.published, S.pub_duplicates);
 }
 
+/* SIGUSR1: one line per worker after the counters. */
+static int print_status(void *ctx, const kvix_enginesub_status *st)
+{
+    (void)ctx;
+    const kvix_enginesub_spec *sp = st->spec;
+    const char *state = !st->open ? "closed" : S.bind ? "bound" : st->connected ? "connected"
+                                                                          : "not connected";
+    if (S.json) {
+        json_t *o = json_object();
+        if (!o)
+            cli_die(KVIX_EXIT_SYS, "out of memory");
+        json_object_set_new(o, "worker", json_integer((json_int_t)sp->worker));
+        json_object_set_new(o, "dp", json_integer(sp->dp));
+        json_object_set_new(o, "endpoint", json_string(sp->endpoint));
+        json_object_set_new(o, "state", json_string(state));
+        json_object_set_new(o, "replaying", json_boolean(st->replaying));
+        json_object_set_new(o, "batches", json_integer((json_int_t)st->batches));
+        json_object_set_new(o, "last_seq", st->has_seq ? json_integer((json_int_t)st->last_seq)
+                                                       : json_null());
+        json_object_set_new(o, "idle_ms", st->idle_ms == UINT64_MAX
+                                              ? json_null()
+                                              : json_integer((json_int_t)st->idle_ms));
+        json_object_set_new(o, "ranks", json_integer(st->ranks));
+        json_object_set_new(o, "losses", json_integer((json_int_t)st->seq.losses));
+        print_json(o);
+        return 0;
+    }
+    char seq[32] = "none", idle[32] = "never";
+    if (st->has_seq)
+        snprintf(seq, sizeof seq, "%" PRIu64, st->last_seq);
+    if (st->idle_ms != UINT64_MAX)
+        snprintf(idle, sizeof idle, "%.1f s ago", (double)st->idle_ms / 1000);
+    fprintf(stderr,
+            "kvsub: worker %" PRIu64 " dp %" PRIu32 " %s: %s%s, last seq %s, last message %s, "
+            "batches=%" PRIu64 " losses=%" PRIu64 "\n",
+            sp->worker, sp->dp, sp->endpoint, state, st->replaying ? ", replaying" : "", seq,
+            idle, st->batches, st->seq.losses);
+    return 0;
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* ZMQ retries a host that does not resolve forever and silently: say so. */
+static void warn_unresolved(const kvix_enginesub_spec *v, size_t n)
+{
+    for (size_t i = 0; i < n && !S.bind; i++) {
+        const char *ep = v[i].endpoint;
+        if (strncmp(ep, "tcp://", 6) || ep[6] == '[')
+            continue;
+        const char *colon = strrchr(ep + 6, ':');
+        char host[KVIX_ENGINESUB_ENDPOINT_MAX];
+        size_t hl = (size_t)(colon - (ep + 6));
+        memcpy(host, ep + 6, hl);
+        host[hl] = '\0';
+        struct addrinfo hints, *res = NULL;
+        memset(&hints, 0, sizeof hints);
+        hints.ai_socktype = SOCK_STREAM;
+        int rc = getaddrinfo(host, NULL, &hints, &res);
+        if (rc == 0)
+            freeaddrinfo(res);
+        else
+            cli_warn("worker %" PRIu64 ": host '%s' of %s does not resolve (%s); zmq keeps "
+                     "trying",
+                     v[i].worker, host, ep, gai_strerror(rc));
+    }
+}
+
 static void run(void)
 {
     kvix_err err;
+    uint64_t seen = UINT64_MAX, quiet_since = mono_ms();
     while (!sig_stop) {
         if (sig_hup) {
             sig_hup = 0;
@@ -364,6 +485,18 @@ static void run(void)
         if (sig_usr1) {
             sig_usr1 = 0;
             print_stats();
+            kvix_enginesub_list(S.sub, print_status, NULL);
+        }
+        if (S.idle_exit_ms) {
+            kvix_enginesub_counts c;
+            kvix_enginesub_counts_get(S.sub, &c);
+            uint64_t now = mono_ms();
+            if (c.messages != seen) {
+                seen = c.messages;
+                quiet_since = now;
+            } else if (now - quiet_since >= S.idle_exit_ms) {
+                break;
+            }
         }
         out_flush(); /* everything so far is visible before waiting */
         nats_flush();
@@ -445,6 +578,10 @@ int main(int argc, char **argv)
             cfg.msg_max = (size_t)cli_parse_uint(arg, 1024, KVIX_WIRE_FRAME_MAX, "max message");
             break;
         case O_RESUME: S.resume = arg; break;
+        case O_JSON: S.json = true; break;
+        case O_IDLE_EXIT:
+            S.idle_exit_ms = cli_parse_uint(arg, 1, 31536000, "idle exit") * 1000;
+            break;
         case O_NATS: S.nopt.url = arg; break;
         case O_SUBJECT: S.nopt.subject = arg; break;
         case O_STREAM: S.nopt.stream = arg; break;
@@ -470,6 +607,7 @@ int main(int argc, char **argv)
         add_spec(&S.specs, &S.nspecs, wargs[i], cfg.bind, "");
     free(wargs);
     apply_replays(S.specs, S.nspecs);
+    warn_unresolved(S.specs, S.nspecs);
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

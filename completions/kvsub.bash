@@ -17,6 +17,7 @@ _kvsub() {
     --replay-buffer-bytes) return ;;
     --max-message) return ;;
     --resume) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --idle-exit) return ;;
     --nats) return ;;
     --subject) return ;;
     --stream) return ;;
@@ -26,7 +27,7 @@ _kvsub() {
     --stream-dup-window) return ;;
     esac
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--worker -w --replay --model -m --tenant -t --block-size -b --topic --bind --format -f --workers-file --tokens --replay-timeout --replay-buffer --replay-buffer-bytes --max-message --resume --nats --subject --stream --stream-max-age --stream-max-bytes --stream-replicas --stream-dup-window --help -h --version -V" -- "$cur"))
+        COMPREPLY=($(compgen -W "--worker -w --replay --model -m --tenant -t --block-size -b --topic --bind --format -f --workers-file --tokens --replay-timeout --replay-buffer --replay-buffer-bytes --max-message --resume --json --idle-exit --nats --subject --stream --stream-max-age --stream-max-bytes --stream-replicas --stream-dup-window --help -h --version -V" -- "$cur"))
         return
     fi
 }

@@ -61,11 +61,12 @@ struct sub {
     kvix_seqtrack st;
     uint32_t *ranks; /* sorted */
     unsigned nranks, capranks;
-    uint64_t batches, losses_extra, last_seq;
-    bool has_seq;
+    uint64_t batches, losses_extra, last_seq, last_msg_at;
+    bool has_seq, has_msg;
     /* published at the end of a step (under mu) */
     kvix_seqtrack_counts pub_seq;
-    uint64_t pub_batches, pub_last_seq;
+    uint64_t pub_batches, pub_last_seq, pub_last_msg_at;
+    bool pub_has_msg;
     unsigned pub_ranks;
     bool pub_open, pub_connected, pub_replaying, pub_has_seq;
 };
@@ -1035,6 +1036,9 @@ static void bad_reply(kvix_enginesub *s, sub *b, zmq_msg_t *f, int nf)
 
 static int on_live(kvix_enginesub *s, sub *b, zmq_msg_t *f, int nf, uint64_t now)
 {
+    s->c.messages++;
+    b->has_msg = true;
+    b->last_msg_at = now;
     if (nf != 3 || zmq_msg_size(&f[1]) != SEQ_FRAME) {
         bad_live(s, b, f, nf);
         return KVIX_OK;
@@ -1055,6 +1059,9 @@ static int on_live(kvix_enginesub *s, sub *b, zmq_msg_t *f, int nf, uint64_t now
 /* ["", topic, seq, payload] (current vLLM) or ["", seq, payload]. */
 static int on_reply(kvix_enginesub *s, sub *b, zmq_msg_t *f, int nf, uint64_t now)
 {
+    s->c.messages++;
+    b->has_msg = true;
+    b->last_msg_at = now;
     if ((nf != 3 && nf != 4) || zmq_msg_size(&f[0]) != 0 ||
         zmq_msg_size(&f[nf - 2]) != SEQ_FRAME) {
         bad_reply(s, b, f, nf);
@@ -1143,6 +1150,8 @@ static void publish(kvix_enginesub *s)
         b->pub_batches = b->batches;
         b->pub_last_seq = b->last_seq;
         b->pub_has_seq = b->has_seq;
+        b->pub_has_msg = b->has_msg;
+        b->pub_last_msg_at = b->last_msg_at;
         b->pub_ranks = b->nranks;
         b->pub_open = b->sock != NULL;
         b->pub_connected = s->cfg.bind ? b->sock != NULL : b->connected;
@@ -1282,15 +1291,18 @@ int kvix_enginesub_list(kvix_enginesub *s, int (*fn)(void *ctx, const kvix_engin
                         void *ctx)
 {
     int rc = 0;
+    uint64_t now = now_ms();
     pthread_mutex_lock(&s->mu);
     for (size_t i = 0; i < s->reg.n && !rc; i++) {
         const sub *b = s->reg.v[i];
         if (b->removed)
             continue;
-        kvix_enginesub_status st = {&b->spec,          b->group,        b->pub_open,
-                                    b->pub_connected,  b->pub_replaying, b->pub_ranks,
-                                    b->pub_batches,    b->pub_has_seq,  b->pub_last_seq,
-                                    b->pub_seq};
+        uint64_t idle = b->pub_has_msg && now >= b->pub_last_msg_at ? now - b->pub_last_msg_at
+                                                                     : UINT64_MAX;
+        kvix_enginesub_status st = {&b->spec,         b->group,         b->pub_open,
+                                    b->pub_connected, b->pub_replaying, b->pub_ranks,
+                                    b->pub_batches,   b->pub_has_seq,   b->pub_last_seq,
+                                    idle,             b->pub_seq};
         rc = fn(ctx, &st);
     }
     pthread_mutex_unlock(&s->mu);

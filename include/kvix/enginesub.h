@@ -178,6 +178,7 @@ typedef struct kvix_enginesub_counts {
     uint64_t decode_errors, bad_frames, partial_blocks, unknown_events;
     uint64_t dropped;          /* batches of ranks past ranks_max */
     uint64_t disconnects;      /* connections ZMQ gave up (over msg_max) */
+    uint64_t messages;         /* every message received, live or replayed, good or not */
 } kvix_enginesub_counts;
 
 typedef struct kvix_enginesub kvix_enginesub;
@@ -251,6 +252,7 @@ typedef struct kvix_enginesub_status {
     uint64_t batches;
     bool has_seq;
     uint64_t last_seq;               /* the last batch applied, when has_seq */
+    uint64_t idle_ms;                /* since its last message; UINT64_MAX: none yet */
     kvix_seqtrack_counts seq;
 } kvix_enginesub_status;
 

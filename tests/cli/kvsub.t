@@ -155,3 +155,33 @@ for g, w in zip(got, want):
 raise SystemExit(bad)
 EOF
 end
+
+begin "kvsub: --idle-exit stops after a quiet spell; --json counters; SIGUSR1 per-worker status"
+run timeout --foreground 30 kvsub --json --idle-exit 1 -w "1=ipc://$T/none"
+expect_rc 0
+jq -e '.batches == 0 and .workers == 1 and .losses == 0' err >/dev/null ||
+    fail "no JSON counters on stderr: $(cat err)"
+kvsub --bind -w "1:2=ipc://$T/quiet" >out 2>err &
+pid=$!
+for i in $(seq 100); do [ -S quiet ] && break; sleep 0.1; done
+kill -USR1 $pid
+for i in $(seq 50); do grep -q 'worker 1 dp 2' err && break; sleep 0.1; done
+kill -TERM $pid
+wait $pid
+assert_grep "^kvsub: worker 1 dp 2 ipc://.*/quiet: bound, last seq none, last message never, batches=0 losses=0$" err
+kvsub --json --bind -w "1:2=ipc://$T/quiet2" >out 2>err &
+pid=$!
+for i in $(seq 100); do [ -S quiet2 ] && break; sleep 0.1; done
+kill -USR1 $pid
+for i in $(seq 50); do grep -q '"worker":1' err && break; sleep 0.1; done
+kill -TERM $pid
+wait $pid
+grep '"worker":1' err | jq -e '.dp == 2 and .state == "bound" and .last_seq == null' >/dev/null ||
+    fail "no JSON worker status: $(cat err)"
+end
+
+begin "kvsub: a host that does not resolve is said"
+run timeout --foreground 30 kvsub --idle-exit 1 -w 1=tcp://no-such-host.invalid:5557
+expect_rc 0
+assert_grep "worker 1: host 'no-such-host.invalid' of tcp://no-such-host.invalid:5557 does not resolve" err
+end

@@ -150,14 +150,15 @@ engine '
 live(0); live(1); live(3)
 ident, start = request()
 rep.send_multipart([ident, b"", b"", s8(2), batch(2)])
-for _ in range(60):                # then batch 2 again and again, never the end
+for i in range(600):               # then batch 2 again and again, never the end
     rep.send_multipart([ident, b"", b"", s8(2), batch(2)])
+    if i == 4:
+        live(4)
     time.sleep(0.05)
-live(4)
-time.sleep(0.5)
 ' "ipc://$T/p" "ipc://$T/r"
-wait_for '"eid":4,'
+wait_for '"eid":4,'                # while the resending goes on
 stop
+kill $EPID 2>/dev/null
 wait $EPID
 expect_rc 0
 assert_grep 'batches from 3 lost \(replay timed out\): cleared' err
