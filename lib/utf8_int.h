@@ -10,6 +10,8 @@
 /* 1 if s[0..len) is valid UTF-8 (NUL bytes are the caller's rule). */
 static inline int kvix_utf8_valid(const char *s, size_t len)
 {
+    if (len == 0)
+        return 1; /* s may be NULL then (an empty msgpack string): no arithmetic on it */
     const unsigned char *p = (const unsigned char *)s, *end = p + len;
     while (p < end) {
         unsigned c = *p;

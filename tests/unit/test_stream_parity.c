@@ -153,6 +153,15 @@ TEST(strings_without_json_form_refused)
         snprintf(line, sizeof line, "{\"type\":\"cleared\",\"worker\":1,\"note\":\"%s\"}", bad[i]);
         CHECK(json(line, &ev, &err) == KVIX_EINVAL);
     }
+    /* an empty string (msgpack-c gives it a NULL pointer; found by the fuzzer) */
+    mp_init(&m);
+    mp_cleared(&m, 1, 2);
+    mp_key(&m, "note");
+    mp_str(&m, "", 0);
+    mp_key(&m, "tenant");
+    mp_str(&m, "", 0);
+    CHECK(mp_decode(&m, &ev, &err) == KVIX_OK);
+    CHECK_STR(ev.tenant, "");
     /* valid UTF-8 names are fine, and read back */
     mp_init(&m);
     mp_cleared(&m, 1, 1);
