@@ -125,7 +125,7 @@ static void build(kvix_index *idx)
     uint64_t all[3] = {11 ^ 0x3000, 12 ^ 0x3000, 13 ^ 0x3000};
     CHECK(apply_removed(idx, "llama", 2, 0, KVIX_MEDIUM_GPU, all, 3, 101) == 0);
     CHECK(apply_stored(idx, "qwen", 9, 2, KVIX_MEDIUM_EXTERNAL, 4, NULL, b, 3, 0x4000, 1,
-                       UINT64_MAX - 1) == 0);
+                       (uint64_t)INT64_MAX - 1) == 0); /* eids stop at 2^63-1 */
 }
 
 typedef struct dump {
