@@ -150,10 +150,12 @@ engine '
 live(0); live(1); live(3)
 ident, start = request()
 rep.send_multipart([ident, b"", b"", s8(2), batch(2)])
-for i in range(600):               # then batch 2 again and again, never the end
+i = 0
+while True:                        # then batch 2 again and again, never the end, until killed
     rep.send_multipart([ident, b"", b"", s8(2), batch(2)])
     if i == 4:
         live(4)
+    i += 1
     time.sleep(0.05)
 ' "ipc://$T/p" "ipc://$T/r"
 wait_for '"eid":4,'                # while the resending goes on
