@@ -60,16 +60,28 @@ static inline int kvix_hs_has(const kvix_hset *h, uint32_t s)
     return 0;
 }
 
-/* Append the holders to out (room for KVIX_HS_INLINE or 64 * big->nw ids);
- * returns how many. Each holder once. */
-static inline uint32_t kvix_hs_list(const kvix_hset *h, uint32_t *out, uint32_t room)
+/* The bitset of a promoted set, or NULL (the inline ids): load it once and
+ * pass it to kvix_hs_list, so the room and the list agree. */
+static inline kvix_wset *kvix_hs_big(const kvix_hset *h)
+{
+    return atomic_load_explicit(&h->big, memory_order_acquire);
+}
+
+/* Ids kvix_hs_list may write for big (from kvix_hs_big). */
+static inline uint32_t kvix_hs_room(const kvix_wset *big)
+{
+    return big ? 64 * big->nw : KVIX_HS_INLINE;
+}
+
+/* Write the holders to out (kvix_hs_room(big) ids), each once; returns how
+ * many. big: kvix_hs_big's answer (if the set was promoted since, its inline
+ * ids are frozen at the promotion: a state of the set since big was read). */
+static inline uint32_t kvix_hs_list(const kvix_hset *h, const kvix_wset *big, uint32_t *out)
 {
     uint32_t n = 0;
-    kvix_wset *e = atomic_load_explicit(&h->big, memory_order_acquire);
-    if (e) {
-        uint32_t nw = e->nw < room / 64 ? e->nw : room / 64;
-        for (uint32_t wi = 0; wi < nw; wi++)
-            for (uint64_t v = kvix_ld(&e->w[wi]); v; v &= v - 1)
+    if (big) {
+        for (uint32_t wi = 0; wi < big->nw; wi++)
+            for (uint64_t v = kvix_ld(&big->w[wi]); v; v &= v - 1)
                 out[n++] = wi * 64 + (uint32_t)__builtin_ctzll(v);
         return n;
     }
@@ -82,14 +94,6 @@ static inline uint32_t kvix_hs_list(const kvix_hset *h, uint32_t *out, uint32_t 
             out[n++] = s;
     }
     return n;
-}
-
-/* Room kvix_hs_list needs now (the set may grow before the list is taken:
- * the list is cut to the room). */
-static inline uint32_t kvix_hs_room(const kvix_hset *h)
-{
-    kvix_wset *e = atomic_load_explicit(&h->big, memory_order_acquire);
-    return e ? 64 * e->nw : KVIX_HS_INLINE;
 }
 
 static inline kvix_wset *kvix_wset_new(uint32_t nw, kvix_bmem *mem)

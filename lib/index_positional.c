@@ -818,12 +818,13 @@ static int pos_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
     pnode *n0 = probe(&c, 0);
     if (!n0)
         goto done;
-    uint32_t room = kvix_hs_room(&n0->h);
+    kvix_wset *big0 = kvix_hs_big(&n0->h);
+    uint32_t room = kvix_hs_room(big0);
     if (room > QSTACK && !(cand = malloc(room * sizeof *cand))) {
         c.rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory");
         goto done;
     }
-    uint32_t nc = kvix_hs_list(&n0->h, cand, room);
+    uint32_t nc = kvix_hs_list(&n0->h, big0, cand);
     int have_untr = atomic_load_explicit(&be->nuntrusted, memory_order_relaxed) > 0;
     uint32_t i = 1, jump = be->jump;
     while (i < n && nc) {
