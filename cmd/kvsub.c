@@ -267,7 +267,7 @@ static void apply_replays(kvix_enginesub_spec *v, size_t n)
     for (size_t i = 0; i < n; i++)
         for (size_t k = 0; k < S.nreplays && !v[i].replay[0]; k++)
             if (S.replays[k].worker == v[i].worker && S.replays[k].dp == v[i].dp)
-                strcpy(v[i].replay, S.replays[k].endpoint);
+                snprintf(v[i].replay, sizeof v[i].replay, "%s", S.replays[k].endpoint);
 }
 
 static int count_one(void *ctx, const kvix_enginesub_status *st)

@@ -416,8 +416,8 @@ int kvix_enginesub_new(kvix_enginesub **out, const kvix_enginesub_config *cfg,
         s->cfg.hold_max = 1;
     if (!s->cfg.ranks_max)
         s->cfg.ranks_max = 1;
-    strcpy(s->model, m);
-    strcpy(s->tenant, t);
+    snprintf(s->model, sizeof s->model, "%s", m); /* lengths checked above */
+    snprintf(s->tenant, sizeof s->tenant, "%s", t);
     s->topic = strdup(cfg->topic ? cfg->topic : "");
     s->ops = *ops;
     s->ctx = ctx;

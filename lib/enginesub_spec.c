@@ -123,7 +123,7 @@ int kvix_enginesub_spec_parse(kvix_enginesub_spec *sp, const char *s, kvix_err *
     if (strlen(p + 1) >= sizeof sp->endpoint)
         return kvix_err_set(err, KVIX_ELIMIT, "endpoint of %zu bytes (limit %zu)",
                             strlen(p + 1), sizeof sp->endpoint - 1);
-    strcpy(sp->endpoint, p + 1);
+    snprintf(sp->endpoint, sizeof sp->endpoint, "%s", p + 1);
     return KVIX_OK;
 bad:
     return kvix_err_set(err, KVIX_EINVAL, "bad worker '%s' (expected ID[:DP]=ENDPOINT)", s);
@@ -157,7 +157,7 @@ static int parse_line(char *line, bool bind, kvix_enginesub_spec *sp, bool *blan
         if (eq && eq - tok == 6 && !strncmp(tok, "replay", 6) && eq[1]) {
             if ((rc = kvix_enginesub_endpoint_check(eq + 1, false, err)))
                 return rc;
-            strcpy(sp->replay, eq + 1);
+            snprintf(sp->replay, sizeof sp->replay, "%s", eq + 1); /* length checked */
         } else if (eq && eq - tok == 5 && !strncmp(tok, "model", 5)) {
             if ((rc = set_name(sp->model, "model", eq + 1, err)))
                 return rc;
