@@ -550,6 +550,8 @@ static int check_spec(const kvix_enginesub *s, const kvix_enginesub_spec *sp, kv
     int rc = kvix_enginesub_endpoint_check(sp->endpoint, s->cfg.bind, err);
     if (!rc && sp->replay[0])
         rc = kvix_enginesub_endpoint_check(sp->replay, false, err);
+    if (!rc && sp->worker > KVIX_WORKER_MAX) /* the index's range: its events would be refused */
+        rc = kvix_err_set(err, KVIX_ERANGE, "worker %" PRIu64 " past 2^63-1", sp->worker);
     if (!rc && sp->block_size > KVIX_BS_MAX)
         rc = kvix_err_set(err, KVIX_ERANGE, "block size %" PRIu32 " (1..%d)", sp->block_size,
                           KVIX_BS_MAX);

@@ -106,6 +106,8 @@ int kvix_enginesub_spec_parse(kvix_enginesub_spec *sp, const char *s, kvix_err *
             return kvix_err_set(err, KVIX_EINVAL, "bad worker '%s': id past 2^64-1", s);
         w = w * 10 + (uint64_t)(*p - '0');
     }
+    if (w > KVIX_WORKER_MAX) /* the index's range, as events say it */
+        return kvix_err_set(err, KVIX_EINVAL, "bad worker '%s': id past 2^63-1", s);
     if (*p == ':') {
         p++;
         if (*p < '0' || *p > '9')
@@ -259,6 +261,10 @@ int kvix_enginesub_file_read(const char *path, bool bind, kvix_enginesub_spec **
 int kvix_enginesub_file_write(const char *path, const kvix_enginesub_spec *v, size_t n,
                               kvix_err *err)
 {
+    for (size_t i = 0; i < n; i++) /* written only what the reader takes back */
+        if (v[i].worker > KVIX_WORKER_MAX)
+            return kvix_err_set(err, KVIX_ERANGE, "worker %" PRIu64 " past 2^63-1",
+                                v[i].worker);
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 32);
     if (!tmp)

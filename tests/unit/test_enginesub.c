@@ -276,6 +276,13 @@ TEST(registry_add_duplicates_remove_replace)
     kvix_enginesub_spec sp, v[3];
     kvix_err err;
     kvix_enginesub_spec_init(&sp);
+    /* worker ids in the index's range only (events past 2^63-1 are refused) */
+    CHECK(kvix_enginesub_spec_parse(&sp, "9223372036854775808=ipc:///tmp/x", &err) == KVIX_EINVAL);
+    CHECK(strstr(err.msg, "past 2^63-1") != NULL);
+    CHECK(kvix_enginesub_spec_parse(&sp, "9223372036854775807=ipc:///tmp/kvix-es-m", &err) ==
+          KVIX_OK);
+    sp.worker = (uint64_t)1 << 63;
+    CHECK(kvix_enginesub_add(s, &sp, 0, &err) == KVIX_ERANGE);
     CHECK(kvix_enginesub_spec_parse(&sp, "1:2=tcp://127.0.0.1:99999", &err) == KVIX_OK);
     CHECK(kvix_enginesub_add(s, &sp, 0, &err) == KVIX_EINVAL); /* port out of range */
     CHECK(strstr(err.msg, "not in 1..65535") != NULL);
@@ -359,7 +366,9 @@ TEST(workers_file_written_then_read_back)
     kvix_enginesub_spec v[2];
     kvix_enginesub_spec_init(&v[0]);
     kvix_enginesub_spec_init(&v[1]);
-    v[0].worker = UINT64_MAX;
+    v[0].worker = UINT64_MAX; /* past the index's range: not written */
+    CHECK(kvix_enginesub_file_write(path, v, 1, NULL) == KVIX_ERANGE);
+    v[0].worker = KVIX_WORKER_MAX;
     v[0].dp = 3;
     strcpy(v[0].endpoint, "tcp://127.0.0.1:5557");
     strcpy(v[0].replay, "tcp://127.0.0.1:5600");
