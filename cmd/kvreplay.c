@@ -757,6 +757,15 @@ static int write_block(void *ctx, uint32_t worker, uint64_t engine, uint64_t loc
     return fprintf(ctx, "%" PRIu32 " %s %s %" PRIu32 "\n", worker, e, l, depth) < 0;
 }
 
+/* A trace request that cannot be played: said with its line and counted; true
+ * when --strict stops the run there. */
+static bool reject_request(replay *r, const char *trace, uint64_t line, const kvix_err *err)
+{
+    cli_warn("bad request at %s:%" PRIu64 ": %s", trace, line, err->msg);
+    r->rejected++;
+    return r->strict;
+}
+
 static int run_mooncake(replay *r, mooncake_args *a)
 {
     kvix_err err;
@@ -797,10 +806,7 @@ static int run_mooncake(replay *r, mooncake_args *a)
             break;
         }
         if (rc) {
-            cli_warn("bad request at %s:%" PRIu64 ": %s", a->trace, kvix_mooncake_trace_line(t),
-                     err.msg);
-            r->rejected++;
-            if (r->strict) {
+            if (reject_request(r, a->trace, kvix_mooncake_trace_line(t), &err)) {
                 code = KVIX_EXIT_STRICT;
                 break;
             }
@@ -809,10 +815,7 @@ static int run_mooncake(replay *r, mooncake_args *a)
         rc = kvix_mooncake_step(m, &req, kvix_mooncake_trace_line(t) - 1, emit, r, &err);
         n++;
         if (rc == KVIX_ERANGE) { /* nothing of it played */
-            cli_warn("bad request at %s:%" PRIu64 ": %s", a->trace, kvix_mooncake_trace_line(t),
-                     err.msg);
-            r->rejected++;
-            if (r->strict) {
+            if (reject_request(r, a->trace, kvix_mooncake_trace_line(t), &err)) {
                 code = KVIX_EXIT_STRICT;
                 break;
             }
