@@ -92,7 +92,10 @@ void kvix_natslog_free(kvix_natslog *l)
         return;
     natsMsg_Destroy(l->msg);
     if (l->sub) {
-        natsSubscription_Unsubscribe(l->sub);
+        /* Destroy alone: it unsubscribes without deleting the ephemeral consumer
+         * (the server reaps it). An explicit Unsubscribe deletes it, and in
+         * libnats 3.4 that read the consumer's name while the ordered consumer's
+         * reset thread freed it (use after free under ASan in nats_replicas.t). */
         natsSubscription_Destroy(l->sub);
     }
     jsCtx_Destroy(l->js);
@@ -339,7 +342,10 @@ int kvix_natslog_publish(kvix_natslog *l, const char *data, size_t len, kvix_for
 static void drop_sub(kvix_natslog *l)
 {
     if (l->sub) {
-        natsSubscription_Unsubscribe(l->sub);
+        /* Destroy alone: it unsubscribes without deleting the ephemeral consumer
+         * (the server reaps it). An explicit Unsubscribe deletes it, and in
+         * libnats 3.4 that read the consumer's name while the ordered consumer's
+         * reset thread freed it (use after free under ASan in nats_replicas.t). */
         natsSubscription_Destroy(l->sub);
         l->sub = NULL;
     }
