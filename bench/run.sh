@@ -1,29 +1,79 @@
 #!/usr/bin/env bash
-# Run every benchmark part (bench/parts/*.sh, in name order) and assemble
+# Run the benchmark parts (bench/parts/*.sh, in name order) and assemble
 # bench/RESULTS.md. Each part prints a markdown section on stdout and progress on
-# stderr; it gets $BUILD (the build directory) and $ROOT. One part may be
-# chosen: bench/run.sh PATTERN.
+# stderr; it gets $BUILD (the build directory) and $ROOT.
+#
+#   bench/run.sh            run every part, rewrite RESULTS.md
+#   bench/run.sh PATTERN    run the parts whose file name contains PATTERN; the
+#                           other parts' sections are kept as the last run left them
+#
+# Each section in RESULTS.md starts with a marker line
+#   <!-- bench part: NAME DATE -->
+# which is how a partial run finds the sections it keeps. A part that never ran
+# has no section until it is run. BENCH_PARTS (a directory of parts) and
+# BENCH_OUT (the results file) choose other places (tests/cli/bench_run.t).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export ROOT
 export BUILD=${BUILD:-$ROOT/build}
-out=$ROOT/bench/RESULTS.md
-tmp=$(mktemp)
-trap 'rm -f "$tmp"' EXIT
+parts=${BENCH_PARTS:-$ROOT/bench/parts}
+out=${BENCH_OUT:-$ROOT/bench/RESULTS.md}
+pattern=${1:-}
+today=$(date -u +%Y-%m-%d)
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# The sections of the previous results file, one file per part name.
+mkdir "$work/old"
+if [ -n "$pattern" ] && [ -f "$out" ]; then
+    awk -v dir="$work/old" '
+        /^<!-- bench part: [^ ]+ [^ ]+ -->$/ { name = $4; f = dir "/" name; next }
+        name != "" { print > f }
+    ' "$out"
+fi
+
+selected=()
+for part in "$parts"/*.sh; do
+    [ -f "$part" ] || continue
+    case $(basename "$part") in *${pattern}*) selected+=("$(basename "$part" .sh)") ;; esac
+done
+if [ ${#selected[@]} -eq 0 ]; then
+    echo "bench: no part matches '$pattern' in $parts" >&2
+    exit 2
+fi
+
 {
     echo "# kvix benchmark results"
     echo
     echo "Machine: $(nproc) cores, $(awk '/MemTotal/{printf "%.0f GiB", $2/1048576}' /proc/meminfo)," \
         "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
-    echo "Date: $(date -u +%Y-%m-%d). Command: \`make bench\`. Each figure is the median of several runs."
+    if [ -n "$pattern" ]; then
+        echo "Date: $today, \`bench/run.sh $pattern\` (${selected[*]}); the other sections are kept" \
+            "from earlier runs, each dated in its \`bench part\` marker. Full run: \`make bench\`." \
+            "Each figure is the median of several runs."
+    else
+        echo "Date: $today. Command: \`make bench\`. Each figure is the median of several runs."
+    fi
     echo
-} >"$tmp"
-for part in "$ROOT"/bench/parts/*.sh; do
+} >"$work/head"
+
+: >"$work/body"
+for part in "$parts"/*.sh; do
     [ -f "$part" ] || continue
-    case $(basename "$part") in *${1:-}*) ;; *) continue ;; esac
-    echo "bench: $(basename "$part")" >&2
-    bash "$part" >>"$tmp"
-    echo >>"$tmp"
+    name=$(basename "$part" .sh)
+    case " ${selected[*]} " in
+    *" $name "*)
+        echo "bench: $name" >&2
+        bash "$part" >"$work/new"
+        { echo "<!-- bench part: $name $today -->"; cat "$work/new"; echo; } >>"$work/body"
+        ;;
+    *)
+        [ -f "$work/old/$name" ] || continue
+        { grep -m1 "^<!-- bench part: $name " "$out"; cat "$work/old/$name"; } >>"$work/body"
+        ;;
+    esac
 done
-cp "$tmp" "$out"
+# Written at the end only: a part that fails leaves the previous file as it was.
+cat "$work/head" "$work/body" >"$out"
 echo "bench: wrote $out" >&2

@@ -1,0 +1,58 @@
+# bench/run.sh: a full run writes every part's section; a partial run
+# (bench/run.sh PATTERN) rewrites only the parts it selects and keeps the others.
+# The parts here are small stand-ins (BENCH_PARTS) that print a counter.
+. "$(dirname "$0")/lib.sh"
+
+fake_parts() { # fake_parts DIR: three parts whose sections say how often they ran
+    mkdir -p "$1"
+    local p
+    for p in 10-alpha 20-beta 30-gamma; do
+        cat >"$1/$p.sh" <<EOS
+n=\$(cat "$T/count-$p" 2>/dev/null || echo 0); n=\$((n + 1)); echo \$n >"$T/count-$p"
+echo "## section $p"
+echo
+echo "$p ran \$n times"
+EOS
+    done
+}
+
+begin "bench/run.sh: a full run writes every section, a partial run replaces only the selected ones"
+fake_parts parts
+export BENCH_PARTS=$T/parts BENCH_OUT=$T/RESULTS.md
+run bash "$ROOT/bench/run.sh"
+expect_rc 0
+for p in 10-alpha 20-beta 30-gamma; do
+    assert_grep "^<!-- bench part: $p [0-9-]+ -->\$" RESULTS.md
+    assert_grep "^$p ran 1 times\$" RESULTS.md
+done
+run bash "$ROOT/bench/run.sh" beta
+expect_rc 0
+assert_grep '^10-alpha ran 1 times$' RESULTS.md
+assert_grep '^20-beta ran 2 times$' RESULTS.md
+assert_grep '^30-gamma ran 1 times$' RESULTS.md
+assert_no_grep 'beta ran 1 times' RESULTS.md
+assert_eq "$(grep -c '^## section' RESULTS.md)" 3 "sections after a partial run"
+assert_eq "$(grep '^## section' RESULTS.md | tr '\n' ' ')" \
+    "## section 10-alpha ## section 20-beta ## section 30-gamma " "sections in part order"
+assert_grep 'bench/run.sh beta' RESULTS.md
+# A second partial run of another part keeps the first partial run's section.
+run bash "$ROOT/bench/run.sh" gamma
+assert_grep '^20-beta ran 2 times$' RESULTS.md
+assert_grep '^30-gamma ran 2 times$' RESULTS.md
+assert_grep '^10-alpha ran 1 times$' RESULTS.md
+end
+
+begin "bench/run.sh: a pattern matching no part, or a failing part, leaves the results as they were"
+fake_parts parts
+export BENCH_PARTS=$T/parts BENCH_OUT=$T/RESULTS.md
+run bash "$ROOT/bench/run.sh"
+cp RESULTS.md before.md
+run bash "$ROOT/bench/run.sh" nosuchpart
+expect_rc 2
+assert_grep "no part matches 'nosuchpart'" err
+cmp -s before.md RESULTS.md || fail "RESULTS.md changed by a run of nothing"
+echo 'exit 1' >>parts/20-beta.sh
+run bash "$ROOT/bench/run.sh" beta
+[ "$rc" != 0 ] || fail "a failing part exited 0"
+cmp -s before.md RESULTS.md || fail "RESULTS.md changed by a failing part"
+end
