@@ -1451,8 +1451,9 @@ static void write_json(const char *path, const char *cmdline, const logdata *lg,
                             json_pack("{s:f,s:f,s:f,s:f}", "p50", c->lat50, "p99", c->lat99,
                                       "p99_9", c->lat999, "max", c->latmax));
         json_object_set_new(o, "memory",
-                            json_pack("{s:I,s:I,s:I,s:I,s:f,s:I}", "index_bytes",
-                                      (json_int_t)c->st.bytes, "blocks", (json_int_t)c->st.blocks,
+                            json_pack("{s:I,s:I,s:I,s:I,s:I,s:f,s:I}", "index_bytes",
+                                      (json_int_t)c->st.bytes, "backend_bytes",
+                                      (json_int_t)c->st.backend_bytes, "blocks", (json_int_t)c->st.blocks,
                                       "unique_blocks", (json_int_t)c->st.unique_blocks, "workers",
                                       (json_int_t)c->st.workers, "bytes_per_worker_block",
                                       c->st.blocks ? (double)c->st.bytes / (double)c->st.blocks

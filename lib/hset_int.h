@@ -1,10 +1,10 @@
 /* libkvix private: a block's holder set whose cost follows its holders, not
- * the fleet (the positional backend's nodes).
+ * the fleet (the nodes of the positional and radix backends).
  *
  * Most blocks have one holder; the first blocks of shared prompts have
  * thousands. So a set holds up to KVIX_HS_INLINE slot ids inline and is
- * promoted, on the next add, to a bitset (kvix_wset, bitset_int.h) as wide as
- * the backend's slots, published by RCU. A promoted set stays a bitset until
+ * promoted, on the next add, to a bitset (kvix_wset) as wide as the
+ * backend's slots, published by RCU. A promoted set stays a bitset until
  * its node is freed: a reader that loaded "not promoted" just before a
  * promotion then reads inline ids frozen at the promotion, a state of the set
  * within its read; demoting in place would let it see a mix that never was.
@@ -18,7 +18,102 @@
 #ifndef KVIX_HSET_INT_H
 #define KVIX_HSET_INT_H
 
-#include "bitset_int.h"
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "index_int.h"
+#include "kvix/error.h"
+#include "kvix/event.h"
+#include "rcu_int.h"
+
+typedef _Atomic uint64_t kvix_aword;
+
+/* Counters a backend shares with its nodes' sets. */
+typedef struct kvix_bmem {
+    _Atomic long bytes;  /* bytes held */
+    _Atomic long tiered; /* nodes with per-tier sets: queries count tiers only when > 0 */
+} kvix_bmem;
+
+/* A promoted any-tier set: a bitset over slots. rcu first: freed with
+ * kvix_rcu_free. */
+typedef struct kvix_wset {
+    struct rcu_head rcu;
+    uint32_t nw, pad;
+    kvix_aword w[];
+} kvix_wset;
+
+/* Per-tier sets: tier t's words are w[t * nw .. t * nw + nw). */
+typedef struct kvix_tset {
+    struct rcu_head rcu;
+    uint32_t nw;
+    uint32_t nongpu; /* bits set in non-gpu tiers; the set goes when this reaches 0 */
+    kvix_aword w[];
+} kvix_tset;
+
+static inline uint64_t kvix_ld(const kvix_aword *w)
+{
+    return atomic_load_explicit(w, memory_order_relaxed);
+}
+
+static inline void kvix_st(kvix_aword *w, uint64_t v)
+{
+    atomic_store_explicit(w, v, memory_order_relaxed);
+}
+
+/* Does s hold the block in tier t? (s is known to hold it in some tier.) */
+static inline int kvix_tset_has(const kvix_tset *ts, uint32_t s, unsigned t)
+{
+    if (!ts)
+        return t == KVIX_MEDIUM_GPU;
+    return s / 64 < ts->nw && (kvix_ld(&ts->w[t * ts->nw + s / 64]) >> (s % 64) & 1);
+}
+
+static inline kvix_tset *kvix_tset_new(uint32_t nw, kvix_bmem *mem)
+{
+    size_t sz = sizeof(kvix_tset) + (size_t)KVIX_MEDIUM_COUNT * nw * sizeof(uint64_t);
+    kvix_tset *ts = calloc(1, sz);
+    if (ts) {
+        ts->nw = nw;
+        atomic_fetch_add_explicit(&mem->bytes, (long)sz, memory_order_relaxed);
+    }
+    return ts;
+}
+
+static inline void kvix_tset_retire(kvix_tset *ts, kvix_bmem *mem)
+{
+    size_t sz = sizeof(kvix_tset) + (size_t)KVIX_MEDIUM_COUNT * ts->nw * sizeof(uint64_t);
+    atomic_fetch_sub_explicit(&mem->bytes, (long)sz, memory_order_relaxed);
+    kvix_rcu_free(&ts->rcu);
+}
+
+static inline void kvix_wset_retire(kvix_wset *e, kvix_bmem *mem)
+{
+    atomic_fetch_sub_explicit(&mem->bytes, (long)(sizeof *e + e->nw * sizeof(uint64_t)),
+                              memory_order_relaxed);
+    kvix_rcu_free(&e->rcu);
+}
+
+/* Append a hit of `blocks` blocks (all on gpu until tiers are counted) for
+ * slot s: in place while there is room, through kvix_qhits_push to grow. */
+static inline int kvix_hit_push(kvix_qhits *out, uint32_t s, uint32_t blocks, kvix_err *err)
+{
+    if (__builtin_expect(out->n < out->cap, 1)) {
+        kvix_qhit *h = &out->v[out->n++];
+        memset(h, 0, sizeof *h);
+        h->slot = s;
+        h->blocks = blocks;
+        h->tier_blocks[KVIX_MEDIUM_GPU] = blocks;
+        return KVIX_OK;
+    }
+    kvix_qhit hit;
+    memset(&hit, 0, sizeof hit);
+    hit.slot = s;
+    hit.blocks = blocks;
+    hit.tier_blocks[KVIX_MEDIUM_GPU] = blocks;
+    return kvix_qhits_push(out, &hit, err);
+}
 
 #define KVIX_HS_INLINE 3
 #define KVIX_HS_NONE UINT32_MAX

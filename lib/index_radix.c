@@ -1,9 +1,11 @@
 /* The radix backend: a prefix tree of canonical blocks. A node is one
  * (position, canonical hash) held by some slots; its children are kept in a
- * small open-addressing table keyed by their canonical hash. A query walks
- * down from the root intersecting worker sets, so a slot that lost a middle
- * block drops out there by construction (no hole bookkeeping), and the walk
- * stops where the query's chain leaves the tree. Good for short or divergent
+ * small open-addressing table keyed by their canonical hash. A node's holders
+ * are a kvix_hset (hset_int.h: a few slot ids inline, a bitset when many).
+ * A query walks down from the root splitting its list of candidate slots at
+ * each node, so a slot that lost a middle block drops out there by
+ * construction (no hole bookkeeping), and the walk stops where the query's
+ * chain leaves the tree. Good for short or divergent
  * workloads; the positional backend's jump search wins on long shared chains.
  *
  * Concurrency: readers are lock-free under RCU (child tables and nodes are
@@ -20,8 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bitset_int.h"
 #include "canon_int.h"
+#include "hset_int.h"
 #include "index_int.h"
 #include "rcu_int.h"
 
@@ -43,8 +45,7 @@ struct rnode {
     uint32_t nkids, ktomb;  /* writer side */
     uint32_t pos;
     uint64_t canon;
-    kvix_holders h;
-    kvix_aword w[];
+    kvix_hset h;
 };
 
 typedef struct ridx { /* writer-only (pos, canon) -> node, linear probing */
@@ -55,7 +56,7 @@ typedef struct ridx { /* writer-only (pos, canon) -> node, linear probing */
 typedef struct radix_be {
     kvix_bmem mem;
     pthread_mutex_t mu;
-    _Atomic uint32_t nw;
+    _Atomic uint32_t nw; /* words covering the highest slot seen: promoted sets' width */
     long unique;
     _Atomic long unique_pub;
     rnode *root;
@@ -126,21 +127,15 @@ static void idx_shrink(ridx *x, kvix_bmem *mem)
 
 /* ---- nodes and child tables ---- */
 
-static size_t node_size(uint32_t nw)
-{
-    return sizeof(rnode) + nw * sizeof(uint64_t);
-}
-
 static rnode *node_new(radix_be *be, uint32_t pos, uint64_t canon)
 {
-    uint32_t nw = atomic_load_explicit(&be->nw, memory_order_relaxed);
-    rnode *n = calloc(1, node_size(nw));
+    rnode *n = calloc(1, sizeof *n);
     if (!n)
         return NULL;
     n->pos = pos;
     n->canon = canon;
-    n->h.nw = nw;
-    atomic_fetch_add_explicit(&be->mem.bytes, (long)node_size(nw), memory_order_relaxed);
+    kvix_hs_init(&n->h);
+    atomic_fetch_add_explicit(&be->mem.bytes, (long)sizeof *n, memory_order_relaxed);
     return n;
 }
 
@@ -254,11 +249,11 @@ static void reclaim(radix_be *be, rnode *n)
             kids_del(be, p, n);
         idx_del(&be->idx, n);
         idx_shrink(&be->idx, &be->mem);
-        kvix_holders_retire(&n->h, &be->mem);
+        kvix_hs_retire(&n->h, &be->mem);
         rkids *k = atomic_load_explicit(&n->kids, memory_order_relaxed);
         if (k)
             kids_retire(be, k);
-        atomic_fetch_sub_explicit(&be->mem.bytes, (long)node_size(n->h.nw), memory_order_relaxed);
+        atomic_fetch_sub_explicit(&be->mem.bytes, (long)sizeof *n, memory_order_relaxed);
         kvix_rcu_free(&n->rcu);
         n = p;
     }
@@ -293,6 +288,7 @@ static void *radix_create(const kvix_index_opts *opts, kvix_err *err)
         return NULL;
     }
     be->root->pos = ROOT_POS;
+    kvix_hs_init(&be->root->h);
     pthread_mutex_init(&be->mu, NULL);
     atomic_store(&be->mem.bytes, (long)(sizeof *be + sizeof(rnode)));
     kvix_rcu_writer();
@@ -307,7 +303,7 @@ static void radix_destroy(void *vbe)
     for (size_t i = 0; i < be->idx.cap; i++) {
         rnode *n = be->idx.s[i];
         if (n) {
-            kvix_holders_free(&n->h);
+            kvix_hs_free(&n->h);
             free(atomic_load(&n->kids));
             free(n);
         }
@@ -347,8 +343,8 @@ static int radix_add(void *vbe, uint32_t pos, uint64_t local, uint64_t canon,
     }
     int any_new;
     uint32_t before = n->h.count;
-    if (kvix_holders_add(&n->h, n->w, slot, tier, atomic_load_explicit(&be->nw, memory_order_relaxed),
-                         &be->mem, &any_new) < 0) {
+    if (kvix_hs_add(&n->h, slot, tier, atomic_load_explicit(&be->nw, memory_order_relaxed), &be->mem,
+                    &any_new) < 0) {
         reclaim(be, n);
         goto out;
     }
@@ -373,7 +369,7 @@ static void radix_del(void *vbe, uint32_t pos, uint64_t local, uint64_t canon,
     rnode *n = be->idx.cap ? *idx_slot(&be->idx, pos, canon) : NULL;
     if (n) {
         int gone;
-        kvix_holders_del(&n->h, n->w, slot, tier, &be->mem, &gone);
+        kvix_hs_del(&n->h, slot, tier, &be->mem, &gone);
         if (gone && n->h.count == 0)
             atomic_store_explicit(&be->unique_pub, --be->unique, memory_order_relaxed);
         reclaim(be, n);
@@ -381,19 +377,35 @@ static void radix_del(void *vbe, uint32_t pos, uint64_t local, uint64_t canon,
     pthread_mutex_unlock(&be->mu);
 }
 
-static int push_set(kvix_qhits *out, const uint64_t *set, uint32_t qw, uint32_t blocks,
-                    kvix_err *err)
+static int push_list(kvix_qhits *out, const uint32_t *v, uint32_t n, uint32_t blocks,
+                     kvix_err *err)
 {
-    for (uint32_t wi = 0; wi < qw; wi++) {
-        for (uint64_t v = set[wi]; v; v &= v - 1) {
-            int rc = kvix_hit_push(out, wi * 64 + (uint32_t)__builtin_ctzll(v), blocks, err);
-            if (rc < 0)
-                return rc;
-        }
+    for (uint32_t k = 0; k < n; k++) {
+        int rc = kvix_hit_push(out, v[k], blocks, err);
+        if (rc < 0)
+            return rc;
     }
     return KVIX_OK;
 }
 
+/* Reorder v[0..n): the holders of k first; returns how many. */
+static uint32_t split(const rnode *k, uint32_t *v, uint32_t n)
+{
+    uint32_t keep = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (kvix_hs_has(&k->h, v[i])) {
+            uint32_t x = v[keep];
+            v[keep++] = v[i];
+            v[i] = x;
+        }
+    return keep;
+}
+
+#define QSTACK 512
+
+/* Candidates are a list of slot ids (the first block's holders), split at
+ * each block walked: a query costs its candidates times its blocks, whatever
+ * the number of slots. */
 static int radix_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
 {
     radix_be *be = vbe;
@@ -401,42 +413,24 @@ static int radix_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err
         return KVIX_OK;
     int rc = KVIX_OK;
     kvix_rcu_lock();
-    uint32_t qw = atomic_load_explicit(&be->nw, memory_order_acquire);
     int tiered = atomic_load_explicit(&be->mem.tiered, memory_order_relaxed) > 0;
-    uint64_t stackbuf[3 * 16];
-    uint64_t *buf = stackbuf;
+    uint32_t stackbuf[QSTACK], *cand = stackbuf;
     rnode *pathbuf[64], **path = pathbuf; /* nodes walked, for tier counts */
     size_t first = out->n;
-    if (qw == 0)
+    uint32_t i = 0, nc = 0, n = q->n > UINT32_MAX ? UINT32_MAX : (uint32_t)q->n;
+    rnode *k = kids_find(atomic_load_explicit(&be->root->kids, memory_order_acquire),
+                         kvix_canon_at(q, 0));
+    if (!k)
         goto done;
-    if (qw > 16 && !(buf = malloc(3 * qw * sizeof *buf))) {
-        buf = stackbuf;
+    kvix_wset *big0 = kvix_hs_big(&k->h);
+    uint32_t room = kvix_hs_room(big0);
+    if (room > QSTACK && !(cand = malloc(room * sizeof *cand))) {
+        cand = stackbuf;
         rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory");
         goto done;
     }
-    uint64_t *cand = buf, *b = buf + qw, *drop = b + qw;
-    rnode *node = be->root;
-    uint32_t i = 0, n = q->n > UINT32_MAX ? UINT32_MAX : (uint32_t)q->n;
-    for (; i < n; i++) {
-        rnode *k = kids_find(atomic_load_explicit(&node->kids, memory_order_acquire),
-                             kvix_canon_at(q, i));
-        if (!k)
-            break;
-        kvix_bits_load(i == 0 ? cand : b, qw, &k->h, k->w);
-        if (i > 0) {
-            int any = 0;
-            for (uint32_t w = 0; w < qw; w++) {
-                drop[w] = cand[w] & ~b[w];
-                cand[w] &= b[w];
-                any |= cand[w] != 0;
-            }
-            if ((rc = push_set(out, drop, qw, i, err)) < 0)
-                goto done;
-            if (!any)
-                break;
-        } else if (!kvix_bits_any(cand, qw)) {
-            break;
-        }
+    nc = kvix_hs_list(&k->h, big0, cand);
+    while (nc) {
         if (tiered) {
             if (i == 64) {
                 if (!(path = malloc(n * sizeof *path))) {
@@ -448,11 +442,20 @@ static int radix_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err
             }
             path[i] = k;
         }
-        node = k;
+        if (++i == n)
+            break;
+        k = kids_find(atomic_load_explicit(&k->kids, memory_order_acquire), kvix_canon_at(q, i));
+        if (!k)
+            break;
+        uint32_t keep = split(k, cand, nc);
+        if ((rc = push_list(out, cand + keep, nc - keep, i, err)) < 0)
+            goto done;
+        nc = keep;
     }
-    if (i > 0) /* the rest matched up to where the tree or the query ended */
-        rc = push_set(out, cand, qw, i, err);
-    if (rc == KVIX_OK && tiered) {
+    /* the rest matched up to where the tree or the query ended */
+    if ((rc = push_list(out, cand, nc, i, err)) < 0)
+        goto done;
+    if (tiered) {
         for (size_t h = first; h < out->n; h++) {
             kvix_qhit *hit = &out->v[h];
             for (uint32_t pos = 0; pos < hit->blocks; pos++) {
@@ -468,8 +471,8 @@ static int radix_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err
     }
 done:
     kvix_rcu_unlock();
-    if (buf != stackbuf)
-        free(buf);
+    if (cand != stackbuf)
+        free(cand);
     if (path != pathbuf)
         free(path);
     return rc;
