@@ -1,37 +1,21 @@
 /* kvhash: token ids in, block hashes out (contract section 1).
  *
  * One output line per good input line, in order; bad lines are reported on
- * stderr with their position and skipped. The time goes into parsing, so the
- * two common shapes (whitespace-separated ints, a flat JSON int array) are
- * scanned by hand; anything else JSON-looking goes to jansson. */
+ * stderr with their position and skipped. Lines are parsed by the library
+ * (kvix_tokens_parse, tokens.h); this file hashes, formats and moves bytes. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <jansson.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
 
 #include "cli.h"
 #include "kvix/event.h"
 #include "kvix/hash.h"
 #include "kvix/stream.h"
-
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define KVIX_HOST_LITTLE 1
-#else
-#define KVIX_HOST_LITTLE 0
-#endif
-
-/* Every token takes at least two bytes of a line ("1 ", "1,"), so the line
- * ceiling bounds the token count below the contract's token ceiling, and
- * positions stay below the lineage hash's limit. */
-_Static_assert(KVIX_LINE_MAX / 2 + 1 <= KVIX_TOKENS_MAX, "line ceiling must bound tokens");
-_Static_assert(KVIX_LINE_MAX / 2 + 1 <= KVIX_PLH_POS_LIMIT, "line ceiling must bound positions");
+#include "kvix/tokens.h"
 
 enum { O_STRICT = 0x100 };
 enum { F_LOCAL, F_SEQ, F_PSH, F_PLH, F_ALL };
@@ -60,8 +44,7 @@ typedef struct hasher {
     size_t bs;
     uint64_t seed;        /* from --lora: for lines that name no adapter */
     int positional, decimal, plain, strict; /* plain: F_* or F_ALL for NDJSON */
-    uint32_t *tok;
-    size_t ntok, cap_tok;
+    kvix_tokens line;     /* the line being hashed: its tokens, seed and id */
     uint64_t *local, *seq;
     kvix_u128 *pos;       /* only with psh or plh wanted */
     size_t cap_blk;
@@ -70,12 +53,6 @@ typedef struct hasher {
     size_t olen, ocap;
     uint64_t rejected;
 } hasher;
-
-/* What one line turned out to be, beyond its tokens. */
-typedef struct line_meta {
-    uint64_t seed;
-    char id[KVIX_ID_MAX];  /* raw JSON of an object's "id", "" when absent */
-} line_meta;
 
 static void *xrealloc(void *p, size_t n)
 {
@@ -108,353 +85,6 @@ static void out_flush(hasher *h)
         cli_die(KVIX_EXIT_IO, "error writing standard output: %s", strerror(errno));
     }
     h->olen = 0;
-}
-
-static void tok_reserve(hasher *h, size_t n)
-{
-    if (n <= h->cap_tok)
-        return;
-    size_t c = h->cap_tok ? h->cap_tok : 4096;
-    while (c < n)
-        c *= 2;
-    h->tok = xrealloc(h->tok, c * sizeof *h->tok);
-    h->cap_tok = c;
-}
-
-/* ---- messages ---------------------------------------------------------- */
-
-/* A token as it appeared, quoted for a message: at most 24 bytes, control
- * and non-ASCII bytes escaped so a binary line cannot garble the terminal. */
-static void quote_token(char *dst, size_t cap, const char *s, size_t len)
-{
-    size_t o = 0, i;
-    for (i = 0; i < len && i < 24 && o + 5 < cap; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c < 0x20 || c >= 0x7f || c == '\\')
-            o += (size_t)snprintf(dst + o, cap - o, "\\x%02x", c);
-        else
-            dst[o++] = (char)c;
-    }
-    if (i < len && o + 4 < cap)
-        o += (size_t)snprintf(dst + o, cap - o, "...");
-    dst[o] = '\0';
-}
-
-static int is_ws(unsigned char c)
-{
-    return c == ' ' || c == '\t' || c == '\r';
-}
-
-/* ---- whitespace-separated integers (not JSON: our own format) ------------ */
-
-static int bad_token(const char *s, const char *end, const char *why, char *msg, size_t cap)
-{
-    const char *e = s;
-    while (e < end && !is_ws((unsigned char)*e))
-        e++;
-    char q[128];
-    quote_token(q, sizeof q, s, (size_t)(e - s));
-    snprintf(msg, cap, "token '%s' %s", q, why);
-    return -1;
-}
-
-/* The digits at p (p[0] is one) as a number; *q gets the first byte after
- * them, *big is set when the value exceeds 2^32-1. Tokens of up to seven
- * digits, nearly all of them, are converted eight bytes at a time (SWAR):
- * the digit test and the conversion are branch-free, so the varying token
- * lengths cost no mispredicted branch per digit. */
-static inline uint32_t scan_uint(const char *p, const char *end, const char **q, int *big)
-{
-    if (end - p >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        /* a byte is a digit iff both nibble tests give 3; carries of the
-         * addition only reach bytes after the first non-digit */
-        uint64_t t = (w & UINT64_C(0xf0f0f0f0f0f0f0f0)) |
-                     (((w + UINT64_C(0x0606060606060606)) & UINT64_C(0xf0f0f0f0f0f0f0f0)) >> 4);
-        uint64_t m = t ^ UINT64_C(0x3333333333333333);
-        if (KVIX_HOST_LITTLE && m) {
-            unsigned k = (unsigned)__builtin_ctzll(m) >> 3; /* digits: 1..7 */
-            uint64_t x = (w << (8 * (8 - k))) & UINT64_C(0x0f0f0f0f0f0f0f0f);
-            x = (x * 2561) >> 8;
-            x = ((x & UINT64_C(0x00ff00ff00ff00ff)) * 6553601) >> 16;
-            x = ((x & UINT64_C(0x0000ffff0000ffff)) * UINT64_C(42949672960001)) >> 32;
-            *q = p + k;
-            *big = 0;
-            return (uint32_t)x;
-        }
-    }
-    uint64_t v = 0;
-    unsigned d;
-    int over = 0;
-    while (p < end && (d = (unsigned)(unsigned char)*p - '0') <= 9) {
-        v = v * 10 + d;
-        if (v > UINT32_MAX) { /* sticky, and v stays small enough not to wrap */
-            over = 1;
-            v = UINT32_MAX + UINT64_C(1);
-        }
-        p++;
-    }
-    *q = p;
-    *big = over;
-    return (uint32_t)v;
-}
-
-/* Parse p[0..end) into h->tok. The caller reserved room for (len+1)/2 tokens,
- * the most a line of that length can hold, so the loop needs no bound check. */
-static int parse_ws(hasher *h, const char *p, const char *end, char *msg, size_t cap)
-{
-    uint32_t *t = h->tok;
-    size_t n = 0;
-    while (p < end) {
-        unsigned char c = (unsigned char)*p;
-        if (is_ws(c)) {
-            p++;
-            continue;
-        }
-        const char *s = p;
-        if ((unsigned)c - '0' > 9)
-            return bad_token(s, end, c == '-' && p + 1 < end && (unsigned)(p[1] - '0') <= 9
-                                         ? "is negative" : "is not a number", msg, cap);
-        int big;
-        uint32_t v = scan_uint(p, end, &p, &big);
-        if (p < end && !is_ws((unsigned char)*p))
-            return bad_token(s, end, "is not a number", msg, cap);
-        if (big)
-            return bad_token(s, end, "is out of range (max 4294967295)", msg, cap);
-        t[n++] = v;
-    }
-    h->ntok = n;
-    return 0;
-}
-
-#ifdef __SSE2__
-/* Whitespace-separated ints, 64 bytes at a time: SSE2 classifies every byte
- * as digit or whitespace, so token starts come from a bit mask instead of
- * from the end of the previous token, and the conversions of consecutive
- * tokens (scan_uint) overlap in the pipeline. Returns 1 with h->tok filled
- * when the line is well formed; 0 for anything else, which parse_ws then
- * judges and explains. */
-static uint64_t classify64(const char *p, uint64_t *ws)
-{
-    const __m128i zero = _mm_set1_epi8('0'), nine = _mm_set1_epi8(9);
-    const __m128i sp = _mm_set1_epi8(' '), tab = _mm_set1_epi8('\t'), cr = _mm_set1_epi8('\r');
-    uint64_t dm = 0, wm = 0;
-    for (int i = 0; i < 4; i++) {
-        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * i));
-        __m128i d = _mm_sub_epi8(v, zero);
-        __m128i dig = _mm_cmpeq_epi8(_mm_min_epu8(d, nine), d); /* unsigned d <= 9 */
-        __m128i w = _mm_or_si128(_mm_cmpeq_epi8(v, sp),
-                                 _mm_or_si128(_mm_cmpeq_epi8(v, tab), _mm_cmpeq_epi8(v, cr)));
-        dm |= (uint64_t)(uint16_t)_mm_movemask_epi8(dig) << (16 * i);
-        wm |= (uint64_t)(uint16_t)_mm_movemask_epi8(w) << (16 * i);
-    }
-    *ws = wm;
-    return dm;
-}
-
-static int parse_ws_fast(hasher *h, const char *p, const char *end)
-{
-    uint32_t *t = h->tok;
-    size_t n = 0;
-    const char *resume = p; /* end of the last token converted */
-    uint64_t carry = 0;     /* the previous chunk ended inside a token */
-    int big;
-    for (; end - p >= 64; p += 64) {
-        uint64_t wm, dm = classify64(p, &wm);
-        if ((dm | wm) != ~UINT64_C(0))
-            return 0;
-        uint64_t starts = dm & ~(dm << 1 | carry);
-        carry = dm >> 63;
-        while (starts) {
-            const char *s = p + __builtin_ctzll(starts);
-            starts &= starts - 1;
-            t[n++] = scan_uint(s, end, &resume, &big);
-            if (big)
-                return 0;
-        }
-    }
-    /* the tail, after the last token that may have run past the chunks */
-    if (resume > p)
-        p = resume;
-    while (p < end) {
-        unsigned char c = (unsigned char)*p;
-        if (is_ws(c)) {
-            p++;
-            continue;
-        }
-        if ((unsigned)c - '0' > 9)
-            return 0;
-        t[n++] = scan_uint(p, end, &p, &big);
-        if (big || (p < end && !is_ws((unsigned char)*p)))
-            return 0;
-    }
-    h->ntok = n;
-    return 1;
-}
-#endif
-
-/* ---- JSON ------------------------------------------------------------- */
-
-/* The flat `[1,2,3]` shape, strictly: digits without leading zeros, up to
- * 2^32-1, commas, JSON whitespace. Returns 1 when the whole line is that
- * shape, 0 for anything else, which jansson then judges (and explains). */
-static int fast_array(hasher *h, const char *p, const char *end)
-{
-    uint32_t *t = h->tok;
-    size_t n = 0;
-    p++; /* '[' */
-    while (p < end && (is_ws((unsigned char)*p) || *p == '\n'))
-        p++;
-    if (p < end && *p == ']') {
-        p++;
-    } else {
-        for (;;) {
-            if (p >= end || (unsigned)(unsigned char)*p - '0' > 9)
-                return 0;
-            if (*p == '0' && p + 1 < end && (unsigned)(unsigned char)p[1] - '0' <= 9)
-                return 0;
-            int big;
-            uint32_t v = scan_uint(p, end, &p, &big);
-            if (big)
-                return 0;
-            t[n++] = v;
-            while (p < end && is_ws((unsigned char)*p))
-                p++;
-            if (p < end && *p == ',') {
-                p++;
-                while (p < end && is_ws((unsigned char)*p))
-                    p++;
-                continue;
-            }
-            if (p < end && *p == ']') {
-                p++;
-                break;
-            }
-            return 0;
-        }
-    }
-    while (p < end && is_ws((unsigned char)*p))
-        p++;
-    if (p != end)
-        return 0;
-    h->ntok = n;
-    return 1;
-}
-
-static void json_text(const json_t *v, char *dst, size_t cap)
-{
-    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-    if (!s) {
-        snprintf(dst, cap, "?");
-        return;
-    }
-    quote_token(dst, cap, s, strlen(s));
-    free(s);
-}
-
-static int bad_json_token(const json_t *v, const char *why, char *msg, size_t cap)
-{
-    char q[128];
-    json_text(v, q, sizeof q);
-    snprintf(msg, cap, "token '%s' %s", q, why);
-    return -1;
-}
-
-static int push_json_token(hasher *h, const json_t *v, char *msg, size_t cap)
-{
-    if (json_is_real(v))
-        return bad_json_token(v, "is not an integer", msg, cap);
-    if (!json_is_integer(v))
-        return bad_json_token(v, "is not a number", msg, cap);
-    json_int_t x = json_integer_value(v);
-    if (x < 0)
-        return bad_json_token(v, "is negative", msg, cap);
-    if ((unsigned long long)x > UINT32_MAX)
-        return bad_json_token(v, "is out of range (max 4294967295)", msg, cap);
-    h->tok[h->ntok++] = (uint32_t)x;
-    return 0;
-}
-
-/* Token ids from a JSON array. In an object, an array of arrays (a stored
- * event's per-block "tokens") is flattened one level. Room is reserved by
- * the caller. */
-static int tokens_from_json(hasher *h, const json_t *arr, int nested, char *msg, size_t cap)
-{
-    size_t i, j;
-    json_t *v, *w;
-    h->ntok = 0;
-    json_array_foreach(arr, i, v) {
-        if (nested && json_is_array(v)) {
-            json_array_foreach(v, j, w) {
-                if (push_json_token(h, w, msg, cap) < 0)
-                    return -1;
-            }
-        } else if (push_json_token(h, v, msg, cap) < 0) {
-            return -1;
-        }
-    }
-    return 0;
-}
-
-static int object_meta(const json_t *obj, line_meta *meta, char *msg, size_t cap)
-{
-    const json_t *lora = json_object_get(obj, "lora");
-    if (lora && !json_is_null(lora)) {
-        if (!json_is_string(lora))
-            return snprintf(msg, cap, "\"lora\" is not a string"), -1;
-        size_t len = json_string_length(lora);
-        if (len >= KVIX_NAME_MAX)
-            return snprintf(msg, cap, "\"lora\" longer than %d bytes", KVIX_NAME_MAX - 1), -1;
-        meta->seed = kvix_hash_lora_seed(json_string_value(lora), len);
-    }
-    const json_t *id = json_object_get(obj, "id");
-    if (id) {
-        char *s = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
-        if (!s)
-            cli_die(KVIX_EXIT_SYS, "out of memory");
-        size_t len = strlen(s);
-        if (len >= KVIX_ID_MAX) {
-            free(s);
-            return snprintf(msg, cap, "\"id\" longer than %d bytes", KVIX_ID_MAX - 1), -1;
-        }
-        memcpy(meta->id, s, len + 1);
-        free(s);
-    }
-    return 0;
-}
-
-static int parse_json(hasher *h, const char *line, size_t len, line_meta *meta, char *msg,
-                      size_t cap)
-{
-    json_error_t jerr;
-    json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) {
-        snprintf(msg, cap, "invalid JSON at column %d: %s", jerr.column, jerr.text);
-        return -1;
-    }
-    int rc = -1;
-    const json_t *arr = root;
-    if (json_is_object(root)) {
-        arr = json_object_get(root, "tokens");
-        if (!arr) {
-            snprintf(msg, cap, "missing \"tokens\"");
-            goto out;
-        }
-        if (!json_is_array(arr)) {
-            snprintf(msg, cap, "\"tokens\" is not an array");
-            goto out;
-        }
-        if (object_meta(root, meta, msg, cap) < 0)
-            goto out;
-    } else if (!json_is_array(root)) {
-        snprintf(msg, cap, "not an array of token ids or an object with \"tokens\"");
-        goto out;
-    }
-    rc = tokens_from_json(h, arr, arr != root, msg, cap);
-out:
-    json_decref(root);
-    return rc;
 }
 
 /* ---- output ------------------------------------------------------------ */
@@ -533,11 +163,12 @@ static char *put_array(const hasher *h, char *o, int field, size_t n, const kvix
     return o;
 }
 
-/* Hash h->tok with seed and append the line's output. Returns -1 (msg set)
+/* Hash the parsed line (h->line) and append its output. Fails (err set)
  * when a position cannot be encoded. */
-static int emit(hasher *h, const line_meta *meta, char *msg, size_t cap)
+static int emit(hasher *h, kvix_err *err)
 {
-    size_t nb = h->ntok / h->bs;
+    const kvix_tokens *meta = &h->line;
+    size_t nb = meta->n / h->bs;
     if (nb > h->cap_blk) {
         size_t c = h->cap_blk ? h->cap_blk : 1024;
         while (c < nb)
@@ -548,18 +179,17 @@ static int emit(hasher *h, const line_meta *meta, char *msg, size_t cap)
             h->pos = xrealloc(h->pos, 2 * c * sizeof *h->pos);
         h->cap_blk = c;
     }
-    kvix_hash_blocks(h->tok, h->ntok, h->bs, meta->seed, h->local, h->seq);
+    kvix_hash_blocks(meta->tok, meta->n, h->bs, meta->seed, h->local, h->seq);
 
     int want_pos = h->plain == F_ALL ? h->positional : h->plain == F_PSH || h->plain == F_PLH;
     kvix_u128 *pos = h->pos; /* psh and plh of block i at 2i and 2i+1 */
     if (want_pos) {
-        kvix_err err;
         for (size_t i = 0; i < nb; i++) {
-            if (kvix_hash_psh(h->seq[i], i, h->local[i], &pos[2 * i], &err) < 0 ||
-                kvix_hash_plh(h->seq[i], i ? h->seq[i - 1] : 0, i, &pos[2 * i + 1], &err) < 0) {
-                snprintf(msg, cap, "%s", err.msg);
-                return -1;
-            }
+            int rc;
+            if ((rc = kvix_hash_psh(h->seq[i], i, h->local[i], &pos[2 * i], err)) < 0 ||
+                (rc = kvix_hash_plh(h->seq[i], i ? h->seq[i - 1] : 0, i, &pos[2 * i + 1],
+                                    err)) < 0)
+                return rc;
         }
     }
 
@@ -586,7 +216,7 @@ static int emit(hasher *h, const line_meta *meta, char *msg, size_t cap)
             o = put_array(h, o, F_PLH, nb, pos);
         }
         *o++ = ']';
-        size_t partial = h->ntok % h->bs;
+        size_t partial = meta->n % h->bs;
         if (partial) {
             o = put_str(o, ",\"partial\":");
             o = put_dec64(o, partial);
@@ -598,43 +228,24 @@ static int emit(hasher *h, const line_meta *meta, char *msg, size_t cap)
     return 0;
 }
 
-/* One line without its newline. Returns 0, or -1 with msg set (and the
- * line's id in meta, when it got that far). */
-static int do_line(hasher *h, const char *line, size_t len, line_meta *meta, char *msg,
-                   size_t cap)
+/* One line without its newline. Fails with err set (and the line's id in
+ * h->line.id, when it got that far); out of memory ends the run. */
+static int do_line(hasher *h, const char *line, size_t len, kvix_err *err)
 {
-    meta->seed = h->seed;
-    meta->id[0] = '\0';
-    tok_reserve(h, len / 2 + 1);
-    const char *p = line, *end = line + len;
-    while (p < end && is_ws((unsigned char)*p))
-        p++;
-    int rc;
-    if (p == end) {
-        h->ntok = 0;
-        rc = 0;
-    } else if (*p == '[') {
-        rc = fast_array(h, p, end) ? 0 : parse_json(h, line, len, meta, msg, cap);
-    } else if (*p == '{') {
-        rc = parse_json(h, line, len, meta, msg, cap);
-    } else {
-#ifdef __SSE2__
-        rc = parse_ws_fast(h, p, end) ? 0 : parse_ws(h, p, end, msg, cap);
-#else
-        rc = parse_ws(h, p, end, msg, cap);
-#endif
-    }
-    return rc < 0 ? rc : emit(h, meta, msg, cap);
+    int rc = kvix_tokens_parse(&h->line, line, len, h->seed, err);
+    if (rc == KVIX_ENOMEM)
+        cli_die(KVIX_EXIT_SYS, "%s", err->msg);
+    return rc < 0 ? rc : emit(h, err);
 }
 
 /* A rejected line still gets its own output line, so a reader that pairs
  * input and output lines (a coprocess) never waits: {"id":..,"error":".."}. */
-static void emit_error(hasher *h, const line_meta *meta, const char *msg)
+static void emit_error(hasher *h, const char *id, const char *msg)
 {
     kvix_buf b;
     kvix_err err;
     kvix_buf_init(&b);
-    if (kvix_error_to_json(meta->id, msg, &b, &err))
+    if (kvix_error_to_json(id, msg, &b, &err))
         cli_die(KVIX_EXIT_SYS, "%s", err.msg);
     out_reserve(h, b.len);
     memcpy(h->out + h->olen, b.data, b.len);
@@ -679,7 +290,7 @@ static int next_line(hasher *h, input *in, const char **p, size_t *len)
                 in->skipping = 0;
                 return LINE_TOO_LONG;
             }
-            return *len > KVIX_LINE_MAX ? LINE_TOO_LONG : LINE_OK;
+            return *len > KVIX_TOKENS_LINE_MAX ? LINE_TOO_LONG : LINE_OK;
         }
         in->scan = in->end;
         if (in->eof) {
@@ -693,9 +304,9 @@ static int next_line(hasher *h, input *in, const char **p, size_t *len)
                 in->skipping = 0;
                 return LINE_TOO_LONG;
             }
-            return *len > KVIX_LINE_MAX ? LINE_TOO_LONG : LINE_OK;
+            return *len > KVIX_TOKENS_LINE_MAX ? LINE_TOO_LONG : LINE_OK;
         }
-        if (in->end - in->start > KVIX_LINE_MAX) { /* drop it, keep looking for its end */
+        if (in->end - in->start > KVIX_TOKENS_LINE_MAX) { /* drop it, keep looking for its end */
             in->skipping = 1;
             in->start = in->scan = in->end = 0;
         }
@@ -729,8 +340,7 @@ static int hash_file(hasher *h, input *in)
 {
     const char *line;
     size_t len;
-    char msg[512];
-    line_meta meta;
+    kvix_err err;
     for (;;) {
         int r = next_line(h, in, &line, &len);
         if (r == LINE_EOF)
@@ -739,14 +349,19 @@ static int hash_file(hasher *h, input *in)
             cli_warn("error reading %s: %s", in->name, strerror(errno));
             return RUN_IO;
         }
-        meta.id[0] = '\0';
-        if (r == LINE_TOO_LONG)
-            snprintf(msg, sizeof msg, "line longer than %u bytes", KVIX_LINE_MAX);
-        if (r == LINE_TOO_LONG || do_line(h, line, len, &meta, msg, sizeof msg) < 0) {
+        int bad;
+        if (r == LINE_TOO_LONG) { /* only its end was kept: the library never sees it */
+            h->line.id[0] = '\0';
+            bad = kvix_err_set(&err, KVIX_ELIMIT, "line longer than %u bytes",
+                               KVIX_TOKENS_LINE_MAX);
+        } else {
+            bad = do_line(h, line, len, &err);
+        }
+        if (bad < 0) {
             h->rejected++;
-            emit_error(h, &meta, msg);
+            emit_error(h, h->line.id, err.msg);
             out_flush(h); /* keep stdout and stderr in order for a reader of both */
-            cli_warn("bad line at %s:%" PRIu64 ": %s", in->name, in->line, msg);
+            cli_warn("bad line at %s:%" PRIu64 ": %s", in->name, in->line, err.msg);
             if (h->strict)
                 return RUN_STRICT;
         }
@@ -757,6 +372,7 @@ int main(int argc, char **argv)
 {
     cli_init(&tool);
     hasher h = {.plain = F_ALL, .seed = KVIX_HASH_SEED};
+    kvix_tokens_init(&h.line);
     const char *arg;
     int c;
     while ((c = cli_next(argc, argv, &arg)) != -1) {
@@ -828,7 +444,7 @@ int main(int argc, char **argv)
     }
     out_flush(&h);
     free(in.buf);
-    free(h.tok);
+    kvix_tokens_release(&h.line);
     free(h.local);
     free(h.seq);
     free(h.pos);
