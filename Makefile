@@ -169,7 +169,7 @@ clean:
 # any second make) must find the tools up to date, not rebuild them all.
 .SECONDARY:
 
-# The codec fuzz target (clang's libFuzzer): tests/fuzz/run.sh [SECONDS]
+# The fuzz targets (clang's libFuzzer): tests/fuzz/run.sh [SECONDS-EACH] [TARGET...]
 .PHONY: fuzz
 fuzz:
 	@bash tests/fuzz/run.sh $(FUZZ_SECONDS)

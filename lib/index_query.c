@@ -167,7 +167,8 @@ static int query_part(part *p, const uint64_t *local, uint64_t *canon, size_t n,
         s->held = __atomic_load_n(&w->held, __ATOMIC_RELAXED);
         memcpy(s->tier_blocks, h->tier_blocks, sizeof s->tier_blocks);
     }
-    sort_scores(ans->scores, ans->scores + ans->nscores, ans->nscores);
+    if (ans->nscores > 1) /* scores may still be NULL: no arithmetic on it */
+        sort_scores(ans->scores, ans->scores + ans->nscores, ans->nscores);
     return KVIX_OK;
 }
 

@@ -35,6 +35,7 @@
 #include <xxhash.h>
 
 #include "kvix/hash.h"
+#include "hashmap_int.h"
 #include "snapshot_int.h"
 #include "utf8_int.h"
 
@@ -166,6 +167,41 @@ static int check_blocks(const kvix_block_info *b, size_t n, size_t *parent_idx, 
             parent_idx[i] = p;
     }
     return 0;
+}
+
+/* An engine hash names one block per (worker, dp) (index.h): whether two
+ * blocks of b[0..n) share one. Blocks are sorted by position first, so a
+ * repeat at another position needs a set: open addressing over twice n
+ * slots, the hash 0 kept aside. Returns 1 with *dup the second block's
+ * index, 0 when all differ, KVIX_ENOMEM. */
+static int repeated_engine(const kvix_block_info *b, size_t n, size_t *dup)
+{
+    if (n < 2)
+        return 0;
+    size_t cap = 4;
+    while (cap < 2 * n)
+        cap *= 2;
+    uint64_t *set = calloc(cap, sizeof *set);
+    if (!set)
+        return KVIX_ENOMEM;
+    int zero = 0, found = 0;
+    for (size_t i = 0; i < n && !found; i++) {
+        uint64_t h = b[i].engine;
+        if (h == 0) {
+            found = zero;
+            zero = 1;
+        } else {
+            size_t k = (size_t)(kvix_mix64(h) & (cap - 1));
+            while (set[k] && set[k] != h)
+                k = (k + 1) & (cap - 1);
+            found = set[k] == h;
+            set[k] = h;
+        }
+        if (found)
+            *dup = i;
+    }
+    free(set);
+    return found;
 }
 
 /* ---- writer ------------------------------------------------------------- */
@@ -396,6 +432,14 @@ int kvix_snapshot_writer_add(kvix_snapshot_writer *w, const char *model, const c
     if (check_blocks(blocks, n, NULL, why, sizeof why))
         return kvix_err_set(err, KVIX_EINVAL, "snapshot: worker %" PRIu64 " dp %" PRIu32 ": %s",
                             worker, dp, why);
+    size_t dup;
+    if ((rc = repeated_engine(blocks, n, &dup)) < 0)
+        return kvix_err_set(err, rc, "out of memory checking %zu blocks", n);
+    if (rc)
+        return kvix_err_set(err, KVIX_EINVAL,
+                            "snapshot: worker %" PRIu64 " dp %" PRIu32 ": block %zu repeats engine "
+                            "hash %016" PRIx64 " of an earlier one",
+                            worker, dp, dup, blocks[dup].engine);
     if ((rc = wroom(w, GROUP_HEAD_BYTES, err)))
         return rc;
     unsigned char *h = w->buf + w->len;
@@ -694,6 +738,15 @@ static int parse_group(kvix_snapshot *s, kvix_snapshot_group *g, kvix_err *err)
     char why[160];
     if (check_blocks(s->blocks, n, NULL, why, sizeof why))
         return CORRUPT(s, off, err, "worker %" PRIu64 " dp %" PRIu32 ": %s", worker, dp, why);
+    size_t dup;
+    int rep = repeated_engine(s->blocks, n, &dup);
+    if (rep < 0)
+        return kvix_err_set(err, rep, "out of memory checking %zu blocks", n);
+    if (rep)
+        return CORRUPT(s, s->pos + dup * BLOCK_BYTES, err,
+                       "worker %" PRIu64 " dp %" PRIu32 ": block %zu repeats engine hash %016" PRIx64
+                       " of an earlier one (an engine hash names one block)",
+                       worker, dp, dup, s->blocks[dup].engine);
     s->pos += n * BLOCK_BYTES;
     s->have_group = 1;
     s->worker = worker;

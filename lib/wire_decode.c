@@ -17,6 +17,7 @@
 #include "kvix/hash.h"
 
 #include "msgpack_bounded_int.h"
+#include "utf8_int.h"
 
 /* Deepest nesting accepted: a batch needs 6 (batch, events, event,
  * extra_keys, per-block list, an entry); more is hostile. */
@@ -308,6 +309,10 @@ static int check_stored(wview *v, size_t i, const kvix_wire_source *src, wsize *
         if (memchr(l->via.str.ptr, '\0', l->via.str.size))
             return kvix_err_set(err, KVIX_EINVAL, "event %zu: lora_name contains a NUL byte",
                                 i);
+        /* it becomes the event's lora: a name kvix's records could not carry
+         * would make kvix write what its own reader refuses */
+        if (!kvix_utf8_valid(l->via.str.ptr, l->via.str.size))
+            return kvix_err_set(err, KVIX_EINVAL, "event %zu: lora_name is not valid UTF-8", i);
     }
     if ((rc = check_medium(v, i, err)) || (rc = check_extra(v->f[F_EXTRA], i, nblocks, err)))
         return rc;
@@ -357,6 +362,8 @@ static int check_name(const char *s, const char *what, kvix_err *err)
     if (s && strlen(s) >= KVIX_NAME_MAX)
         return kvix_err_set(err, KVIX_ELIMIT, "%s name longer than %d bytes", what,
                             KVIX_NAME_MAX - 1);
+    if (s && !kvix_utf8_valid(s, strlen(s)))
+        return kvix_err_set(err, KVIX_EINVAL, "%s name is not valid UTF-8", what);
     return KVIX_OK;
 }
 

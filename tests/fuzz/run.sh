@@ -1,30 +1,93 @@
 #!/usr/bin/env bash
-# Build and run the codec fuzz target with clang's libFuzzer, ASan and UBSan.
-#   tests/fuzz/run.sh [SECONDS]     (default 60; `make fuzz` runs it)
-# KVIX_FUZZ_OUT chooses the work folder (default build/fuzz).
-# The corpus starts from the repository's event fixtures and grows in
-# build/fuzz/corpus; crashes are left in build/fuzz as crash-* files.
+# Build and run the fuzz targets with clang's libFuzzer, ASan and UBSan.
+#   tests/fuzz/run.sh [SECONDS] [TARGET...]    (`make fuzz` runs it)
+# SECONDS is per target (default 60). Targets (tests/fuzz/fuzz_NAME.c):
+#   stream    record codecs and the reader (NDJSON, msgpack)
+#   wire      the engines' wire decoder (vLLM / SGLang msgpack batches)
+#   snapshot  the snapshot reader, rebuilding events, loading into an index
+#   tokens    kvhash's token lines (kvix_tokens_parse)
+#   query     records applied to the three backends side by side, answers compared
+# All of them when none is named. KVIX_FUZZ_OUT chooses the work folder
+# (default build/fuzz). Each corpus starts from the repository's fixtures,
+# tests/fuzz/seeds/NAME and tests/fuzz/regressions/NAME, and grows in
+# OUT/corpus/NAME; a finding is left in OUT as crash-*, leak-*, oom-* or
+# timeout-*, and the script exits non-zero.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 secs=${1:-60}
+[ $# -gt 0 ] && shift
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(stream wire snapshot tokens query)
 out=${KVIX_FUZZ_OUT:-$root/build/fuzz}
 command -v clang >/dev/null || { echo "fuzz: clang is needed (apt-get install clang)" >&2; exit 2; }
-mkdir -p "$out/corpus"
-# shellcheck disable=SC2046
-clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-    -I"$root/include" -I"$root/lib" $(pkg-config --cflags jansson msgpack libxxhash) \
-    "$root/tests/fuzz/fuzz_stream.c" "$root"/lib/stream_*.c "$root/lib/event.c" \
-    "$root/lib/buf.c" "$root/lib/error.c" "$root/lib/hash.c" "$root/lib/msgpack_bounded.c" \
-    $(pkg-config --libs jansson msgpack libxxhash) -lm -o "$out/fuzz_stream"
-# seeds: every fixture and golden line, one file each, and their msgpack forms
-i=0
-for f in "$root"/tests/fixtures/kvindex/*.ndjson "$root"/tests/cli/golden/kvindex_*; do
-    while IFS= read -r line; do
-        printf '%s' "$line" >"$out/corpus/seed-$i"
-        i=$((i + 1))
-    done <"$f"
+for t in "${targets[@]}"; do
+    [ -f "$root/tests/fuzz/fuzz_$t.c" ] || { echo "fuzz: no target '$t'" >&2; exit 2; }
 done
-# every input that once crashed a target is a seed for ever
-cp "$root"/tests/fuzz/regressions/* "$out/corpus/"
-cd "$out"
-./fuzz_stream -max_total_time="$secs" -max_len=65536 -timeout=10 -rss_limit_mb=2048 corpus
+
+# The library once, instrumented for coverage (fuzzer-no-link) and the
+# sanitizers; each target links the objects it needs from the archive.
+pkgs="libxxhash jansson msgpack liburcu"
+flags=(-std=gnu11 -pthread -g -O1 -fsanitize=fuzzer-no-link,address,undefined
+       -fno-sanitize-recover=all -I"$root/include" -I"$root/lib")
+# shellcheck disable=SC2207
+pkg_cflags=($(pkg-config --cflags $pkgs))
+# shellcheck disable=SC2207
+pkg_libs=($(pkg-config --libs $pkgs))
+mkdir -p "$out/obj"
+lib_src=(buf error event hash hashmap index index_part index_pool index_positional index_query
+         index_radix index_reference index_walk msgpack_bounded rcu snapshot snapshot_index
+         snapshot_lock stream_decode stream_json stream_msgpack stream_reader tokens
+         wire_decode)
+for s in "${lib_src[@]}"; do
+    o="$out/obj/$s.o"
+    if [ ! -f "$o" ] || [ "$root/lib/$s.c" -nt "$o" ]; then
+        echo "clang lib/$s.c"
+        clang "${flags[@]}" "${pkg_cflags[@]}" -c -o "$o" "$root/lib/$s.c" &
+        # two at a time: the machine is shared
+        [ "$(jobs -rp | wc -l)" -lt 2 ] || wait -n
+    fi
+done
+wait
+rm -f "$out/libkvix-fuzz.a"
+ar rcs "$out/libkvix-fuzz.a" "$out"/obj/*.o
+
+seed_lines() { # every line of the files given, one seed file each
+    local dst=$1 i=0 f line
+    shift
+    for f in "$@"; do
+        while IFS= read -r line; do
+            printf '%s' "$line" >"$dst/line-$(basename "$f")-$i"
+            i=$((i + 1))
+        done <"$f"
+    done
+}
+
+status=0
+for t in "${targets[@]}"; do
+    clang "${flags[@]/fuzzer-no-link/fuzzer}" "${pkg_cflags[@]}" "$root/tests/fuzz/fuzz_$t.c" \
+        "$out/libkvix-fuzz.a" "${pkg_libs[@]}" -lm -o "$out/fuzz_$t"
+    c="$out/corpus/$t"
+    mkdir -p "$c"
+    case $t in
+    stream)
+        seed_lines "$c" "$root"/tests/fixtures/kvindex/*.ndjson "$root"/tests/cli/golden/kvindex_* ;;
+    wire)
+        cp "$root"/tests/fixtures/vllm/*.bin "$c/" ;;
+    tokens)
+        ;; # tests/fuzz/seeds/tokens
+    query)
+        cp "$root"/tests/fixtures/kvindex/*.ndjson "$c/"
+        # the bundled demo's first events (msgpack, cut mid-record: fine)
+        xz -dc "$root/tests/fixtures/demo/events.msgpack.xz" 2>/dev/null | head -c 8000 \
+            >"$c/demo-head.msgpack" || true ;;
+    esac
+    for d in seeds regressions; do
+        if [ -d "$root/tests/fuzz/$d/$t" ]; then
+            cp "$root/tests/fuzz/$d/$t"/* "$c/"
+        fi
+    done
+    echo "fuzz: $t for $secs s on $(find "$c" -type f | wc -l) inputs"
+    (cd "$out" && "./fuzz_$t" -max_total_time="$secs" -max_len=65536 -timeout=10 \
+        -rss_limit_mb=2048 -print_final_stats=1 "$c") || status=1
+done
+exit $status

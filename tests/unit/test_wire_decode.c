@@ -471,6 +471,30 @@ TEST(eagle_pairs_salt_map_and_lora)
     msgpack_sbuffer_destroy(&k.sb);
 }
 
+/* Found by the fuzzer: a lora_name that is not UTF-8 became the event's
+ * lora, which kvix then could not write as NDJSON. Refused whole, like the
+ * same name in an NDJSON record; and a registration name likewise. */
+TEST(lora_and_names_must_be_utf8)
+{
+    kvix_wire_source src = reg();
+    sink s;
+    kvix_err err;
+    pk k;
+    pk_init(&k);
+    pbatch(&k, 3, 1);
+    pstored_array(&k, 8, 16, 5, 0, "ad\xcdpter-a", 0);
+    pbatch_tail(&k, 3, 0);
+    CHECK(decode(k.sb.data, k.sb.size, &src, &s, NULL, &err) == KVIX_EINVAL);
+    CHECK_STR(err.msg, "event 0: lora_name is not valid UTF-8");
+    CHECK_U64(s.n, 0);
+    sink_release(&s);
+    src.model = "m\xff";
+    CHECK(decode(k.sb.data, k.sb.size, &src, &s, NULL, &err) == KVIX_EINVAL);
+    CHECK_STR(err.msg, "model name is not valid UTF-8");
+    sink_release(&s);
+    msgpack_sbuffer_destroy(&k.sb);
+}
+
 TEST(batch_shapes_dp_and_extras)
 {
     kvix_wire_source src = reg();
