@@ -298,28 +298,42 @@ static inline void kvix_hs_remove(kvix_hset *h, uint32_t s)
             atomic_store_explicit(&h->id[i], KVIX_HS_NONE, memory_order_relaxed);
 }
 
-/* Slot s now holds the block in tier t. *any_new: s did not hold it in any
- * tier before. hint_nw: words covering the backend's slots. */
+/* Slot s now holds the block in tier t: KVIX_OK, or 1 when it held it in
+ * that tier already (nothing changes), or KVIX_ENOMEM (nothing changes).
+ * *any_new: s did not hold it in any tier before. hint_nw: words covering
+ * the backend's slots. */
 static inline int kvix_hs_add(kvix_hset *h, uint32_t s, unsigned t, uint32_t hint_nw,
                               kvix_bmem *mem, int *any_new)
 {
     *any_new = 0;
+    kvix_aword *tw = NULL;
+    uint64_t bit = UINT64_C(1) << (s % 64);
     if (t != KVIX_MEDIUM_GPU || atomic_load_explicit(&h->tiers, memory_order_relaxed)) {
         kvix_tset *ts = kvix_hs_tiers(h, s / 64 + 1, mem);
         if (!ts)
             return KVIX_ENOMEM;
-        kvix_aword *tw = &ts->w[t * ts->nw + s / 64];
-        uint64_t v = kvix_ld(tw), bit = UINT64_C(1) << (s % 64);
+        tw = &ts->w[t * ts->nw + s / 64];
+        uint64_t v = kvix_ld(tw);
         if (v & bit)
-            return KVIX_OK; /* already held in that tier: nothing changes */
+            return 1; /* already held in that tier: nothing changes */
         kvix_st(tw, v | bit);
         if (t != KVIX_MEDIUM_GPU)
             ts->nongpu++;
     }
     if (kvix_hs_has(h, s))
-        return KVIX_OK;
-    if (kvix_hs_insert(h, s, hint_nw, mem) < 0)
-        return KVIX_ENOMEM; /* tier bit may stay set: harmless, any-set rules matching */
+        return tw ? KVIX_OK : 1; /* untiered: the any-tier set is the gpu set */
+    if (kvix_hs_insert(h, s, hint_nw, mem) < 0) {
+        if (tw) { /* undo the tier bit: the front end will not count this add */
+            kvix_tset *ts = atomic_load_explicit(&h->tiers, memory_order_relaxed);
+            kvix_st(tw, kvix_ld(tw) & ~bit);
+            if (t != KVIX_MEDIUM_GPU && --ts->nongpu == 0) {
+                atomic_store_explicit(&h->tiers, NULL, memory_order_release);
+                atomic_fetch_sub_explicit(&mem->tiered, 1, memory_order_relaxed);
+                kvix_tset_retire(ts, mem);
+            }
+        }
+        return KVIX_ENOMEM;
+    }
     h->count++;
     *any_new = 1;
     return KVIX_OK;

@@ -21,14 +21,14 @@
  *  - blocks: engine hash -> {position, local, parent engine hash, parent
  *    canonical, tier mask} (the block's canonical hash follows from the last
  *    two: recomputed when needed, 8 bytes a block less);
- *  - canon: (position, canonical) -> per-tier count of engine hashes holding
- *    it. Two engine hashes may name the same canonical block (vLLM salts its
- *    hashes with things the local hash does not see), and a backend must hear
- *    about a (block, tier) only on its first arrival and last departure.
- *    Keyed by the canonical hash alone (16-byte entries rather than 24); the
- *    same canonical hash at a second position (only crafted input does that:
- *    a local at position 0 equal to a rolling hash) goes to an overflow map
- *    keyed by both. */
+ *  - extra: (position, canonical) -> per-tier count of engine hashes holding
+ *    it beyond the first. Two engine hashes may name the same canonical block
+ *    (vLLM salts its hashes with things the local hash does not see), and a
+ *    backend must hear about a (block, tier) only on its first arrival and
+ *    last departure. The backend's add says whether the slot held the block
+ *    in that tier already, so the common case (one engine hash per block)
+ *    costs no entry here: a map of every block's count cost 28 bytes per
+ *    (worker, block). */
 #include "kvix/index.h"
 
 #include <inttypes.h>
@@ -39,25 +39,26 @@
 
 /* ---- block bookkeeping ------------------------------------------------ */
 
-/* The count of (pos, canon), or NULL; *over: found in the overflow map. */
-static cref *cref_get(wstate *w, uint32_t pos, uint64_t canon, int *over)
+/* The backend says whether the slot already held (pos, canon) in a tier, so
+ * only a second engine hash of the same block costs an entry here. */
+static int tier_ref(wstate *w, uint32_t pos, uint64_t local, uint64_t canon, uint64_t pcanon,
+                    unsigned tier, kvix_err *err)
 {
-    cref *c = kvix_hmap_get(&w->canon, &canon);
-    *over = 0;
-    if (c && c->pos == pos)
-        return c;
+    struct part *p = w->p;
+    int rc = p->ops->add(p->be, pos, local, canon, pcanon, w->slot, tier, err);
+    if (rc <= 0)
+        return rc; /* new in the backend, or an error */
     uint64_t key[2] = {pos, canon};
-    *over = 1;
-    return kvix_hmap_size(&w->canon2) ? kvix_hmap_get(&w->canon2, key) : NULL;
-}
-
-static void cref_del(wstate *w, uint32_t pos, uint64_t canon, int over)
-{
-    uint64_t key[2] = {pos, canon};
-    if (over)
-        kvix_hmap_del(&w->canon2, key);
-    else
-        kvix_hmap_del(&w->canon, &canon);
+    int inserted;
+    cref *c = kvix_hmap_put(&w->extra, key, &inserted);
+    if (!c)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block");
+    if (c->n[tier] == CREF_MAX - 1)
+        return kvix_err_set(err, KVIX_ELIMIT,
+                            "more than %u engine hashes for one block of worker %" PRIu64,
+                            CREF_MAX, w->worker);
+    c->n[tier]++;
+    return KVIX_OK;
 }
 
 static int cref_empty(const cref *c)
@@ -68,52 +69,22 @@ static int cref_empty(const cref *c)
     return 1;
 }
 
-static int tier_ref(wstate *w, uint32_t pos, uint64_t local, uint64_t canon, uint64_t pcanon,
-                    unsigned tier, kvix_err *err)
-{
-    int over, inserted = 0;
-    cref *c = cref_get(w, pos, canon, &over);
-    if (!c) {
-        c = kvix_hmap_put(&w->canon, &canon, &inserted);
-        if (c && !inserted) { /* canon taken at another position */
-            uint64_t key[2] = {pos, canon};
-            c = kvix_hmap_put(&w->canon2, key, &inserted);
-            over = 1;
-        }
-        if (!c)
-            return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block");
-        c->pos = pos;
-    }
-    if (c->n[tier] == CREF_MAX)
-        return kvix_err_set(err, KVIX_ELIMIT,
-                            "more than %u engine hashes for one block of worker %" PRIu64,
-                            CREF_MAX, w->worker);
-    if (c->n[tier]++ == 0) {
-        struct part *p = w->p;
-        int rc = p->ops->add(p->be, pos, local, canon, pcanon, w->slot, tier, err);
-        if (rc) {
-            c->n[tier]--;
-            if (cref_empty(c))
-                cref_del(w, pos, canon, over);
-            return rc;
-        }
-    }
-    return KVIX_OK;
-}
-
+/* e leaves tier: the backend hears of it when no other engine hash of this
+ * (worker, dp) holds the block in that tier. */
 static void tier_unref(wstate *w, const bent *e, unsigned tier)
 {
     uint64_t canon = canon_of(e);
-    int over;
-    cref *c = cref_get(w, e->pos, canon, &over);
-    if (!c || !c->n[tier])
-        return; /* cannot happen: every held tier was counted */
-    if (--c->n[tier] == 0) {
-        struct part *p = w->p;
-        p->ops->del(p->be, e->pos, e->local, canon, e->parent_canon, w->slot, tier);
-        if (cref_empty(c))
-            cref_del(w, e->pos, canon, over);
+    if (kvix_hmap_size(&w->extra)) {
+        uint64_t key[2] = {e->pos, canon};
+        cref *c = kvix_hmap_get(&w->extra, key);
+        if (c && c->n[tier]) {
+            if (--c->n[tier] == 0 && cref_empty(c))
+                kvix_hmap_del(&w->extra, key);
+            return;
+        }
     }
+    struct part *p = w->p;
+    p->ops->del(p->be, e->pos, e->local, canon, e->parent_canon, w->slot, tier);
 }
 
 static void untier_all(wstate *w, const bent *e)
@@ -190,8 +161,7 @@ static void clear_ws(wstate *w, kvix_apply_result *r)
     r->removed += (uint32_t)kvix_hmap_size(&w->blocks);
     kvix_hmap_release(&w->blocks);
     kvix_ix_publish_held(w);
-    kvix_hmap_release(&w->canon);
-    kvix_hmap_release(&w->canon2);
+    kvix_hmap_release(&w->extra);
 }
 
 /* ---- events ----------------------------------------------------------- */

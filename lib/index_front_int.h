@@ -24,14 +24,12 @@
  *  - blocks: engine hash -> {position, local, parent engine hash, parent
  *    canonical, tier mask} (the block's canonical hash follows from the last
  *    two: recomputed when needed, 8 bytes a block less);
- *  - canon: (position, canonical) -> per-tier count of engine hashes holding
- *    it. Two engine hashes may name the same canonical block (vLLM salts its
- *    hashes with things the local hash does not see), and a backend must hear
- *    about a (block, tier) only on its first arrival and last departure.
- *    Keyed by the canonical hash alone (16-byte entries rather than 24); the
- *    same canonical hash at a second position (only crafted input does that:
- *    a local at position 0 equal to a rolling hash) goes to an overflow map
- *    keyed by both.
+ *  - extra: (position, canonical) -> per-tier count of engine hashes holding
+ *    it beyond the first (two engine hashes may name the same canonical
+ *    block: vLLM salts its hashes with things the local hash does not see).
+ *    A backend hears about a (block, tier) only on its first arrival and last
+ *    departure; its add says whether the slot held it already, so a block
+ *    with one engine hash has no entry here.
  */
 #ifndef KVIX_INDEX_FRONT_INT_H
 #define KVIX_INDEX_FRONT_INT_H
@@ -74,9 +72,8 @@ static inline uint64_t canon_of(const bent *e)
     return e->pos ? kvix_hash_seq_next(e->parent_canon, e->local) : e->local;
 }
 
-typedef struct cref { /* key: canonical; or (position, canonical) in the overflow */
-    uint32_t pos;
-    uint8_t n[KVIX_MEDIUM_COUNT]; /* engine hashes holding it, per tier */
+typedef struct cref { /* key: (position, canonical) */
+    uint8_t n[KVIX_MEDIUM_COUNT]; /* engine hashes holding it beyond the first, per tier */
 } cref;
 
 #define CREF_MAX UINT8_MAX
@@ -89,8 +86,7 @@ typedef struct wstate {
     uint32_t dp, slot;
     struct part *p;
     kvix_hmap blocks; /* engine hash -> bent */
-    kvix_hmap canon;  /* canon -> cref */
-    kvix_hmap canon2; /* (pos, canon) -> cref, when canon is taken at another pos */
+    kvix_hmap extra;  /* (pos, canon) -> cref, for blocks with two engine hashes or more */
     int has_eid;
     uint64_t eid;
     uint32_t held; /* atomic: kvix_hmap_size(&blocks), for queries on other threads */

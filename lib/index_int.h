@@ -73,8 +73,10 @@ typedef struct kvix_backend_ops {
     /* One backend instance per partition. */
     void *(*create)(const kvix_index_opts *opts, kvix_err *err);
     void (*destroy)(void *be);
-    /* slot now holds (pos, canon) in tier; it did not hold it in that tier
-     * before. parent_canon is the parent's canonical hash (0 at pos 0). */
+    /* slot now holds (pos, canon) in tier. Returns KVIX_OK (0) when it did
+     * not hold it in that tier before, 1 when it did (nothing changes: the
+     * front end counts a second engine hash of the block), or an error.
+     * parent_canon is the parent's canonical hash (0 at pos 0). */
     int (*add)(void *be, uint32_t pos, uint64_t local, uint64_t canon, uint64_t parent_canon,
                uint32_t slot, unsigned tier, kvix_err *err);
     /* slot no longer holds (pos, canon) in tier; it did before. */

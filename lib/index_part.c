@@ -132,8 +132,7 @@ static void ws_free(void *e)
 {
     wstate *w = e;
     kvix_hmap_release(&w->blocks);
-    kvix_hmap_release(&w->canon);
-    kvix_hmap_release(&w->canon2);
+    kvix_hmap_release(&w->extra);
     free(w);
 }
 
@@ -271,8 +270,7 @@ int kvix_ix_ws_get(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix_err
         w->slot = slot;
         w->p = p;
         kvix_hmap_init(&w->blocks, 1, sizeof(bent));
-        kvix_hmap_init(&w->canon, 1, sizeof(cref));
-        kvix_hmap_init(&w->canon2, 2, sizeof(cref));
+        kvix_hmap_init(&w->extra, 2, sizeof(cref));
         if (cmap_insert(&p->workers, w)) {
             free(w);
             goto nomem;

@@ -641,8 +641,9 @@ static int pos_add(void *vbe, uint32_t pos, uint64_t local, uint64_t canon, uint
     /* n's shard lock held; n->parent (if any) is pinned by n */
     int any_new;
     uint32_t before = n->h.count;
-    if (kvix_hs_add(&n->h, slot, tier, atomic_load_explicit(&be->nw, memory_order_relaxed),
-                    &be->mem, &any_new) < 0) {
+    int held = kvix_hs_add(&n->h, slot, tier, atomic_load_explicit(&be->nw, memory_order_relaxed),
+                           &be->mem, &any_new);
+    if (held < 0) {
         spin_unlock(&sh->mu);
         reclaim(be, pos, canon);
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
@@ -659,7 +660,7 @@ static int pos_add(void *vbe, uint32_t pos, uint64_t local, uint64_t canon, uint
             atomic_fetch_add_explicit(&be->unique, 1, memory_order_relaxed);
     }
     spin_unlock(&sh->mu);
-    return KVIX_OK;
+    return held; /* 1: held in that tier already */
 }
 
 static void pos_del(void *vbe, uint32_t pos, uint64_t local, uint64_t canon, uint64_t parent_canon,

@@ -343,17 +343,18 @@ static int radix_add(void *vbe, uint32_t pos, uint64_t local, uint64_t canon,
     }
     int any_new;
     uint32_t before = n->h.count;
-    if (kvix_hs_add(&n->h, slot, tier, atomic_load_explicit(&be->nw, memory_order_relaxed), &be->mem,
-                    &any_new) < 0) {
+    int held = kvix_hs_add(&n->h, slot, tier, atomic_load_explicit(&be->nw, memory_order_relaxed),
+                           &be->mem, &any_new);
+    if (held < 0) {
         reclaim(be, n);
         goto out;
     }
     if (any_new && before == 0)
         atomic_store_explicit(&be->unique_pub, ++be->unique, memory_order_relaxed);
-    rc = KVIX_OK;
+    rc = held; /* 1: held in that tier already */
 out:
     pthread_mutex_unlock(&be->mu);
-    return rc == KVIX_OK ? rc : kvix_err_set(err, rc, "out of memory");
+    return rc >= KVIX_OK ? rc : kvix_err_set(err, rc, "out of memory");
 }
 
 static void radix_del(void *vbe, uint32_t pos, uint64_t local, uint64_t canon,

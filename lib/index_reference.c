@@ -94,6 +94,7 @@ static int ref_add(void *be, uint32_t pos, uint64_t local, uint64_t canon, uint6
     }
     uint32_t i = hfind(h, slot);
     if (i < h->n && h->v[i].slot == slot) {
+        rc = h->v[i].tiers >> tier & 1; /* 1: held in that tier already */
         h->v[i].tiers |= 1u << tier;
         goto out;
     }

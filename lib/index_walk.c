@@ -122,8 +122,7 @@ int kvix_index_load(kvix_index *idx, const char *model, const char *tenant, uint
         return KVIX_OK;
     if ((rc = kvix_ix_ws_get(p, worker, dp, &w, err)))
         return rc;
-    if (kvix_hmap_reserve(&w->blocks, kvix_hmap_size(&w->blocks) + n) ||
-        kvix_hmap_reserve(&w->canon, kvix_hmap_size(&w->canon) + n))
+    if (kvix_hmap_reserve(&w->blocks, kvix_hmap_size(&w->blocks) + n))
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for %zu blocks", n);
     kvix_apply_result r = {0, 0, 0, 0};
     for (size_t i = 0; i < n && !rc; i++) {
@@ -195,8 +194,7 @@ void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
                 continue;
             out->workers += ws_active(w);
             out->blocks += kvix_hmap_size(&w->blocks);
-            size_t fb = sizeof *w + kvix_hmap_memory(&w->blocks) + kvix_hmap_memory(&w->canon) +
-                        kvix_hmap_memory(&w->canon2);
+            size_t fb = sizeof *w + kvix_hmap_memory(&w->blocks) + kvix_hmap_memory(&w->extra);
             out->bytes += fb;
         }
     }
