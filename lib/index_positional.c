@@ -94,11 +94,18 @@ static inline void spin_unlock(spin_t *l)
 
 typedef struct pnode pnode;
 struct pnode {
-    struct rcu_head rcu; /* first: kvix_rcu_free */
     /* writer side, under the node's shard lock */
-    pnode *parent;       /* node of (pos - 1, parent canon); NULL at 0 or for a ghost */
-    pnode *kids;         /* nodes whose parent this is */
-    pnode *prev, *next;  /* siblings (under the parent's shard lock) */
+    pnode *parent; /* node of (pos - 1, parent canon); NULL at 0 or for a ghost */
+    pnode *next;   /* next sibling (under the parent's shard lock); in limbo: next retired */
+    union {
+        struct {
+            pnode *kids; /* nodes whose parent this is */
+            pnode *prev; /* previous sibling */
+        };
+        /* a retired node has no kids and no siblings, and readers never look
+         * at either: the limbo batch's grace period reuses their bytes */
+        struct rcu_head rcu;
+    };
     uint32_t nkids;
     /* read side */
     uint32_t pos;
@@ -318,7 +325,7 @@ static void node_retire(pos_be *be, pnode *n)
 static void limbo_cb(struct rcu_head *head)
 {
     KVIX_RCU_TSAN_ACQUIRE();
-    pnode *n = (pnode *)head; /* rcu is the first member */
+    pnode *n = (pnode *)(void *)((char *)head - offsetof(pnode, rcu));
     pos_be *be = (pos_be *)(void *)n->parent;
     size_t cap = (size_t)atomic_load_explicit(&be->unique, memory_order_relaxed) / 8;
     if (cap < POOL_MIN)
