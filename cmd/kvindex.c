@@ -157,10 +157,8 @@ typedef struct kvi {
     kvix_natslog_opts nopt;
     int reset_on_gap, until_caught_up, gone, has_seq;
     uint64_t seq;
-    /* --nats: lag from the server storing a message to its being applied, in
-     * microseconds; at most LAG_MAX kept (every k-th past that) */
-    double *lag;
-    size_t nlag, lag_seen;
+    int mid_message; /* --nats: some records of message seq + 1 applied (no save now) */
+    kvix_natslog_lag lag;
     kvix_index_opts io;
     kvix_buf out;
     kvix_answer ans;
@@ -498,7 +496,7 @@ static void apply(kvi *k, const char *name, uint64_t pos, size_t file, const kvi
         return;
     }
     k->dirty = 1;
-    if (k->save_every_events && ++k->since_save >= k->save_every_events)
+    if (k->save_every_events && ++k->since_save >= k->save_every_events && !k->mid_message)
         save(k, "event count");
 }
 
@@ -600,76 +598,24 @@ static void load(kvi *k)
 
 /* ---- --nats: the stream instead of stdin ---------------------------------- */
 
-#define LAG_MAX (1u << 20)
-
-static void lag_add(kvi *k, int64_t stored_ns)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    double us = ((double)ts.tv_sec * 1e9 + (double)ts.tv_nsec - (double)stored_ns) / 1e3;
-    if (!k->lag && !(k->lag = malloc(LAG_MAX * sizeof *k->lag)))
-        return;
-    size_t i = k->lag_seen++;
-    if (k->nlag < LAG_MAX)
-        k->lag[k->nlag++] = us;
-    else /* a deterministic spread over the whole run */
-        k->lag[(i * 2654435761u) % LAG_MAX] = us;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static void lag_summary(kvi *k)
 {
     if (!k->nopt.url)
         return;
-    if (!k->nlag) {
+    if (!k->lag.messages) {
         cli_warn("stream %s: applied up to sequence %" PRIu64, k->nopt.stream, k->seq);
         return;
     }
-    qsort(k->lag, k->nlag, sizeof *k->lag, cmp_double);
     cli_warn("stream %s: applied up to sequence %" PRIu64 "; lag from stored to applied: "
-             "p50 %.3f ms, p99 %.3f ms, max %.3f ms over %zu messages",
-             k->nopt.stream, k->seq, k->lag[k->nlag / 2] / 1e3,
-             k->lag[(size_t)((double)k->nlag * 0.99)] / 1e3, k->lag[k->nlag - 1] / 1e3,
-             k->lag_seen);
+             "p50 %.3f ms, p99 %.3f ms, max %.3f ms over %" PRIu64 " messages",
+             k->nopt.stream, k->seq, k->lag.p50_ms, k->lag.p99_ms, k->lag.max_ms,
+             k->lag.messages);
 }
 
 static void pause_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
-}
-
-/* The records of one message (one engine batch, msgpack), like stdin's. */
-static void apply_message(kvi *k, const char *label, uint64_t seq, const char *data, size_t len,
-                          kvix_event *ev)
-{
-    size_t off = 0;
-    while (off < len) {
-        size_t used = 0;
-        kvix_err err;
-        int rc = kvix_event_from_msgpack(data + off, len - off, &used, ev, &err);
-        k->records++;
-        if (rc == KVIX_ENOMEM) {
-            save(k, "failure");
-            cli_die(KVIX_EXIT_SYS, "%s", err.msg);
-        }
-        if (rc || used == 0) {
-            if (!rc)
-                kvix_err_set(&err, KVIX_EINVAL, "empty msgpack record");
-            reject(k, "event", label, seq, -1, &err); /* the rest cannot be framed */
-            return;
-        }
-        off += used;
-        if (ev->type == KVIX_EV_QUERY)
-            answer(k, label, seq, ev);
-        else
-            apply(k, label, seq, 0, ev);
-    }
 }
 
 /* The index dropped, to start again from the stream's first message. */
@@ -684,12 +630,13 @@ static void reset_index(kvi *k)
     k->dirty = 1;
 }
 
-/* The stream's state, waiting for the server and the stream to be there. */
-static void stream_state(kvi *k, kvix_natslog *l, kvix_natslog_state *st)
+/* Follow the stream from k->seq + 1, waiting for the server and the stream
+ * to be there; 0 when the index is not from this stream. */
+static int follow(kvi *k, kvix_natslog *l, kvix_natslog_state *st)
 {
     kvix_err err;
     int warned = 0, rc;
-    while ((rc = kvix_natslog_state_get(l, st, &err)) != KVIX_OK) {
+    while ((rc = kvix_natslog_start(l, k->seq, st, &err)) == KVIX_EIO || rc == KVIX_ENOTFOUND) {
         if (sig_stop)
             cli_die(KVIX_EXIT_SYS, "%s", err.msg);
         if (!warned++)
@@ -697,7 +644,31 @@ static void stream_state(kvi *k, kvix_natslog *l, kvix_natslog_state *st)
         pause_ms(100);
         drain_wake();
     }
-    (void)k;
+    if (rc)
+        cli_warn("%s: %s", k->snap ? k->snap : "the index", err.msg);
+    return rc == KVIX_OK;
+}
+
+/* One record of the stream, like one of stdin; a message's sequence is the
+ * index's once its last record is in (saves wait for that). */
+static void take_record(kvi *k, int rc, uint64_t seq, int last, const kvix_event *ev,
+                        const kvix_err *err)
+{
+    const char *label = k->names[0];
+    k->mid_message = !last;
+    if (last)
+        k->seq = seq;
+    if (rc == 1) {
+        k->records++;
+        if (ev->type == KVIX_EV_QUERY)
+            answer(k, label, seq, ev);
+        else
+            apply(k, label, seq, 0, ev);
+    } else {
+        k->records += rc != KVIX_ELIMIT;
+        reject(k, rc == KVIX_ELIMIT ? "message" : "event", label, seq, -1, err);
+    }
+    k->dirty = 1;
 }
 
 static void run_nats(kvi *k, kvix_event *ev)
@@ -707,42 +678,34 @@ static void run_nats(kvi *k, kvix_event *ev)
     if (kvix_natslog_open(&l, &k->nopt, &err))
         cli_die(err.code == KVIX_EINVAL ? KVIX_EXIT_USAGE : KVIX_EXIT_SYS, "%s", err.msg);
     kvix_natslog_state st;
-    stream_state(k, l, &st);
-    if (k->seq > st.last) {
-        cli_warn("stream %s ends at %" PRIu64 " but %s has applied up to %" PRIu64
-                 ": not the stream it was made from",
-                 k->nopt.stream, st.last, k->snap ? k->snap : "the index", k->seq);
+    if (!follow(k, l, &st)) {
         k->gone = 1;
         kvix_natslog_free(l);
         return;
     }
     uint64_t target = st.last;
-    const char *label = k->names[0];
-    kvix_natslog_consume(l, k->seq + 1, &err);
     int warned = 0;
-    while (!sig_stop && !k->strict_hit) {
-        handle_flags(k, NULL);
-        if (k->until_caught_up && k->seq >= target)
-            break;
+    /* a stop or a save waits for the end of the message under way */
+    while (!k->strict_hit && !(sig_stop && !k->mid_message)) {
+        if (!k->mid_message) {
+            handle_flags(k, NULL);
+            if (k->until_caught_up && k->seq >= target)
+                break;
+        }
         uint64_t seq = 0;
-        const char *data;
-        size_t len;
-        int rc = kvix_natslog_next(l, 200, &seq, &data, &len, &err);
-        if (rc == 1) {
-            apply_message(k, label, seq, data, len, ev);
-            lag_add(k, kvix_natslog_stored_ns(l));
-            k->seq = seq;
-            k->dirty = 1;
+        int last = 1;
+        int rc = kvix_natslog_next_record(l, 200, ev, &seq, &last, &err);
+        if (rc == 1 || (rc < 0 && rc != KVIX_ENOTFOUND && rc != KVIX_ENOMEM)) {
+            take_record(k, rc, seq, last, ev, &err);
             warned = 0;
             continue;
         }
+        if (rc == KVIX_ENOMEM) {
+            save(k, "failure");
+            cli_die(KVIX_EXIT_SYS, "%s", err.msg);
+        }
         if (rc == 0)
             continue;
-        if (rc == KVIX_ELIMIT) {
-            reject(k, "message", label, seq, -1, &err);
-            k->seq = seq;
-            continue;
-        }
         if (rc == KVIX_ENOTFOUND && kvix_natslog_connected(l) &&
             kvix_natslog_state_get(l, &st, NULL) == KVIX_OK) {
             if (!k->reset_on_gap) {
@@ -757,13 +720,17 @@ static void run_nats(kvi *k, kvix_event *ev)
                      err.msg, st.first);
             reset_index(k);
             k->seq = st.first - 1;
-            kvix_natslog_consume(l, st.first, &err);
+            if (!follow(k, l, &st)) {
+                k->gone = 1;
+                break;
+            }
             continue;
         }
         if (!warned++)
             cli_warn("%s: retrying", err.msg);
         pause_ms(100);
     }
+    kvix_natslog_lag_get(l, &k->lag);
     kvix_natslog_free(l);
 }
 
@@ -1037,7 +1004,6 @@ int main(int argc, char **argv)
     free(k.unknown);
     free(k.names);
     free(peer_list);
-    free(k.lag);
     code = cli_finish(code);
     kvix_snapshot_lock_release(lock); /* after the last save and output */
     return code;

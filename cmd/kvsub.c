@@ -43,6 +43,7 @@ enum {
     O_STREAM_MAX_BYTES,
     O_STREAM_REPLICAS,
     O_STREAM_DUP_WINDOW,
+    O_NATS_WINDOW,
     O_JSON,
     O_IDLE_EXIT,
 };
@@ -90,6 +91,9 @@ static const cli_opt options[] = {
      "stream created: N copies in a NATS cluster (default 1)"},
     {O_STREAM_DUP_WINDOW, 0, "stream-dup-window", "SECONDS", NULL,
      "stream created: a batch published again within SECONDS is dropped (default 120)"},
+    {O_NATS_WINDOW, 0, "nats-window", "N", NULL,
+     "--nats: batches awaiting the server's acknowledgement at most (default 256; 1: each "
+     "before the next)"},
     {0, 0, NULL, NULL, NULL, NULL},
 };
 
@@ -122,7 +126,6 @@ static struct {
     uint64_t bworker, beid;
     uint32_t bdp;
     bool bopen;
-    uint64_t published, pub_duplicates;
 } S;
 
 static volatile sig_atomic_t sig_stop, sig_hup, sig_usr1;
@@ -153,9 +156,10 @@ static void out_flush(void)
     }
 }
 
-/* One batch to the stream, acknowledged before anything else is sent (the
- * stream keeps kvsub's order). A server away is waited for; only a stop
- * while it is away loses the batch, and that is an error. */
+/* The batch gathered to the publisher's window (kvix/natslog.h: sent at
+ * once, acknowledged later, in order). A window full of batches the server
+ * has not acknowledged (the server away) is waited for; only a stop while
+ * it is away loses the batch, and that is an error. */
 static void nats_flush(void)
 {
     if (!S.nats || !S.bopen)
@@ -164,12 +168,8 @@ static void nats_flush(void)
     int warned = 0;
     for (;;) {
         kvix_err err;
-        int dup = 0;
-        int rc = kvix_natslog_publish(S.nats, S.batch.data, S.batch.len, KVIX_FMT_MSGPACK, &dup,
-                                      &err);
+        int rc = kvix_natslog_publish(S.nats, S.batch.data, S.batch.len, KVIX_FMT_MSGPACK, &err);
         if (rc == KVIX_OK) {
-            S.published++;
-            S.pub_duplicates += dup != 0;
             if (warned)
                 cli_warn("nats: publishing again");
             S.batch.len = 0;
@@ -184,6 +184,20 @@ static void nats_flush(void)
         struct timespec ts = {0, 100 * 1000000L};
         nanosleep(&ts, NULL);
     }
+}
+
+/* At exit: every batch taken acknowledged by the server, or an error
+ * (stdout has printed them: it shows what kvsub received, the stream what
+ * the server acknowledged, and the exit status says when they differ). */
+static void nats_finish(void)
+{
+    if (!S.nats)
+        return;
+    nats_flush();
+    kvix_err err;
+    if (kvix_natslog_flush(S.nats, S.nopt.timeout_ms, &err) != KVIX_OK)
+        cli_die(KVIX_EXIT_SYS, "stopped with batches the server did not acknowledge: %s",
+                err.msg);
 }
 
 static void nats_add(const kvix_event *ev)
@@ -357,6 +371,9 @@ static void print_stats(void)
 {
     kvix_enginesub_counts c;
     kvix_enginesub_counts_get(S.sub, &c);
+    kvix_natslog_pubstats ps = {0};
+    if (S.nats)
+        kvix_natslog_pubstats_get(S.nats, &ps);
     struct { const char *k; uint64_t v; } f[] = {
         {"batches", c.batches},
         {"stored", c.events[KVIX_EV_STORED]},
@@ -384,9 +401,11 @@ static void print_stats(void)
         for (size_t i = 0; o && i < n; i++)
             json_object_set_new(o, f[i].k, json_integer((json_int_t)f[i].v));
         if (o && S.nats) {
-            json_object_set_new(o, "nats_published", json_integer((json_int_t)S.published));
-            json_object_set_new(o, "nats_duplicates",
-                                json_integer((json_int_t)S.pub_duplicates));
+            json_object_set_new(o, "nats_published", json_integer((json_int_t)ps.acked));
+            json_object_set_new(o, "nats_duplicates", json_integer((json_int_t)ps.duplicates));
+            json_object_set_new(o, "nats_pending", json_integer((json_int_t)ps.pending));
+            json_object_set_new(o, "nats_resent", json_integer((json_int_t)ps.resent));
+            json_object_set_new(o, "nats_reordered", json_integer((json_int_t)ps.reordered));
         }
         print_json(o);
         return;
@@ -395,9 +414,12 @@ static void print_stats(void)
     for (size_t i = 0; i < n; i++)
         fprintf(stderr, " %s=%" PRIu64, f[i].k, f[i].v);
     fputc('\n', stderr);
-    if (S.nats)
-        fprintf(stderr, "kvsub: nats published=%" PRIu64 " duplicates=%" PRIu64 "\n",
-                S.published, S.pub_duplicates);
+    if (S.nats) /* published: acknowledged by the server */
+        fprintf(stderr, "kvsub: nats published=%" PRIu64 " duplicates=%" PRIu64 "\n", ps.acked,
+                ps.duplicates);
+    if (S.nats && (ps.pending || ps.resent))
+        fprintf(stderr, "kvsub: nats pending=%" PRIu64 " resent=%" PRIu64 " reordered=%" PRIu64
+                        "\n", ps.pending, ps.resent, ps.reordered);
 }
 
 /* SIGUSR1: one line per worker after the counters. */
@@ -583,6 +605,9 @@ int main(int argc, char **argv)
             S.idle_exit_ms = cli_parse_uint(arg, 1, 31536000, "idle exit") * 1000;
             break;
         case O_NATS: S.nopt.url = arg; break;
+        case O_NATS_WINDOW:
+            S.nopt.window = (unsigned)cli_parse_uint(arg, 1, KVIX_NATSLOG_WINDOW_MAX, "window");
+            break;
         case O_SUBJECT: S.nopt.subject = arg; break;
         case O_STREAM: S.nopt.stream = arg; break;
         case O_STREAM_MAX_AGE:
@@ -644,7 +669,7 @@ int main(int argc, char **argv)
     run();
 
     out_flush();
-    nats_flush();
+    nats_finish();
     print_stats();
     kvix_enginesub_counts cnt;
     kvix_enginesub_counts_get(S.sub, &cnt);

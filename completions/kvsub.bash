@@ -25,9 +25,10 @@ _kvsub() {
     --stream-max-bytes) return ;;
     --stream-replicas) return ;;
     --stream-dup-window) return ;;
+    --nats-window) return ;;
     esac
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--worker -w --replay --model -m --tenant -t --block-size -b --topic --bind --format -f --workers-file --tokens --replay-timeout --replay-buffer --replay-buffer-bytes --max-message --resume --json --idle-exit --nats --subject --stream --stream-max-age --stream-max-bytes --stream-replicas --stream-dup-window --help -h --version -V" -- "$cur"))
+        COMPREPLY=($(compgen -W "--worker -w --replay --model -m --tenant -t --block-size -b --topic --bind --format -f --workers-file --tokens --replay-timeout --replay-buffer --replay-buffer-bytes --max-message --resume --json --idle-exit --nats --subject --stream --stream-max-age --stream-max-bytes --stream-replicas --stream-dup-window --nats-window --help -h --version -V" -- "$cur"))
         return
     fi
 }

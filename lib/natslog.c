@@ -18,24 +18,9 @@
 #include <nats/nats.h>
 
 #include "kvix/event.h"
+#include "natslog_int.h"
 
-struct kvix_natslog {
-    natsConnection *nc;
-    jsCtx *js;
-    char *url, *stream, *subject, *name;
-    kvix_natslog_opts o;
-    atomic_int reconnected; /* set by nats.c's thread, read by ours */
-    /* consumer */
-    natsSubscription *sub;
-    natsMsg *msg;       /* the message last handed out */
-    uint64_t next;      /* sequence of the next message to hand out */
-    int64_t stored_ns;  /* when the server stored the message last handed out */
-    int consuming;
-    uint64_t gap_from;  /* a gap seen once: made again; seen twice: gone */
-    /* publisher */
-    kvix_buf pay;
-    kvix_event ev;
-};
+
 
 void kvix_natslog_opts_init(kvix_natslog_opts *o)
 {
@@ -44,9 +29,10 @@ void kvix_natslog_opts_init(kvix_natslog_opts *o)
     o->stream = "KVIX";
     o->replicas = 1;
     o->timeout_ms = 5000;
+    o->window = 256;
 }
 
-static int nats_fail(kvix_err *err, int code, const char *what, natsStatus s, jsErrCode je)
+int natslog_fail(kvix_err *err, int code, const char *what, natsStatus s, jsErrCode je)
 {
     const char *last = nats_GetLastError(NULL);
     if (je)
@@ -103,6 +89,8 @@ void kvix_natslog_free(kvix_natslog *l)
         natsConnection_Close(l->nc);
         natsConnection_Destroy(l->nc);
     }
+    free(l->f.lag);
+    natslog_pub_release(l); /* after the close: no acknowledgement comes any more */
     kvix_buf_release(&l->pay);
     kvix_event_release(&l->ev);
     free(l->url);
@@ -124,7 +112,8 @@ int kvix_natslog_open(kvix_natslog **out, const kvix_natslog_opts *o, kvix_err *
         return kvix_err_set(err, KVIX_EINVAL, "nats: bad subject prefix '%s'",
                             o->subject ? o->subject : "");
     if (o->replicas < 1 || o->replicas > 5 || o->max_age_s < 0 || o->max_bytes < 0 ||
-        o->dup_window_s < 0 || o->timeout_ms < 1)
+        o->dup_window_s < 0 || o->timeout_ms < 1 || o->window < 1 ||
+        o->window > KVIX_NATSLOG_WINDOW_MAX)
         return kvix_err_set(err, KVIX_EINVAL, "nats: bad stream options");
     kvix_natslog *l = calloc(1, sizeof *l);
     if (!l)
@@ -141,6 +130,11 @@ int kvix_natslog_open(kvix_natslog **out, const kvix_natslog_opts *o, kvix_err *
         kvix_natslog_free(l);
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
     }
+    int prc = natslog_pub_init(l, err);
+    if (prc) {
+        kvix_natslog_free(l);
+        return prc;
+    }
     natsOptions *no = NULL;
     natsStatus s = natsOptions_Create(&no);
     if (s == NATS_OK)
@@ -153,6 +147,12 @@ int kvix_natslog_open(kvix_natslog **out, const kvix_natslog_opts *o, kvix_err *
         s = natsOptions_SetMaxReconnect(no, -1); /* forever: the server comes back */
     if (s == NATS_OK)
         s = natsOptions_SetReconnectWait(no, 100);
+    /* No reconnection buffer (1 byte holds no message): a batch published
+     * while the connection is down fails at once instead of reaching the
+     * server after the reconnection, ahead of one lost with the old
+     * connection (kvix/natslog.h: the order is kept). */
+    if (s == NATS_OK)
+        s = natsOptions_SetReconnectBufSize(no, 1);
     if (s == NATS_OK)
         s = natsOptions_SetRetryOnFailedConnect(no, true, NULL, NULL);
     if (s == NATS_OK)
@@ -166,16 +166,17 @@ int kvix_natslog_open(kvix_natslog **out, const kvix_natslog_opts *o, kvix_err *
     }
     natsOptions_Destroy(no);
     if (s != NATS_OK) {
-        int rc = nats_fail(err, KVIX_ESYS, l->url, s, 0);
+        int rc = natslog_fail(err, KVIX_ESYS, l->url, s, 0);
         kvix_natslog_free(l);
         return rc;
     }
     jsOptions jo;
     jsOptions_Init(&jo);
     jo.Wait = o->timeout_ms;
+    natslog_pub_jsopts(l, &jo);
     s = natsConnection_JetStream(&l->js, l->nc, &jo);
     if (s != NATS_OK) {
-        int rc = nats_fail(err, KVIX_ESYS, "jetstream context", s, 0);
+        int rc = natslog_fail(err, KVIX_ESYS, "jetstream context", s, 0);
         kvix_natslog_free(l);
         return rc;
     }
@@ -198,7 +199,7 @@ int kvix_natslog_state_get(kvix_natslog *l, kvix_natslog_state *st, kvix_err *er
         return kvix_err_set(err, KVIX_ENOTFOUND, "nats: no stream %s on %s", l->stream, l->url);
     }
     if (s != NATS_OK)
-        return nats_fail(err, KVIX_EIO, "stream info", s, je);
+        return natslog_fail(err, KVIX_EIO, "stream info", s, je);
     st->first = si->State.FirstSeq;
     st->last = si->State.LastSeq;
     st->msgs = si->State.Msgs;
@@ -236,104 +237,9 @@ int kvix_natslog_ensure_stream(kvix_natslog *l, int *created, kvix_err *err)
     natsStatus s = js_AddStream(&si, l->js, &cfg, NULL, &je);
     jsStreamInfo_Destroy(si);
     if (s != NATS_OK && je != JSStreamNameExistErr) /* made by another kvsub meanwhile */
-        return nats_fail(err, KVIX_EIO, "creating the stream", s, je);
+        return natslog_fail(err, KVIX_EIO, "creating the stream", s, je);
     if (created)
         *created = s == NATS_OK;
-    return KVIX_OK;
-}
-
-/* ---- publishing ------------------------------------------------------------ */
-
-/* A subject token from a model name: NATS tokens hold no '.', '*', '>' or
- * white space. */
-static void put_token(char *dst, size_t cap, const char *src)
-{
-    size_t i = 0;
-    for (; src[i] && i + 1 < cap; i++) {
-        unsigned char c = (unsigned char)src[i];
-        dst[i] = (c <= ' ' || c >= 0x7f || c == '.' || c == '*' || c == '>') ? '_' : (char)c;
-    }
-    dst[i] = '\0';
-    if (i == 0 && cap > 1)
-        snprintf(dst, cap, "_");
-}
-
-/* The payload: the records as msgpack; the first record kept in l->ev. */
-static int build_payload(kvix_natslog *l, const char *data, size_t len, kvix_format fmt,
-                         kvix_err *err)
-{
-    l->pay.len = 0;
-    int first = 1, rc;
-    kvix_event tmp;
-    kvix_event_init(&tmp);
-    size_t off = 0;
-    while (off < len) {
-        kvix_event *ev = first ? &l->ev : &tmp;
-        if (fmt == KVIX_FMT_MSGPACK) {
-            size_t used = 0;
-            rc = kvix_event_from_msgpack(data + off, len - off, &used, ev, err);
-            if (!rc)
-                rc = kvix_buf_append(&l->pay, data + off, used, err);
-            off += used;
-            if (!rc && used == 0)
-                rc = kvix_err_set(err, KVIX_EINVAL, "empty msgpack record");
-        } else {
-            const char *nl = memchr(data + off, '\n', len - off);
-            size_t n = nl ? (size_t)(nl - (data + off)) : len - off;
-            if (n == 0) {
-                off += 1;
-                continue;
-            }
-            rc = kvix_event_from_json(data + off, n, ev, err);
-            if (!rc)
-                rc = kvix_event_to_msgpack(ev, &l->pay, err);
-            off += n + (nl != NULL);
-        }
-        if (rc)
-            break;
-        first = 0;
-    }
-    kvix_event_release(&tmp);
-    if (!rc && first)
-        rc = kvix_err_set(err, KVIX_EINVAL, "nats: nothing to publish");
-    return rc;
-}
-
-int kvix_natslog_publish(kvix_natslog *l, const char *data, size_t len, kvix_format fmt,
-                         int *duplicate, kvix_err *err)
-{
-    int rc = KVIX_OK;
-    if (duplicate)
-        *duplicate = 0;
-    if ((rc = build_payload(l, data, len, fmt, err)))
-        return rc;
-    char model[KVIX_NAME_MAX], subj[KVIX_NATSLOG_SUBJECT_MAX + KVIX_NAME_MAX + 32];
-    put_token(model, sizeof model, l->ev.model);
-    snprintf(subj, sizeof subj, "%s.%s.%" PRIu64, l->subject, model, l->ev.worker);
-    char id[64];
-    jsPubOptions po;
-    jsPubOptions_Init(&po);
-    po.MaxWait = l->o.timeout_ms;
-    if (l->ev.has_eid) {
-        int n = snprintf(id, sizeof id, "%" PRIu64 ".%" PRIu32 ".%" PRIu64, l->ev.worker,
-                         l->ev.dp, l->ev.eid);
-        /* The batch's own time tells an engine restarted (its eids from 0
-         * again) from a batch published twice, which has the same. */
-        if (l->ev.has_ts) {
-            uint64_t bits;
-            memcpy(&bits, &l->ev.ts, sizeof bits);
-            snprintf(id + n, sizeof id - (size_t)n, ".%016" PRIx64, bits);
-        }
-        po.MsgId = id;
-    }
-    jsPubAck *pa = NULL;
-    jsErrCode je = 0;
-    natsStatus s = js_Publish(&pa, l->js, subj, l->pay.data, (int)l->pay.len, &po, &je);
-    if (s != NATS_OK)
-        return nats_fail(err, KVIX_EIO, subj, s, je);
-    if (duplicate)
-        *duplicate = pa->Duplicate;
-    jsPubAck_Destroy(pa);
     return KVIX_OK;
 }
 
@@ -365,7 +271,7 @@ static int make_sub(kvix_natslog *l, kvix_err *err)
     natsStatus s = js_SubscribeSync(&l->sub, l->js, ">", NULL, &so, &je);
     if (s != NATS_OK) {
         l->sub = NULL;
-        return nats_fail(err, KVIX_EIO, "subscribing to the stream", s, je);
+        return natslog_fail(err, KVIX_EIO, "subscribing to the stream", s, je);
     }
     /* Bounded in bytes too: the flow control keeps the rest on the server. */
     natsSubscription_SetPendingLimits(l->sub, 65536, 256 << 20);

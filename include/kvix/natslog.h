@@ -9,10 +9,16 @@
  * other times) is not mistaken for one. A record without eid (kvsub's own
  * `cleared`) is published without id.
  *
- * Publishing is synchronous, one batch at a time, each acknowledged by the
- * server before the next is sent: the stream holds every (worker, dp)'s
- * batches in the order kvsub delivered them, which the events need (a stored
- * after a removed is not the removed after the stored).
+ * Publishing is pipelined: up to a window of batches are in flight, their
+ * acknowledgements awaited together, which lifts the one-round-trip-per-batch
+ * bound. The order kvsub delivered them in is kept (the events need it: a
+ * stored after a removed is not the removed after the stored): a batch the
+ * server did not acknowledge stops everything new until every batch in
+ * flight is settled, then the failed ones are sent again, in order, one at a
+ * time, with their ids (one the server had after all is dropped as a
+ * duplicate). nats.c's reconnection buffer is off, so nothing sent while the
+ * connection is down can reach the server ahead of a batch lost with the old
+ * connection. A window of 1 is the synchronous publisher.
  *
  * Consuming hands messages with their stream sequence, strictly in sequence:
  * from the position asked, each message once (a redelivery is dropped here),
@@ -48,9 +54,13 @@ typedef struct kvix_natslog_opts {
     int replicas;           /* stream created: copies in a cluster (1..5) */
     int64_t dup_window_s;   /* stream created: duplicate window (0: server default, 2 min) */
     int64_t timeout_ms;     /* one request: stream info, publish acknowledgement */
+    unsigned window;        /* publishing: batches in flight at most (1..65536) */
 } kvix_natslog_opts;
 
-/* Defaults: subject "kvix", stream "KVIX", replicas 1, timeout 5000 ms. */
+#define KVIX_NATSLOG_WINDOW_MAX 65536u
+
+/* Defaults: subject "kvix", stream "KVIX", replicas 1, timeout 5000 ms,
+ * window 256. */
 void kvix_natslog_opts_init(kvix_natslog_opts *o);
 
 /* The state of the stream: messages first..last are held (first == last + 1
@@ -82,14 +92,36 @@ int kvix_natslog_ensure_stream(kvix_natslog *l, int *created, kvix_err *err);
 
 /* ---- publishing -------------------------------------------------------- */
 
-/* Publish one batch: data[0..len) holds its records in fmt (NDJSON lines are
- * converted to msgpack records), all of one (model, worker, dp, eid); the
- * first record gives subject and id. Waits for the server's
- * acknowledgement; *duplicate (may be NULL) says the server already had the
- * batch. KVIX_EIO: not acknowledged (the caller may publish it again:
- * the id makes that safe); KVIX_EINVAL: the records do not decode. */
+/* What the publisher's window has done so far. */
+typedef struct kvix_natslog_pubstats {
+    uint64_t acked;      /* batches the server acknowledged (duplicates included) */
+    uint64_t duplicates; /* of them, ones it already had (dropped by their id) */
+    uint64_t resent;     /* batches sent again after a failure */
+    uint64_t reordered;  /* resent batches the server stored after a later batch of the
+                            window (a server that refused one batch and took the next
+                            on the same connection: a cluster's leader change) */
+    uint64_t pending;    /* batches taken and not acknowledged yet */
+} kvix_natslog_pubstats;
+
+/* Take one batch into the window and send it: data[0..len) holds its
+ * records in fmt (NDJSON lines are converted to msgpack records), all of one
+ * (model, worker, dp, eid); the first record gives subject and id. Returns
+ * KVIX_OK once the batch is held (copied: the caller keeps data), before the
+ * server acknowledged it: kvix_natslog_flush says when every batch taken is
+ * in the stream. Failed batches of the window are sent again first.
+ * KVIX_EIO: the window is full of batches the server has not acknowledged
+ * (or failed ones could not be sent again) within opts.timeout_ms; the
+ * batch was not taken: call again with it. KVIX_EINVAL: the records do not
+ * decode. */
 int kvix_natslog_publish(kvix_natslog *l, const char *data, size_t len, kvix_format fmt,
-                         int *duplicate, kvix_err *err);
+                         kvix_err *err);
+
+/* Wait until the server acknowledged every batch taken (sending failed ones
+ * again), at most timeout_ms. KVIX_OK: all are in the stream; KVIX_EIO: some
+ * are not yet (err says how many; they are still held: call again). */
+int kvix_natslog_flush(kvix_natslog *l, int64_t timeout_ms, kvix_err *err);
+
+void kvix_natslog_pubstats_get(kvix_natslog *l, kvix_natslog_pubstats *st);
 
 /* ---- consuming --------------------------------------------------------- */
 
@@ -114,6 +146,40 @@ uint64_t kvix_natslog_position(const kvix_natslog *l);
  * the Unix epoch (the server's clock): the caller's lag is its own
  * CLOCK_REALTIME minus this. */
 int64_t kvix_natslog_stored_ns(const kvix_natslog *l);
+
+/* ---- following: records, the applied position, the lag ------------------ */
+
+/* Start following after message applied (0: from the stream's start): the
+ * stream's state in *st, then records from applied + 1. KVIX_ERANGE: the
+ * stream ends before applied (the state was not made from this stream);
+ * KVIX_ENOTFOUND: no such stream; KVIX_EIO: no answer (call again). */
+int kvix_natslog_start(kvix_natslog *l, uint64_t applied, kvix_natslog_state *st,
+                       kvix_err *err);
+
+/* The next record of the stream, waiting at most timeout_ms: returns 1 with
+ * *ev decoded, *seq its message's sequence and *last set on the message's
+ * last record; 0 when none came in time. A record that does not decode
+ * (KVIX_EINVAL) ends its message (the rest cannot be framed) and a message
+ * over KVIX_NATSLOG_PAYLOAD_MAX (KVIX_ELIMIT) is skipped whole: both with
+ * *seq and *last set, the next call goes on after it. KVIX_ENOTFOUND: as
+ * kvix_natslog_next. ev is the caller's (kvix_event_init). */
+int kvix_natslog_next_record(kvix_natslog *l, int timeout_ms, kvix_event *ev, uint64_t *seq,
+                             int *last, kvix_err *err);
+
+/* The last message every record of which was handed out: the sequence a
+ * state that applied them reflects. */
+uint64_t kvix_natslog_applied(const kvix_natslog *l);
+
+/* The lag from the server storing a message to the caller coming back after
+ * its last record (its being applied), over the messages followed (a
+ * deterministic sample of 65536 past that many); the server's clock against
+ * CLOCK_REALTIME here. */
+typedef struct kvix_natslog_lag {
+    uint64_t messages;
+    double p50_ms, p99_ms, max_ms;
+} kvix_natslog_lag;
+
+void kvix_natslog_lag_get(kvix_natslog *l, kvix_natslog_lag *out);
 
 #ifdef __cplusplus
 }

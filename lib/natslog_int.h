@@ -1,0 +1,77 @@
+/* Shared by lib/natslog*.c: the handle and the publisher's window. */
+#ifndef KVIX_NATSLOG_INT_H
+#define KVIX_NATSLOG_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include <nats/nats.h>
+
+#include "kvix/event.h"
+#include "kvix/natslog.h"
+
+/* One batch of the publisher's window, from its sending to its
+ * acknowledgement. */
+typedef struct natslog_batch {
+    natsMsg *msg; /* while in flight: the message nats.c holds (its identity only) */
+    int state;    /* NB_FLIGHT, NB_DONE, NB_FAILED */
+    int has_id;
+    uint64_t seq; /* NB_DONE: where the stream holds it */
+    char id[64];
+    char subj[KVIX_NATSLOG_SUBJECT_MAX + KVIX_NAME_MAX + 32];
+    kvix_buf pay;
+} natslog_batch;
+
+enum { NB_FLIGHT, NB_DONE, NB_FAILED };
+
+/* The window: a ring of the batches not yet acknowledged, in the order they
+ * were handed to kvix_natslog_publish. mu guards it: nats.c's thread marks
+ * acknowledgements (natslog_pub.c's on_ack), ours does the rest. */
+typedef struct natslog_pub {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    natslog_batch *ring;
+    size_t cap, head, count; /* ring[head .. head + count) (mod cap) */
+    size_t inflight;         /* NB_FLIGHT among them */
+    int failed;              /* some NB_FAILED: resend before anything new */
+    char why[KVIX_ERR_MSG_MAX];
+    kvix_natslog_pubstats st;
+} natslog_pub;
+
+struct kvix_natslog {
+    natsConnection *nc;
+    jsCtx *js;
+    char *url, *stream, *subject, *name;
+    kvix_natslog_opts o;
+    atomic_int reconnected; /* set by nats.c's thread, read by ours */
+    /* consumer */
+    natsSubscription *sub;
+    natsMsg *msg;       /* the message last handed out */
+    uint64_t next;      /* sequence of the next message to hand out */
+    int64_t stored_ns;  /* when the server stored the message last handed out */
+    int consuming;
+    uint64_t gap_from;  /* a gap seen once: made again; seen twice: gone */
+    /* follower (natslog_follow.c): the message handed out record by record */
+    struct {
+        const char *data; /* l->msg's */
+        size_t len, off;
+        uint64_t seq, applied;
+        int open, ended;
+        double *lag; /* microseconds, at most LAG_MAX kept */
+        size_t nlag, lag_seen;
+    } f;
+    /* publisher */
+    kvix_buf pay;
+    kvix_event ev;
+    natslog_pub pub;
+};
+
+int natslog_fail(kvix_err *err, int code, const char *what, natsStatus s, jsErrCode je);
+
+/* natslog_pub.c: the window made and freed with the handle; the context
+ * options that route acknowledgements to it. */
+int natslog_pub_init(kvix_natslog *l, kvix_err *err);
+void natslog_pub_release(kvix_natslog *l);
+void natslog_pub_jsopts(kvix_natslog *l, jsOptions *jo);
+
+#endif
