@@ -333,14 +333,12 @@ static int remove_workers(kvix_index *idx, uint64_t worker, int all_dp, uint32_t
         part *p = __atomic_load_n(&t->v[i], __ATOMIC_ACQUIRE);
         if (!p)
             continue;
-        uint32_t n = part_nslots(p);
-        for (uint32_t s = 0; s < n; s++) {
-            wstate *w = slot_ws(p, s);
-            if (w && w->worker == worker && (all_dp || w->dp == dp)) {
-                clear_ws(w, &r);
-                w->has_eid = 0;
-                w->eid = 0;
-            }
+        /* the worker's own states, not every slot of the partition */
+        wstate *w = all_dp ? kvix_ix_ws_first(p, worker) : kvix_ix_ws_find(p, worker, dp);
+        for (; w; w = all_dp ? w->next_dp : NULL) {
+            clear_ws(w, &r);
+            w->has_eid = 0;
+            w->eid = 0;
         }
     }
     kvix_ix_add_totals(idx, &r);

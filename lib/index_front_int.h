@@ -87,6 +87,7 @@ typedef struct wstate {
     struct part *p;
     kvix_hmap blocks; /* engine hash -> bent */
     kvix_hmap extra;  /* (pos, canon) -> cref, for blocks with two engine hashes or more */
+    struct wstate *next_dp; /* the same worker's state of another dp (atomic pointer) */
     int has_eid;
     uint64_t eid;
     uint32_t held; /* atomic: kvix_hmap_size(&blocks), for queries on other threads */
@@ -98,6 +99,12 @@ static inline void kvix_ix_publish_held(wstate *w)
     __atomic_store_n(&w->held, (uint32_t)kvix_hmap_size(&w->blocks), __ATOMIC_RELAXED);
 }
 
+typedef struct whead { /* a worker's (worker, dp) states in a partition; key: worker */
+    uint64_t h;
+    uint64_t worker;
+    wstate *first; /* atomic: the latest registered; then through next_dp */
+} whead;
+
 typedef struct part {
     uint64_t h;
     char *model, *tenant;
@@ -106,6 +113,7 @@ typedef struct part {
     void *be;
     pthread_mutex_t lock; /* registration of new (worker, dp) */
     cmap workers;
+    cmap wheads; /* worker -> whead, so removing a worker costs its own states */
     uint32_t nslots;                  /* atomic */
     uint32_t depth;                   /* atomic: 1 + the deepest position ever stored */
     wstate **chunks[SLOT_CHUNKS];     /* atomic pointers; slot -> state */
@@ -169,6 +177,8 @@ size_t kvix_ix_cmap_memory(const cmap *m);
 void kvix_ix_cmap_release(cmap *m, void (*free_elem)(void *));
 part *kvix_ix_part_find(const kvix_index *idx, const char *model, const char *tenant);
 wstate *kvix_ix_ws_find(const part *p, uint64_t worker, uint32_t dp);
+/* The first of worker's states in p (then through next_dp), or NULL. */
+wstate *kvix_ix_ws_first(const part *p, uint64_t worker);
 /* The partition (model, tenant), created with block size bs if absent. */
 int kvix_ix_part_get(kvix_index *idx, const char *model, const char *tenant, uint32_t bs, part **out,
              kvix_err *err);

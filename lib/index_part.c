@@ -128,6 +128,22 @@ wstate *kvix_ix_ws_find(const part *p, uint64_t worker, uint32_t dp)
     return cmap_find(&p->workers, ws_hash(worker, dp), ws_match, &k);
 }
 
+static uint64_t wh_hash(uint64_t worker)
+{
+    return kvix_mix64(worker + UINT64_C(0x632be59bd9b4e019));
+}
+
+static int wh_match(const void *e, const void *key)
+{
+    return ((const whead *)e)->worker == *(const uint64_t *)key;
+}
+
+wstate *kvix_ix_ws_first(const part *p, uint64_t worker)
+{
+    whead *hd = cmap_find(&p->wheads, wh_hash(worker), wh_match, &worker);
+    return hd ? __atomic_load_n(&hd->first, __ATOMIC_ACQUIRE) : NULL;
+}
+
 static void ws_free(void *e)
 {
     wstate *w = e;
@@ -140,6 +156,7 @@ void kvix_ix_part_free(void *e)
 {
     part *p = e;
     kvix_ix_cmap_release(&p->workers, ws_free);
+    kvix_ix_cmap_release(&p->wheads, free);
     for (unsigned i = 0; i < SLOT_CHUNKS; i++)
         free(p->chunks[i]);
     if (p->be)
@@ -254,6 +271,17 @@ int kvix_ix_ws_get(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix_err
                               KVIX_SLOTS_MAX, p->model, p->tenant);
             goto out;
         }
+        whead *hd = cmap_find(&p->wheads, wh_hash(worker), wh_match, &worker);
+        if (!hd) { /* kept even if the state below fails: an empty head is harmless */
+            if (!(hd = calloc(1, sizeof *hd)))
+                goto nomem;
+            hd->h = wh_hash(worker);
+            hd->worker = worker;
+            if (cmap_insert(&p->wheads, hd)) {
+                free(hd);
+                goto nomem;
+            }
+        }
         wstate **c = p->chunks[slot / SLOT_CHUNK];
         if (!c) {
             c = calloc(SLOT_CHUNK, sizeof *c);
@@ -275,6 +303,8 @@ int kvix_ix_ws_get(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix_err
             free(w);
             goto nomem;
         }
+        w->next_dp = hd->first;
+        __atomic_store_n(&hd->first, w, __ATOMIC_RELEASE);
         __atomic_store_n(&c[slot % SLOT_CHUNK], w, __ATOMIC_RELEASE);
         __atomic_store_n(&p->nslots, slot + 1, __ATOMIC_RELEASE);
     }

@@ -185,7 +185,8 @@ void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
         out->backend_bytes += be;
         out->unique_blocks += p->ops->unique_blocks(p->be);
         out->bytes += be + sizeof *p + strlen(p->model) + strlen(p->tenant) + 2 +
-                      kvix_ix_cmap_memory(&p->workers);
+                      kvix_ix_cmap_memory(&p->workers) + kvix_ix_cmap_memory(&p->wheads) +
+                      p->wheads.n * sizeof(whead);
         uint32_t ns = part_nslots(p);
         out->bytes += (ns + SLOT_CHUNK - 1) / SLOT_CHUNK * SLOT_CHUNK * sizeof(wstate *);
         for (uint32_t s = 0; s < ns; s++) {
