@@ -93,6 +93,7 @@ static const cli_tool tool = {
 
 #define WORKER_FILTERS_MAX 256
 #define BATCH_MAX 1024
+#define MAP_EVERY 0.2 /* seconds between two writes of a growing map file */
 
 typedef struct wfilter {
     uint64_t worker;
@@ -145,7 +146,9 @@ typedef struct replay {
     /* publishers, sorted by (worker, dp) */
     void *zctx;
     pubent *pubs;
-    size_t npubs;
+    size_t npubs, pubs_cap;
+    size_t mapped;    /* publishers in the map file as last written */
+    double map_written; /* when (monotonic s) */
     kvix_event batch[BATCH_MAX];
     size_t nbatch;
     kvix_buf payload;
@@ -240,24 +243,47 @@ static pubent *find_pub(replay *r, uint64_t worker, uint32_t dp)
     return NULL;
 }
 
-static void add_pub_key(replay *r, size_t *cap, uint64_t worker, uint32_t dp)
+static void derive_endpoint(const char *base, size_t k, const pubent *p, char *out, size_t cap,
+                            const char *what);
+static void write_map(replay *r);
+
+/* A publisher for (worker, dp), bound at once: it is the k-th found (k from
+ * 0, in the order the logs first name them), which sets its tcp port. */
+static void add_pub(replay *r, uint64_t worker, uint32_t dp)
 {
     if (find_pub(r, worker, dp))
         return;
-    if (r->npubs == *cap) {
-        *cap = *cap ? *cap * 2 : 16;
-        r->pubs = realloc(r->pubs, *cap * sizeof *r->pubs);
+    if (r->npubs == r->pubs_cap) {
+        r->pubs_cap = r->pubs_cap ? r->pubs_cap * 2 : 16;
+        r->pubs = realloc(r->pubs, r->pubs_cap * sizeof *r->pubs);
         if (!r->pubs)
             cli_die(KVIX_EXIT_SYS, "out of memory");
     }
+    pubent np = {worker, dp, NULL, 0};
+    char ep[KVIX_ENGINEPUB_ENDPOINT_MAX], rep[KVIX_ENGINEPUB_ENDPOINT_MAX];
+    derive_endpoint(r->pub, r->npubs, &np, ep, sizeof ep, "--pub");
+    if (r->replay_ep)
+        derive_endpoint(r->replay_ep, r->npubs, &np, rep, sizeof rep, "--replay-endpoint");
+    kvix_err err;
+    if (kvix_enginepub_new(&np.p, r->zctx, ep, r->replay_ep ? rep : NULL, r->topic,
+                           r->replay_buffer, &err))
+        cli_die(KVIX_EXIT_SYS, "%s", err.msg);
+    if (!r->map_file && !r->quiet)
+        fprintf(stderr, "%s: worker %" PRIu64 " dp %" PRIu32 " publishes on %s\n", cli_name(),
+                worker, dp, kvix_enginepub_endpoint(np.p));
     size_t i = r->npubs;
     while (i > 0 && (r->pubs[i - 1].worker > worker ||
                      (r->pubs[i - 1].worker == worker && r->pubs[i - 1].dp > dp))) {
         r->pubs[i] = r->pubs[i - 1];
         i--;
     }
-    r->pubs[i] = (pubent){worker, dp, NULL, 0};
+    r->pubs[i] = np;
     r->npubs++;
+    /* The map file follows the binding: written with the first publisher,
+     * then at most every MAP_EVERY s while the logs are scanned, and whole
+     * before the first batch. kvsub --workers-file re-reads it as it grows. */
+    if (r->map_file && (r->mapped == 0 || now_s() - r->map_written >= MAP_EVERY))
+        write_map(r);
 }
 
 /* The k-th publisher's endpoint: tcp ports count up from the base (an
@@ -322,6 +348,8 @@ static void write_map(replay *r)
     if (kvix_enginesub_file_write(r->map_file, v, r->npubs, &err))
         cli_die(KVIX_EXIT_IO, "%s", err.msg);
     free(v);
+    r->mapped = r->npubs;
+    r->map_written = now_s();
 }
 
 static void service_all(replay *r)
@@ -363,25 +391,18 @@ static void pub_sleep_until(replay *r, double deadline)
         free(items);
 }
 
-static void start_pubs(replay *r)
+static void open_pubs(replay *r)
 {
     r->zctx = zmq_ctx_new();
     if (!r->zctx)
         cli_die(KVIX_EXIT_SYS, "cannot create a zmq context: %s", zmq_strerror(zmq_errno()));
-    kvix_err err;
-    for (size_t k = 0; k < r->npubs; k++) {
-        char ep[KVIX_ENGINEPUB_ENDPOINT_MAX], rep[KVIX_ENGINEPUB_ENDPOINT_MAX];
-        derive_endpoint(r->pub, k, &r->pubs[k], ep, sizeof ep, "--pub");
-        if (r->replay_ep)
-            derive_endpoint(r->replay_ep, k, &r->pubs[k], rep, sizeof rep, "--replay-endpoint");
-        if (kvix_enginepub_new(&r->pubs[k].p, r->zctx, ep, r->replay_ep ? rep : NULL, r->topic,
-                               r->replay_buffer, &err))
-            cli_die(KVIX_EXIT_SYS, "%s", err.msg);
-        if (!r->map_file && !r->quiet)
-            fprintf(stderr, "%s: worker %" PRIu64 " dp %" PRIu32 " publishes on %s\n", cli_name(),
-                    r->pubs[k].worker, r->pubs[k].dp, kvix_enginepub_endpoint(r->pubs[k].p));
-    }
-    if (r->map_file)
+}
+
+/* Every publisher is bound: the map file is made whole, then the wait for
+ * subscribers. */
+static void start_pubs(replay *r)
+{
+    if (r->map_file && r->mapped != r->npubs)
         write_map(r);
     /* ZMQ's slow joiner: what a PUB sends before a subscriber has joined is
      * lost, so wait (bounded) until each publisher has one. */
@@ -732,13 +753,11 @@ static int emit_record(replay *r, const kvix_event *ev)
     return emit(r, ev);
 }
 
-static size_t prescan_cap;
-
 static int collect_pub(replay *r, const kvix_event *ev)
 {
     if (ev->type != KVIX_EV_QUERY && keep_worker(r, ev))
-        add_pub_key(r, &prescan_cap, ev->worker, ev->dp);
-    return 0;
+        add_pub(r, ev->worker, ev->dp);
+    return interrupted;
 }
 
 /* ---- mooncake -------------------------------------------------------------- */
@@ -773,11 +792,11 @@ static int run_mooncake(replay *r, mooncake_args *a)
     if (kvix_mooncake_new(&m, &a->o, &err))
         cli_usage_error("%s", err.msg);
     if (r->pub) {
-        size_t cap = 0;
+        open_pubs(r);
         for (uint32_t w = 0; w < a->o.workers * a->o.copies; w++) {
             kvix_event probe = {.worker = w, .dp = 0};
             if (keep_worker(r, &probe))
-                add_pub_key(r, &cap, w, 0);
+                add_pub(r, w, 0);
         }
         start_pubs(r);
     }
@@ -1052,18 +1071,22 @@ int main(int argc, char **argv)
         int nlogs = optind < argc ? argc - optind : 1;
         if (r.pub) {
             /* Publishers are bound before the first batch (subscribers must
-             * know them all up front), so the logs are read twice. */
+             * know them all up front), so the logs are read twice; each is
+             * bound, and the map file written, as soon as the first read
+             * finds it. */
             for (int i = 0; i < nlogs; i++)
                 if (strcmp(logs[i], "-") == 0)
                     cli_usage_error("--pub reads its logs twice: give files, not standard input");
-            for (int i = 0; i < nlogs && !code; i++)
+            open_pubs(&r);
+            for (int i = 0; i < nlogs && !code && !interrupted; i++)
                 code = read_log(&r, logs[i], collect_pub, 1);
-            if (code)
-                return cli_finish(code);
-            if (r.npubs == 0) {
-                if (!r.quiet)
+            if (code || r.npubs == 0) {
+                if (!code && !r.quiet)
                     cli_warn("no events to publish");
-                return cli_finish(KVIX_EXIT_OK);
+                r.pub_hold = 0;
+                stop_pubs(&r);
+                free(r.pubs);
+                return cli_finish(code);
             }
             start_pubs(&r);
         }

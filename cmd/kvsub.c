@@ -4,7 +4,9 @@
  * The subscriber is the library's (kvix/enginesub.h): sequence tracking per
  * subscription, replay, losses as `cleared` events. This file only turns
  * options into its configuration, prints what it delivers, and handles the
- * signals (SIGHUP re-reads the workers file, SIGUSR1 prints the counters). */
+ * signals (SIGHUP re-reads the workers file, SIGUSR1 prints the counters).
+ * The workers file is also re-read when it changes (--reload), so a file
+ * that grows while its writer binds (kvreplay --map-file) is followed. */
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -13,6 +15,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,6 +49,7 @@ enum {
     O_NATS_WINDOW,
     O_JSON,
     O_IDLE_EXIT,
+    O_RELOAD,
 };
 
 static const cli_opt options[] = {
@@ -62,6 +66,8 @@ static const cli_opt options[] = {
     {'f', 'f', "format", "FMT", "ndjson|msgpack", "output format (default ndjson)"},
     {O_WORKERS_FILE, 0, "workers-file", "FILE", "file",
      "read ID[:DP]=ENDPOINT [replay=ENDPOINT] lines from FILE; re-read on SIGHUP"},
+    {O_RELOAD, 0, "reload", "SECONDS", NULL,
+     "re-read the workers file when it changes, checked every SECONDS (default 0.25; 0: on SIGHUP only)"},
     {O_TOKENS, 0, "tokens", NULL, NULL, "keep each stored block's token ids in the events"},
     {O_REPLAY_TIMEOUT, 0, "replay-timeout", "MS", NULL,
      "give up a recovery MS milliseconds after asking (default 5000)"},
@@ -110,6 +116,8 @@ static const cli_tool tool = {
 
 static struct {
     const char *workers_file, *resume;
+    uint64_t reload_ms;
+    struct stat wf_seen; /* the workers file as last read, to see it change */
     bool bind, json;
     uint64_t idle_exit_ms;
     kvix_format fmt;
@@ -296,6 +304,9 @@ static void load_workers(bool initial)
     kvix_enginesub_spec *v;
     size_t n, added, removed;
     kvix_err err;
+    /* stat before reading: a change made while we read is seen next time */
+    if (stat(S.workers_file, &S.wf_seen) != 0)
+        memset(&S.wf_seen, 0, sizeof S.wf_seen);
     int rc = kvix_enginesub_file_read(S.workers_file, S.bind, &v, &n, &err);
     if (rc) {
         cli_warn("%s", err.msg);
@@ -494,14 +505,31 @@ static void warn_unresolved(const kvix_enginesub_spec *v, size_t n)
     }
 }
 
+/* The workers file was replaced or rewritten since it was last read (a file
+ * gone for now is not a change: the workers are kept). */
+static bool workers_file_changed(void)
+{
+    struct stat st;
+    if (stat(S.workers_file, &st) != 0)
+        return false;
+    return st.st_ino != S.wf_seen.st_ino || st.st_dev != S.wf_seen.st_dev ||
+           st.st_size != S.wf_seen.st_size || st.st_mtim.tv_sec != S.wf_seen.st_mtim.tv_sec ||
+           st.st_mtim.tv_nsec != S.wf_seen.st_mtim.tv_nsec;
+}
+
 static void run(void)
 {
     kvix_err err;
-    uint64_t seen = UINT64_MAX, quiet_since = mono_ms();
+    uint64_t seen = UINT64_MAX, quiet_since = mono_ms(), checked = quiet_since;
     while (!sig_stop) {
         if (sig_hup) {
             sig_hup = 0;
             if (S.workers_file)
+                load_workers(false);
+        }
+        if (S.workers_file && S.reload_ms && mono_ms() - checked >= S.reload_ms) {
+            checked = mono_ms();
+            if (workers_file_changed())
                 load_workers(false);
         }
         if (sig_usr1) {
@@ -561,6 +589,8 @@ int main(int argc, char **argv)
     const char *arg;
     const char **wargs = NULL;
     size_t nw = 0;
+    bool reload_set = false;
+    S.reload_ms = 250;
     int c;
     while ((c = cli_next(argc, argv, &arg)) != -1) {
         switch (c) {
@@ -604,6 +634,13 @@ int main(int argc, char **argv)
         case O_IDLE_EXIT:
             S.idle_exit_ms = cli_parse_uint(arg, 1, 31536000, "idle exit") * 1000;
             break;
+        case O_RELOAD:
+        {
+            double sec = cli_parse_double(arg, 0, 86400, "--reload");
+            S.reload_ms = sec > 0 && sec < 0.001 ? 1 : (uint64_t)(sec * 1000);
+        }
+            reload_set = true;
+            break;
         case O_NATS: S.nopt.url = arg; break;
         case O_NATS_WINDOW:
             S.nopt.window = (unsigned)cli_parse_uint(arg, 1, KVIX_NATSLOG_WINDOW_MAX, "window");
@@ -628,6 +665,8 @@ int main(int argc, char **argv)
         cli_usage_error("unexpected argument '%s'", argv[optind]);
     if (!nw && !S.workers_file)
         cli_usage_error("no worker: give -w ID[:DP]=ENDPOINT or --workers-file FILE");
+    if (reload_set && !S.workers_file)
+        cli_usage_error("--reload needs --workers-file");
     for (size_t i = 0; i < nw; i++)
         add_spec(&S.specs, &S.nspecs, wargs[i], cfg.bind, "");
     free(wargs);

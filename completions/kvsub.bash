@@ -12,6 +12,7 @@ _kvsub() {
     --topic) return ;;
     -f|--format) COMPREPLY=($(compgen -W "ndjson msgpack" -- "$cur")); return ;;
     --workers-file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --reload) return ;;
     --replay-timeout) return ;;
     --replay-buffer) return ;;
     --replay-buffer-bytes) return ;;
@@ -28,7 +29,7 @@ _kvsub() {
     --nats-window) return ;;
     esac
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--worker -w --replay --model -m --tenant -t --block-size -b --topic --bind --format -f --workers-file --tokens --replay-timeout --replay-buffer --replay-buffer-bytes --max-message --resume --json --idle-exit --nats --subject --stream --stream-max-age --stream-max-bytes --stream-replicas --stream-dup-window --nats-window --help -h --version -V" -- "$cur"))
+        COMPREPLY=($(compgen -W "--worker -w --replay --model -m --tenant -t --block-size -b --topic --bind --format -f --workers-file --reload --tokens --replay-timeout --replay-buffer --replay-buffer-bytes --max-message --resume --json --idle-exit --nats --subject --stream --stream-max-age --stream-max-bytes --stream-replicas --stream-dup-window --nats-window --help -h --version -V" -- "$cur"))
         return
     fi
 }

@@ -55,7 +55,10 @@ kvreplay --pub "ipc://$W/engine" --map-file workers --pub-wait 30 --speed 100 "$
     2>replay.err &
 pub=$!
 pids+=("$pub")
-wait_for 30 test -s workers || die "kvreplay wrote no map file: $(cat replay.err)"
+# the map file grows as the publishers are bound (kvsub would follow it);
+# shown once it names the four
+four_workers() { [ "$(cat workers 2>/dev/null | wc -l)" = 4 ]; }
+wait_for 30 four_workers || die "kvreplay wrote no map file of four workers: $(cat replay.err)"
 cat workers
 
 say "the router's side: subscribe, keep a copy of the stream, index it with a snapshot"

@@ -165,3 +165,44 @@ expect_rc 1
 assert_grep "cannot publish a batch of worker [0-9]+: stored event without tokens" err
 assert_grep " 0 events published in 0 batches by 2 publishers \(0 stored" err
 end
+
+begin "pub: each publisher is bound and put in the map file as the scan finds it; kvsub follows the file as it grows"
+# The second log is a FIFO: the scan blocks on it after the first log, so the
+# map file must already name the first log's worker then. The FIFO is written
+# twice: once for the scan, once for the replay.
+jq -c 'select(.type != "query" and .worker == 0)' "$LOG" >w0.ndjson
+jq -c 'select(.type != "query" and .worker != 0)' "$LOG" >rest.ndjson
+mkfifo rest.fifo
+kvreplay --fast --pub "ipc://$T/e" --pub-wait 30 --map-file workers w0.ndjson rest.fifo \
+    >pub.out 2>pub.err &
+pub=$!
+pids+=("$pub")
+wait_for 20 test -s workers || fail "no map file while the scan waits for the second log"
+assert_eq "$(cat workers)" "0:0=ipc://$T/e-0-0" "map file after the first log"
+kvsub --workers-file workers >sub.ndjson 2>sub.err &
+sub=$!
+pids+=("$sub")
+cat rest.ndjson >rest.fifo # the scan reads it: three more publishers
+has_lines() { [ "$(wc -l <"$1")" = "$2" ]; }
+wait_for 20 has_lines workers 4 || fail "map file not completed: $(cat workers)"
+cat rest.ndjson >rest.fifo # the replay reads it
+wait "$pub"
+assert_eq "$?" 0 "kvreplay exit status"
+want=$(cat w0.ndjson rest.ndjson | wc -l)
+wait_for 30 lines_at_least sub.ndjson "$want" || fail "kvsub printed $(wc -l <sub.ndjson) of $want events"
+kill -TERM "$sub"
+wait "$sub"
+assert_eq "$?" 0 "kvsub exit status"
+assert_grep 'reloaded workers: 4 workers, [0-9]+ added, 0 removed' sub.err
+assert_no_grep 'no subscriber' pub.err
+cat w0.ndjson rest.ndjson >both.ndjson
+project both.ndjson >want
+project sub.ndjson >got
+cmp -s want got || fail "kvsub's events differ from the logs"
+end
+
+begin "kvsub: --reload needs --workers-file"
+run kvsub -w "1=ipc://$T/x" --reload 1
+expect_rc 2
+assert_grep '--reload needs --workers-file' err
+end
