@@ -18,6 +18,8 @@ if ! command -v nats-server >/dev/null 2>&1; then
     echo "# skip: nats-server is not installed ('make deps' or .ci/deps installs it)"
     exit 0
 fi
+# under ThreadSanitizer: the uninstrumented libraries' own internals only
+export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$ROOT/tests/tsan.supp"
 PIDS=""
 cleanup() {
     local p
