@@ -57,7 +57,7 @@
 #define JUMP_DEFAULT 32u /* bench_index jump sweep: fewest instructions, best median */
 #define JUMP_MAX 1024u
 #define ORPH_CHUNK 256u
-#define TOMB ((pnode *)(uintptr_t)1)
+#define TOMB UINT64_C(1) /* a table slot's word for a removed entry */
 #define LIMBO_BATCH 1024
 #define POOL_MIN 32
 
@@ -113,10 +113,29 @@ struct pnode {
     kvix_hset h;
 };
 
-typedef struct pslot {
-    _Atomic uint64_t tag;  /* the key's hash */
-    _Atomic(pnode *) node; /* NULL: never used (ends a probe); TOMB: removed */
-} pslot;
+/* A table slot is one word: 0 never used (ends a probe), TOMB removed, else
+ * 16 bits of the key's hash above the node's address (user-space addresses
+ * fit in 48 bits: node_new refuses one that does not), so most mismatches
+ * never touch the node, a slot costs 8 bytes rather than 16, and a reader
+ * loads the tag and the node together. */
+typedef _Atomic uint64_t pslot;
+#define PTR_BITS 48
+#define PTR_MASK ((UINT64_C(1) << PTR_BITS) - 1)
+
+static inline uint64_t slot_tag(uint64_t h)
+{
+    return (h >> 24) & 0xffff; /* not the top bits: they pick the shard */
+}
+
+static inline uint64_t slot_word(uint64_t h, const pnode *n)
+{
+    return slot_tag(h) << PTR_BITS | (uint64_t)(uintptr_t)n;
+}
+
+static inline pnode *slot_node(uint64_t w)
+{
+    return (pnode *)(uintptr_t)(w & PTR_MASK);
+}
 
 typedef struct ptable {
     struct rcu_head rcu;
@@ -168,13 +187,16 @@ static inline unsigned shard_of(uint64_t h)
 
 static inline pnode *table_find(const ptable *t, uint64_t h, uint32_t pos, uint64_t canon)
 {
+    uint64_t tag = slot_tag(h);
     for (uint64_t i = h & t->mask;; i = (i + 1) & t->mask) {
-        pnode *n = atomic_load_explicit(&t->s[i].node, memory_order_acquire);
-        if (!n)
+        uint64_t w = atomic_load_explicit(&t->s[i], memory_order_acquire);
+        if (!w)
             return NULL;
-        if (n != TOMB && atomic_load_explicit(&t->s[i].tag, memory_order_relaxed) == h &&
-            n->canon == canon && n->pos == pos)
-            return n;
+        if (w >> PTR_BITS == tag && w != TOMB) {
+            pnode *n = slot_node(w);
+            if (n->canon == canon && n->pos == pos)
+                return n;
+        }
     }
 }
 
@@ -207,10 +229,9 @@ static void table_retire(ptable *t, kvix_bmem *mem)
 static void table_put(ptable *t, uint64_t h, pnode *n)
 {
     for (uint64_t i = h & t->mask;; i = (i + 1) & t->mask) {
-        pnode *o = atomic_load_explicit(&t->s[i].node, memory_order_relaxed);
+        uint64_t o = atomic_load_explicit(&t->s[i], memory_order_relaxed);
         if (!o || o == TOMB) {
-            atomic_store_explicit(&t->s[i].tag, h, memory_order_relaxed);
-            atomic_store_explicit(&t->s[i].node, n, memory_order_release);
+            atomic_store_explicit(&t->s[i], slot_word(h, n), memory_order_release);
             return;
         }
     }
@@ -227,9 +248,11 @@ static int shard_rebuild(pshard *sh, size_t want, kvix_bmem *mem)
     if (!t)
         return KVIX_ENOMEM;
     for (uint64_t i = 0; i <= old->mask; i++) {
-        pnode *n = atomic_load_explicit(&old->s[i].node, memory_order_relaxed);
-        if (n && n != TOMB)
-            table_put(t, atomic_load_explicit(&old->s[i].tag, memory_order_relaxed), n);
+        uint64_t w = atomic_load_explicit(&old->s[i], memory_order_relaxed);
+        if (w && w != TOMB) { /* the slot keeps 16 bits of the hash: rehash */
+            pnode *n = slot_node(w);
+            table_put(t, key_hash(n->pos, n->canon), n);
+        }
     }
     atomic_store_explicit(&sh->t, t, memory_order_release);
     sh->tomb = 0;
@@ -248,14 +271,13 @@ static int shard_insert(pshard *sh, uint64_t h, pnode *n, kvix_bmem *mem)
     /* a tombstone slot is reused only when it is the first free one */
     uint64_t i = h & t->mask;
     for (;; i = (i + 1) & t->mask) {
-        pnode *o = atomic_load_explicit(&t->s[i].node, memory_order_relaxed);
+        uint64_t o = atomic_load_explicit(&t->s[i], memory_order_relaxed);
         if (!o || o == TOMB)
             break;
     }
-    if (atomic_load_explicit(&t->s[i].node, memory_order_relaxed) == TOMB)
+    if (atomic_load_explicit(&t->s[i], memory_order_relaxed) == TOMB)
         sh->tomb--;
-    atomic_store_explicit(&t->s[i].tag, h, memory_order_relaxed);
-    atomic_store_explicit(&t->s[i].node, n, memory_order_release);
+    atomic_store_explicit(&t->s[i], slot_word(h, n), memory_order_release);
     sh->used++;
     return KVIX_OK;
 }
@@ -264,11 +286,11 @@ static void shard_remove(pshard *sh, uint64_t h, pnode *n, kvix_bmem *mem)
 {
     ptable *t = atomic_load_explicit(&sh->t, memory_order_relaxed);
     for (uint64_t i = h & t->mask;; i = (i + 1) & t->mask) {
-        pnode *o = atomic_load_explicit(&t->s[i].node, memory_order_relaxed);
+        uint64_t o = atomic_load_explicit(&t->s[i], memory_order_relaxed);
         if (!o)
             return;
-        if (o == n) {
-            atomic_store_explicit(&t->s[i].node, TOMB, memory_order_release);
+        if (o == slot_word(h, n)) {
+            atomic_store_explicit(&t->s[i], TOMB, memory_order_release);
             sh->used--;
             sh->tomb++;
             break;
@@ -292,6 +314,10 @@ static pnode *node_new(pos_be *be, uint32_t pos, uint64_t canon)
     if (!n) {
         if (!(n = malloc(sizeof *n)))
             return NULL;
+        if ((uintptr_t)n >> PTR_BITS) { /* no room for a table slot's tag */
+            free(n);
+            return NULL;
+        }
         atomic_fetch_add_explicit(&be->mem.bytes, (long)sizeof *n, memory_order_relaxed);
     }
     memset(n, 0, offsetof(pnode, pos));
@@ -504,8 +530,9 @@ static void pos_destroy(void *vbe)
     for (unsigned i = 0; i < NSHARD; i++) {
         ptable *t = atomic_load(&be->shard[i].t);
         for (uint64_t j = 0; j <= t->mask; j++) {
-            pnode *n = atomic_load(&t->s[j].node);
-            if (n && n != TOMB) {
+            uint64_t w = atomic_load(&t->s[j]);
+            pnode *n = slot_node(w);
+            if (w && w != TOMB) {
                 kvix_hs_free(&n->h);
                 free(n);
             }
