@@ -156,6 +156,14 @@ typedef struct replay {
     /* progress and counters */
     int progress;
     struct timespec last_progress;
+    /* input read so far, for the percentage and eta: the logs' sizes (0 when
+     * one is not a regular file), the bytes of the logs done, and a dup of
+     * the open log's descriptor whose offset is how far it is read (the
+     * compressed bytes for a compressed log) */
+    uint64_t in_total, in_before;
+    int pos_fd;
+    const char *in_name;
+    double in_started;
     uint64_t in, written, filtered, rejected, by_type[5], batches, pub_skipped;
     uint64_t kept; /* records past the filters */
     int stop;     /* limit reached */
@@ -522,6 +530,12 @@ static void wait_for(replay *r, const kvix_event *ev)
     sleep_for(r, target - wall_elapsed(r));
 }
 
+static uint64_t input_done(const replay *r)
+{
+    off_t at = r->pos_fd >= 0 ? lseek(r->pos_fd, 0, SEEK_CUR) : 0;
+    return r->in_before + (at > 0 ? (uint64_t)at : 0);
+}
+
 static void progress(replay *r, int final)
 {
     if (!r->progress)
@@ -534,8 +548,11 @@ static void progress(replay *r, int final)
         return;
     r->last_progress = t;
     double el = r->wall_started ? wall_elapsed(r) : 0;
-    fprintf(stderr, "\r%s: %" PRIu64 " read, %" PRIu64 " written, %.0f/s%s", cli_name(), r->in,
-            r->written, el > 0 ? (double)r->written / el : 0.0, final ? "\033[K\r" : "\033[K");
+    char eta[48];
+    cli_progress_eta(input_done(r), r->in_total, now_s() - r->in_started, eta);
+    fprintf(stderr, "\r%s: %s:%s %" PRIu64 " read, %" PRIu64 " written, %.0f/s%s", cli_name(),
+            r->in_name ? r->in_name : "", eta, r->in, r->written,
+            el > 0 ? (double)r->written / el : 0.0, final ? "\033[K\r" : "\033[K");
     if (final)
         fputs("\r\033[K", stderr);
 }
@@ -672,13 +689,39 @@ static int emit(void *ctx, const kvix_event *ev)
 
 /* ---- inputs ---------------------------------------------------------------- */
 
-static int open_input(const char *path, kvix_logio **lio)
+/* The size of a regular file, 0 for anything else (a pipe, a terminal). */
+static uint64_t file_size(int fd)
+{
+    struct stat st;
+    return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 ? (uint64_t)st.st_size
+                                                                         : 0;
+}
+
+/* The sum of the inputs' sizes, or 0 when one of them has no size known. */
+static uint64_t inputs_size(char *const *paths, int n)
+{
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        struct stat st;
+        int ok = strcmp(paths[i], "-") == 0 ? fstat(STDIN_FILENO, &st) == 0
+                                            : stat(paths[i], &st) == 0;
+        if (!ok || !S_ISREG(st.st_mode))
+            return 0;
+        total += (uint64_t)st.st_size;
+    }
+    return total;
+}
+
+static int open_input(replay *r, const char *path, kvix_logio **lio)
 {
     int fd = strcmp(path, "-") == 0 ? dup(STDIN_FILENO) : open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         cli_warn("cannot open %s: %s", path, strerror(errno));
         return KVIX_EXIT_IO;
     }
+    r->in_name = strcmp(path, "-") == 0 ? "<stdin>" : path;
+    if (r->progress && file_size(fd))
+        r->pos_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0); /* shares the offset: how far it is read */
     kvix_err err;
     if (kvix_logio_open(lio, fd, strcmp(path, "-") == 0 ? "<stdin>" : path, &err)) {
         cli_warn("%s", err.msg);
@@ -687,8 +730,13 @@ static int open_input(const char *path, kvix_logio **lio)
     return 0;
 }
 
-static int close_input(kvix_logio *lio)
+static int close_input(replay *r, kvix_logio *lio)
 {
+    if (r->pos_fd >= 0) {
+        r->in_before += file_size(r->pos_fd);
+        close(r->pos_fd);
+        r->pos_fd = -1;
+    }
     kvix_err err;
     if (kvix_logio_close(lio, &err)) {
         cli_warn("%s", err.msg);
@@ -703,7 +751,7 @@ typedef int (*record_fn)(replay *r, const kvix_event *ev);
 static int read_log(replay *r, const char *path, record_fn fn, int quiet_rejects)
 {
     kvix_logio *lio;
-    int code = open_input(path, &lio);
+    int code = open_input(r, path, &lio);
     if (code)
         return code;
     kvix_reader *rd;
@@ -711,7 +759,7 @@ static int read_log(replay *r, const char *path, record_fn fn, int quiet_rejects
     const char *name = strcmp(path, "-") == 0 ? "<stdin>" : path;
     if (kvix_reader_new(&rd, kvix_logio_fd(lio), name, KVIX_FMT_AUTO, &err)) {
         cli_warn("%s", err.msg);
-        close_input(lio);
+        close_input(r, lio);
         return cli_exit_for(err.code);
     }
     kvix_reader_set_eintr(rd, 1);
@@ -744,7 +792,7 @@ static int read_log(replay *r, const char *path, record_fn fn, int quiet_rejects
     }
     kvix_event_release(&ev);
     kvix_reader_free(rd);
-    int c2 = close_input(lio);
+    int c2 = close_input(r, lio);
     return code ? code : c2;
 }
 
@@ -801,7 +849,10 @@ static int run_mooncake(replay *r, mooncake_args *a)
         start_pubs(r);
     }
     kvix_logio *lio;
-    int code = open_input(a->trace, &lio);
+    char *trace[] = {(char *)a->trace};
+    r->in_total = inputs_size(trace, 1);
+    r->in_started = now_s();
+    int code = open_input(r, a->trace, &lio);
     if (code) {
         kvix_mooncake_free(m);
         return code;
@@ -849,7 +900,7 @@ static int run_mooncake(replay *r, mooncake_args *a)
         flush_batch(r);
     kvix_mooncake_req_release(&req);
     kvix_mooncake_trace_free(t);
-    int c2 = close_input(lio);
+    int c2 = close_input(r, lio);
     if (!code)
         code = c2;
     if (a->final_state) {
@@ -931,6 +982,7 @@ int main(int argc, char **argv)
     r.speed = 1;
     r.pub_wait = 1;
     r.wire = KVIX_WIRE_MAP;
+    r.pos_fd = -1;
     mooncake_args mc = {0};
     kvix_mooncake_opts_init(&mc.o);
     int timing_set = 0, mooncake_only = 0;
@@ -1090,6 +1142,9 @@ int main(int argc, char **argv)
             }
             start_pubs(&r);
         }
+        r.in_total = inputs_size(logs, nlogs);
+        r.in_before = 0; /* the replay's read, after the publishers' scan */
+        r.in_started = now_s();
         for (int i = 0; i < nlogs && !r.stop && !r.fatal && !interrupted; i++) {
             int c2 = read_log(&r, logs[i], emit_record, 0);
             if (c2 && !code)

@@ -114,10 +114,17 @@ grep -q 'records, ' tty && fail "progress drawn on the terminal kvindex prints t
 grep -q 'applied 200 events' tty || fail "the summary is still printed"
 # kvreplay: the same rule
 on_terminal 0 kvreplay --fast log
-grep -q 'kvreplay: 200 read, 200 written' tty || fail "kvreplay draws no progress into a pipe"
+grep -q 'kvreplay: log: 100% 200 read, 200 written' tty || fail "kvreplay draws no progress into a pipe"
 on_terminal 1 kvreplay --fast log
 grep -q ' read, .* written, [0-9]*/s' tty && fail "kvreplay draws progress on the terminal it prints to"
 assert_eq "$(grep -c '"type":"cleared"' tty)" 200 "kvreplay's records on the terminal"
+# a log larger than one read: kvreplay's line has a percentage and an eta
+# while the log lasts (the first line is drawn at the first record)
+for i in $(seq 1 40000); do echo "{\"type\":\"cleared\",\"worker\":$i,\"ts\":$i}"; done >big
+on_terminal 0 kvreplay --rate 40000 big
+grep -qE 'kvreplay: big: [0-9]+%, eta [0-9]+:[0-9]{2} [0-9]+ read, ' tty ||
+    fail "no percentage and eta: $(tr '\r\033' '|~' <tty | head -c 300)"
+grep -q 'kvreplay: big: 100% 40000 read, 40000 written' tty || fail "no final 100% line"
 end
 
 begin "an error names the option as the user wrote it"
