@@ -345,7 +345,7 @@ static void summary(kvi *k)
     tot.duplicate -= k->base.duplicate;
     tot.removed -= k->base.removed;
     tot.unknown -= k->base.unknown;
-    cli_warn("blocks: %" PRIu32 " stored, %" PRIu32 " duplicate, %" PRIu32 " removed, %" PRIu32
+    cli_warn("blocks: %" PRIu64 " stored, %" PRIu64 " duplicate, %" PRIu64 " removed, %" PRIu64
              " unknown removals",
              tot.stored, tot.duplicate, tot.removed, tot.unknown);
     cli_warn("answered %" PRIu64 " of %" PRIu64 " queries", k->answered, k->queries);

@@ -158,7 +158,7 @@ static void clear_ws(wstate *w, kvix_apply_result *r)
     const bent *e;
     while ((e = kvix_hmap_next(&w->blocks, &it, NULL)))
         untier_all(w, e);
-    r->removed += (uint32_t)kvix_hmap_size(&w->blocks);
+    r->removed += kvix_hmap_size(&w->blocks);
     kvix_hmap_release(&w->blocks);
     kvix_ix_publish_held(w);
     kvix_hmap_release(&w->extra);
@@ -315,10 +315,10 @@ int kvix_index_apply(kvix_index *idx, const kvix_event *ev, kvix_apply_result *r
 
 void kvix_index_totals(const kvix_index *idx, kvix_apply_result *out)
 {
-    out->stored = (uint32_t)__atomic_load_n(&idx->tot_stored, __ATOMIC_RELAXED);
-    out->duplicate = (uint32_t)__atomic_load_n(&idx->tot_dup, __ATOMIC_RELAXED);
-    out->removed = (uint32_t)__atomic_load_n(&idx->tot_removed, __ATOMIC_RELAXED);
-    out->unknown = (uint32_t)__atomic_load_n(&idx->tot_unknown, __ATOMIC_RELAXED);
+    out->stored = __atomic_load_n(&idx->tot_stored, __ATOMIC_RELAXED);
+    out->duplicate = __atomic_load_n(&idx->tot_dup, __ATOMIC_RELAXED);
+    out->removed = __atomic_load_n(&idx->tot_removed, __ATOMIC_RELAXED);
+    out->unknown = __atomic_load_n(&idx->tot_unknown, __ATOMIC_RELAXED);
 }
 
 static int remove_workers(kvix_index *idx, uint64_t worker, int all_dp, uint32_t dp,

@@ -94,11 +94,13 @@ typedef struct kvix_index_opts {
 } kvix_index_opts;
 
 /* What applying one event did, for the caller's counters. */
+/* 64-bit: the same struct carries kvix_index_totals, which grow with a
+ * long run (a day of a busy fleet passes 2^32 blocks). */
 typedef struct kvix_apply_result {
-    uint32_t stored;     /* blocks newly stored */
-    uint32_t duplicate;  /* blocks the worker already held (idempotent store) */
-    uint32_t removed;    /* blocks removed (by removed, cleared or worker removal) */
-    uint32_t unknown;    /* removed hashes the worker did not hold: counted, skipped */
+    uint64_t stored;     /* blocks newly stored */
+    uint64_t duplicate;  /* blocks the worker already held (idempotent store) */
+    uint64_t removed;    /* blocks removed (by removed, cleared or worker removal) */
+    uint64_t unknown;    /* removed hashes the worker did not hold: counted, skipped */
 } kvix_apply_result;
 
 typedef struct kvix_score {

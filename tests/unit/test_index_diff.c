@@ -238,8 +238,8 @@ static void check_result(const char *what, int rc, int want, const kvix_apply_re
 {
     if (rc != want || r->stored != m->stored || r->duplicate != m->duplicate ||
         r->removed != m->removed || r->unknown != m->unknown) {
-        printf("#   op %ld %s: rc %d want %d; stored %u/%u dup %u/%u removed %u/%u unknown "
-               "%u/%u\n",
+        printf("#   op %ld %s: rc %d want %d; stored %" PRIu64 "/%" PRIu64 " dup %" PRIu64
+               "/%" PRIu64 " removed %" PRIu64 "/%" PRIu64 " unknown %" PRIu64 "/%" PRIu64 "\n",
                op, what, rc, want, r->stored, m->stored, r->duplicate, m->duplicate, r->removed,
                m->removed, r->unknown, m->unknown);
         CHECK(0);
