@@ -139,6 +139,8 @@ typedef struct replay {
     double ts0, first_ts, last_ts;
     struct timespec wall0;
     int wall_started;
+    const char *at_name; /* the record being replayed, for messages */
+    uint64_t at_line;
 
     /* output */
     kvix_buf out;
@@ -491,6 +493,10 @@ static double wall_elapsed(const replay *r)
     return (double)(t.tv_sec - r->wall0.tv_sec) + (double)(t.tv_nsec - r->wall0.tv_nsec) / 1e9;
 }
 
+/* Longest wait between two records, seconds of wall time: past it the log's
+ * clock is taken to be wrong, not the replay asked to sleep for days. */
+#define GAP_MAX 3600
+
 static void sleep_for(replay *r, double s)
 {
     if (s <= 0)
@@ -527,7 +533,22 @@ static void wait_for(replay *r, const kvix_event *ev)
         }
         target = (ev->ts - r->ts0) / r->speed;
     }
-    sleep_for(r, target - wall_elapsed(r));
+    double wait = target - wall_elapsed(r);
+    if (wait > GAP_MAX && r->timing != T_RATE) { /* --rate: as slow as asked */
+        /* a ts far off (1e18, milliseconds taken for seconds) would wait for
+         * ever without a word: say so and go on from it */
+        if (r->at_name)
+            cli_warn("record at %s:%" PRIu64 " is due in %.3g s (ceiling %d s): sent at once, "
+                     "the clock goes on from it",
+                     r->at_name, r->at_line, wait, GAP_MAX);
+        else
+            cli_warn("a record is due in %.3g s (ceiling %d s): sent at once, the clock goes on "
+                     "from it",
+                     wait, GAP_MAX);
+        r->ts0 += wait * r->speed;
+        return;
+    }
+    sleep_for(r, wait);
 }
 
 static uint64_t input_done(const replay *r)
@@ -787,6 +808,8 @@ static int read_log(replay *r, const char *path, record_fn fn, int quiet_rejects
             }
             continue;
         }
+        r->at_name = name;
+        r->at_line = kvix_reader_pos(rd);
         if (fn(r, &ev))
             break;
     }

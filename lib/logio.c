@@ -16,6 +16,14 @@
 
 #define CHUNK (64u << 10)
 
+/* Decompressed bytes are held back until the compressed data is known to be
+ * sound, so nothing of a damaged log comes out (a decoder finds most damage
+ * only at a block's or a file's check, after it has produced garbage). Up to
+ * this many bytes are held; past it a regular file is checked whole first
+ * (decoded once to nothing, then again for real) and a pipe is passed on as
+ * it comes (kvreplay(1) says so). */
+#define HOLD_MAX (64u << 20)
+
 struct kvix_logio {
     int src;           /* the input, owned */
     int out;           /* what the consumer reads: src itself, or sp[0] */
@@ -26,6 +34,11 @@ struct kvix_logio {
     unsigned char head[8]; /* bytes read for detection, replayed first */
     size_t nhead, headoff;
     int rc;            /* the thread's result */
+    unsigned char *hold; /* decompressed bytes not yet passed on */
+    size_t nhold, caphold;
+    int holding;       /* hold what comes (else pass it on) */
+    int checking;      /* a pass that only checks the data: drop what comes */
+    int seekable;      /* src is a regular file: a second pass can read it again */
     kvix_err e;
     char name[256];
 };
@@ -37,6 +50,19 @@ static void fail(kvix_logio *l, int rc, const char *fmt, const char *detail)
     if (l->rc)
         return;
     l->rc = kvix_err_set(&l->e, rc, fmt, l->name, detail);
+}
+
+/* Damage in the compressed data: where it was found (the decoder notices it
+ * at the latest at the check that covers it) and that none of it came out. */
+static void fail_corrupt(kvix_logio *l, uint64_t at, const char *what)
+{
+    if (l->rc)
+        return;
+    l->rc = kvix_err_set(&l->e, KVIX_ECORRUPT,
+                         "%s: %s, found at compressed byte %llu%s", l->name, what,
+                         (unsigned long long)at,
+                         l->holding || l->checking ? " (nothing of the damaged data was passed on)"
+                                                   : "");
 }
 
 /* Read up to cap bytes of the raw input: the detection bytes first. Returns
@@ -75,7 +101,7 @@ static ssize_t src_read(kvix_logio *l, unsigned char *buf, size_t cap)
     }
 }
 
-static int sink(kvix_logio *l, const unsigned char *p, size_t n)
+static int send_all(kvix_logio *l, const unsigned char *p, size_t n)
 {
     while (n) {
         ssize_t w = send(l->sp1, p, n, MSG_NOSIGNAL);
@@ -90,6 +116,41 @@ static int sink(kvix_logio *l, const unsigned char *p, size_t n)
         p += w;
         n -= (size_t)w;
     }
+    return IO_OK;
+}
+
+/* Decompressed bytes: held, dropped (a checking pass) or passed on. */
+static int sink(kvix_logio *l, const unsigned char *p, size_t n)
+{
+    if (l->checking || n == 0)
+        return IO_OK;
+    if (!l->holding)
+        return send_all(l, p, n);
+    if (l->nhold + n > HOLD_MAX) {
+        if (l->seekable) { /* check the whole file first, then decode it again */
+            l->checking = 1;
+            l->nhold = 0;
+            return IO_OK;
+        }
+        l->holding = 0; /* a pipe cannot be read twice: what was held goes on */
+        int rc = send_all(l, l->hold, l->nhold);
+        l->nhold = 0;
+        return rc ? rc : send_all(l, p, n);
+    }
+    if (l->nhold + n > l->caphold) {
+        size_t c = l->caphold ? l->caphold : CHUNK;
+        while (c < l->nhold + n)
+            c *= 2;
+        unsigned char *h = realloc(l->hold, c);
+        if (!h) {
+            fail(l, KVIX_ENOMEM, "%s: %s", "out of memory holding decompressed data");
+            return IO_ERR;
+        }
+        l->hold = h;
+        l->caphold = c;
+    }
+    memcpy(l->hold + l->nhold, p, n);
+    l->nhold += n;
     return IO_OK;
 }
 
@@ -117,7 +178,7 @@ static void run_gzip(kvix_logio *l, unsigned char *in, unsigned char *out)
                 break;
             if (n == 0) {
                 if (!ended)
-                    fail(l, KVIX_ECORRUPT, "%s: %s", "truncated gzip data");
+                    fail_corrupt(l, z.total_in, "truncated gzip data");
                 break;
             }
             z.next_in = in;
@@ -131,7 +192,9 @@ static void run_gzip(kvix_logio *l, unsigned char *in, unsigned char *out)
         z.avail_out = CHUNK;
         int zr = inflate(&z, Z_NO_FLUSH);
         if (zr != Z_OK && zr != Z_STREAM_END && zr != Z_BUF_ERROR) {
-            fail(l, KVIX_ECORRUPT, "%s: corrupt gzip data: %s", z.msg ? z.msg : "inflate failed");
+            char why[160];
+            snprintf(why, sizeof why, "corrupt gzip data (%s)", z.msg ? z.msg : "inflate failed");
+            fail_corrupt(l, z.total_in, why);
             break;
         }
         if (sink(l, out, CHUNK - z.avail_out))
@@ -171,7 +234,10 @@ static void run_xz(kvix_logio *l, unsigned char *in, unsigned char *out)
             const char *why = r == LZMA_MEMLIMIT_ERROR ? "xz dictionary over the memory limit"
                               : r == LZMA_BUF_ERROR    ? "truncated xz data"
                                                        : "corrupt xz data";
-            fail(l, r == LZMA_MEMLIMIT_ERROR ? KVIX_ELIMIT : KVIX_ECORRUPT, "%s: %s", why);
+            if (r == LZMA_MEMLIMIT_ERROR)
+                fail(l, KVIX_ELIMIT, "%s: %s", why);
+            else
+                fail_corrupt(l, s.total_in, why);
             break;
         }
     }
@@ -189,6 +255,7 @@ static void run_zstd(kvix_logio *l, unsigned char *in, unsigned char *out)
     ZSTD_DCtx_setParameter(dc, ZSTD_d_windowLogMax, 30);
     ZSTD_inBuffer ib = {in, 0, 0};
     size_t last = 0; /* 0 when a frame has just ended */
+    uint64_t consumed = 0; /* input bytes before the current buffer */
     for (;;) {
         if (ib.pos == ib.size) {
             ssize_t n = src_read(l, in, CHUNK);
@@ -196,22 +263,37 @@ static void run_zstd(kvix_logio *l, unsigned char *in, unsigned char *out)
                 break;
             if (n == 0) {
                 if (last != 0)
-                    fail(l, KVIX_ECORRUPT, "%s: %s", "truncated zstd data");
+                    fail_corrupt(l, consumed, "truncated zstd data");
                 break;
             }
+            consumed += ib.size;
             ib.size = (size_t)n;
             ib.pos = 0;
         }
         ZSTD_outBuffer ob = {out, CHUNK, 0};
         last = ZSTD_decompressStream(dc, &ob, &ib);
         if (ZSTD_isError(last)) {
-            fail(l, KVIX_ECORRUPT, "%s: corrupt zstd data: %s", ZSTD_getErrorName(last));
+            char why[160];
+            snprintf(why, sizeof why, "corrupt zstd data (%s)", ZSTD_getErrorName(last));
+            fail_corrupt(l, consumed + ib.pos, why);
             break;
         }
         if (sink(l, out, ob.pos))
             break;
     }
     ZSTD_freeDCtx(dc);
+}
+
+static void decode(kvix_logio *l, unsigned char *in, unsigned char *out)
+{
+    if (l->comp == KVIX_COMP_GZIP)
+        run_gzip(l, in, out);
+    else if (l->comp == KVIX_COMP_XZ)
+        run_xz(l, in, out);
+    else if (l->comp == KVIX_COMP_ZSTD)
+        run_zstd(l, in, out);
+    else
+        copy_plain(l, in);
 }
 
 static void *thread_main(void *arg)
@@ -223,16 +305,25 @@ static void *thread_main(void *arg)
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
     unsigned char *in = malloc(CHUNK), *out = malloc(CHUNK);
-    if (!in || !out)
+    l->holding = l->comp != KVIX_COMP_NONE;
+    if (!in || !out) {
         fail(l, KVIX_ENOMEM, "%s: %s", "out of memory");
-    else if (l->comp == KVIX_COMP_GZIP)
-        run_gzip(l, in, out);
-    else if (l->comp == KVIX_COMP_XZ)
-        run_xz(l, in, out);
-    else if (l->comp == KVIX_COMP_ZSTD)
-        run_zstd(l, in, out);
-    else
-        copy_plain(l, in);
+    } else {
+        decode(l, in, out);
+        if (!l->rc && l->checking) { /* sound: now decode it again for real */
+            l->checking = l->holding = 0;
+            l->headoff = 0;
+            if (lseek(l->src, (off_t)l->nhead, SEEK_SET) != (off_t)l->nhead)
+                fail(l, KVIX_EIO, "%s: cannot read it again: %s", strerror(errno));
+            else
+                decode(l, in, out);
+        }
+        /* what is held was checked whole; after a failure none of it goes */
+        if (!l->rc && l->nhold)
+            send_all(l, l->hold, l->nhold);
+    }
+    free(l->hold);
+    l->hold = NULL;
     free(in);
     free(out);
     close(l->sp1); /* the consumer sees the end of input */
@@ -281,8 +372,8 @@ int kvix_logio_open(kvix_logio **out, int fd, const char *name, kvix_err *err)
     }
     l->comp = detect(l->head, l->nhead);
     struct stat st;
-    if (l->comp == KVIX_COMP_NONE && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-        lseek(fd, 0, SEEK_SET) == 0) {
+    l->seekable = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    if (l->comp == KVIX_COMP_NONE && l->seekable && lseek(fd, 0, SEEK_SET) == 0) {
         *out = l;
         return KVIX_OK;
     }

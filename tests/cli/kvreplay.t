@@ -269,7 +269,8 @@ xz -c "$LOG" | head -c 20000 >trunc.xz
 run kvreplay --fast trunc.xz
 expect_rc 3
 assert_grep "trunc.xz: truncated xz data" err
-[ -s out ] || fail "nothing written before the damage"
+# unchecked data of a truncated block is held back like damaged data (kvreplay_damage.t)
+[ -s out ] && fail "records of an unchecked block were written"
 printf '\x1f\x8b\x08\x00garbage-garbage' >bad.gz
 run kvreplay --fast bad.gz
 expect_rc 3
