@@ -260,9 +260,11 @@ static int resend_failed(kvix_natslog *l, const struct timespec *dl, kvix_err *e
     pthread_mutex_lock(&p->mu);
     int settled = wait_until(p, dl, none_in_flight);
     size_t n = p->count;
+    char why[sizeof p->why];
+    memcpy(why, p->why, sizeof why);
     pthread_mutex_unlock(&p->mu);
     if (!settled)
-        return kvix_err_set(err, KVIX_EIO, "nats: %zu batches not acknowledged (%s)", n, p->why);
+        return kvix_err_set(err, KVIX_EIO, "nats: %zu batches not acknowledged (%s)", n, why);
     /* Nothing is in flight and only this thread sends: the ring is ours. */
     for (size_t i = 0; i < n; i++) {
         natslog_batch *b = at(p, i);

@@ -241,3 +241,37 @@ kvindex --quiet -s direct2.kvix <events.ndjson
 kvdump --diff rst.kvix direct2.kvix >/dev/null || fail "a restarted engine's batches were dropped"
 kill9 "$SPID"
 end
+
+begin "kvsub --nats: batches the frozen server never acknowledged are sent again, each stored once, in order"
+PORT=$(free_port)
+URL=nats://127.0.0.1:$PORT
+server_start 1
+timeout 120 "$PY" "$FE" publish --pub "ipc://$T/pub" --dps 0,1 --batches 60 --expect exp.json \
+    --seed 9 --linger 1 2>engine.err &
+epid=$!
+timeout --foreground 120 kvsub -w "1=ipc://$T/pub" --nats "$URL" --stream FRZ --subject frz \
+    --nats-window 8 >events.ndjson 2>sub.err &
+kpid=$!
+PIDS="$PIDS $epid $kpid"
+for i in $(seq 100); do grep -q "created stream FRZ" sub.err && break; sleep 0.1; done
+# the server frozen (it takes the bytes, answers nothing) while batches are
+# published; kvsub's acknowledgements time out after 5 s (the default)
+kill -STOP "$SPID"
+for i in $(seq 300); do [ -s events.ndjson ] && break; sleep 0.1; done
+sleep 7
+kill -CONT "$SPID"
+for i in $(seq 600); do "$PY" "$FE" final events.ndjson exp.json 2>/dev/null && break; sleep 0.1; done
+kill -TERM "$kpid"
+wait "$kpid"
+assert_eq "$?" 0 "kvsub's exit status (every batch acknowledged)"
+wait "$epid"
+assert_grep '^kvsub: nats pending=0 resent=[1-9][0-9]* reordered=0$' sub.err
+"$PY" "$FE" compare events.ndjson exp.json >cmp || fail "kvsub's log is not the engine's state"
+batches=$(sed -n 's/^kvsub: batches=\([0-9]*\) .*/\1/p' sub.err)
+run timeout 60 kvindex --nats "$URL" --stream FRZ -s frz.kvix --until-caught-up --quiet
+expect_rc 0
+assert_eq "$(seq_of frz.kvix)" "$batches" "messages in the stream (each batch once)"
+kvindex --quiet -s direct.kvix <events.ndjson
+kvdump --diff frz.kvix direct.kvix >/dev/null || fail "the stream's index differs from kvsub's log"
+kill9 "$SPID"
+end
