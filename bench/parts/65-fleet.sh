@@ -7,10 +7,13 @@
 # blocks. kvbench replays each with the positional and radix backends, one
 # thread, exact rule, answers checked against the reference backend.
 #
+# Also 1024, 4096 and 16384 workers (--copies 4, 16, 64, cut streams), to
+# show how the costs follow the fleet.
+#
 # Environment: BUILD, ROOT (from bench/run.sh); KVBENCH_RUNS (runs per
-# configuration, default 3); FLEET_LIMIT (trace requests of the 8192-worker
+# configuration, default 3); FLEET_LIMIT (trace requests of the copied
 # streams, default 600: the whole trace x32, 17.3M block-ops, takes minutes
-# per replay on the 2-core VM; 0 = the whole trace).
+# per replay on the 2-core VM; 0 = the whole trace, x32 only).
 set -euo pipefail
 : "${ROOT:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${BUILD:=$ROOT/build}"
@@ -30,10 +33,14 @@ trap 'rm -rf "$tmp"' EXIT
 lim=()
 [ "$LIMIT" != 0 ] && lim=(--limit "$LIMIT")
 rows=""
-for s in "256 1 16384" "256 1 512" "256 32 16384" "256 32 512"; do
+# 1024, 4096 and 16384 workers (--copies 4, 16, 64): how the cost follows the fleet
+for s in "256 1 16384" "256 1 512" "256 4 16384" "256 16 16384" "256 32 16384" "256 64 16384" \
+    "256 32 512"; do
     read -r w k cap <<<"$s"
     # cut short, the x32 streams never fill a 512-block cache: no evictions to see
     [ "$k" != 1 ] && [ "$cap" = 512 ] && [ "$LIMIT" != 0 ] && continue
+    # the scale rows are cut streams only (whole, x64 would take most of an hour here)
+    [ "$k" != 1 ] && [ "$k" != 32 ] && [ "$LIMIT" = 0 ] && continue
     name="w$((w * k))-c$cap"
     opts=(--workers "$w" --capacity "$cap")
     [ "$k" != 1 ] && opts+=(--copies "$k" "${lim[@]}")
@@ -50,16 +57,17 @@ for s in "256 1 16384" "256 1 512" "256 32 16384" "256 32 512"; do
 done
 
 cat <<EOF
-## The index at fleet scale: 256 and 8192 workers (bench/parts/65-fleet.sh)
+## The index at fleet scale: 256 to 16384 workers (bench/parts/65-fleet.sh)
 
 **The streams.** \`kvreplay --mooncake $(basename "$TRACE") --workers 256 --capacity C\`
 (per request a query, then the routed worker's removed and stored events; random routing,
 LRU of leaf blocks), and the same with \`--copies 32\`: the trace played 32 times side by
 side into disjoint hash ids and worker ranges, the 32 copies of each request back to back
-(Dynamo's duplicate_hash_space), so 8192 workers. The 8192-worker stream is cut to the first
-${LIMIT} requests of the trace (x32) to keep \`make bench\` short; so cut, it would fill no
-512-block cache and is played with 16384-block caches only. \`FLEET_LIMIT=0\` plays the whole
-trace (17.3M block-ops), with both cache sizes. kvbench, one thread (1 writer x 1 reader), exact
+(Dynamo's duplicate_hash_space), so 8192 workers; \`--copies\` 4, 16 and 64 give 1024, 4096
+and 16384 workers, to see how the costs follow the fleet. The copied streams are cut to the
+first ${LIMIT} requests of the trace to keep \`make bench\` short; so cut, they would fill no
+512-block cache and are played with 16384-block caches only. \`FLEET_LIMIT=0\` plays the whole
+trace (x32: 17.3M block-ops), and x32 with both cache sizes. kvbench, one thread (1 writer x 1 reader), exact
 rule, every answer checked against a sequential replay on the reference backend; median of
 $RUNS runs. Block-ops as Dynamo counts them: query blocks + stored blocks (removals count
 0). "per CPU-s" divides by the process's CPU time (the figure least disturbed by this
