@@ -170,6 +170,31 @@ stat_is losses 0
 assert_grep 'engine restarted' err
 end
 
+# Seeds whose last batch first came out without a stored event: the fake
+# engine made that batch again, and the discarded batch's removals stayed in
+# its expected state though never published (kvsub held "extra" blocks).
+begin "kvsub: engine restart late in a longer run (--batches 60 --restart-after 20)"
+engine --pub "ipc://$T/pub" --replay "ipc://$T/rep" --batches 60 --restart-after 20 \
+    --expect exp.json --seed 7
+sub -w "1=ipc://$T/pub" --replay "1=ipc://$T/rep"
+wait_final exp.json
+stop
+expect_rc 0
+same exp.json
+stat_is restarts 1
+stat_is losses 0
+end
+
+begin "kvsub: engine restart late in a longer run, array events, no replay endpoint"
+engine --pub "ipc://$T/pub" --batches 60 --restart-after 20 --style array --expect exp.json --seed 5
+sub -w "1=ipc://$T/pub"
+wait_final exp.json
+stop
+expect_rc 0
+same exp.json
+stat_is restarts 1
+end
+
 begin "kvsub: a restart told only by SGLang's topic epoch (the new run's seqs are higher)"
 engine --pub "ipc://$T/pub" --replay "ipc://$T/rep" --epoch --restart-after 10 \
     --restart-skip 25 --style sglang --expect exp.json --seed 25
