@@ -84,7 +84,7 @@ static void trim(kvix_index *idx, kvix_event *ev, unsigned w, unsigned p, unsign
 static void leave(kvix_index *idx, kvix_event *ev, unsigned w, long op)
 {
     kvix_err err;
-    if (below(8)) { /* kvix_index_remove_worker scans every slot: the rarer way */
+    if (below(8)) { /* kvix_index_remove_worker: the rarer way */
         event(ev, KVIX_EV_CLEARED, w);
         apply(idx, ev, op);
     } else if (kvix_index_remove_worker(idx, worker_id(w), NULL, &err) && bad++ < 5) {
