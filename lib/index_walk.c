@@ -179,6 +179,9 @@ void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
             out->bytes += q->ring[j].cap_blocks * sizeof(kvix_block) +
                           q->ring[j].cap_hashes * sizeof(uint64_t);
     }
+    kvix_hmap ids; /* worker ids seen: a worker of several ranks or partitions counts once */
+    kvix_hmap_init(&ids, 1, 0);
+    int ids_ok = 1;
     for (size_t i = 0; ps && i < np; i++) {
         part *p = ps[i];
         size_t be = p->ops->memory(p->be);
@@ -194,10 +197,14 @@ void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
             if (!w)
                 continue;
             out->workers += ws_active(w);
+            if (ws_active(w) && ids_ok && !kvix_hmap_put(&ids, &w->worker, NULL))
+                ids_ok = 0;
             out->blocks += kvix_hmap_size(&w->blocks);
             size_t fb = sizeof *w + kvix_hmap_memory(&w->blocks) + kvix_hmap_memory(&w->extra);
             out->bytes += fb;
         }
     }
     free(ps);
+    out->instances = ids_ok ? kvix_hmap_size(&ids) : 0;
+    kvix_hmap_release(&ids);
 }
