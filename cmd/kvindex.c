@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "kvix/enginefeed.h"
 #include "kvix/index.h"
 #include "kvix/natslog.h"
 #include "kvix/service.h"
@@ -40,6 +41,10 @@ enum {
     O_LISTEN,
     O_HTTP_THREADS,
     O_PEERS,
+    O_WORKERS_FILE,
+    O_MODEL,
+    O_TENANT,
+    O_BLOCK_SIZE,
 };
 
 static const cli_opt options[] = {
@@ -74,6 +79,14 @@ static const cli_opt options[] = {
     {O_HTTP_THREADS, 0, "http-threads", "N", NULL, "HTTP server threads (default 2)"},
     {O_PEERS, 0, "peers", "URL,...", NULL,
      "start from the first peer whose GET /dump answers (else from the snapshot)"},
+    {'w', 'w', "worker", "ID[:DP]=ENDPOINT", NULL,
+     "subscribe to a worker's event endpoint and apply its events (repeatable)"},
+    {O_WORKERS_FILE, 0, "workers-file", "FILE", "file",
+     "subscribe to the ID[:DP]=ENDPOINT [replay=ENDPOINT] lines of FILE; re-read on SIGHUP"},
+    {O_MODEL, 0, "model", "NAME", NULL, "-w: model name of the events (default \"default\")"},
+    {O_TENANT, 0, "tenant", "NAME", NULL, "-w: tenant of the events (default \"default\")"},
+    {O_BLOCK_SIZE, 0, "block-size", "N", NULL,
+     "-w: configured block size; smaller (partial) blocks are skipped (default: each event's)"},
     {0, 0, NULL, NULL, NULL, NULL},
 };
 
@@ -165,6 +178,13 @@ typedef struct kvi {
     char **unknown;         /* "model\ttenant" already warned about */
     size_t nunknown;
     kvix_service *svc; /* --listen: the HTTP API */
+    /* -w, --workers-file, --listen: engine subscriptions applied on their own
+     * thread; write_mu is taken by every writer of the index then */
+    kvix_enginefeed *feed;
+    pthread_mutex_t write_mu;
+    const char *workers_file;
+    size_t feed_file;    /* the names[] slot of the subscriptions' rejections */
+    uint64_t fed_at_save; /* feed_events() at the last save */
 } kvi;
 
 /* Distinct unknown names warned about; past this many, no more warnings. */
@@ -309,10 +329,27 @@ static void on_reject(void *ctx, uint64_t tag, const kvix_err *e)
     reject(k, "event", k->names[file], pos, type, e);
 }
 
+/* The subscriptions' thread writes the index too: every writer takes
+ * write_mu (kvix/enginefeed.h), and so does whatever needs it quiet. */
+static void lock_writes(kvi *k)
+{
+    if (k->feed)
+        pthread_mutex_lock(&k->write_mu);
+}
+
+static void unlock_writes(kvi *k)
+{
+    if (k->feed)
+        pthread_mutex_unlock(&k->write_mu);
+}
+
 static void sync_writers(kvi *k)
 {
-    if (k->threads)
+    if (k->threads) {
+        lock_writes(k);
         kvix_index_sync(k->idx);
+        unlock_writes(k);
+    }
 }
 
 static void human_bytes(uint64_t b, char out[32])
@@ -327,7 +364,9 @@ static void human_bytes(uint64_t b, char out[32])
 
 static void summary(kvi *k)
 {
-    sync_writers(k);
+    lock_writes(k);
+    if (k->threads)
+        kvix_index_sync(k->idx);
     pthread_mutex_lock(&k->mu);
     clear_progress(k);
     uint64_t ap[KVIX_EV_QUERY + 1];
@@ -366,7 +405,28 @@ static void summary(kvi *k)
     human_bytes(st.bytes, mem);
     cli_warn("index: %zu partitions, %zu workers, %zu blocks, %zu unique blocks, %s",
              st.partitions, st.workers, st.blocks, st.unique_blocks, mem);
+    if (k->feed) {
+        kvix_enginefeed_counts c;
+        kvix_enginefeed_counts_get(k->feed, &c);
+        cli_warn("subscriptions: %" PRIu64 " now, %" PRIu64 " batches, %" PRIu64
+                 " events applied; %" PRIu64 " gaps, %" PRIu64 " replays, %" PRIu64
+                 " losses, %" PRIu64 " restarts",
+                 c.sub.subscriptions, c.sub.batches, c.applied, c.sub.seq.gaps,
+                 c.sub.seq.replays, c.sub.seq.losses, c.sub.seq.restarts);
+    }
     pthread_mutex_unlock(&k->mu);
+    unlock_writes(k);
+}
+
+/* Events the subscriptions applied or had refused: a change of the index
+ * since the last save when it moved. */
+static uint64_t feed_events(kvi *k)
+{
+    if (!k->feed)
+        return 0;
+    kvix_enginefeed_counts c;
+    kvix_enginefeed_counts_get(k->feed, &c);
+    return c.applied + c.rejected;
 }
 
 static int save(kvi *k, const char *why)
@@ -376,11 +436,15 @@ static int save(kvi *k, const char *why)
     double t0 = now();
     if (k->svc)
         kvix_service_quiet_begin(k->svc); /* no /dump or /snapshot walks the index meanwhile */
-    sync_writers(k);
+    lock_writes(k);
+    if (k->threads)
+        kvix_index_sync(k->idx);
     kvix_snapshot_info info;
     kvix_err err;
     int rc = kvix_snapshot_save_at(k->idx, k->snap, k->nopt.url ? k->nopt.stream : NULL, k->seq,
                                    &info, &err);
+    uint64_t fed = feed_events(k);
+    unlock_writes(k);
     if (k->svc)
         kvix_service_quiet_end(k->svc);
     clear_progress(k);
@@ -397,6 +461,7 @@ static int save(kvi *k, const char *why)
                                (double)wall.tv_sec + (double)wall.tv_nsec / 1e9);
     }
     k->dirty = 0;
+    k->fed_at_save = fed;
     k->since_save = 0;
     k->last_save = now();
     if (k->verbose && k->nopt.url)
@@ -423,6 +488,8 @@ static void show_progress(kvi *k, kvix_reader *r)
     pthread_mutex_unlock(&k->mu);
 }
 
+static void load_workers(kvi *k, int initial);
+
 /* What signals and timers asked for, between two records. */
 static void handle_flags(kvi *k, kvix_reader *r)
 {
@@ -433,10 +500,13 @@ static void handle_flags(kvi *k, kvix_reader *r)
     if (sig_save) {
         sig_save = 0;
         save(k, "SIGHUP");
+        if (k->workers_file)
+            load_workers(k, 0);
     }
     if (sig_tick) {
         sig_tick = 0;
-        if (k->save_every_secs > 0 && k->dirty && now() - k->last_save >= k->save_every_secs)
+        int dirty = k->dirty || feed_events(k) != k->fed_at_save;
+        if (k->save_every_secs > 0 && dirty && now() - k->last_save >= k->save_every_secs)
             save(k, "timer");
         if (k->progress && r)
             show_progress(k, r);
@@ -481,10 +551,12 @@ static void apply(kvi *k, const char *name, uint64_t pos, size_t file, const kvi
         kvix_service_note_event(k->svc, ev->type, -1);
         kvix_service_write_begin(k->svc);
     }
+    lock_writes(k);
     if (k->threads)
         rc = kvix_index_submit(k->idx, ev, make_tag(ev->type, file, pos), &err);
     else
         rc = kvix_index_apply(k->idx, ev, NULL, &err);
+    unlock_writes(k);
     if (k->svc)
         kvix_service_write_end(k->svc);
     if (rc == KVIX_ENOMEM || rc == KVIX_ESYS) {
@@ -794,6 +866,102 @@ static int recover(kvi *k, const char **peers, size_t n)
     return 1;
 }
 
+/* ---- -w, --workers-file: engine subscriptions ------------------------------ */
+
+#define NOTE_WARN_MAX 20 /* warnings of one kind of rejected input before they are only counted */
+
+static uint64_t feed_tag(void *ctx, const kvix_event *ev)
+{
+    kvi *k = ctx;
+    return make_tag(ev->type, k->feed_file, ev->has_eid ? ev->eid : 0);
+}
+
+static void feed_reject(void *ctx, const kvix_event *ev, const kvix_err *e)
+{
+    kvi *k = ctx;
+    reject(k, "event", k->names[k->feed_file], ev->has_eid ? ev->eid : 0, ev->type, e);
+}
+
+/* As kvsub reports them: losses, restarts and removals always, rejected
+ * input the first few times of each kind. */
+static void feed_note(void *ctx, const kvix_enginesub_note *n)
+{
+    kvi *k = ctx;
+    int always = n->kind == KVIX_ENGINESUB_LOSS || n->kind == KVIX_ENGINESUB_RESTART ||
+                 n->kind == KVIX_ENGINESUB_REMOVED || n->kind == KVIX_ENGINESUB_FAILED ||
+                 n->kind == KVIX_ENGINESUB_DISCONNECT;
+    if (k->quiet || (!always && n->repeat > NOTE_WARN_MAX))
+        return;
+    pthread_mutex_lock(&k->mu);
+    clear_progress(k);
+    cli_warn("%s", n->msg);
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* --workers-file: the whole file or nothing (kept as it was on SIGHUP). */
+static void load_workers(kvi *k, int initial)
+{
+    kvix_enginesub_spec *v;
+    size_t n, added, removed;
+    kvix_err err;
+    int rc = kvix_enginesub_file_read(k->workers_file, false, &v, &n, &err);
+    if (!rc) {
+        rc = kvix_enginesub_replace(kvix_enginefeed_sub(k->feed), 1, v, n, &added, &removed,
+                                    &err);
+        free(v);
+    }
+    if (rc && initial)
+        cli_die(rc == KVIX_EINVAL || rc == KVIX_ELIMIT ? KVIX_EXIT_USAGE : KVIX_EXIT_IO, "%s",
+                err.msg);
+    pthread_mutex_lock(&k->mu);
+    clear_progress(k);
+    if (rc)
+        cli_warn("%s: keeping the workers of %s as they were", err.msg, k->workers_file);
+    else if (!initial && !k->quiet)
+        cli_warn("reloaded %s: %zu added, %zu removed", k->workers_file, added, removed);
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* The subscriber, its -w and --workers-file subscriptions, each (worker,
+ * dp) the index holds an eid for resumed after it. Started by start_feed. */
+static void make_feed(kvi *k, const kvix_enginesub_config *cfg, const char **wargs, size_t nw)
+{
+    kvix_enginefeed_opts fo = {
+        .idx = k->idx,
+        .write_mu = &k->write_mu,
+        .submit = k->threads > 0,
+        .tag = feed_tag,
+        .on_reject = feed_reject,
+        .on_note = feed_note,
+        .ctx = k,
+    };
+    kvix_err err;
+    pthread_mutex_init(&k->write_mu, NULL);
+    int rc = kvix_enginefeed_new(&k->feed, cfg, &fo, &err);
+    if (!rc)
+        rc = kvix_enginefeed_resume(k->feed, &err);
+    if (rc)
+        cli_die(cli_exit_for(rc), "%s", err.msg);
+    for (size_t i = 0; i < nw; i++) {
+        kvix_enginesub_spec sp;
+        kvix_enginesub_spec_init(&sp);
+        if (kvix_enginesub_spec_parse(&sp, wargs[i], &err) ||
+            kvix_enginesub_add(kvix_enginefeed_sub(k->feed), &sp, 0, &err))
+            cli_usage_error("%s", err.msg);
+    }
+    if (k->workers_file)
+        load_workers(k, 1);
+}
+
+static void start_feed(kvi *k)
+{
+    kvix_err err;
+    kvix_enginefeed_attach(k->feed, k->svc);
+    int rc = kvix_enginefeed_start(k->feed, false, &err);
+    if (rc)
+        cli_die(cli_exit_for(rc), "%s", err.msg);
+}
+
 /* --listen, once input is done: serve until told to stop. */
 static void serve(kvi *k)
 {
@@ -817,6 +985,7 @@ static void start_service(kvi *k, const char *listen, unsigned http_threads)
     parse_listen(listen, addr, sizeof addr, &port);
     kvix_service_opts so = {
         .idx = k->idx,
+        .feed = k->feed,
         .writer_threads = k->threads > 0,
         .tmpdir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
         .reject_reasons = reasons,
@@ -851,6 +1020,10 @@ int main(int argc, char **argv)
     char *peer_list = NULL;
     const char *peers[64];
     size_t npeers = 0;
+    kvix_enginesub_config cfg;
+    kvix_enginesub_config_init(&cfg);
+    const char **wargs = NULL;
+    size_t nw = 0;
     const char *arg;
     int c;
     while ((c = cli_next(argc, argv, &arg)) != -1) {
@@ -892,6 +1065,21 @@ int main(int argc, char **argv)
                 cli_die(KVIX_EXIT_SYS, "out of memory");
             npeers = split_peers(peer_list, peers, sizeof peers / sizeof peers[0]);
             break;
+        case 'w':
+            if (!(wargs = realloc(wargs, (nw + 1) * sizeof *wargs)))
+                cli_die(KVIX_EXIT_SYS, "out of memory");
+            wargs[nw++] = arg;
+            break;
+        case O_WORKERS_FILE: k.workers_file = arg; break;
+        case O_MODEL:
+        case O_TENANT:
+            if (!*arg || strlen(arg) >= KVIX_NAME_MAX)
+                cli_usage_error("bad %s name '%s'", c == O_MODEL ? "model" : "tenant", arg);
+            *(c == O_MODEL ? &cfg.model : &cfg.tenant) = arg;
+            break;
+        case O_BLOCK_SIZE:
+            cfg.block_size = (uint32_t)cli_parse_uint(arg, 1, KVIX_BS_MAX, "block size");
+            break;
         }
     }
     if (k.snap && !*k.snap)
@@ -907,9 +1095,15 @@ int main(int argc, char **argv)
         cli_usage_error("--nats reads the stream: no input files, no -q");
     if (!k.nopt.url && (k.reset_on_gap || k.until_caught_up))
         cli_usage_error("--reset-on-gap and --until-caught-up go with --nats");
-    if (nfiles > 0xffff)
-        cli_usage_error("too many input files (limit 65535)");
-    k.names = calloc(nfiles ? (size_t)nfiles : 1, sizeof *k.names);
+    if (nfiles > 0xfffe)
+        cli_usage_error("too many input files (limit 65534)");
+    int subscribing = nw || k.workers_file;
+    if (subscribing && (k.query_only || k.nopt.url))
+        cli_usage_error("-w and --workers-file apply engines' events: not with -q or --nats");
+    if (!subscribing && (cfg.model || cfg.tenant || cfg.block_size))
+        cli_usage_error("--model, --tenant and --block-size go with -w or --workers-file");
+    k.feed_file = nfiles ? (size_t)nfiles : 1;
+    k.names = calloc(k.feed_file + 1, sizeof *k.names);
     if (!k.names)
         cli_die(KVIX_EXIT_SYS, "out of memory");
     for (int i = 0; i < nfiles; i++)
@@ -918,6 +1112,7 @@ int main(int argc, char **argv)
     snprintf(label, sizeof label, "<stream %s>", k.nopt.stream);
     if (!nfiles)
         k.names[0] = k.nopt.url ? label : "<stdin>";
+    k.names[k.feed_file] = "<engines>";
 
     io.threads = k.query_only ? 0 : k.threads;
     k.threads = io.threads;
@@ -946,8 +1141,13 @@ int main(int argc, char **argv)
     if (!(npeers && recover(&k, peers, npeers)) && k.snap)
         load(&k);
     kvix_index_totals(k.idx, &k.base);
+    if (subscribing || (listen && !k.query_only && !k.nopt.url))
+        make_feed(&k, &cfg, wargs, nw);
+    free(wargs);
     if (listen)
         start_service(&k, listen, http_threads);
+    if (k.feed)
+        start_feed(&k);
     k.started = k.last_save = now();
     kvix_buf_init(&k.out);
     kvix_answer_init(&k.ans);
@@ -971,13 +1171,17 @@ int main(int argc, char **argv)
             close(fd);
     }
     sync_writers(&k);
-    if (k.svc && !sig_stop && !k.strict_hit) {
+    if ((k.svc || subscribing) && !sig_stop && !k.strict_hit) {
         if (k.snap && !k.query_only)
             save(&k, "end of input");
         serve(&k);
     }
     if (k.svc) /* stop accepting, let the requests in flight finish */
         kvix_service_shutdown(k.svc, 10000);
+    if (k.feed && kvix_enginefeed_stop(k.feed, &err)) {
+        cli_warn("engine subscriptions stopped: %s", err.msg);
+        k.io_error = 1;
+    }
     if (k.snap && !k.query_only)
         save(&k, sig_stop ? "signal" : k.strict_hit ? "--strict" : "end of input");
     if (!k.quiet) {
@@ -998,6 +1202,7 @@ int main(int argc, char **argv)
     kvix_answer_release(&k.ans);
     kvix_buf_release(&k.out);
     kvix_service_free(k.svc);
+    kvix_enginefeed_free(k.feed);
     kvix_index_free(k.idx);
     for (size_t i = 0; i < k.nunknown; i++)
         free(k.unknown[i]);

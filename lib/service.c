@@ -53,6 +53,7 @@ int kvix_service_new(kvix_service **out, const kvix_service_opts *opts, kvix_err
     pthread_key_create(&s->ans_key, kvix_service_answer_free);
     s->inflight_mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     s->inflight_cv = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+    s->register_mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     *out = s;
     return KVIX_OK;
 }
@@ -121,7 +122,7 @@ void kvix_service_response_release(kvix_service_response *r)
     r->fd = -1;
 }
 
-static void respond(kvix_service_response *r, int status, const char *ctype, const char *text)
+void kvix_service_respond(kvix_service_response *r, int status, const char *ctype, const char *text)
 {
     r->status = status;
     r->content_type = ctype;
@@ -133,7 +134,7 @@ static void respond(kvix_service_response *r, int status, const char *ctype, con
 }
 
 /* {"error":"msg"} with status. */
-static void respond_error(kvix_service_response *r, int status, const char *msg)
+void kvix_service_respond_error(kvix_service_response *r, int status, const char *msg)
 {
     r->status = status;
     r->content_type = "application/json";
@@ -158,9 +159,9 @@ static int status_for(int code)
     }
 }
 
-static void respond_err(kvix_service_response *r, const kvix_err *e)
+void kvix_service_respond_err(kvix_service_response *r, const kvix_err *e)
 {
-    respond_error(r, status_for(e->code), e->msg);
+    kvix_service_respond_error(r, status_for(e->code), e->msg);
 }
 
 /* ---- queries ---- */
@@ -302,7 +303,7 @@ static void dynamo_query(kvix_service *s, json_t *o, int by_hash, kvix_service_r
         rc = put_dynamo_answer(ans, &r->body, &e);
     }
     if (rc) {
-        respond_err(r, &e);
+        kvix_service_respond_err(r, &e);
     } else {
         r->status = 200;
         r->content_type = "application/json";
@@ -331,7 +332,7 @@ static void kvix_query(kvix_service *s, const char *body, size_t len, kvix_servi
         rc = kvix_answer_to_json(ans, &q, &r->body, &e);
     }
     if (rc) {
-        respond_err(r, &e);
+        kvix_service_respond_err(r, &e);
     } else {
         r->status = 200;
         r->content_type = "application/x-ndjson";
@@ -356,11 +357,11 @@ static void post_query(kvix_service *s, const char *body, size_t len, int by_has
         }
     }
     if (!o) {
-        respond_err(r, &e);
+        kvix_service_respond_err(r, &e);
         return;
     }
     if (!json_is_object(o))
-        respond_error(r, 400, "the body is not a JSON object");
+        kvix_service_respond_error(r, 400, "the body is not a JSON object");
     else if (by_hash || json_object_get(o, "model_name"))
         dynamo_query(s, o, by_hash, r);
     else
@@ -378,7 +379,7 @@ static void get_dump(kvix_service *s, kvix_service_response *r)
     int rc = kvix_service_dump(s->o.idx, &r->body, &e);
     kvix_service_quiet_end(s);
     if (rc)
-        respond_err(r, &e);
+        kvix_service_respond_err(r, &e);
     else {
         r->status = 200;
         r->content_type = "application/json";
@@ -391,14 +392,14 @@ static void get_snapshot(kvix_service *s, kvix_service_response *r)
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/kvix-http-snapshot-XXXXXX", s->o.tmpdir) >=
         sizeof path) {
-        respond_error(r, 500, "temporary folder name too long");
+        kvix_service_respond_error(r, 500, "temporary folder name too long");
         return;
     }
     int fd = mkstemp(path);
     if (fd < 0) {
         char m[512];
         snprintf(m, sizeof m, "cannot create a file in %s: %s", s->o.tmpdir, strerror(errno));
-        respond_error(r, 500, m);
+        kvix_service_respond_error(r, 500, m);
         return;
     }
     close(fd);
@@ -413,7 +414,7 @@ static void get_snapshot(kvix_service *s, kvix_service_response *r)
     if (rc) {
         if (fd >= 0)
             close(fd);
-        respond_err(r, &e);
+        kvix_service_respond_err(r, &e);
         return;
     }
     r->status = 200;
@@ -426,7 +427,8 @@ static void get_snapshot(kvix_service *s, kvix_service_response *r)
 /* ---- routing ---- */
 
 const char *const kvix_service_endpoints[EP_COUNT] = {
-    "/health", "/metrics", "/query", "/query_by_hash", "/dump", "/snapshot", "other",
+    "/health", "/metrics", "/query", "/query_by_hash", "/dump", "/snapshot",
+    "/register", "/unregister", "/workers", "other",
 };
 
 static int route(const char *path)
@@ -437,7 +439,8 @@ static int route(const char *path)
     return EP_OTHER;
 }
 
-static const char *const ep_method[EP_COUNT] = {"GET", "GET", "POST", "POST", "GET", "GET", ""};
+static const char *const ep_method[EP_COUNT] = {"GET",  "GET",  "POST", "POST", "GET", "GET",
+                                                "POST", "POST", "GET",  ""};
 
 void kvix_service_handle(kvix_service *s, const char *method, const char *path,
                          const char *body, size_t len, kvix_service_response *r)
@@ -450,23 +453,26 @@ void kvix_service_handle(kvix_service *s, const char *method, const char *path,
     r->fd = -1;
     r->body.len = 0;
     if (ep == EP_OTHER) {
-        respond_error(r, 404, "no such endpoint");
+        kvix_service_respond_error(r, 404, "no such endpoint");
     } else if (strcmp(method, ep_method[ep]) != 0) {
         char msg[64];
         snprintf(msg, sizeof msg, "method not allowed (use %s)", ep_method[ep]);
-        respond_error(r, 405, msg);
+        kvix_service_respond_error(r, 405, msg);
     } else if (len > s->o.body_max) {
         char msg[96];
         snprintf(msg, sizeof msg, "request body over the limit of %zu bytes", s->o.body_max);
-        respond_error(r, 413, msg);
+        kvix_service_respond_error(r, 413, msg);
     } else {
         switch (ep) {
-        case EP_HEALTH: respond(r, 200, "application/json", "{\"status\":\"ok\"}"); break;
+        case EP_HEALTH: kvix_service_respond(r, 200, "application/json", "{\"status\":\"ok\"}"); break;
         case EP_METRICS: kvix_service_metrics(s, r); break;
         case EP_QUERY: post_query(s, body ? body : "", len, 0, r); break;
         case EP_QUERY_HASH: post_query(s, body ? body : "", len, 1, r); break;
         case EP_DUMP: get_dump(s, r); break;
         case EP_SNAPSHOT: get_snapshot(s, r); break;
+        case EP_REGISTER: kvix_service_register(s, body ? body : "", len, r); break;
+        case EP_UNREGISTER: kvix_service_unregister(s, body ? body : "", len, r); break;
+        case EP_WORKERS: kvix_service_workers(s, r); break;
         }
     }
     kvix_service_observe_request(s, ep, m, r->status, mono_now() - t0);

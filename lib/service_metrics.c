@@ -3,10 +3,12 @@
  * request path; the index gauges are read with the index quiet. */
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
+#include "kvix/enginefeed.h"
 #include "kvix/index.h"
 #include "service_int.h"
 #include "service_priv.h"
@@ -107,8 +109,9 @@ static void dynamo_metrics(kvix_service *s, out *o, const kvix_index_stats *st)
                 kvix_service_endpoints[e], class_names[c], ld(&s->errors[e][c]));
     head(o, "dynamo_kvindexer_models", "gauge", "(model, tenant) partitions in the index");
     put(o, "dynamo_kvindexer_models %zu\n", st->partitions);
-    head(o, "dynamo_kvindexer_workers", "gauge", "(partition, worker, dp) with state");
-    put(o, "dynamo_kvindexer_workers %zu\n", st->workers);
+    head(o, "dynamo_kvindexer_workers", "gauge",
+         "distinct workers (instance ids) holding state in the index");
+    put(o, "dynamo_kvindexer_workers %zu\n", st->instances);
 }
 
 static void kvix_metrics(kvix_service *s, out *o, const kvix_index_stats *st)
@@ -154,6 +157,50 @@ static void kvix_metrics(kvix_service *s, out *o, const kvix_index_stats *st)
     }
 }
 
+/* The engine subscriptions (-w, --workers-file, POST /register). */
+static void sub_metrics(kvix_service *s, out *o)
+{
+    kvix_enginefeed_counts c;
+    kvix_enginefeed_counts_get(s->o.feed, &c);
+    static const struct {
+        const char *name, *type, *help;
+        size_t off;
+    } m[] = {
+        {"kvix_subscriptions", "gauge", "engine subscriptions (registered workers and ranks)",
+         offsetof(kvix_enginesub_counts, subscriptions)},
+        {"kvix_subscription_batches_total", "counter", "engine batches delivered",
+         offsetof(kvix_enginesub_counts, batches)},
+        {"kvix_subscription_gaps_total", "counter", "sequence gaps on the live streams",
+         offsetof(kvix_enginesub_counts, seq.gaps)},
+        {"kvix_subscription_replays_total", "counter", "replays asked of replay endpoints",
+         offsetof(kvix_enginesub_counts, seq.replays)},
+        {"kvix_subscription_replayed_total", "counter", "batches recovered by a replay",
+         offsetof(kvix_enginesub_counts, seq.replayed)},
+        {"kvix_subscription_losses_total", "counter",
+         "batches lost for good: the subscription's ranks were cleared",
+         offsetof(kvix_enginesub_counts, seq.losses)},
+        {"kvix_subscription_restarts_total", "counter",
+         "engine restarts seen: the subscription's ranks were cleared",
+         offsetof(kvix_enginesub_counts, seq.restarts)},
+        {"kvix_subscription_cleared_total", "counter",
+         "clears of the subscriber's own (losses, restarts, unregistrations)",
+         offsetof(kvix_enginesub_counts, cleared)},
+        {"kvix_subscription_decode_errors_total", "counter", "batches that did not decode",
+         offsetof(kvix_enginesub_counts, decode_errors)},
+        {"kvix_subscription_bad_frames_total", "counter", "messages of the wrong shape",
+         offsetof(kvix_enginesub_counts, bad_frames)},
+        {"kvix_subscription_disconnects_total", "counter",
+         "connections given up (a message over the size limit)",
+         offsetof(kvix_enginesub_counts, disconnects)},
+    };
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+        uint64_t v;
+        memcpy(&v, (const char *)&c.sub + m[i].off, sizeof v);
+        head(o, m[i].name, m[i].type, m[i].help);
+        put(o, "%s %" PRIu64 "\n", m[i].name, v);
+    }
+}
+
 void kvix_service_metrics(kvix_service *s, kvix_service_response *r)
 {
     kvix_index_stats st;
@@ -164,6 +211,8 @@ void kvix_service_metrics(kvix_service *s, kvix_service_response *r)
     r->body.len = 0;
     dynamo_metrics(s, &o, &st);
     kvix_metrics(s, &o, &st);
+    if (s->o.feed)
+        sub_metrics(s, &o);
     r->status = o.rc ? 500 : 200;
     r->content_type = "text/plain; version=0.0.4";
     if (o.rc)

@@ -9,7 +9,11 @@
 #include "kvix/index.h"
 #include "kvix/service.h"
 
-enum { EP_HEALTH, EP_METRICS, EP_QUERY, EP_QUERY_HASH, EP_DUMP, EP_SNAPSHOT, EP_OTHER, EP_COUNT };
+enum {
+    EP_HEALTH, EP_METRICS, EP_QUERY, EP_QUERY_HASH, EP_DUMP, EP_SNAPSHOT,
+    EP_REGISTER, EP_UNREGISTER, EP_WORKERS,
+    EP_OTHER, EP_COUNT
+};
 enum { M_GET, M_POST, M_OTHER, M_COUNT };
 enum { SC_2XX, SC_4XX, SC_5XX, SC_COUNT };
 
@@ -40,6 +44,7 @@ struct kvix_service {
     unsigned inflight;
     double save_seconds, save_when;
     uint64_t saves;
+    pthread_mutex_t register_mu; /* a registration's checks and its add, as one */
     /* the server (lib/service_http.c) */
     struct MHD_Daemon *daemon;
     unsigned port;
@@ -50,5 +55,16 @@ void kvix_service_answer_free(void *p);
 void kvix_service_metrics(kvix_service *s, kvix_service_response *r);
 void kvix_service_observe_request(kvix_service *s, int ep, int method, int status, double secs);
 void kvix_service_observe_query(kvix_service *s, double secs);
+void kvix_service_respond(kvix_service_response *r, int status, const char *ctype,
+                          const char *text);
+void kvix_service_respond_error(kvix_service_response *r, int status, const char *msg);
+/* The status for e->code and {"error":e->msg}. */
+void kvix_service_respond_err(kvix_service_response *r, const kvix_err *e);
+/* POST /register, POST /unregister, GET /workers (lib/service_workers.c). */
+void kvix_service_register(kvix_service *s, const char *body, size_t len,
+                           kvix_service_response *r);
+void kvix_service_unregister(kvix_service *s, const char *body, size_t len,
+                             kvix_service_response *r);
+void kvix_service_workers(kvix_service *s, kvix_service_response *r);
 
 #endif

@@ -47,6 +47,10 @@ typedef struct kvix_service_opts {
      * borrowed (static strings). */
     const char *const *reject_reasons;
     size_t nreasons;
+    /* Borrowed, optional: the engine subscriptions behind POST /register,
+     * POST /unregister and GET /workers (without: those answer 503), and
+     * their counters in /metrics. */
+    struct kvix_enginefeed *feed;
 } kvix_service_opts;
 
 /* *out is owned by the caller: kvix_service_free. opts is copied. */
