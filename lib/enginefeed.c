@@ -24,7 +24,20 @@ struct kvix_enginefeed {
     int failed;
     kvix_err ferr;
     uint64_t applied, rejected; /* atomic */
+    /* feed's thread: the clears that follow a KVIX_ENGINESUB_REMOVED note
+     * are an unregistration: those (worker, dp) are forgotten, eid too */
+    bool removing;
+    uint64_t removing_worker;
 };
+
+/* Forget an unregistered (worker, dp) in its partition. */
+static int forget(kvix_enginefeed *f, const kvix_event *ev, kvix_err *err)
+{
+    if (f->o.submit) /* what was submitted for the worker goes first */
+        kvix_index_sync(f->o.idx);
+    return kvix_index_forget_worker(f->o.idx, ev->model, ev->tenant, ev->worker, ev->dp, NULL,
+                                    err);
+}
 
 static void on_event(void *ctx, const kvix_event *ev)
 {
@@ -36,7 +49,12 @@ static void on_event(void *ctx, const kvix_event *ev)
     }
     if (f->o.write_mu)
         pthread_mutex_lock(f->o.write_mu);
-    int rc = f->o.submit
+    bool gone = f->removing && ev->type == KVIX_EV_CLEARED && !ev->has_eid &&
+                ev->worker == f->removing_worker;
+    if (!gone)
+        f->removing = false;
+    int rc = gone ? forget(f, ev, &err)
+             : f->o.submit
                  ? kvix_index_submit(f->o.idx, ev, f->o.tag ? f->o.tag(f->o.ctx, ev) : 0, &err)
                  : kvix_index_apply(f->o.idx, ev, NULL, &err);
     if (f->o.write_mu)
@@ -55,6 +73,8 @@ static void on_event(void *ctx, const kvix_event *ev)
 static void on_note(void *ctx, const kvix_enginesub_note *n)
 {
     kvix_enginefeed *f = ctx;
+    f->removing = n->kind == KVIX_ENGINESUB_REMOVED;
+    f->removing_worker = n->worker;
     if (f->o.on_note)
         f->o.on_note(f->o.ctx, n);
 }

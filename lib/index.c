@@ -359,6 +359,25 @@ int kvix_index_remove_worker_dp(kvix_index *idx, uint64_t worker, uint32_t dp,
     return remove_workers(idx, worker, 0, dp, res, err);
 }
 
+int kvix_index_forget_worker(kvix_index *idx, const char *model, const char *tenant,
+                             uint64_t worker, uint32_t dp, kvix_apply_result *res, kvix_err *err)
+{
+    kvix_apply_result r = {0, 0, 0, 0};
+    if (!idx)
+        return kvix_err_set(err, KVIX_EINVAL, "no index");
+    part *p = kvix_ix_part_find(idx, model ? model : "default", tenant ? tenant : "default");
+    wstate *w = p ? kvix_ix_ws_find(p, worker, dp) : NULL;
+    if (w) {
+        clear_ws(w, &r);
+        w->has_eid = 0;
+        w->eid = 0;
+        kvix_ix_add_totals(idx, &r);
+    }
+    if (res)
+        *res = r;
+    return KVIX_OK;
+}
+
 /* ---- lifecycle -------------------------------------------------------- */
 
 static const kvix_backend_ops *backend_ops(kvix_backend b)

@@ -8,7 +8,9 @@
  * engines' batches in sequence order per subscription, gaps asked for again
  * from the replay endpoint, and the subscriber's own clears of every (worker,
  * dp) of a subscription that lost batches, whose engine restarted, or that
- * was removed (kvix_enginesub_remove_worker: POST /unregister).
+ * was removed (kvix_enginesub_remove_worker: POST /unregister; a removed
+ * subscription's (worker, dp) are forgotten, their last eid too:
+ * kvix_index_forget_worker).
  *
  * Writers. The index allows concurrent writers only for different workers,
  * and one submitting thread: the feed takes opts.write_mu (when given)

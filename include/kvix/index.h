@@ -171,6 +171,13 @@ int kvix_index_remove_worker(kvix_index *idx, uint64_t worker, kvix_apply_result
 int kvix_index_remove_worker_dp(kvix_index *idx, uint64_t worker, uint32_t dp,
                                 kvix_apply_result *res, kvix_err *err);
 
+/* Forget (worker, dp) in one partition: its blocks, as a cleared event
+ * drops them, and its last eid (an unregistered subscription: the worker
+ * no longer holds state there). Nothing known: nothing done, KVIX_OK. Same
+ * concurrency as kvix_index_apply for that worker. */
+int kvix_index_forget_worker(kvix_index *idx, const char *model, const char *tenant,
+                             uint64_t worker, uint32_t dp, kvix_apply_result *res, kvix_err *err);
+
 /* Query by local hashes: for each (worker, dp), the number of leading blocks
  * it holds contiguously from position 0 whose canonical rolling hash equals
  * the query's. An unknown partition answers no scores (not an error) and
