@@ -284,7 +284,8 @@ void kvix_service_workers(kvix_service *s, kvix_service_response *r)
     kvix_err e;
     int rc = g.nomem ? kvix_err_set(&e, KVIX_ENOMEM, "out of memory") : KVIX_OK;
     if (!rc) {
-        qsort(g.v, g.n, sizeof *g.v, by_worker_dp);
+        if (g.n > 1)
+            qsort(g.v, g.n, sizeof *g.v, by_worker_dp);
         r->body.len = 0;
         rc = put_workers(&r->body, g.v, g.n, &e);
     }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "kvix/enginefeed.h"
 #include "kvix/service.h"
 #include "kvix/snapshot.h"
 #include "kvix/stream.h"
@@ -113,6 +114,78 @@ TEST(handle_routes_and_maps_errors)
     CHECK(r.body.data && strstr(r.body.data, "\ndynamo_kvindexer_workers 1\n"));
     kvix_service_response_release(&r);
     kvix_service_free(s);
+    kvix_index_free(idx);
+}
+
+/* /register, /unregister, /workers through the pure handler: the feed's
+ * registry changes without a socket being opened (no step runs). */
+TEST(register_unregister_workers)
+{
+    kvix_index *idx = new_index();
+    feed(idx, "{\"type\":\"stored\",\"worker\":3,\"model\":\"m\",\"bs\":2,"
+              "\"blocks\":[{\"local\":\"01\",\"seq\":\"01\"}]}");
+    kvix_enginefeed *f = NULL;
+    kvix_enginefeed_opts fo = {.idx = idx};
+    kvix_err e;
+    CHECK(kvix_enginefeed_new(&f, NULL, &fo, &e) == 0);
+    kvix_service *s = NULL;
+    kvix_service_opts so = {.idx = idx, .feed = f};
+    CHECK(kvix_service_new(&s, &so, &e) == 0);
+    kvix_service_response r;
+    kvix_service_response_init(&r);
+    static const struct {
+        const char *method, *path, *body;
+        int status;
+        const char *answer; /* NULL: not checked (4xx: an error object) */
+    } cases[] = {
+        {"GET", "/workers", "", 200, "[]"},
+        {"POST", "/register", "{\"instance_id\":9223372036854775807,\"endpoint\":"
+         "\"tcp://h:1\",\"model_name\":\"m\",\"block_size\":2,\"dp_rank\":4294967294}",
+         201, "{\"status\":\"ok\"}"},
+        {"POST", "/register", "{\"instance_id\":1,\"endpoint\":\"tcp://h:2\",\"model_name\":"
+         "\"m\",\"block_size\":4}", 409, NULL}, /* the index's partition has 2 */
+        {"POST", "/register", "{\"instance_id\":1,\"endpoint\":\"tcp://h:2\",\"model_name\":"
+         "\"n\",\"block_size\":4,\"replay_endpoint\":\"ipc://r\"}", 201, NULL},
+        {"POST", "/register", "{\"instance_id\":2,\"endpoint\":\"tcp://h:3\",\"model_name\":"
+         "\"n\",\"block_size\":8}", 409, NULL}, /* the other subscription of n has 4 */
+        {"POST", "/register", "{\"instance_id\":1,\"endpoint\":\"tcp://h:3\",\"model_name\":"
+         "\"n\",\"block_size\":4,\"dp_rank\":1}", 201, NULL},
+        {"POST", "/register", "{\"instance_id\":2,\"endpoint\":\"tcp://h:1\",\"model_name\":"
+         "\"n\",\"block_size\":4}", 409, NULL}, /* endpoint taken */
+        {"POST", "/register", "{\"instance_id\":2,\"endpoint\":\"udp://h:1\",\"model_name\":"
+         "\"n\",\"block_size\":4}", 400, NULL},
+        {"POST", "/register", "{\"instance_id\":2,\"endpoint\":\"tcp://h:9\",\"model_name\":"
+         "\"a:b\",\"block_size\":4}", 400, NULL},
+        {"POST", "/register", "{\"instance_id\":2,\"endpoint\":\"tcp://h:9\",\"model_name\":"
+         "\"\",\"block_size\":4}", 400, NULL},
+        {"POST", "/register", "{\"instance_id\":2,\"endpoint\":\"tcp://h:9\",\"model_name\":"
+         "\"n\",\"block_size\":65537}", 400, NULL},
+        {"GET", "/workers", "", 200,
+         "[{\"instance_id\":1,\"endpoints\":{\"0\":\"tcp://h:2\",\"1\":\"tcp://h:3\"}},"
+         "{\"instance_id\":9223372036854775807,\"endpoints\":{\"4294967294\":\"tcp://h:1\"}}]"},
+        {"POST", "/unregister", "{\"instance_id\":1,\"model_name\":\"n\",\"dp_rank\":1}", 200,
+         "{\"status\":\"ok\"}"},
+        {"POST", "/unregister", "{\"instance_id\":1,\"model_name\":\"n\",\"dp_rank\":1}", 404,
+         NULL},
+        {"POST", "/unregister", "{\"instance_id\":1,\"model_name\":\"n\",\"tenant_id\":\"x\"}",
+         404, NULL},
+        {"POST", "/unregister", "{\"instance_id\":1,\"model_name\":\"n\"}", 200, NULL},
+        {"POST", "/unregister", "{\"model_name\":\"n\"}", 400, NULL},
+        {"GET", "/workers", "", 200,
+         "[{\"instance_id\":9223372036854775807,\"endpoints\":{\"4294967294\":\"tcp://h:1\"}}]"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kvix_service_handle(s, cases[i].method, cases[i].path, cases[i].body,
+                            strlen(cases[i].body), &r);
+        CHECK_U64(r.status, cases[i].status);
+        if (cases[i].answer)
+            CHECK_STR(r.body.data, cases[i].answer);
+        else if (cases[i].status >= 400)
+            CHECK(r.body.data && strncmp(r.body.data, "{\"error\":\"", 10) == 0);
+    }
+    kvix_service_response_release(&r);
+    kvix_service_free(s);
+    kvix_enginefeed_free(f);
     kvix_index_free(idx);
 }
 
