@@ -13,7 +13,7 @@ FE=$ROOT/tests/tools/fake_engine.py
 # libzmq is not instrumented: its I/O thread hands message buffers over
 # through lock-free pipes ThreadSanitizer cannot see, so a report with a
 # libzmq frame says nothing about kvix (as in tests/unit/test_enginesub_mt.c).
-export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$ROOT/tests/tools/tsan-zmq.supp"
+export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$ROOT/tests/tsan.supp"
 EPIDS=""
 KPID=""
 SPID=""
