@@ -103,42 +103,60 @@ http_answers() {
     done <"$1"
 }
 
+# as_kvsub KVSUB-W-ARGS -- KVINDEX-ARGS: with the engine started (two
+# subscribers), kvsub | kvindex and kvindex subscribing itself end with the same
+# index, and /query answers what kvindex -q answers on that state and what the
+# engine knows a correct subscriber holds.
+as_kvsub() {
+    local sargs=() i
+    while [ "$1" != -- ]; do sargs+=("$1"); shift; done
+    shift
+    timeout --foreground 60 kvsub "${sargs[@]}" >sub.out 2>sub.err &
+    SPID=$!
+    serve -s live.kvix "$@"
+    for i in $(seq 300); do "$PY" "$FE" final sub.out exp.json && break; sleep 0.1; done
+    "$PY" "$FE" final sub.out exp.json || fail "kvsub did not deliver the engine's last batch"
+    kvindex --quiet -s ref.kvix <sub.out 2>ref.err # 3: blocks stored below lost batches are refused
+    [ $? -le 3 ] || fail "kvindex of kvsub's events"
+    # the same state once kvindex has taken the last batch too
+    for i in $(seq 300); do
+        curl -s -o http.kvix "$URL/snapshot"
+        kvdump --diff ref.kvix http.kvix >diff.out 2>&1 && break
+        sleep 0.1
+    done
+    kvdump --diff ref.kvix http.kvix >diff.out 2>&1 ||
+        { fail "kvindex -w keeps another index than kvsub | kvindex"; head -3 diff.out | sed 's/^/#     /'; }
+    "$PY" "$FE" queries exp.json >queries.ndjson
+    kvindex --quiet -q -s http.kvix <queries.ndjson >q.ans || fail "kvindex -q"
+    http_answers queries.ndjson http.ans
+    [ -s q.ans ] || fail "no answers"
+    cmp -s q.ans http.ans || { fail "/query differs from kvindex -q"; diff q.ans http.ans | head -4 | sed 's/^/#     /'; }
+    "$PY" "$FE" answers http.ans exp.json >acmp || { fail "answers differ from the engine's state"; head -4 acmp | sed 's/^/#     /'; }
+    curl -s "$URL/metrics" >metrics
+}
+
 begin "kvindex --workers-file: the index of kvsub | kvindex through a replayed gap and a loss; /query equals kvindex -q"
 engine --pub "ipc://$T/pub" --replay "ipc://$T/rep" --forget 7 --drop 8,20 --subscribers 2 \
     --expect exp.json --seed 16
-timeout --foreground 60 kvsub -w "1=ipc://$T/pub" --replay "1=ipc://$T/rep" >sub.out 2>sub.err &
-SPID=$!
 printf '# one engine\n1=ipc://%s/pub replay=ipc://%s/rep\n' "$T" "$T" >workers
-serve -s live.kvix --workers-file workers -t 2
-for i in $(seq 300); do "$PY" "$FE" final sub.out exp.json && break; sleep 0.1; done
-"$PY" "$FE" final sub.out exp.json || fail "kvsub did not deliver the engine's last batch"
-kvindex --quiet -s ref.kvix <sub.out 2>ref.err # 3: blocks stored below the lost batches are refused
-[ $? -le 3 ] || fail "kvindex of kvsub's events"
-# the same state once kvindex has taken the last batch too
-for i in $(seq 300); do
-    curl -s -o http.kvix "$URL/snapshot"
-    kvdump --diff ref.kvix http.kvix >diff.out 2>&1 && break
-    sleep 0.1
-done
-kvdump --diff ref.kvix http.kvix >diff.out 2>&1 ||
-    { fail "kvindex -w keeps another index than kvsub | kvindex"; head -3 diff.out | sed 's/^/#     /'; }
+as_kvsub -w "1=ipc://$T/pub" --replay "1=ipc://$T/rep" -- --workers-file workers -t 2
 # how the gaps group into replays depends on timing; that each was met does not
-curl -s "$URL/metrics" >metrics
 for m in gaps replays losses cleared; do assert_grep "^kvix_subscription_${m}_total [1-9]" metrics; done
 assert_grep 'replay buffer starts later.*cleared' kv.err
-# /query (kvix shape) answers what kvindex -q answers on the same state, and
-# what the engine knows a correct subscriber holds
-"$PY" "$FE" queries exp.json >queries.ndjson
-kvindex --quiet -q -s http.kvix <queries.ndjson >q.ans || fail "kvindex -q"
-http_answers queries.ndjson http.ans
-[ -s q.ans ] || fail "no answers"
-cmp -s q.ans http.ans || { fail "/query differs from kvindex -q"; diff q.ans http.ans | head -4 | sed 's/^/#     /'; }
-"$PY" "$FE" answers http.ans exp.json >acmp || { fail "answers differ from the engine's state"; head -4 acmp | sed 's/^/#     /'; }
 req GET /workers
 assert_eq "$st $(cat body)" "200 [{\"instance_id\":1,\"endpoints\":{\"0\":\"ipc://$T/pub\"}}]" "/workers"
 stop
 assert_eq "$rc" 0 "exit status on SIGTERM"
 kvdump --diff ref.kvix live.kvix >/dev/null || fail "the snapshot saved on SIGTERM differs"
+end
+
+begin "kvindex -w: the index of kvsub | kvindex through an engine restart"
+engine --pub "ipc://$T/pub" --restart-after 15 --subscribers 2 --expect exp.json --seed 17
+as_kvsub -w "1=ipc://$T/pub" -- -w "1=ipc://$T/pub"
+assert_grep '^kvix_subscription_restarts_total 1$' metrics
+assert_grep 'engine restarted' kv.err
+stop
+assert_eq "$rc" 0 "exit status on SIGTERM"
 end
 
 begin "POST /register, /unregister, GET /workers: Dynamo's shapes, every error, the index unchanged"
