@@ -268,8 +268,13 @@ static void reject(kvi *k, const char *what, const char *name, uint64_t pos, int
         kvix_service_note_event(k->svc, type, reason);
     if (type >= 0 && type <= KVIX_EV_QUERY)
         k->rejected_type[type]++;
-    if (k->strict)
+    if (k->strict) {
         k->strict_hit = 1;
+        /* the main thread may be waiting (serve): a rejection on the
+         * subscriptions' or a writer's thread must wake it */
+        ssize_t w = write(wake[1], "", 1);
+        (void)w;
+    }
     pthread_mutex_unlock(&k->mu);
 }
 
@@ -963,9 +968,17 @@ static void start_feed(kvi *k)
 }
 
 /* --listen, once input is done: serve until told to stop. */
+static int strict_stop(kvi *k)
+{
+    pthread_mutex_lock(&k->mu);
+    int hit = k->strict_hit;
+    pthread_mutex_unlock(&k->mu);
+    return hit;
+}
+
 static void serve(kvi *k)
 {
-    while (!sig_stop) {
+    while (!sig_stop && !strict_stop(k)) {
         handle_flags(k, NULL);
         struct pollfd p = {wake[0], POLLIN, 0};
         poll(&p, 1, -1);

@@ -245,3 +245,16 @@ run kvindex --workers-file wf </dev/null
 expect_rc 2
 assert_grep 'wf:2' err
 end
+
+begin "kvindex -w --strict: the first event the index refuses stops it, saved, exit 5"
+# batches 5..6 lost without a replay endpoint: the worker is cleared, and a
+# later batch storing below a block it held before is refused
+engine --pub "ipc://$T/pub" --drop 5,6,20 --expect exp.json --seed 15
+timeout --foreground 60 kvindex --strict -s s.kvix -w "1=ipc://$T/pub" </dev/null >out 2>err
+rc=$?
+expect_rc 5
+assert_grep 'batches 5\.\.6 lost \(no replay endpoint\): cleared' err
+assert_grep '^kvindex: bad event at <engines>:[0-9]+: parent [0-9a-f]+ is not held by worker 1 dp 0$' err
+kvdump --stats s.kvix >/dev/null || fail "no snapshot saved"
+stop
+end
