@@ -304,7 +304,7 @@ class Engine:
                 self.new_topic()
                 time.sleep(0.3)
                 self.open()
-                self.wait_subscriber()
+                self.wait_subscriber(a.subscribers)  # every subscriber back, not the first
             for spec in a.pause_at or []:
                 if i == int(spec.split(":")[0]):
                     self.pause(*spec.split(":")[1:])
