@@ -429,8 +429,11 @@ static int deliver(const wview *views, size_t n, const kvix_wire_source *src, ui
         ev.worker = src->worker;
         ev.dp = dp;
         ev.medium = v->medium;
-        ev.has_eid = 1;
-        ev.eid = seq;
+        /* The wire's seq is a u64, an eid 0..KVIX_EID_MAX (what every
+         * framing and the snapshot can hold): a seq past it gives no eid, so
+         * the events are still applied, only not placed by eid. */
+        ev.has_eid = seq <= KVIX_EID_MAX;
+        ev.eid = ev.has_eid ? seq : 0;
         ev.has_ts = has_ts;
         ev.ts = ts;
         if (src->model) {

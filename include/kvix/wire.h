@@ -42,7 +42,7 @@ typedef struct kvix_wire_counts {
 typedef int (*kvix_wire_event_fn)(void *ctx, const kvix_event *ev);
 
 /* Decode one batch payload (the third frame) with sequence number seq (the
- * events' eid). Events are delivered in batch order. A malformed payload
+ * events' eid; a seq past KVIX_EID_MAX gives events without an eid). Events are delivered in batch order. A malformed payload
  * delivers nothing and returns KVIX_EINVAL / KVIX_ELIMIT: batches are
  * checked whole before any event is delivered. counts may be NULL. */
 int kvix_wire_decode(const void *payload, size_t len, uint64_t seq,

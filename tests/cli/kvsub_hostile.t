@@ -144,6 +144,34 @@ got=$(jq -r '.eid' out | tr '\n' ' ')
 assert_eq "$got" "0 1 2 3 4 5 " "every batch once, in order"
 end
 
+# The wire's seq is a u64; an eid is 0..2^63-1 (KVIX_EID_MAX): the batches
+# past it give events without an eid, which the index applies (an eid past
+# the range would be refused, and every event of the engine lost with it).
+begin "kvsub: seqs past 2^63-1 give events without an eid, which kvindex applies"
+sub -w "1=ipc://$T/p"
+engine '
+for n in range(2**63 - 2, 2**63 + 2):
+    live(n)
+time.sleep(0.5)
+' "ipc://$T/p"
+wait_for '"seq":"8000000000000002"'
+stop
+wait $EPID
+expect_rc 0
+stat_is batches 4
+stat_is losses 0
+mv out events.ndjson
+# (jq would round the 19-digit eids: the lines are read as text)
+assert_eq "$(grep -c '"type":"stored"' events.ndjson)" 4 "stored events"
+assert_grep '^\{"type":"stored",.*"eid":9223372036854775806,.*"seq":"7fffffffffffffff"' events.ndjson
+assert_grep '^\{"type":"stored",.*"eid":9223372036854775807,.*"seq":"8000000000000000"' events.ndjson
+assert_eq "$(grep -c '"eid"' events.ndjson)" 2 "events with an eid"
+run kvindex events.ndjson
+expect_rc 0
+assert_grep 'applied 4 events: 4 stored' err
+assert_grep 'rejected 0 records' err
+end
+
 begin "kvsub: a replay service resending an old batch cannot hold batches past --replay-timeout"
 sub -w "1=ipc://$T/p" --replay "1=ipc://$T/r" --replay-timeout 1000
 engine '

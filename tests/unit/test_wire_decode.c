@@ -421,6 +421,32 @@ TEST(array_events_of_every_length)
     }
 }
 
+/* The wire's seq is a u64; an eid is 0..KVIX_EID_MAX: a batch past it gives
+ * events without an eid (which the index applies), not an eid it refuses. */
+TEST(seq_past_the_eid_range_gives_no_eid)
+{
+    static const uint64_t seqs[] = {0, KVIX_EID_MAX, (uint64_t)KVIX_EID_MAX + 1, UINT64_MAX - 1};
+    for (size_t i = 0; i < sizeof seqs / sizeof seqs[0]; i++) {
+        pk k;
+        pk_init(&k);
+        pbatch(&k, 3, 1);
+        pstored_array(&k, 12, 16, -2, 0, NULL, 0);
+        pbatch_tail(&k, 3, 3);
+        kvix_wire_source src = reg();
+        sink s;
+        memset(&s, 0, sizeof s);
+        kvix_err err;
+        CHECK(kvix_wire_decode(k.sb.data, k.sb.size, seqs[i], &src, collect_fn, &s, NULL, &err) ==
+              KVIX_OK);
+        if (CHECK_U64(s.n, 1)) {
+            CHECK(s.ev[0].has_eid == (seqs[i] <= KVIX_EID_MAX));
+            CHECK_U64(s.ev[0].eid, seqs[i] <= KVIX_EID_MAX ? seqs[i] : 0);
+        }
+        sink_release(&s);
+        msgpack_sbuffer_destroy(&k.sb);
+    }
+}
+
 TEST(eagle_pairs_salt_map_and_lora)
 {
     uint32_t t[16];
