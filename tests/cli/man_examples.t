@@ -4,18 +4,15 @@
 # shellcheck shell=bash
 . "$(dirname "$0")/lib.sh"
 
-# Pages whose examples cannot all run here yet (they need a live engine).
-not_yet=" kvsub.1 "
-
+# (kvsub(1)'s examples subscribe to kvreplay(1) playing the engines.)
 for page in "$ROOT"/man/*.[157]; do
     name=$(basename "$page")
-    case $not_yet in *" $name "*) continue ;; esac
     begin "$name: every example runs and prints what the page says"
     want=$(sed -n '/^\.SH EXAMPLES/,/^\.SH /p' "$page" | grep -c '^\$ ')
     if [ "$want" = 0 ]; then
         fail "no runnable example (\"\$ command\" lines) in the EXAMPLES section"
     else
-        # kvreplay(1) plays a trace: the examples see a copy of it
+        # kvreplay(1) and kvsub(1) play a trace: the examples see a copy of it
         run "$PY" "$ROOT/tests/tools/man_examples.py" "$page" \
             "$FIXTURES/mooncake/conversation_trace.jsonl.xz"
         expect_rc 0

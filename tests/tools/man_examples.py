@@ -5,7 +5,8 @@ In the EXAMPLES section, every .EX/.EE block with "$ " lines is a transcript: a 
 starting with "$ " is a command (run with bash in a scratch directory that
 all the page's examples share, in order, so one may use the files an
 earlier one made), and the lines after it, up to the next command or .EE,
-are its exact standard output. Roff escapes are undone first (\\- \\e \\(aq \\(dq \\& \\fX).
+are its exact standard output (a command line ending with a backslash or a
+pipe goes on on the next line). Roff escapes are undone first (\\- \\e \\(aq \\(dq \\& \\fX).
 
     man_examples.py PAGE|README.md [FILE...]   (the tools under test must be on PATH;
                                       the FILEs are linked into the scratch
@@ -49,7 +50,9 @@ def examples(path):
             inside = False
         elif inside:
             line = unroff(raw)
-            if line.startswith("$ "):
+            if cur and not cur[1] and cur[0].endswith(("\\", "|")):
+                cur[0] += "\n" + line  # the command goes on (bash joins the lines)
+            elif line.startswith("$ "):
                 cur = [line[2:], []]
                 out.append(cur)
             elif cur:  # a block without "$ " lines is not a transcript
