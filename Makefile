@@ -89,11 +89,15 @@ $(BUILD)/pic/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -fPIC -MMD -MP -c -o $@ $<
 
-# Only the kvix_ names are exported (lib/kvix.map): the library's private
-# helpers and its dependencies' symbols stay inside.
-$(LIBKVIX_SO): $(LIB_PIC_OBJ) lib/kvix.map
+# Only the public API is exported: the kvix_ names the public headers declare
+# (lib/exports.sh writes the version script); the library's private helpers,
+# kvix_ named or not, and its dependencies' symbols stay inside.
+$(BUILD)/kvix.map: $(LIB_PIC_OBJ) $(wildcard include/kvix/*.h) lib/exports.sh
+	sh lib/exports.sh include $(LIB_PIC_OBJ) >$@.tmp && mv $@.tmp $@
+
+$(LIBKVIX_SO): $(LIB_PIC_OBJ) $(BUILD)/kvix.map
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=lib/kvix.map \
+	$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=$(BUILD)/kvix.map \
 	    -o $@ $(LIB_PIC_OBJ) $(LIBS)
 
 $(BUILD)/bin/%: $(BUILD)/obj/cmd/%.o $(CLI_OBJ) $(LIBKVIX)

@@ -47,10 +47,20 @@ for p in "$ROOT"/man/*.[157]; do
     [ -f "$T/root/usr/share/man/man$s/$(basename "$p")" ] || fail "$(basename "$p") not installed"
 done
 ls "$ROOT"/man/*.7 >/dev/null 2>&1 || fail "no section 7 page in man/"
-# only the kvix_ API is exported by the shared library
-nm -D --defined-only "$lib/libkvix.so.0.1.0" | awk '$2 ~ /[TDBR]/ { print $3 }' >syms
+# the shared library exports exactly the functions the installed headers
+# declare: no dependency's symbol, no private kvix_ helper (hash maps, rcu,
+# index internals: lib/*_int.h)
+nm -D --defined-only "$lib/libkvix.so.0.1.0" | awk '$2 ~ /[TDBR]/ { print $3 }' | sort -u >syms
+sed -nE 's/^[A-Za-z_][A-Za-z0-9_ ]*[ *](kvix_[a-z0-9_]+)\(.*/\1/p' "$T"/root/usr/include/kvix/*.h |
+    sort -u >declared
 assert_grep '^kvix_index_new$' syms
 assert_no_grep '^[^k]' syms
+assert_no_grep '^kvix_((hmap|rcu|ix|sj|mp|mpb|qhits)_|backend_(positional|radix|reference))' syms
+comm -23 syms declared >undeclared
+[ -s undeclared ] && fail "exported but in no installed header: $(head -5 undeclared | tr '\n' ' ')"
+comm -13 syms declared >unexported
+[ -s unexported ] && fail "declared but not exported: $(head -5 unexported | tr '\n' ' ')"
+[ "$(wc -l <syms)" -gt 100 ] || fail "only $(wc -l <syms) symbols exported"
 end
 
 begin "a program builds against the installed copy with pkg-config --cflags --libs kvix"
