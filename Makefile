@@ -74,7 +74,9 @@ PKG_REQUIRES := $(PKGS)
 all: $(LIBKVIX) $(TOOLS)
 shared: $(LIBKVIX_SO)
 tools: $(TOOLS)
-tests: all $(UNIT_BIN)
+# kvindex with every allocation of kvix's code made to fail on demand (tests only)
+FAILALLOC := $(BUILD)/tests/kvindex_failalloc
+tests: all $(UNIT_BIN) $(FAILALLOC)
 benches: all $(BENCH_BIN)
 
 $(BUILD)/obj/%.o: %.c
@@ -107,6 +109,12 @@ $(BUILD)/bin/%: $(BUILD)/obj/cmd/%.o $(CLI_OBJ) $(LIBKVIX)
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(UNIT_SUPPORT_OBJ) $(LIBKVIX)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(UNIT_SUPPORT_OBJ) $(LIBKVIX) $(LIBS)
+
+$(FAILALLOC): $(BUILD)/obj/cmd/kvindex.o $(BUILD)/obj/tests/failalloc/failalloc.o $(CLI_OBJ) $(LIBKVIX)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc -o $@ \
+	    $(BUILD)/obj/cmd/kvindex.o $(BUILD)/obj/tests/failalloc/failalloc.o $(CLI_OBJ) \
+	    $(LIBKVIX) $(LIBS)
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBKVIX)
 	@mkdir -p $(dir $@)

@@ -157,7 +157,8 @@ typedef struct kvi {
     uint64_t submitted[KVIX_EV_QUERY + 1];
     uint64_t queries, answered, since_save, records;
     double last_save, started;
-    int dirty, io_error, save_failed;
+    int dirty, io_error;
+    int save_failed; /* the last save failed: its exit code, else 0 */
     /* rejections: also written by writer threads */
     pthread_mutex_t mu;
     uint64_t rejected, reasons[R_COUNT], rejected_type[KVIX_EV_QUERY + 1];
@@ -455,7 +456,8 @@ static int save(kvi *k, const char *why)
     clear_progress(k);
     if (rc) {
         cli_warn("cannot save %s: %s", k->snap, err.msg);
-        k->save_failed = 1;
+        /* out of memory is 6 like everywhere else, whatever failed is 3 */
+        k->save_failed = rc == KVIX_ENOMEM || rc == KVIX_ESYS ? KVIX_EXIT_SYS : KVIX_EXIT_IO;
         return rc;
     }
     k->save_failed = 0;
@@ -476,6 +478,20 @@ static int save(kvi *k, const char *why)
         cli_warn("saved %s (%s): %" PRIu64 " blocks, %" PRIu64 " bytes", k->snap, why,
                  info.blocks, info.bytes);
     return KVIX_OK;
+}
+
+/* Out of memory (or threads) mid-run: save what was applied, as on any stop
+ * (nothing acknowledged is lost), free the index when nothing else uses it
+ * (a leak checker sees the pointers the backends keep tagged as lost), exit 6. */
+static void die_sys(kvi *k, const kvix_err *err) __attribute__((noreturn));
+static void die_sys(kvi *k, const kvix_err *err)
+{
+    save(k, "failure");
+    if (!k->svc && k->idx) {
+        kvix_index_free(k->idx);
+        k->idx = NULL;
+    }
+    cli_die(KVIX_EXIT_SYS, "%s", err->msg);
 }
 
 static void show_progress(kvi *k, kvix_reader *r)
@@ -530,7 +546,7 @@ static void answer(kvi *k, const char *name, uint64_t pos, const kvix_event *q)
     }
     if (rc) {
         if (rc == KVIX_ENOMEM)
-            cli_die(KVIX_EXIT_SYS, "%s", err.msg);
+            die_sys(k, &err);
         reject(k, "query", name, pos, KVIX_EV_QUERY, &err);
         answer_error(k, q, &err);
         return;
@@ -564,10 +580,8 @@ static void apply(kvi *k, const char *name, uint64_t pos, size_t file, const kvi
     unlock_writes(k);
     if (k->svc)
         kvix_service_write_end(k->svc);
-    if (rc == KVIX_ENOMEM || rc == KVIX_ESYS) {
-        save(k, "failure");
-        cli_die(KVIX_EXIT_SYS, "%s", err.msg);
-    }
+    if (rc == KVIX_ENOMEM || rc == KVIX_ESYS)
+        die_sys(k, &err);
     if (rc && !k->threads) { /* with threads, on_reject has reported it (even when refused at submit) */
         reject(k, "event", name, pos, ev->type, &err);
         return;
@@ -583,7 +597,7 @@ static void run_input(kvi *k, int fd, size_t file, kvix_format fmt, kvix_event *
     kvix_reader *r;
     kvix_err err;
     if (kvix_reader_new(&r, fd, k->names[file], fmt, &err))
-        cli_die(KVIX_EXIT_SYS, "%s", err.msg);
+        die_sys(k, &err);
     kvix_reader_set_wakeup_fd(r, wake[0]);
     /* a regular file (named, or redirected to stdin) has a known size: the
      * progress line gives a percentage and an estimate of the time left */
@@ -621,10 +635,8 @@ static void run_input(kvi *k, int fd, size_t file, kvix_format fmt, kvix_event *
             k->io_error = 1;
             break;
         }
-        if (rc == KVIX_ENOMEM) {
-            save(k, "failure");
-            cli_die(KVIX_EXIT_SYS, "%s", err.msg);
-        }
+        if (rc == KVIX_ENOMEM)
+            die_sys(k, &err);
         k->records++;
         if (rc) {
             reject(k, "event", kvix_reader_name(r), kvix_reader_pos(r), -1, &err);
@@ -652,6 +664,10 @@ static void load(kvi *k)
         if (k->verbose)
             cli_warn("no snapshot %s yet: starting empty", k->snap);
         return;
+    }
+    if (rc && rc != KVIX_ENOTFOUND) { /* a failed load leaves part of the file: unusable */
+        kvix_index_free(k->idx);
+        k->idx = NULL;
     }
     if (rc == KVIX_ECORRUPT)
         cli_die(KVIX_EXIT_CORRUPT, "cannot load %s: %s (the file is left as it is)", k->snap,
@@ -777,10 +793,8 @@ static void run_nats(kvi *k, kvix_event *ev)
             warned = 0;
             continue;
         }
-        if (rc == KVIX_ENOMEM) {
-            save(k, "failure");
-            cli_die(KVIX_EXIT_SYS, "%s", err.msg);
-        }
+        if (rc == KVIX_ENOMEM)
+            die_sys(k, &err);
         if (rc == 0)
             continue;
         if (rc == KVIX_ENOTFOUND && kvix_natslog_connected(l) &&
@@ -1208,7 +1222,7 @@ int main(int argc, char **argv)
     if (k.strict_hit)
         code = KVIX_EXIT_STRICT;
     if (k.io_error || k.save_failed)
-        code = KVIX_EXIT_IO;
+        code = k.save_failed ? k.save_failed : KVIX_EXIT_IO;
     if (k.gone)
         code = KVIX_EXIT_GONE;
     kvix_event_release(&ev);

@@ -168,9 +168,11 @@ int kvix_index_load(kvix_index *idx, const char *model, const char *tenant, uint
 void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
 {
     memset(out, 0, sizeof *out);
-    size_t np;
-    part **ps = kvix_ix_parts_list(idx, &np);
-    out->partitions = np;
+    /* The table itself, not a copy (kvix_ix_parts_list): the index is quiet,
+     * and a function that cannot fail must not let an allocation decide its
+     * counts (a failed copy read as an empty index, and a snapshot load then
+     * as a corrupt file); only instances needs memory, and is 0 without it. */
+    ctab *t = __atomic_load_n(&idx->parts.t, __ATOMIC_ACQUIRE);
     out->bytes = sizeof *idx + kvix_ix_cmap_memory(&idx->parts);
     for (unsigned i = 0; i < idx->nq; i++) {
         const wqueue *q = &idx->q[i];
@@ -182,8 +184,11 @@ void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
     kvix_hmap ids; /* worker ids seen: a worker of several ranks or partitions counts once */
     kvix_hmap_init(&ids, 1, 0);
     int ids_ok = 1;
-    for (size_t i = 0; ps && i < np; i++) {
-        part *p = ps[i];
+    for (size_t i = 0; t && i < t->cap; i++) {
+        part *p = __atomic_load_n(&t->v[i], __ATOMIC_ACQUIRE);
+        if (!p)
+            continue;
+        out->partitions++;
         size_t be = p->ops->memory(p->be);
         out->backend_bytes += be;
         out->unique_blocks += p->ops->unique_blocks(p->be);
@@ -204,7 +209,6 @@ void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
             out->bytes += fb;
         }
     }
-    free(ps);
     out->instances = ids_ok ? kvix_hmap_size(&ids) : 0;
     kvix_hmap_release(&ids);
 }

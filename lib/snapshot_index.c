@@ -46,7 +46,10 @@ int kvix_snapshot_save_at(kvix_index *idx, const char *path, const char *stream,
     int stop = kvix_index_foreach(idx, save_visit, &s);
     if (stop || s.rc) {
         kvix_snapshot_writer_abort(s.w);
-        return s.rc ? s.rc : kvix_err_set(err, KVIX_EINVAL, "index walk stopped (%d)", stop);
+        if (s.rc)
+            return s.rc;
+        return kvix_err_set(err, stop < 0 ? stop : KVIX_EINVAL, "%s while walking the index",
+                            stop < 0 ? kvix_status_name(stop) : "stopped");
     }
     return kvix_snapshot_writer_commit(s.w, info, err);
 }
