@@ -188,6 +188,9 @@ void kvix_ix_part_free(void *p);
 int kvix_ix_bs_mismatch(const part *p, uint32_t bs, kvix_err *err);
 /* The partitions, in no order; *n set. Caller frees. */
 part **kvix_ix_parts_list(const kvix_index *idx, size_t *n);
+/* Blocks (stored (worker, block) pairs) of a quiet index, and its partitions
+ * in *parts: what kvix_index_stats_get counts, without allocating. */
+size_t kvix_ix_count_blocks(kvix_index *idx, size_t *parts);
 
 /* lib/index.c */
 /* w holds engine at (pos, canon) in tier. */

@@ -165,6 +165,26 @@ int kvix_index_load(kvix_index *idx, const char *model, const char *tenant, uint
     return rc;
 }
 
+size_t kvix_ix_count_blocks(kvix_index *idx, size_t *parts)
+{
+    ctab *t = __atomic_load_n(&idx->parts.t, __ATOMIC_ACQUIRE);
+    size_t blocks = 0;
+    *parts = 0;
+    for (size_t i = 0; t && i < t->cap; i++) {
+        part *p = __atomic_load_n(&t->v[i], __ATOMIC_ACQUIRE);
+        if (!p)
+            continue;
+        ++*parts;
+        uint32_t ns = part_nslots(p);
+        for (uint32_t s = 0; s < ns; s++) {
+            wstate *w = slot_ws(p, s);
+            if (w)
+                blocks += kvix_hmap_size(&w->blocks);
+        }
+    }
+    return blocks;
+}
+
 void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
 {
     memset(out, 0, sizeof *out);

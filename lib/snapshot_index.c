@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "index_front_int.h"
 #include "snapshot_int.h"
 
 typedef struct save_ctx {
@@ -121,9 +122,8 @@ int kvix_snapshot_apply(kvix_snapshot *s, kvix_index *idx, kvix_err *err)
 int kvix_snapshot_apply_threads(kvix_snapshot *s, kvix_index *idx, unsigned threads,
                                 kvix_err *err)
 {
-    kvix_index_stats st;
-    kvix_index_stats_get(idx, &st);
-    if (st.partitions != 0 || st.blocks != 0)
+    size_t parts, blocks = kvix_ix_count_blocks(idx, &parts); /* allocates nothing */
+    if (parts != 0 || blocks != 0)
         return kvix_err_set(err, KVIX_EINVAL, "a snapshot loads only into an empty index");
     kvix_snapshot_info info;
     kvix_snapshot_get_info(s, &info);
@@ -159,11 +159,11 @@ int kvix_snapshot_apply_threads(kvix_snapshot *s, kvix_index *idx, unsigned thre
     }
     if (rc)
         return rc;
-    kvix_index_stats_get(idx, &st);
-    if (st.blocks != info.blocks)
+    blocks = kvix_ix_count_blocks(idx, &parts);
+    if (blocks != info.blocks)
         return kvix_err_set(err, KVIX_ECORRUPT,
                             "the index rebuilt %zu blocks from the snapshot's %" PRIu64,
-                            st.blocks, info.blocks);
+                            blocks, info.blocks);
     return KVIX_OK;
 }
 
