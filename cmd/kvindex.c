@@ -23,6 +23,7 @@
 #include "kvix/enginefeed.h"
 #include "kvix/index.h"
 #include "kvix/natslog.h"
+#include "kvix/peers.h"
 #include "kvix/service.h"
 #include "kvix/snapshot.h"
 #include "kvix/stream.h"
@@ -78,7 +79,9 @@ static const cli_opt options[] = {
      "serve the HTTP API on ADDR (default 127.0.0.1) and PORT (0: any) until SIGTERM"},
     {O_HTTP_THREADS, 0, "http-threads", "N", NULL, "HTTP server threads (default 2)"},
     {O_PEERS, 0, "peers", "URL,...", NULL,
-     "start from the first peer whose GET /dump answers (else from the snapshot)"},
+     "start from the first peer whose GET /snapshot or GET /dump answers, after holding the "
+     "input back 1 s (else from the snapshot); --nats: a new replica, or one the stream left "
+     "behind, takes a peer's /snapshot and its stream position"},
     {'w', 'w', "worker", "ID[:DP]=ENDPOINT", NULL,
      "subscribe to a worker's event endpoint and apply its events (repeatable)"},
     {O_WORKERS_FILE, 0, "workers-file", "FILE", "file",
@@ -186,6 +189,8 @@ typedef struct kvi {
     const char *workers_file;
     size_t feed_file;    /* the names[] slot of the subscriptions' rejections */
     uint64_t fed_at_save; /* feed_events() at the last save */
+    kvix_peers *peers;    /* --peers and POST /register_peer */
+    int svc_held;         /* --nats: the service's writers' side held for a whole message */
 } kvi;
 
 /* Distinct unknown names warned about; past this many, no more warnings. */
@@ -439,6 +444,8 @@ static int save(kvi *k, const char *why)
 {
     if (!k->snap || k->query_only)
         return KVIX_OK;
+    if (k->svc_held) /* mid-message: a half message has no sequence; the stream keeps the rest */
+        return KVIX_OK;
     double t0 = now();
     if (k->svc)
         kvix_service_quiet_begin(k->svc); /* no /dump or /snapshot walks the index meanwhile */
@@ -568,17 +575,17 @@ static void apply(kvi *k, const char *name, uint64_t pos, size_t file, const kvi
         return;
     }
     int rc;
-    if (k->svc) {
+    if (k->svc)
         kvix_service_note_event(k->svc, ev->type, -1);
+    if (k->svc && !k->svc_held)
         kvix_service_write_begin(k->svc);
-    }
     lock_writes(k);
     if (k->threads)
         rc = kvix_index_submit(k->idx, ev, make_tag(ev->type, file, pos), &err);
     else
         rc = kvix_index_apply(k->idx, ev, NULL, &err);
     unlock_writes(k);
-    if (k->svc)
+    if (k->svc && !k->svc_held)
         kvix_service_write_end(k->svc);
     if (rc == KVIX_ENOMEM || rc == KVIX_ESYS)
         die_sys(k, &err);
@@ -655,7 +662,8 @@ static void run_input(kvi *k, int fd, size_t file, kvix_format fmt, kvix_event *
     kvix_reader_free(r);
 }
 
-static void load(kvi *k)
+/* 1 if the snapshot was there and loaded. */
+static int load(kvi *k)
 {
     kvix_snapshot_info info;
     kvix_err err;
@@ -663,7 +671,7 @@ static void load(kvi *k)
     if (rc == KVIX_ENOTFOUND && !k->query_only) {
         if (k->verbose)
             cli_warn("no snapshot %s yet: starting empty", k->snap);
-        return;
+        return 0;
     }
     if (rc && rc != KVIX_ENOTFOUND) { /* a failed load leaves part of the file: unusable */
         kvix_index_free(k->idx);
@@ -687,6 +695,7 @@ static void load(kvi *k)
     k->seq = info.has_stream ? info.stream_seq : 0;
     if (k->verbose && info.has_stream)
         cli_warn("%s: stream %s applied up to sequence %" PRIu64, k->snap, info.stream, k->seq);
+    return 1;
 }
 
 /* ---- --nats: the stream instead of stdin ---------------------------------- */
@@ -751,6 +760,12 @@ static void take_record(kvi *k, int rc, uint64_t seq, int last, const kvix_event
     k->mid_message = !last;
     if (last)
         k->seq = seq;
+    /* GET /snapshot pairs a state only with the sequence of the last
+     * message wholly in it: the writers' side is held across a message */
+    if (k->svc && !k->svc_held) {
+        kvix_service_write_begin(k->svc);
+        k->svc_held = 1;
+    }
     if (rc == 1) {
         k->records++;
         if (ev->type == KVIX_EV_QUERY)
@@ -761,7 +776,63 @@ static void take_record(kvi *k, int rc, uint64_t seq, int last, const kvix_event
         k->records += rc != KVIX_ELIMIT;
         reject(k, rc == KVIX_ELIMIT ? "message" : "event", label, seq, -1, err);
     }
+    if (last && k->svc_held) {
+        kvix_service_set_stream_seq(k->svc, seq);
+        k->svc_held = 0;
+        kvix_service_write_end(k->svc);
+    }
     k->dirty = 1;
+}
+
+/* The stream no longer holds message `first - 1` (or the replica is new):
+ * take the first peer's snapshot that reflects this stream at first - 1 or
+ * later, in place of the index (queries go on meanwhile), and its position.
+ * 1 if one did. */
+static int bootstrap(kvi *k, uint64_t first)
+{
+    char **urls;
+    size_t n, who = 0;
+    kvix_err err;
+    if (kvix_peers_list(k->peers, &urls, &n, &err))
+        cli_die(KVIX_EXIT_SYS, "%s", err.msg);
+    if (!n) {
+        kvix_peers_list_free(urls, n);
+        return 0;
+    }
+    kvix_peers_recover_opts o = {.stream = k->nopt.stream, .min_seq = first ? first - 1 : 0};
+    kvix_snapshot *s;
+    int rc = kvix_peers_fetch_snapshot((const char *const *)urls, n, &o, &s, &who, &err);
+    if (rc) {
+        cli_warn("no peer could hand over stream %s at %" PRIu64 " or later (%s)",
+                 k->nopt.stream, o.min_seq, err.msg);
+        kvix_peers_list_free(urls, n);
+        return 0;
+    }
+    kvix_snapshot_info info;
+    kvix_snapshot_get_info(s, &info);
+    if (k->svc)
+        kvix_service_quiet_begin(k->svc);
+    lock_writes(k);
+    if (k->threads)
+        kvix_index_sync(k->idx);
+    rc = kvix_snapshot_replace(s, k->idx, &err);
+    unlock_writes(k);
+    kvix_snapshot_close(s);
+    k->seq = info.stream_seq;
+    if (k->svc) {
+        kvix_service_set_stream_seq(k->svc, k->seq);
+        kvix_service_quiet_end(k->svc);
+    }
+    if (rc)
+        cli_die(rc == KVIX_ENOMEM ? KVIX_EXIT_SYS : KVIX_EXIT_CORRUPT, "cannot take %s/snapshot: %s",
+                urls[who], err.msg);
+    if (!k->quiet)
+        cli_warn("bootstrapped from %s/snapshot: stream %s at %" PRIu64 ", %" PRIu64 " blocks",
+                 urls[who], k->nopt.stream, k->seq, info.blocks);
+    kvix_peers_list_free(urls, n);
+    kvix_index_totals(k->idx, &k->base);
+    k->dirty = 1;
+    return 1;
 }
 
 static void run_nats(kvi *k, kvix_event *ev)
@@ -799,16 +870,24 @@ static void run_nats(kvi *k, kvix_event *ev)
             continue;
         if (rc == KVIX_ENOTFOUND && kvix_natslog_connected(l) &&
             kvix_natslog_state_get(l, &st, NULL) == KVIX_OK) {
+            cli_warn("%s", err.msg);
+            if (bootstrap(k, st.first)) {
+                if (!follow(k, l, &st)) {
+                    k->gone = 1;
+                    break;
+                }
+                continue;
+            }
             if (!k->reset_on_gap) {
-                cli_warn("%s: this replica cannot follow it any more (restore it from a peer's "
-                         "snapshot, or run with --reset-on-gap to start empty)",
-                         err.msg);
+                cli_warn("this replica cannot follow stream %s any more (give --peers, or run "
+                         "with --reset-on-gap to start empty)",
+                         k->nopt.stream);
                 k->gone = 1;
                 break;
             }
-            cli_warn("%s: --reset-on-gap: WARNING: the index is dropped and starts empty "
+            cli_warn("--reset-on-gap: WARNING: the index is dropped and starts empty "
                      "from message %" PRIu64,
-                     err.msg, st.first);
+                     st.first);
             reset_index(k);
             k->seq = st.first - 1;
             if (!follow(k, l, &st)) {
@@ -846,43 +925,83 @@ static void parse_listen(const char *arg, char *addr, size_t cap, unsigned *port
     *port = (unsigned)cli_parse_uint(p, 0, 65535, "port");
 }
 
-/* --peers URL,...: split in place. */
-static size_t split_peers(char *list, const char **out, size_t cap)
+/* --peers URL,...: into the set; the number given. */
+static size_t add_peers(kvix_peers *set, const char *list)
 {
     size_t n = 0;
-    for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (n == cap)
-            cli_usage_error("too many --peers (limit %zu)", cap);
-        if (strncmp(t, "http://", 7) != 0 && strncmp(t, "https://", 8) != 0)
-            cli_usage_error("bad peer '%s' (expected an http:// or https:// URL)", t);
-        out[n++] = t;
+    for (const char *t = list; *t; t += *t == ',') {
+        size_t len = strcspn(t, ",");
+        kvix_err err;
+        int rc = len ? kvix_peers_add(set, t, len, NULL, &err) : KVIX_OK;
+        if (rc == KVIX_ELIMIT && len < KVIX_PEER_URL_MAX)
+            cli_usage_error("too many --peers (limit %d)", KVIX_PEERS_MAX);
+        if (rc)
+            cli_usage_error("bad peer '%.*s' (expected an http:// or https:// URL): %s",
+                            (int)(len < 200 ? len : 200), t, err.msg);
+        n += len > 0;
+        t += len;
     }
     if (!n)
         cli_usage_error("--peers needs at least one URL");
     return n;
 }
 
-/* Start from the first peer that answers; 1 if one did. */
-static int recover(kvi *k, const char **peers, size_t n)
+/* Start from the first peer that answers; 1 if one did. With --nats only
+ * a snapshot of that stream is taken, and its position with it. */
+static int recover(kvi *k)
 {
-    size_t who = 0;
-    uint64_t applied, rejected;
+    char **urls;
+    size_t n;
     kvix_err err;
-    int rc = kvix_service_recover(k->idx, peers, n, 10000, (size_t)1 << 34, &who, &applied,
-                                  &rejected, &err);
+    if (kvix_peers_list(k->peers, &urls, &n, &err))
+        cli_die(KVIX_EXIT_SYS, "%s", err.msg);
+    kvix_peers_recover_opts o = {.stream = k->nopt.url ? k->nopt.stream : NULL};
+    kvix_peers_result res;
+    if (k->svc)
+        kvix_service_write_begin(k->svc);
+    int rc = kvix_peers_recover(k->idx, (const char *const *)urls, n, &o, &res, &err);
+    if (k->svc)
+        kvix_service_write_end(k->svc);
     if (rc == KVIX_ENOTFOUND) {
         cli_warn("no peer answered (%s): starting from %s", err.msg,
                  k->snap ? "the snapshot" : "empty");
+        kvix_peers_list_free(urls, n);
         return 0;
     }
     if (rc)
-        cli_die(cli_exit_for(rc), "cannot recover from %s: %s", peers[who], err.msg);
-    if (!k->quiet)
-        cli_warn("recovered from %s: %" PRIu64 " events applied, %" PRIu64
+        cli_die(cli_exit_for(rc), "cannot recover from %s: %s", urls[res.winner], err.msg);
+    if (res.from_snapshot && res.info.has_stream && k->nopt.url)
+        k->seq = res.info.stream_seq;
+    if (!k->quiet && res.from_snapshot && k->nopt.url)
+        cli_warn("recovered from %s/snapshot: stream %s at %" PRIu64 ", %" PRIu64 " blocks",
+                 urls[res.winner], k->nopt.stream, k->seq, res.info.blocks);
+    else if (!k->quiet && res.from_snapshot)
+        cli_warn("recovered from %s/snapshot: %" PRIu64 " blocks", urls[res.winner],
+                 res.info.blocks);
+    else if (!k->quiet)
+        cli_warn("recovered from %s/dump: %" PRIu64 " events applied, %" PRIu64
                  " rejected (blocks below a removed parent)",
-                 peers[who], applied, rejected);
+                 urls[res.winner], res.applied, res.rejected);
+    kvix_peers_list_free(urls, n);
     k->dirty = 1;
     return 1;
+}
+
+/* Peer recovery of a replica fed by its input and its subscriptions: both
+ * are held back (the input waits in its pipe, the engines' messages in the
+ * sockets of a held feed) about 1 s so a peer's state has moved past the
+ * moment the feed connected; then the first peer that answers wins, and
+ * what was held drains after it through the sequence checks. A signal cuts
+ * the wait short. */
+static int recover_held(kvi *k)
+{
+    double until = now() + 1.0;
+    while (!sig_stop && now() < until) {
+        struct pollfd p = {wake[0], POLLIN, 0};
+        poll(&p, 1, (int)((until - now()) * 1000) + 1);
+        drain_wake();
+    }
+    return !sig_stop && recover(k);
 }
 
 /* ---- -w, --workers-file: engine subscriptions ------------------------------ */
@@ -972,11 +1091,11 @@ static void make_feed(kvi *k, const kvix_enginesub_config *cfg, const char **war
         load_workers(k, 1);
 }
 
-static void start_feed(kvi *k)
+static void start_feed(kvi *k, bool hold)
 {
     kvix_err err;
     kvix_enginefeed_attach(k->feed, k->svc);
-    int rc = kvix_enginefeed_start(k->feed, false, &err);
+    int rc = kvix_enginefeed_start(k->feed, hold, &err);
     if (rc)
         cli_die(cli_exit_for(rc), "%s", err.msg);
 }
@@ -1017,6 +1136,8 @@ static void start_service(kvi *k, const char *listen, unsigned http_threads)
         .tmpdir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
         .reject_reasons = reasons,
         .nreasons = R_COUNT,
+        .peers = k->peers,
+        .stream = k->nopt.url ? k->nopt.stream : NULL,
     };
     kvix_err err;
     int rc = kvix_service_new(&k->svc, &so, &err);
@@ -1026,6 +1147,7 @@ static void start_service(kvi *k, const char *listen, unsigned http_threads)
         cli_usage_error("%s", err.msg);
     if (rc)
         cli_die(rc == KVIX_ENOMEM ? KVIX_EXIT_SYS : KVIX_EXIT_IO, "%s", err.msg);
+    kvix_service_set_stream_seq(k->svc, k->seq);
     if (!k->quiet)
         cli_warn("listening on http://%s%s%s:%u", strchr(addr, ':') ? "[" : "", addr,
                  strchr(addr, ':') ? "]" : "", kvix_service_port(k->svc));
@@ -1044,9 +1166,12 @@ int main(int argc, char **argv)
     kvix_format fmt = KVIX_FMT_AUTO;
     const char *listen = NULL;
     unsigned http_threads = 0;
-    char *peer_list = NULL;
-    const char *peers[64];
     size_t npeers = 0;
+    {
+        kvix_err e;
+        if (kvix_peers_new(&k.peers, &e))
+            cli_die(KVIX_EXIT_SYS, "%s", e.msg);
+    }
     kvix_enginesub_config cfg;
     kvix_enginesub_config_init(&cfg);
     const char **wargs = NULL;
@@ -1086,12 +1211,7 @@ int main(int argc, char **argv)
         case O_HTTP_THREADS:
             http_threads = (unsigned)cli_parse_uint(arg, 1, 256, "thread count");
             break;
-        case O_PEERS:
-            free(peer_list);
-            if (!(peer_list = strdup(arg)))
-                cli_die(KVIX_EXIT_SYS, "out of memory");
-            npeers = split_peers(peer_list, peers, sizeof peers / sizeof peers[0]);
-            break;
+        case O_PEERS: npeers += add_peers(k.peers, arg); break;
         case 'w':
             if (!(wargs = realloc(wargs, (nw + 1) * sizeof *wargs)))
                 cli_die(KVIX_EXIT_SYS, "out of memory");
@@ -1165,16 +1285,40 @@ int main(int argc, char **argv)
         cli_usage_error("--reset-on-gap replaces the index: not with --listen, whose queries use it");
     if (npeers && k.query_only)
         cli_usage_error("-q answers from the snapshot: --peers makes no sense with it");
-    if (!(npeers && recover(&k, peers, npeers)) && k.snap)
-        load(&k);
-    kvix_index_totals(k.idx, &k.base);
-    if (subscribing || (listen && !k.query_only && !k.nopt.url))
-        make_feed(&k, &cfg, wargs, nw);
+    int feeding = subscribing || (listen && !k.query_only && !k.nopt.url);
+    if (npeers && !k.nopt.url) {
+        /* subscriptions connected and held, the service up, then the peers */
+        if (feeding)
+            make_feed(&k, &cfg, wargs, nw);
+        if (listen)
+            start_service(&k, listen, http_threads);
+        if (k.feed)
+            start_feed(&k, true);
+        if (!recover_held(&k) && k.snap) {
+            if (k.svc)
+                kvix_service_write_begin(k.svc);
+            load(&k);
+            if (k.svc)
+                kvix_service_write_end(k.svc);
+        }
+        kvix_index_totals(k.idx, &k.base);
+        if (k.feed)
+            kvix_enginefeed_release(k.feed);
+    } else {
+        /* --nats: a replica resumes from its own snapshot (exact); a new
+         * one takes a peer's; one the stream left behind bootstraps in
+         * run_nats */
+        if (!(k.snap && load(&k)) && npeers && !recover(&k))
+            cli_warn("stream %s: starting empty from its first message", k.nopt.stream);
+        kvix_index_totals(k.idx, &k.base);
+        if (feeding)
+            make_feed(&k, &cfg, wargs, nw);
+        if (listen)
+            start_service(&k, listen, http_threads);
+        if (k.feed)
+            start_feed(&k, false);
+    }
     free(wargs);
-    if (listen)
-        start_service(&k, listen, http_threads);
-    if (k.feed)
-        start_feed(&k);
     k.started = k.last_save = now();
     kvix_buf_init(&k.out);
     kvix_answer_init(&k.ans);
@@ -1235,7 +1379,7 @@ int main(int argc, char **argv)
         free(k.unknown[i]);
     free(k.unknown);
     free(k.names);
-    free(peer_list);
+    kvix_peers_free(k.peers);
     code = cli_finish(code);
     kvix_snapshot_lock_release(lock); /* after the last save and output */
     return code;

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kvix/peers.h"
 #include "kvix/service.h"
 #include "kvix/snapshot.h"
 #include "kvix/stream.h"
@@ -45,6 +46,15 @@ int kvix_service_new(kvix_service **out, const kvix_service_opts *opts, kvix_err
         free(s);
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
     }
+    if (!s->o.peers) {
+        int rc = kvix_peers_new(&s->o.peers, err);
+        if (rc) {
+            free(s->rejected_reason);
+            free(s);
+            return rc;
+        }
+        s->own_peers = 1;
+    }
     pthread_rwlockattr_t a;
     pthread_rwlockattr_init(&a);
     pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
@@ -68,6 +78,8 @@ void kvix_service_free(kvix_service *s)
     kvix_service_answer_free(a);
     pthread_key_delete(s->ans_key);
     free(s->rejected_reason);
+    if (s->own_peers)
+        kvix_peers_free(s->o.peers);
     free(s);
 }
 
@@ -94,6 +106,11 @@ void kvix_service_note_event(kvix_service *s, int type, int reason)
     __atomic_fetch_add(&s->rejected_reason[r], 1, __ATOMIC_RELAXED);
     if (type >= 0 && type <= KVIX_EV_QUERY)
         __atomic_fetch_add(&s->rejected_type[type], 1, __ATOMIC_RELAXED);
+}
+
+void kvix_service_set_stream_seq(kvix_service *s, uint64_t seq)
+{
+    __atomic_store_n(&s->stream_seq, seq, __ATOMIC_RELAXED);
 }
 
 void kvix_service_note_save(kvix_service *s, double seconds, double when)
@@ -404,7 +421,10 @@ static void get_snapshot(kvix_service *s, kvix_service_response *r)
     }
     close(fd);
     kvix_service_quiet_begin(s);
-    int rc = kvix_snapshot_save(s->o.idx, path, NULL, &e);
+    int rc = s->o.stream ? kvix_snapshot_save_at(s->o.idx, path, s->o.stream,
+                                                 __atomic_load_n(&s->stream_seq, __ATOMIC_RELAXED),
+                                                 NULL, &e)
+                         : kvix_snapshot_save(s->o.idx, path, NULL, &e);
     kvix_service_quiet_end(s);
     fd = rc ? -1 : open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
@@ -428,7 +448,8 @@ static void get_snapshot(kvix_service *s, kvix_service_response *r)
 
 const char *const kvix_service_endpoints[EP_COUNT] = {
     "/health", "/metrics", "/query", "/query_by_hash", "/dump", "/snapshot",
-    "/register", "/unregister", "/workers", "other",
+    "/register", "/unregister", "/workers", "/register_peer", "/deregister_peer", "/peers",
+    "other",
 };
 
 static int route(const char *path)
@@ -440,7 +461,7 @@ static int route(const char *path)
 }
 
 static const char *const ep_method[EP_COUNT] = {"GET",  "GET",  "POST", "POST", "GET", "GET",
-                                                "POST", "POST", "GET",  ""};
+                                                "POST", "POST", "GET",  "POST", "POST", "GET", ""};
 
 void kvix_service_handle(kvix_service *s, const char *method, const char *path,
                          const char *body, size_t len, kvix_service_response *r)
@@ -473,6 +494,9 @@ void kvix_service_handle(kvix_service *s, const char *method, const char *path,
         case EP_REGISTER: kvix_service_register(s, body ? body : "", len, r); break;
         case EP_UNREGISTER: kvix_service_unregister(s, body ? body : "", len, r); break;
         case EP_WORKERS: kvix_service_workers(s, r); break;
+        case EP_REGISTER_PEER: kvix_service_post_peer(s, body ? body : "", len, 1, r); break;
+        case EP_DEREGISTER_PEER: kvix_service_post_peer(s, body ? body : "", len, 0, r); break;
+        case EP_PEERS: kvix_service_peers(s, r); break;
         }
     }
     kvix_service_observe_request(s, ep, m, r->status, mono_now() - t0);

@@ -11,7 +11,7 @@
 
 enum {
     EP_HEALTH, EP_METRICS, EP_QUERY, EP_QUERY_HASH, EP_DUMP, EP_SNAPSHOT,
-    EP_REGISTER, EP_UNREGISTER, EP_WORKERS,
+    EP_REGISTER, EP_UNREGISTER, EP_WORKERS, EP_REGISTER_PEER, EP_DEREGISTER_PEER, EP_PEERS,
     EP_OTHER, EP_COUNT
 };
 enum { M_GET, M_POST, M_OTHER, M_COUNT };
@@ -29,6 +29,8 @@ typedef struct kvix_hist {
 
 struct kvix_service {
     kvix_service_opts o;
+    int own_peers;        /* o.peers was made by kvix_service_new */
+    uint64_t stream_seq;  /* o.stream: written under the writers' side, read quiet */
     pthread_rwlock_t quiet;
     pthread_key_t ans_key; /* per server thread: a kvix_answer reused across queries */
     /* metrics (atomic) */
@@ -66,5 +68,9 @@ void kvix_service_register(kvix_service *s, const char *body, size_t len,
 void kvix_service_unregister(kvix_service *s, const char *body, size_t len,
                              kvix_service_response *r);
 void kvix_service_workers(kvix_service *s, kvix_service_response *r);
+/* POST /register_peer (add) and /deregister_peer, GET /peers (lib/service_peers.c). */
+void kvix_service_post_peer(kvix_service *s, const char *body, size_t len, int add,
+                            kvix_service_response *r);
+void kvix_service_peers(kvix_service *s, kvix_service_response *r);
 
 #endif

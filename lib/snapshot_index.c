@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -98,6 +99,57 @@ static void *load_part(void *arg)
     }
     l->rc = rc == KVIX_EOF ? KVIX_OK : rc;
     return NULL;
+}
+
+typedef struct wdp {
+    uint64_t worker;
+    uint32_t dp;
+} wdp;
+
+typedef struct wdp_list {
+    wdp *v;
+    size_t n, cap;
+} wdp_list;
+
+static int collect_visit(void *ctx, const char *model, const char *tenant, uint32_t bs,
+                         uint64_t worker, uint32_t dp, int has_eid, uint64_t last_eid,
+                         const kvix_block_info *blocks, size_t n)
+{
+    wdp_list *l = ctx;
+    (void)model, (void)tenant, (void)bs, (void)has_eid, (void)last_eid, (void)blocks, (void)n;
+    if (worker == UINT64_MAX)
+        return 0; /* a partition without workers */
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        wdp *v = realloc(l->v, cap * sizeof *v);
+        if (!v)
+            return 1;
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = (wdp){worker, dp};
+    return 0;
+}
+
+int kvix_snapshot_replace(kvix_snapshot *s, kvix_index *idx, kvix_err *err)
+{
+    wdp_list l = {NULL, 0, 0};
+    if (kvix_index_foreach(idx, collect_visit, &l)) {
+        free(l.v);
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    }
+    int rc = KVIX_OK;
+    for (size_t i = 0; !rc && i < l.n; i++) /* a worker in several partitions comes twice: harmless */
+        rc = kvix_index_remove_worker_dp(idx, l.v[i].worker, l.v[i].dp, NULL, err);
+    free(l.v);
+    if (rc)
+        return rc;
+    kvix_snapshot_rewind(s);
+    loader one = {s, idx, 0, 1, KVIX_OK, {0, ""}};
+    load_part(&one);
+    if (one.rc && err)
+        *err = one.err;
+    return one.rc;
 }
 
 static unsigned load_threads(const kvix_snapshot_info *info, unsigned want)

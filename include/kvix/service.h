@@ -19,7 +19,10 @@
  * service's quiet lock exclusively; every writer of the index (the tool's
  * ingest loop) holds it shared around each apply or submit with
  * kvix_service_write_begin/_end. The lock prefers the exclusive side, so a
- * dump is never starved by a busy writer. */
+ * dump is never starved by a busy writer.
+ *
+ * Peers: POST /register_peer and /deregister_peer change a kvix_peers set
+ * (kvix/peers.h) that the tool also uses for recovery; GET /peers lists it. */
 #ifndef KVIX_SERVICE_H
 #define KVIX_SERVICE_H
 
@@ -51,6 +54,12 @@ typedef struct kvix_service_opts {
      * POST /unregister and GET /workers (without: those answer 503), and
      * their counters in /metrics. */
     struct kvix_enginefeed *feed;
+    /* The peer set behind /register_peer, /deregister_peer and /peers;
+     * borrowed, must outlive the service. NULL: the service keeps its own. */
+    struct kvix_peers *peers;
+    /* Non-NULL: the NATS stream the index consumes; GET /snapshot then
+     * records it with the sequence set by kvix_service_set_stream_seq. */
+    const char *stream;
 } kvix_service_opts;
 
 /* *out is owned by the caller: kvix_service_free. opts is copied. */
@@ -67,6 +76,10 @@ void kvix_service_quiet_end(kvix_service *s);
 /* Counters for /metrics (thread-safe). type: kvix_event_type; reason: an index
  * into opts.reject_reasons, or -1 for an applied event. */
 void kvix_service_note_event(kvix_service *s, int type, int reason);
+/* The index reflects every message of opts.stream up to seq. Call it while
+ * holding the writers' side (kvix_service_write_begin) around the apply of
+ * that message, so GET /snapshot never pairs a state with another seq. */
+void kvix_service_set_stream_seq(kvix_service *s, uint64_t seq);
 /* A snapshot save took `seconds`; it finished at wall-clock time `when`. */
 void kvix_service_note_save(kvix_service *s, double seconds, double when);
 
@@ -110,17 +123,6 @@ int kvix_service_dump(kvix_index *idx, kvix_buf *out, kvix_err *err);
  * kvix_index_apply for every worker in the dump. */
 int kvix_service_dump_apply(kvix_index *idx, const char *body, size_t len, uint64_t *applied,
                             uint64_t *rejected, kvix_err *err);
-
-/* ---- peer recovery (libcurl) ---- */
-/* Ask each peer in order for GET <url>/dump (timeout_ms each, a body of at
- * most max_bytes) and apply the first answer to idx with
- * kvix_service_dump_apply. *winner gets the index of that peer. Returns
- * KVIX_ENOTFOUND when no peer answered (err says why the last one failed);
- * idx is untouched then. A dump that fails to decode counts as no answer
- * only if nothing of it was applied; otherwise its error is returned. */
-int kvix_service_recover(kvix_index *idx, const char *const *urls, size_t n, long timeout_ms,
-                         size_t max_bytes, size_t *winner, uint64_t *applied, uint64_t *rejected,
-                         kvix_err *err);
 
 /* ---- exact u64 JSON ---- */
 /* Parse JSON text whose integer literals are u64: see the top of this file.

@@ -192,6 +192,15 @@ int kvix_snapshot_apply(kvix_snapshot *s, kvix_index *idx, kvix_err *err);
 int kvix_snapshot_apply_threads(kvix_snapshot *s, kvix_index *idx, unsigned threads,
                                 kvix_err *err);
 
+/* Make idx hold exactly the snapshot's blocks while queries go on: every
+ * (worker, dp) of idx is cleared (its eid forgotten), then every record
+ * loaded as kvix_snapshot_apply does. Partitions stay (an emptied one keeps
+ * its block size: a record of it with another is KVIX_EBLOCKSIZE). Same
+ * concurrency as kvix_index_apply for every worker: no other writer
+ * meanwhile; queries see the index emptied, then filling. On failure idx
+ * holds part of the snapshot. */
+int kvix_snapshot_replace(kvix_snapshot *s, kvix_index *idx, kvix_err *err);
+
 /* Open, verify and apply path into the empty index idx. The file is verified
  * whole before idx is touched, and is never modified. info may be NULL. */
 int kvix_snapshot_load(kvix_index *idx, const char *path, kvix_snapshot_info *info,

@@ -13,7 +13,8 @@
         be those answers in Dynamo's shape, with tree_sizes from MODEL.json
     http_client.py kvix-queries QUERIES.json   the queries as kvix query lines
     http_client.py inflight URL PID             a request in flight across SIGTERM
-    http_client.py serve-dump FILE PORTFILE     serve FILE at GET /dump (a fake peer)
+    http_client.py serve-dump FILE PORTFILE     serve FILE at GET /dump (a fake peer, as
+                                                Dynamo's: 404 on GET /snapshot)
 
 Exits 1 with a message on the first mismatch."""
 import http.client
@@ -220,11 +221,14 @@ def serve_dump(path, portfile):
     with open(path, "rb") as f:
         dump = f.read()
 
+    served = []
+
     class H(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             if self.path != "/dump":
                 self.send_error(404)
                 return
+            served.append(self.path)
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(dump)))
@@ -239,7 +243,9 @@ def serve_dump(path, portfile):
         f.write(str(srv.server_address[1]))
     os.rename(portfile + ".tmp", portfile)
     srv.timeout = 60
-    srv.handle_request()  # one dump, then exit
+    deadline = time.monotonic() + 60
+    while not served and time.monotonic() < deadline:  # one dump, then exit
+        srv.handle_request()
 
 
 def main():

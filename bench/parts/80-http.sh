@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# kvindex --listen under load, on loopback: wrk posts POST /query_by_hash
+# (the prompts of the 256-worker Mooncake log, `kvreplay --mooncake`, one
+# partition) while the same log's events are fed to kvindex's stdin without
+# a pause, over and over. Three phases of D seconds on one kvindex:
+#   ingest only   events applied per second (from /metrics, start to end)
+#   both          requests/s with p50/p99/max latency (wrk --latency), and
+#                 the ingest rate over the same window
+#   queries only  the feed stopped: requests/s and latency alone
+# Each run starts a fresh kvindex; medians of RUNS runs. Markdown on stdout,
+# progress on stderr.
+set -euo pipefail
+BUILD=${BUILD:?BUILD must name the build directory}
+ROOT=${ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
+B=$BUILD/bin
+RUNS=${KVIX_BENCH_RUNS:-3}
+D=${KVIX_BENCH_HTTP_SECONDS:-5}
+CONNS=${KVIX_BENCH_HTTP_CONNS:-32}
+WRK_THREADS=${KVIX_BENCH_WRK_THREADS:-1}
+HTTP_THREADS=${KVIX_BENCH_HTTP_THREADS:-2}
+PY=/usr/bin/python3
+command -v wrk >/dev/null || { echo "80-http: wrk is not installed (apt-get install wrk)" >&2; exit 1; }
+for f in "$B/kvindex" "$B/kvreplay"; do
+    [ -x "$f" ] || { echo "80-http: $f is missing (make)" >&2; exit 1; }
+done
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+    local p
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+
+echo "80-http: the Mooncake log" >&2
+"$B/kvreplay" -q --mooncake "$ROOT/tests/fixtures/mooncake/conversation_trace.jsonl.xz" >"$tmp/log"
+grep -v '"type":"query"' "$tmp/log" >"$tmp/events"
+NEV=$(wc -l <"$tmp/events")
+NBLK=$(grep -o '"local"' "$tmp/events" | wc -l)
+# the prompts as Dynamo /query_by_hash bodies, one a line
+"$PY" - "$tmp/log" "$tmp/bodies" <<'PYEOF'
+import json, sys
+with open(sys.argv[1]) as f, open(sys.argv[2], "w") as out:
+    for line in f:
+        if '"type":"query"' not in line:
+            continue
+        q = json.loads(line)
+        out.write(json.dumps({"block_hashes": [int(h, 16) for h in q["local"]],
+                              "model_name": q["model"]}, separators=(",", ":")) + "\n")
+PYEOF
+NQ=$(wc -l <"$tmp/bodies")
+cat >"$tmp/post.lua" <<'LUAEOF'
+local bodies = {}
+for line in io.lines(os.getenv("KVIX_BODIES")) do bodies[#bodies + 1] = line end
+local i = math.random(#bodies)
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+request = function()
+    i = i % #bodies + 1
+    return wrk.format(nil, "/query_by_hash", nil, bodies[i])
+end
+LUAEOF
+export KVIX_BODIES=$tmp/bodies
+
+applied() { # events taken so far (applied + rejected), from /metrics
+    curl -s "$URL/metrics" | awk '/^kvix_events_(applied|rejected)_total/ { s += $2 } END { print s + 0 }'
+}
+
+# wrk_run OUT: D seconds of queries; "rps p50_ms p99_ms max_ms" into OUT
+wrk_run() {
+    wrk -t"$WRK_THREADS" -c"$CONNS" -d"${D}s" --latency -s "$tmp/post.lua" "$URL" >"$tmp/wrk.out" 2>&1
+    awk '
+        function ms(v) { if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0;
+                         if (v ~ /m$/) return v * 60000; return v * 1000 }
+        /^ +Latency/ && !max { max = ms($4) }
+        /^ +50%/ { p50 = ms($2) }
+        /^ +99%/ { p99 = ms($2) }
+        /^Requests\/sec:/ { rps = $2 }
+        /Non-2xx/ { bad = $NF }
+        END { if (bad) { print "80-http: " bad " answers were not 2xx" > "/dev/stderr"; exit 1 }
+              printf "%.0f %.3f %.3f %.3f\n", rps, p50, p99, max }' "$tmp/wrk.out" >"$1"
+}
+
+for run in $(seq "$RUNS"); do
+    echo "80-http: run $run of $RUNS" >&2
+    rm -f "$tmp/feed"
+    mkfifo "$tmp/feed"
+    "$B/kvindex" --quiet --listen 127.0.0.1:0 --http-threads "$HTTP_THREADS" <"$tmp/feed" \
+        2>"$tmp/kv.err" &
+    kpid=$!
+    pids+=("$kpid")
+    (while :; do cat "$tmp/events" || exit 0; done) >"$tmp/feed" &
+    fpid=$!
+    pids+=("$fpid")
+    URL=""
+    for i in $(seq 200); do
+        [ -n "$URL" ] && break
+        sleep 0.05
+        URL=$(sed -n 's/^kvindex: listening on \(http:.*\)$/\1/p' "$tmp/kv.err")
+    done
+    [ -n "$URL" ] || { echo "80-http: kvindex did not listen" >&2; cat "$tmp/kv.err" >&2; exit 1; }
+    # warm: one pass of the log in the index
+    for i in $(seq 600); do [ "$(applied)" -ge "$NEV" ] && break; sleep 0.1; done
+    a0=$(applied) t0=$EPOCHREALTIME
+    sleep "$D"
+    a1=$(applied) t1=$EPOCHREALTIME
+    echo "$a0 $a1 $t0 $t1" | awk '{ printf "%.0f\n", ($2 - $1) / ($4 - $3) }' >>"$tmp/ingest_alone"
+    a0=$(applied) t0=$EPOCHREALTIME
+    wrk_run "$tmp/both.$run"
+    a1=$(applied) t1=$EPOCHREALTIME
+    echo "$a0 $a1 $t0 $t1" | awk '{ printf "%.0f\n", ($2 - $1) / ($4 - $3) }' >>"$tmp/ingest_loaded"
+    kill "$fpid" 2>/dev/null || true
+    wait "$fpid" 2>/dev/null || true
+    sleep 0.5 # the pipe drained
+    wrk_run "$tmp/alone.$run"
+    kill -TERM "$kpid"
+    wait "$kpid" || true
+done
+
+col() { # col N FILES...: the median of column N
+    local n=$1
+    shift
+    cat "$@" | awk -v n="$n" '{ print $n }' | median
+}
+ia=$(median <"$tmp/ingest_alone")
+il=$(median <"$tmp/ingest_loaded")
+bpe=$(awk -v b="$NBLK" -v e="$NEV" 'BEGIN { printf "%.1f", b / e }')
+slow=$(awk -v a="$ia" -v l="$il" 'BEGIN { printf "%.0f", (1 - l / a) * 100 }')
+
+cat <<EOF
+## kvindex --listen under load: wrk on loopback (bench/parts/80-http.sh)
+
+The 256-worker Mooncake log (\`kvreplay --mooncake\` of conversation_trace, one partition,
+$NEV events of $bpe blocks on average) fed to \`kvindex --listen\` (--http-threads $HTTP_THREADS)
+without a pause, over and over, while \`wrk -t$WRK_THREADS -c$CONNS\` posts the log's $NQ prompts as
+\`POST /query_by_hash\` on loopback for $D s. wrk, kvindex's HTTP threads and its ingest
+thread share the machine's $(nproc) cores. Medians of $RUNS runs, each on a fresh kvindex.
+
+| phase | requests/s | p50 | p99 | max | events/s ingested |
+|---|---:|---:|---:|---:|---:|
+| ingest only | - | - | - | - | $ia |
+| queries while ingesting | $(col 1 "$tmp"/both.*) | $(col 2 "$tmp"/both.*) ms | $(col 3 "$tmp"/both.*) ms | $(col 4 "$tmp"/both.*) ms | $il |
+| queries only | $(col 1 "$tmp"/alone.*) | $(col 2 "$tmp"/alone.*) ms | $(col 3 "$tmp"/alone.*) ms | $(col 4 "$tmp"/alone.*) ms | - |
+
+Ingest slowed by $slow % under the query load (target: < 30 %; queries: >= 50 000/s with
+p99 <= 1 ms on 2 cores).
+EOF

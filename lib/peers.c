@@ -1,0 +1,334 @@
+/* Peers: the set of their URLs, and recovery from the first that answers
+ * (GET /snapshot, else GET /dump; libcurl). */
+#include <curl/curl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvix/peers.h"
+#include "kvix/service.h"
+#include "kvix/snapshot.h"
+
+/* ---- the set ---- */
+
+struct kvix_peers {
+    pthread_mutex_t mu;
+    char *url[KVIX_PEERS_MAX];
+    size_t n;
+};
+
+int kvix_peers_new(kvix_peers **out, kvix_err *err)
+{
+    *out = calloc(1, sizeof **out);
+    if (!*out)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    pthread_mutex_init(&(*out)->mu, NULL);
+    return KVIX_OK;
+}
+
+void kvix_peers_free(kvix_peers *p)
+{
+    if (!p)
+        return;
+    for (size_t i = 0; i < p->n; i++)
+        free(p->url[i]);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+static size_t trimmed(const char *url, size_t len)
+{
+    while (len && url[len - 1] == '/')
+        len--;
+    return len;
+}
+
+int kvix_peers_check(const char *url, size_t len, kvix_err *err)
+{
+    size_t scheme = len >= 7 && memcmp(url, "http://", 7) == 0    ? 7
+                    : len >= 8 && memcmp(url, "https://", 8) == 0 ? 8
+                                                                  : 0;
+    if (!scheme)
+        return kvix_err_set(err, KVIX_EINVAL, "peer url \"%.*s\" is not an http:// or https:// URL",
+                            (int)(len < 64 ? len : 64), url);
+    len = trimmed(url, len);
+    if (len >= KVIX_PEER_URL_MAX)
+        return kvix_err_set(err, KVIX_ELIMIT, "peer url longer than %u bytes",
+                            KVIX_PEER_URL_MAX - 1);
+    if (len <= scheme || url[scheme] == '/' || url[scheme] == ':')
+        return kvix_err_set(err, KVIX_EINVAL, "peer url \"%.*s\" has no host", (int)len, url);
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)url[i] <= ' ' || url[i] == 0x7f)
+            return kvix_err_set(err, KVIX_EINVAL,
+                                "peer url has a space or a control byte at offset %zu", i);
+    return KVIX_OK;
+}
+
+static size_t find(const kvix_peers *p, const char *url, size_t len)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (strlen(p->url[i]) == len && memcmp(p->url[i], url, len) == 0)
+            return i;
+    return p->n;
+}
+
+int kvix_peers_add(kvix_peers *p, const char *url, size_t len, int *added, kvix_err *err)
+{
+    int dummy;
+    if (!added)
+        added = &dummy;
+    *added = 0;
+    int rc = kvix_peers_check(url, len, err);
+    if (rc)
+        return rc;
+    len = trimmed(url, len);
+    pthread_mutex_lock(&p->mu);
+    if (find(p, url, len) < p->n) {
+        pthread_mutex_unlock(&p->mu);
+        return KVIX_OK;
+    }
+    if (p->n == KVIX_PEERS_MAX) {
+        pthread_mutex_unlock(&p->mu);
+        return kvix_err_set(err, KVIX_ELIMIT, "too many peers (limit %d)", KVIX_PEERS_MAX);
+    }
+    char *c = malloc(len + 1);
+    if (!c) {
+        pthread_mutex_unlock(&p->mu);
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    }
+    memcpy(c, url, len);
+    c[len] = '\0';
+    p->url[p->n++] = c;
+    *added = 1;
+    pthread_mutex_unlock(&p->mu);
+    return KVIX_OK;
+}
+
+int kvix_peers_remove(kvix_peers *p, const char *url, size_t len)
+{
+    len = trimmed(url, len);
+    pthread_mutex_lock(&p->mu);
+    size_t i = find(p, url, len);
+    int found = i < p->n;
+    if (found) {
+        free(p->url[i]);
+        memmove(&p->url[i], &p->url[i + 1], (p->n - i - 1) * sizeof p->url[0]);
+        p->n--;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return found;
+}
+
+void kvix_peers_list_free(char **urls, size_t n)
+{
+    for (size_t i = 0; urls && i < n; i++)
+        free(urls[i]);
+    free(urls);
+}
+
+int kvix_peers_list(kvix_peers *p, char ***urls, size_t *n, kvix_err *err)
+{
+    *urls = NULL;
+    *n = 0;
+    pthread_mutex_lock(&p->mu);
+    char **v = calloc(p->n ? p->n : 1, sizeof *v);
+    size_t i = 0;
+    for (; v && i < p->n; i++)
+        if (!(v[i] = strdup(p->url[i])))
+            break;
+    int ok = v && i == p->n;
+    pthread_mutex_unlock(&p->mu);
+    if (!ok) {
+        kvix_peers_list_free(v, i);
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    }
+    *urls = v;
+    *n = i;
+    return KVIX_OK;
+}
+
+/* ---- fetching ---- */
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc;
+
+static void curl_init(void)
+{
+    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+typedef struct sink {
+    kvix_buf b;
+    size_t max;
+    int over;
+} sink;
+
+static size_t on_data(char *p, size_t size, size_t n, void *ctx)
+{
+    sink *k = ctx;
+    size_t len = size * n;
+    if (k->b.len + len > k->max) {
+        k->over = 1;
+        return 0; /* aborts the transfer */
+    }
+    return kvix_buf_append(&k->b, p, len, NULL) ? 0 : len;
+}
+
+/* GET url + path into k->b; KVIX_OK on a 200. */
+static int fetch(const char *url, const char *path, long timeout_ms, sink *k, kvix_err *err)
+{
+    char full[KVIX_PEER_URL_MAX + 32];
+    size_t ul = trimmed(url, strlen(url));
+    if (ul >= KVIX_PEER_URL_MAX)
+        return kvix_err_set(err, KVIX_ELIMIT, "peer url longer than %u bytes",
+                            KVIX_PEER_URL_MAX - 1);
+    snprintf(full, sizeof full, "%.*s%s", (int)ul, url, path);
+    k->b.len = 0;
+    k->over = 0;
+    CURL *c = curl_easy_init();
+    if (!c)
+        return kvix_err_set(err, KVIX_ENOMEM, "cannot create a curl handle");
+    char ebuf[CURL_ERROR_SIZE] = "";
+    curl_easy_setopt(c, CURLOPT_URL, full);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, k);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, ebuf);
+    CURLcode rc = curl_easy_perform(c);
+    long status = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(c);
+    if (k->over)
+        return kvix_err_set(err, KVIX_ELIMIT, "%s: answer larger than %zu bytes", full, k->max);
+    if (rc != CURLE_OK)
+        return kvix_err_set(err, KVIX_EIO, "%s: %s", full, *ebuf ? ebuf : curl_easy_strerror(rc));
+    if (status != 200)
+        return kvix_err_set(err, KVIX_EIO, "%s: status %ld", full, status);
+    return KVIX_OK;
+}
+
+/* ---- recovery ---- */
+
+static void opts_fill(kvix_peers_recover_opts *o, const kvix_peers_recover_opts *given)
+{
+    memset(o, 0, sizeof *o);
+    if (given)
+        *o = *given;
+    if (!o->timeout_ms)
+        o->timeout_ms = 10000;
+    if (!o->max_bytes)
+        o->max_bytes = (size_t)1 << 34;
+}
+
+static int curl_ready(kvix_err *err)
+{
+    pthread_once(&curl_once, curl_init);
+    if (curl_init_rc != CURLE_OK)
+        return kvix_err_set(err, KVIX_ESYS, "cannot start libcurl: %s",
+                            curl_easy_strerror(curl_init_rc));
+    return KVIX_OK;
+}
+
+/* The peer's GET /snapshot, verified whole: KVIX_OK with *out, or KVIX_EIO
+ * (err says why) to try something else. */
+static int one_snapshot(const char *url, const kvix_peers_recover_opts *o, sink *k,
+                        kvix_snapshot **out, kvix_err *err)
+{
+    if (fetch(url, "/snapshot", o->timeout_ms, k, err))
+        return KVIX_EIO;
+    kvix_snapshot *s;
+    if (kvix_snapshot_open_mem(&s, k->b.data ? k->b.data : "", k->b.len, err)) {
+        char m[sizeof err->msg];
+        snprintf(m, sizeof m, "%s", err ? err->msg : "");
+        return kvix_err_set(err, KVIX_EIO, "%.*s/snapshot: %s", (int)trimmed(url, strlen(url)),
+                            url, m);
+    }
+    kvix_snapshot_info info;
+    kvix_snapshot_get_info(s, &info);
+    int rc = KVIX_OK;
+    if (o->stream && (!info.has_stream || strcmp(info.stream, o->stream) != 0))
+        rc = kvix_err_set(err, KVIX_EIO, "%.*s/snapshot reflects %s%s, not stream %s",
+                          (int)trimmed(url, strlen(url)), url,
+                          info.has_stream ? "stream " : "no stream",
+                          info.has_stream ? info.stream : "", o->stream);
+    else if (o->stream && info.stream_seq < o->min_seq)
+        rc = kvix_err_set(err, KVIX_EIO,
+                          "%.*s/snapshot reflects stream %s up to %" PRIu64
+                          ", which no longer holds what follows",
+                          (int)trimmed(url, strlen(url)), url, o->stream, info.stream_seq);
+    if (rc) {
+        kvix_snapshot_close(s);
+        return rc;
+    }
+    *out = s;
+    return KVIX_OK;
+}
+
+int kvix_peers_fetch_snapshot(const char *const *urls, size_t n,
+                              const kvix_peers_recover_opts *opts, kvix_snapshot **out,
+                              size_t *winner, kvix_err *err)
+{
+    kvix_peers_recover_opts o;
+    opts_fill(&o, opts);
+    *out = NULL;
+    int rc = curl_ready(err);
+    if (rc)
+        return rc;
+    kvix_err_set(err, KVIX_ENOTFOUND, "no peer given");
+    sink k = {.max = o.max_bytes};
+    kvix_buf_init(&k.b);
+    for (size_t i = 0; i < n; i++) {
+        if (one_snapshot(urls[i], &o, &k, out, err) == KVIX_OK) {
+            *winner = i;
+            kvix_buf_release(&k.b);
+            return KVIX_OK;
+        }
+    }
+    kvix_buf_release(&k.b);
+    if (err && n)
+        err->code = KVIX_ENOTFOUND;
+    return KVIX_ENOTFOUND;
+}
+
+int kvix_peers_recover(kvix_index *idx, const char *const *urls, size_t n,
+                       const kvix_peers_recover_opts *opts, kvix_peers_result *res,
+                       kvix_err *err)
+{
+    kvix_peers_recover_opts o;
+    opts_fill(&o, opts);
+    memset(res, 0, sizeof *res);
+    int rc = curl_ready(err);
+    if (rc)
+        return rc;
+    kvix_err_set(err, KVIX_ENOTFOUND, "no peer given");
+    sink k = {.max = o.max_bytes};
+    kvix_buf_init(&k.b);
+    for (size_t i = 0; i < n; i++) {
+        res->winner = i;
+        kvix_snapshot *s;
+        if (one_snapshot(urls[i], &o, &k, &s, err) == KVIX_OK) {
+            kvix_buf_release(&k.b);
+            kvix_snapshot_get_info(s, &res->info);
+            rc = kvix_snapshot_apply(s, idx, err);
+            kvix_snapshot_close(s);
+            res->from_snapshot = 1;
+            return rc;
+        }
+        if (o.stream || fetch(urls[i], "/dump", o.timeout_ms, &k, err))
+            continue;
+        rc = kvix_service_dump_apply(idx, k.b.data ? k.b.data : "", k.b.len, &res->applied,
+                                     &res->rejected, err);
+        if (!rc || res->applied || res->rejected) {
+            kvix_buf_release(&k.b);
+            return rc;
+        }
+    }
+    kvix_buf_release(&k.b);
+    if (err && n)
+        err->code = KVIX_ENOTFOUND;
+    return KVIX_ENOTFOUND;
+}

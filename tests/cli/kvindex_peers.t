@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# kvindex --peers against the fake engine: two replicas fed by the same
+# engine through kvsub, one stopped mid-run and restarted with --peers (the
+# first down, the second a live kvindex): it takes the peer's GET /snapshot,
+# then drains its held input, and ends equal to the replica that never
+# stopped. Not a *_mt test: kvsub's libzmq is not instrumented, so
+# ThreadSanitizer reports its buffers handed between threads (the HTTP side
+# runs under it in kvindex_peers_mt.t and kvindex_http_mt.t).
+# Every wait is a bounded poll; nothing asserts on time.
+# shellcheck shell=bash
+. "$(dirname "$0")/lib.sh"
+FE=$ROOT/tests/tools/fake_engine.py
+PIDS=""
+cleanup() {
+    local p
+    for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
+    wait 2>/dev/null
+}
+trap cleanup EXIT
+
+# listening ERRFILE: the URL a kvindex --listen said it serves
+listening() {
+    local i u
+    for i in $(seq 300); do
+        u=$(sed -n 's/^kvindex: listening on \(http:.*\)$/\1/p' "$1")
+        [ -n "$u" ] && { echo "$u"; return 0; }
+        sleep 0.05
+    done
+    return 1
+}
+
+begin "kvindex --peers: a replica restarted mid-run takes a peer's snapshot, then its held input"
+timeout 120 "$PY" "$FE" publish --pub "ipc://$T/pub" --dps 0,1 --batches 120 --subscribers 2 \
+    --pause-at 40:go:3 --expect exp.json --seed 5 --linger 1 2>engine.err &
+PIDS="$PIDS $!"
+EPID=$!
+# replica NAME KVINDEX-ARGS...: kvsub | tee NAME.ev | kvindex, the pids in
+# NAME.sub and NAME.idx
+replica() {
+    local n=$1
+    shift
+    rm -f "$n.sub" "$n.idx"
+    (sh -c 'echo $$ >"$0"; exec kvsub -w "$1"' "$n.sub" "1=ipc://$T/pub" 2>>"$n.suberr" |
+        tee -a "$n.ev" | sh -c 'echo $$ >"$0"; exec kvindex "$@"' "$n.idx" \
+            -s "$n.kvix" "$@" 2>"$n.err") &
+    for i in $(seq 300); do [ -s "$n.sub" ] && [ -s "$n.idx" ] && break; sleep 0.05; done
+    PIDS="$PIDS $(cat "$n.sub") $(cat "$n.idx")"
+}
+
+gone() { # gone PID: wait until it exited
+    local i
+    for i in $(seq 300); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
+    fail "process $1 did not stop"
+}
+replica a --listen 127.0.0.1:0
+replica b
+URL=$(listening a.err) || fail "replica a never said where it listens"
+# b stopped once the engine paused: its state so far saved, then started again
+for i in $(seq 600); do grep -q '"eid":39,' b.ev 2>/dev/null && break; sleep 0.1; done
+grep -q '"eid":39,' b.ev || fail "b never saw batch 39"
+kill -TERM "$(cat b.sub)"
+gone "$(cat b.idx)"
+[ -s b.kvix ] || fail "b saved nothing"
+replica b --peers "http://127.0.0.1:1,$URL"
+touch go # the engine goes on once the new kvsub joined
+for r in a b; do
+    for i in $(seq 600); do "$PY" "$FE" final "$r.ev" exp.json 2>/dev/null && break; sleep 0.1; done
+    "$PY" "$FE" final "$r.ev" exp.json || fail "replica $r never got the engine's last batches"
+done
+kill -TERM "$(cat b.sub)"
+gone "$(cat b.idx)"
+kill -TERM "$(cat a.sub)"
+for i in $(seq 300); do curl -s "$URL/metrics" | grep -q '^kvix_snapshot_saves_total [1-9]' && break; sleep 0.1; done
+kill -TERM "$(cat a.idx)"
+gone "$(cat a.idx)"
+# the first peer is down: the second answers with its snapshot
+assert_grep "recovered from $URL/snapshot: [0-9]+ blocks" b.err
+kvdump --diff a.kvix b.kvix >diff.out 2>&1 || { fail "a and b differ"; head -5 diff.out | sed 's/^/#     /'; }
+"$PY" "$FE" compare a.ev exp.json >cmp || fail "a's events are not the engine's state"
+wait "$EPID" 2>/dev/null
+end

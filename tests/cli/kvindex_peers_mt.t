@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# kvindex's peer endpoints: POST /register_peer, POST /deregister_peer and
+# GET /peers with every error path, on the server's threads (also under
+# ThreadSanitizer). Recovery from peers: kvindex_peers.t, nats_peers.t.
+# shellcheck shell=bash
+. "$(dirname "$0")/lib.sh"
+PIDS=""
+cleanup() {
+    local p
+    for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
+    wait 2>/dev/null
+}
+trap cleanup EXIT
+
+# listening ERRFILE: the URL a kvindex --listen said it serves
+listening() {
+    local i u
+    for i in $(seq 300); do
+        u=$(sed -n 's/^kvindex: listening on \(http:.*\)$/\1/p' "$1")
+        [ -n "$u" ] && { echo "$u"; return 0; }
+        sleep 0.05
+    done
+    return 1
+}
+
+# req METHOD PATH [BODY]: status in $st, body in ./body
+req() {
+    if [ $# -ge 3 ]; then
+        st=$(curl -s -o body -w '%{http_code}' -X "$1" --data-binary "$3" "$URL$2")
+    else
+        st=$(curl -s -o body -w '%{http_code}' -X "$1" "$URL$2")
+    fi
+}
+
+# bad BODY STATUS MESSAGE-RE: POST /register_peer answers STATUS with an error saying it
+bad() {
+    req POST /register_peer "$1"
+    assert_eq "$st" "$2" "status of /register_peer $1"
+    assert_grep "^\{\"error\":\".*$3" body
+    req GET /peers
+    assert_eq "$(cat body)" "$want" "/peers after /register_peer $1"
+}
+
+begin "kvindex --listen: /register_peer, /deregister_peer, /peers and their errors"
+mkfifo in
+exec 3<>in
+timeout --foreground 60 kvindex --listen 127.0.0.1:0 --peers http://seed:1/,https://seed2:2 \
+    <in >kv.out 2>kv.err &
+KPID=$!
+PIDS="$KPID"
+URL=$(listening kv.err) || fail "kvindex never said where it listens"
+req GET /peers
+assert_eq "$st" 200 "GET /peers"
+want='["http://seed:1","https://seed2:2"]'
+assert_eq "$(cat body)" "$want" "--peers listed, trailing slash dropped"
+req POST /register_peer '{"url":"http://127.0.0.1:9/"}'
+assert_eq "$st" 200 "register"
+assert_eq "$(cat body)" '{"status":"ok"}' "register's answer"
+req POST /register_peer '{"url":"http://127.0.0.1:9"}' # the same peer again: kept once
+assert_eq "$st" 200 "register again"
+want='["http://seed:1","https://seed2:2","http://127.0.0.1:9"]'
+req GET /peers
+assert_eq "$(cat body)" "$want" "registered once"
+bad '{"url":' 400 'malformed json'
+bad '[1]' 400 'not a JSON object'
+bad '{}' 400 'missing \\"url\\"'
+bad '{"url":7}' 400 '\\"url\\" is not a string'
+bad '{"url":"ftp://x"}' 400 'is not an http:// or https:// URL'
+bad '{"url":"http://"}' 400 'has no host'
+bad '{"url":"http://a b"}' 400 'a space or a control byte'
+bad '{"url":"http://a\u0001b"}' 400 'a space or a control byte'
+bad "{\"url\":\"http://$(head -c 1100 /dev/zero | tr '\0' a)\"}" 400 'longer than 1023 bytes'
+req GET /register_peer
+assert_eq "$st" 405 "GET /register_peer"
+assert_grep 'method not allowed \(use POST\)' body
+req POST /peers '{}'
+assert_eq "$st" 405 "POST /peers"
+# the set's ceiling: 64 peers
+for i in $(seq 4 64); do
+    req POST /register_peer "{\"url\":\"http://h$i:1\"}"
+    [ "$st" = 200 ] || fail "peer $i: $st $(cat body)"
+done
+req GET /peers
+want=$(cat body)
+bad '{"url":"http://one-too-many:1"}' 400 'too many peers \(limit 64\)'
+# deregistering
+req POST /deregister_peer '{"url":"http://127.0.0.1:9/"}'
+assert_eq "$st" 200 "deregister"
+assert_eq "$(cat body)" '{"status":"ok"}' "deregister's answer"
+req GET /peers
+assert_no_grep '127\.0\.0\.1:9' body
+req POST /deregister_peer '{"url":"http://never-seen:1"}'
+assert_eq "$st" 200 "deregister an unknown peer (nothing to do)"
+req POST /deregister_peer '{"url":3}'
+assert_eq "$st" 400 "deregister a number"
+assert_grep '"url\\" is not a string' body
+req POST /deregister_peer 'nope'
+assert_eq "$st" 400 "deregister malformed"
+req POST /deregister_peer '{"url":"gopher://x"}'
+assert_eq "$st" 400 "deregister a non-http url"
+req GET /metrics
+assert_grep '^dynamo_kvindexer_requests_total\{endpoint="/register_peer",method="POST"\} [1-9]' body
+assert_grep '^dynamo_kvindexer_errors_total\{endpoint="/register_peer",status_class="4xx"\} [1-9]' body
+exec 3>&-
+kill -TERM "$KPID"
+wait "$KPID"
+assert_eq "$?" 0 "exit status"
+end
+

@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# kvindex --nats with --peers, against a real nats-server (JetStream on, its
+# store in the scratch directory, loopback, a free port): a new replica
+# takes a peer's GET /snapshot and its stream position and ends equal to one
+# that read the whole stream; a replica the stream's retention left behind
+# takes a peer's snapshot at a later position (given with --peers, or
+# registered over HTTP while it waits for the server), or exits 7 when no
+# peer can. Every wait is a bounded poll; nothing asserts on time.
+. "$(dirname "$0")/lib.sh"
+if ! command -v nats-server >/dev/null 2>&1; then
+    echo "# skip: nats-server is not installed ('make deps' or .ci/deps installs it)"
+    exit 0
+fi
+PIDS=""
+cleanup() {
+    local p
+    for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
+    wait 2>/dev/null
+}
+trap cleanup EXIT
+
+free_port() {
+    "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+server_start() { # server_start N: the server on $PORT, its store in $T/js; N-th start
+    nats-server -js -sd "$T/js" -a 127.0.0.1 -p "$PORT" >>"$T/server.log" 2>&1 &
+    SPID=$!
+    PIDS="$PIDS $SPID"
+    local i
+    for i in $(seq 100); do
+        [ "$(grep -c "Server is ready" "$T/server.log" 2>/dev/null)" -ge "$1" ] && return 0
+        sleep 0.1
+    done
+    fail "nats-server did not start"
+    return 1
+}
+
+seq_of() { # the stream sequence recorded in a snapshot (0 if none)
+    local s
+    s=$(kvdump --stats --json "$1" 2>/dev/null | sed -n 's/.*"stream_seq":\([0-9]*\).*/\1/p')
+    echo "${s:-0}"
+}
+
+listening() { # listening ERRFILE: the URL a kvindex --listen said it serves
+    local i u
+    for i in $(seq 300); do
+        u=$(sed -n 's/^kvindex: listening on \(http:.*\)$/\1/p' "$1")
+        [ -n "$u" ] && { echo "$u"; return 0; }
+        sleep 0.05
+    done
+    return 1
+}
+
+at_seq() { # at_seq URL N: the replica at URL serves a snapshot of sequence >= N
+    local i
+    for i in $(seq 300); do
+        curl -s -o peer.kvix "$1/snapshot" && [ "$(seq_of peer.kvix)" -ge "$2" ] && return 0
+        sleep 0.1
+    done
+    fail "$1 never reached sequence $2 (at $(seq_of peer.kvix))"
+    return 1
+}
+
+# publish SUBJECT EID...: one stored batch per eid, with the NATS text
+# protocol's PUB (the test needs no client library of its own)
+publish() {
+    "$PY" - "$PORT" "$@" <<'EOF2'
+import socket, sys, msgpack
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.recv(4096)
+s.sendall(b'CONNECT {"verbose":false,"headers":true}\r\n')
+for eid in map(int, sys.argv[3:]):
+    rec = {"type": "stored", "worker": 1, "dp": 0, "model": "m", "bs": 4, "eid": eid,
+           "parent": None, "blocks": [{"local": "%016x" % eid, "seq": "%016x" % eid}]}
+    body = msgpack.packb(rec)
+    s.sendall(b"PUB %s %d\r\n" % (sys.argv[2].encode(), len(body)) + body + b"\r\n")
+s.sendall(b"PING\r\n")
+buf = b""
+while b"PONG" not in buf:
+    buf += s.recv(4096)
+EOF2
+}
+
+# stream NAME SUBJECT [kvsub options]: created by kvsub, which then stops
+stream() {
+    timeout 30 kvsub -w "1=ipc://$T/none" --nats "$URL" --stream "$1" --subject "$2" "${@:3}" \
+        >/dev/null 2>sub.err &
+    local p=$!
+    for i in $(seq 100); do grep -q "created stream $1" sub.err && break; sleep 0.1; done
+    kill -TERM "$p"
+    wait "$p"
+}
+
+begin "kvindex --nats --peers: a new replica takes a peer's snapshot and position, then the stream"
+PORT=$(free_port)
+URL=nats://127.0.0.1:$PORT
+server_start 1
+stream BOOT b
+publish b.m.1 $(seq 1 40)
+kvindex --nats "$URL" --stream BOOT -s a.kvix --listen 127.0.0.1:0 2>a.err &
+APID=$!
+PIDS="$PIDS $APID"
+A=$(listening a.err) || fail "replica a never said where it listens"
+at_seq "$A" 40
+# the first peer does not listen; the second hands over at 40
+run timeout 60 kvindex --nats "$URL" --stream BOOT -s b.kvix --until-caught-up \
+    --peers "http://127.0.0.1:1,$A"
+expect_rc 0
+assert_grep "recovered from $A/snapshot: stream BOOT at 40, 40 blocks" err
+assert_grep "stream BOOT: applied up to sequence 40\$" err
+assert_eq "$(seq_of b.kvix)" 40 "b's position"
+publish b.m.1 $(seq 41 60)
+# b resumes from its own snapshot (no peer asked), a reference reads it all
+run timeout 60 kvindex --nats "$URL" --stream BOOT -s b.kvix --until-caught-up --peers "$A"
+expect_rc 0
+assert_no_grep "recovered from" err
+assert_grep "stream BOOT: applied up to sequence 60; .* over 20 messages" err
+run timeout 60 kvindex --nats "$URL" --stream BOOT -s ref.kvix --until-caught-up --quiet
+expect_rc 0
+at_seq "$A" 60
+kvdump --diff ref.kvix b.kvix >diff.out 2>&1 || { fail "b differs from the whole stream"; head -3 diff.out; }
+kvdump --diff ref.kvix peer.kvix >diff.out 2>&1 || { fail "a differs from the whole stream"; head -3 diff.out; }
+# a peer of another stream, or one that only dumps, cannot hand over: start empty
+stream OTHER o
+run timeout 60 kvindex --nats "$URL" --stream OTHER -s o.kvix --until-caught-up --peers "$A"
+expect_rc 0
+assert_grep "reflects stream BOOT, not stream OTHER" err
+assert_grep "stream OTHER: starting empty from its first message" err
+kill -TERM "$APID"
+wait "$APID"
+assert_eq "$?" 0 "a's exit status"
+end
+
+begin "kvindex --nats: a replica the stream left behind takes a peer's later snapshot, or exits 7"
+PORT=$(free_port)
+URL=nats://127.0.0.1:$PORT
+server_start 1
+# a stream of 200 bytes holds one of these messages
+stream GAP g --stream-max-bytes 200
+kvindex --nats "$URL" --stream GAP -s a.kvix --listen 127.0.0.1:0 2>a.err &
+APID=$!
+PIDS="$PIDS $APID"
+A=$(listening a.err) || fail "replica a never said where it listens"
+publish g.m.1 1
+at_seq "$A" 1
+run timeout 60 kvindex --nats "$URL" --stream GAP -s c.kvix --until-caught-up --quiet
+expect_rc 0
+for e in 2 3 4; do
+    publish g.m.1 "$e"
+    at_seq "$A" "$e"
+done
+# no peer: exit 7; a peer that only dumps (Dynamo's) cannot hand over either
+cp c.kvix c0.kvix
+run timeout 60 kvindex --nats "$URL" --stream GAP -s c.kvix --until-caught-up
+expect_rc 7
+assert_grep "stream GAP: messages 2\.\.3 are gone" err
+printf '{}' >empty.json
+"$PY" "$ROOT/tests/tools/http_client.py" serve-dump empty.json port &
+FAKE=$!
+PIDS="$PIDS $FAKE"
+for i in $(seq 200); do [ -s port ] && break; sleep 0.05; done
+run timeout 60 kvindex --nats "$URL" --stream GAP -s c.kvix --until-caught-up \
+    --peers "http://127.0.0.1:$(cat port)"
+expect_rc 7
+assert_grep "no peer could hand over stream GAP at 3 or later \(.*/snapshot: status 404\)" err
+kill "$FAKE" 2>/dev/null
+assert_eq "$(seq_of c.kvix)" 1 "c's position after exit 7"
+# with a peer: in place, then the stream from the peer's position on
+run timeout 60 kvindex --nats "$URL" --stream GAP -s c.kvix --until-caught-up --peers "$A"
+expect_rc 0
+assert_grep "bootstrapped from $A/snapshot: stream GAP at 4, 4 blocks" err
+assert_eq "$(seq_of c.kvix)" 4 "c's position"
+kvdump --diff peer.kvix c.kvix >diff.out 2>&1 || { fail "c differs from its peer"; head -3 diff.out; }
+# a peer registered over HTTP while the replica waits for the server
+cp c0.kvix d.kvix
+kill -9 "$SPID"
+wait "$SPID" 2>/dev/null
+kvindex --nats "$URL" --stream GAP -s d.kvix --listen 127.0.0.1:0 2>d.err &
+DPID=$!
+PIDS="$PIDS $DPID"
+D=$(listening d.err) || fail "replica d never said where it listens"
+st=$(curl -s -o body -w '%{http_code}' -XPOST --data-binary "{\"url\":\"$A\"}" "$D/register_peer")
+assert_eq "$st" 200 "register a with d"
+server_start 2
+publish g.m.1 5
+at_seq "$A" 5
+at_seq "$D" 5
+assert_grep "bootstrapped from $A/snapshot: stream GAP at [45], [45] blocks" d.err
+curl -s -o a5.kvix "$A/snapshot" # (peer.kvix is now d's)
+kvdump --diff a5.kvix peer.kvix >diff.out 2>&1 || { fail "d differs from a"; head -3 diff.out; }
+kill -TERM "$DPID" "$APID"
+wait "$DPID"
+assert_eq "$?" 0 "d's exit status"
+wait "$APID"
+end
