@@ -202,43 +202,84 @@ void kvix_service_answer_free(void *p)
     }
 }
 
-static int by_worker(const void *a, const void *b)
+static int score_less(const kvix_score *x, const kvix_score *y)
 {
-    const kvix_score *x = a, *y = b;
-    if (x->worker != y->worker)
-        return x->worker < y->worker ? -1 : 1;
-    return x->dp < y->dp ? -1 : x->dp > y->dp;
+    return x->worker != y->worker ? x->worker < y->worker : x->dp < y->dp;
 }
 
-/* {"<worker>":{"<dp>":value,...},...} over scores sorted by worker. */
+/* Scores by (worker, dp), in place: a shell sort with the compare inlined
+ * (qsort's merge sort with a callback cost more than the query itself for a
+ * prefix all 256 workers hold). Already sorted: one pass. */
+static void sort_scores(kvix_score *v, size_t n)
+{
+    size_t i = 1;
+    while (i < n && !score_less(&v[i], &v[i - 1]))
+        i++;
+    if (i >= n)
+        return;
+    /* Ciura's gaps, then each x 2.25 */
+    static const size_t ciura[] = {1, 4, 10, 23, 57, 132, 301, 701, 1750};
+    size_t gaps[48], ng = 0;
+    for (size_t c = 0; c < sizeof ciura / sizeof ciura[0] && ciura[c] < n; c++)
+        gaps[ng++] = ciura[c];
+    for (size_t g = 1750 * 9 / 4; g < n && ng < sizeof gaps / sizeof gaps[0]; g = g * 9 / 4)
+        gaps[ng++] = g;
+    while (ng--) {
+        size_t gap = gaps[ng];
+        for (size_t k = gap; k < n; k++) {
+            kvix_score t = v[k];
+            size_t j = k;
+            for (; j >= gap && score_less(&t, &v[j - gap]); j -= gap)
+                v[j] = v[j - gap];
+            v[j] = t;
+        }
+    }
+}
+
+/* {"<worker>":{"<dp>":value,...},...} over scores sorted by worker, written
+ * in place after one reservation of the worst case. */
 static int put_nested(kvix_buf *b, const kvix_score *v, size_t n, uint64_t bs, int held,
                       kvix_err *err)
 {
-    int rc = kvix_sj_raw(b, "{", err);
-    for (size_t i = 0; !rc && i < n; i++) {
-        int first_of_worker = i == 0 || v[i].worker != v[i - 1].worker;
-        if (first_of_worker) {
-            if ((rc = kvix_sj_raw(b, i ? "},\"" : "\"", err)) ||
-                (rc = kvix_sj_u64(b, v[i].worker, err)) || (rc = kvix_sj_raw(b, "\":{", err)))
-                break;
-        } else if ((rc = kvix_sj_raw(b, ",", err))) {
-            break;
+    size_t per = 3 + KVIX_SJ_U64_MAX + 4 + 10 + 2 + KVIX_SJ_U64_MAX + 1; /* },"W":{"D":V, */
+    if (n > (SIZE_MAX - 8) / per)
+        return kvix_err_set(err, KVIX_ELIMIT, "too many scores");
+    int rc = kvix_buf_reserve(b, n * per + 4, err);
+    if (rc)
+        return rc;
+    char *p = b->data + b->len;
+    *p++ = '{';
+    for (size_t i = 0; i < n; i++) {
+        if (i == 0 || v[i].worker != v[i - 1].worker) {
+            if (i) {
+                memcpy(p, "},", 2);
+                p += 2;
+            }
+            *p++ = '"';
+            p += kvix_sj_u64_put(p, v[i].worker);
+            memcpy(p, "\":{", 3);
+            p += 3;
+        } else {
+            *p++ = ',';
         }
-        if ((rc = kvix_sj_raw(b, "\"", err)) || (rc = kvix_sj_u64(b, v[i].dp, err)) ||
-            (rc = kvix_sj_raw(b, "\":", err)) ||
-            (rc = kvix_sj_u64(b, held ? v[i].held : (uint64_t)v[i].blocks * bs, err)))
-            break;
+        *p++ = '"';
+        p += kvix_sj_u64_put(p, v[i].dp);
+        memcpy(p, "\":", 2);
+        p += 2;
+        p += kvix_sj_u64_put(p, held ? v[i].held : (uint64_t)v[i].blocks * bs);
     }
-    if (!rc)
-        rc = kvix_sj_raw(b, n ? "}}" : "}", err);
-    return rc;
+    if (n)
+        *p++ = '}';
+    *p++ = '}';
+    *p = '\0';
+    b->len = (size_t)(p - b->data);
+    return KVIX_OK;
 }
 
 /* Dynamo's answer shape. Reorders ans->scores (by worker). */
 static int put_dynamo_answer(kvix_answer *ans, kvix_buf *b, kvix_err *err)
 {
-    if (ans->nscores > 1)
-        qsort(ans->scores, ans->nscores, sizeof *ans->scores, by_worker);
+    sort_scores(ans->scores, ans->nscores);
     int rc;
     if ((rc = kvix_sj_raw(b, "{\"scores\":", err)) ||
         (rc = put_nested(b, ans->scores, ans->nscores, ans->bs, 0, err)) ||

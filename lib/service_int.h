@@ -11,6 +11,9 @@
 /* Appenders to a kvix_buf; each returns KVIX_OK or KVIX_ENOMEM. */
 int kvix_sj_raw(kvix_buf *b, const char *s, kvix_err *err);
 int kvix_sj_u64(kvix_buf *b, uint64_t v, kvix_err *err);
+/* v in decimal at out (at most KVIX_SJ_U64_MAX bytes, no NUL); its length. */
+#define KVIX_SJ_U64_MAX 20
+size_t kvix_sj_u64_put(char *out, uint64_t v);
 /* A JSON string literal (quotes included), escaped by jansson. */
 int kvix_sj_str(kvix_buf *b, const char *s, size_t len, kvix_err *err);
 

@@ -94,11 +94,23 @@ int kvix_sj_raw(kvix_buf *b, const char *s, kvix_err *err)
     return kvix_buf_append(b, s, strlen(s), err);
 }
 
+size_t kvix_sj_u64_put(char *out, uint64_t v)
+{
+    /* answers print thousands of these: snprintf was half of a /query_by_hash */
+    char tmp[20];
+    size_t i = sizeof tmp;
+    do {
+        tmp[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    memcpy(out, tmp + i, sizeof tmp - i);
+    return sizeof tmp - i;
+}
+
 int kvix_sj_u64(kvix_buf *b, uint64_t v, kvix_err *err)
 {
-    char tmp[24];
-    int n = snprintf(tmp, sizeof tmp, "%" PRIu64, v);
-    return kvix_buf_append(b, tmp, (size_t)n, err);
+    char tmp[KVIX_SJ_U64_MAX];
+    return kvix_buf_append(b, tmp, kvix_sj_u64_put(tmp, v), err);
 }
 
 int kvix_sj_str(kvix_buf *b, const char *s, size_t len, kvix_err *err)

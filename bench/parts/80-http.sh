@@ -87,7 +87,7 @@ for run in $(seq "$RUNS"); do
     echo "80-http: run $run of $RUNS" >&2
     rm -f "$tmp/feed"
     mkfifo "$tmp/feed"
-    "$B/kvindex" --quiet --listen 127.0.0.1:0 --http-threads "$HTTP_THREADS" <"$tmp/feed" \
+    "$B/kvindex" --listen 127.0.0.1:0 --http-threads "$HTTP_THREADS" <"$tmp/feed" \
         2>"$tmp/kv.err" &
     kpid=$!
     pids+=("$kpid")

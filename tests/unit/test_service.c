@@ -230,3 +230,52 @@ TEST(dump_reads_back_into_an_equal_index)
     kvix_index_free(a);
     kvix_index_free(b);
 }
+
+/* Dynamo's answer lists workers in ascending order, each worker's ranks
+ * together and ascending, whatever order they arrived in (3000 (worker, dp)
+ * pairs: every gap of the answer's sort), and prints ids near 2^63 exactly. */
+TEST(answer_sorted_by_worker_and_rank)
+{
+    kvix_index *idx = new_index();
+    kvix_service *s = NULL;
+    kvix_service_opts so = {.idx = idx};
+    kvix_err e;
+    CHECK(kvix_service_new(&s, &so, &e) == 0);
+    enum { W = 1000, D = 3 };
+    char line[256];
+    for (unsigned i = 0; i < W * D; i++) { /* workers in a scattered order, ranks descending */
+        unsigned w = (i * 7919u) % W, d = (W * D - 1 - i) % D;
+        uint64_t worker = w == 0 ? UINT64_C(9223372036854775807) : (uint64_t)w * 1000003u;
+        snprintf(line, sizeof line,
+                 "{\"type\":\"stored\",\"worker\":%llu,\"dp\":%u,\"model\":\"m\",\"bs\":4,"
+                 "\"blocks\":[{\"local\":\"00000000000000aa\",\"seq\":\"%016x\"}]}",
+                 (unsigned long long)worker, d, i + 1);
+        feed(idx, line);
+    }
+    kvix_service_response r;
+    kvix_service_response_init(&r);
+    const char *q = "{\"model_name\":\"m\",\"block_hashes\":[170]}";
+    kvix_service_handle(s, "POST", "/query_by_hash", q, strlen(q), &r);
+    CHECK_U64((uint64_t)r.status, 200);
+    /* expected: ascending workers (the 2^63-1 one last), ranks 0,1,2 each */
+    kvix_buf want;
+    kvix_buf_init(&want);
+    CHECK(kvix_buf_append(&want, "{\"scores\":{", 11, NULL) == 0);
+    for (int part = 0; part < 2; part++) {
+        for (unsigned w = 1; w <= W; w++) {
+            uint64_t worker = w == W ? UINT64_C(9223372036854775807) : (uint64_t)w * 1000003u;
+            CHECK(kvix_buf_printf(&want, NULL, "%s\"%llu\":{\"0\":%d,\"1\":%d,\"2\":%d}",
+                                  w > 1 ? "," : "", (unsigned long long)worker,
+                                  part ? 1 : 4, part ? 1 : 4, part ? 1 : 4) == 0);
+        }
+        CHECK(kvix_buf_printf(&want, NULL, "%s",
+                              part ? "}}" : "},\"frequencies\":[],\"tree_sizes\":{") == 0);
+    }
+    CHECK(r.body.len == want.len && memcmp(r.body.data, want.data, want.len) == 0);
+    if (r.body.len != want.len || memcmp(r.body.data, want.data, want.len) != 0)
+        fprintf(stderr, "got  %.200s\nwant %.200s\n", r.body.data, want.data);
+    kvix_buf_release(&want);
+    kvix_service_response_release(&r);
+    kvix_service_free(s);
+    kvix_index_free(idx);
+}
