@@ -77,10 +77,10 @@ begin "kvindex --nats: replicas and the server killed -9 mid-stream stay exactly
 PORT=$(free_port)
 URL=nats://127.0.0.1:$PORT
 server_start 1
-timeout 120 "$PY" "$FE" publish --pub "ipc://$T/pub" --dps 0,1 --batches 1500 --expect exp.json \
+timeout 300 "$PY" "$FE" publish --pub "ipc://$T/pub" --dps 0,1 --batches 1500 --expect exp.json \
     --seed 21 --linger 1 2>engine.err &
 EPID=$!
-timeout --foreground 120 kvsub -w "1=ipc://$T/pub" --nats "$URL" --stream KVT \
+timeout --foreground 300 kvsub -w "1=ipc://$T/pub" --nats "$URL" --stream KVT \
     --subject kvt >events.ndjson 2>kvsub.err &
 KPID=$!
 PIDS="$EPID $KPID"
