@@ -686,12 +686,17 @@ static int load(kvi *k)
     if (k->verbose)
         cli_warn("loaded %s: %" PRIu64 " partitions, %" PRIu64 " blocks", k->snap,
                  info.partitions, info.blocks);
-    if (k->nopt.url && !info.has_stream)
-        cli_die(KVIX_EXIT_USAGE, "%s records no stream position: it was not made by kvindex --nats",
-                k->snap);
-    if (k->nopt.url && strcmp(info.stream, k->nopt.stream) != 0)
+    if (k->nopt.url && (!info.has_stream || strcmp(info.stream, k->nopt.stream) != 0)) {
+        /* freed first: the positional backend's slots hide their node pointers
+         * from LeakSanitizer, which would call the loaded blocks leaked */
+        kvix_index_free(k->idx);
+        k->idx = NULL;
+        if (!info.has_stream)
+            cli_die(KVIX_EXIT_USAGE,
+                    "%s records no stream position: it was not made by kvindex --nats", k->snap);
         cli_die(KVIX_EXIT_USAGE, "%s reflects stream %s, not %s", k->snap, info.stream,
                 k->nopt.stream);
+    }
     k->seq = info.has_stream ? info.stream_seq : 0;
     if (k->verbose && info.has_stream)
         cli_warn("%s: stream %s applied up to sequence %" PRIu64, k->snap, info.stream, k->seq);
