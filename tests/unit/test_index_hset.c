@@ -1,0 +1,117 @@
+/* lib/hset_int.h, a block's holder set: randomized against a plain array of
+ * flags, with holders spread over thousands of slots so the promoted bitset
+ * grows its span down and up, and a set emptied and refilled; tiers too. */
+#include <stdlib.h>
+
+#include "harness.h"
+#include "hset_int.h"
+
+#define NS 5000
+
+static uint64_t s;
+static uint64_t rnd(void)
+{
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+}
+
+static uint8_t model[NS][KVIX_MEDIUM_COUNT];
+static uint32_t out[NS + 64 * 4];
+
+static int held_any(uint32_t x)
+{
+    for (unsigned t = 0; t < KVIX_MEDIUM_COUNT; t++)
+        if (model[x][t])
+            return 1;
+    return 0;
+}
+
+/* Every slot: has() as the model says; list() each holder once. */
+static int check(const kvix_hset *h, uint32_t count)
+{
+    int ok = 1;
+    uint32_t n = 0;
+    for (uint32_t x = 0; x < NS; x++) {
+        n += (uint32_t)held_any(x);
+        if (kvix_hs_has(h, x) != held_any(x))
+            ok = 0;
+    }
+    kvix_wset *big = kvix_hs_big(h);
+    if (kvix_hs_room(big) > sizeof out / sizeof out[0])
+        return 0;
+    uint32_t m = kvix_hs_list(h, big, out);
+    static uint8_t seen[NS];
+    memset(seen, 0, sizeof seen);
+    for (uint32_t i = 0; i < m; i++) {
+        if (out[i] >= NS || !held_any(out[i]) || seen[out[i]])
+            ok = 0;
+        else
+            seen[out[i]] = 1;
+    }
+    return ok && m == n && count == n;
+}
+
+static kvix_bmem mem;
+static kvix_hset h;
+
+static void start(void)
+{
+    s = th_seed() | 1;
+    kvix_rcu_writer();
+    atomic_init(&mem.bytes, 0);
+    atomic_init(&mem.tiered, 0);
+    kvix_hs_init(&h);
+    memset(model, 0, sizeof model);
+}
+
+/* steps random adds and deletes of slots in [lo, lo + span) on h. */
+static void run(uint32_t lo, uint32_t span, int tiers, long steps)
+{
+    int bad = 0;
+    for (long i = 0; i < steps && !bad; i++) {
+        uint32_t x = lo + (uint32_t)(rnd() % span);
+        unsigned t = tiers && rnd() % 4 == 0 ? (unsigned)(rnd() % KVIX_MEDIUM_COUNT)
+                                             : KVIX_MEDIUM_GPU;
+        int flag;
+        if (rnd() % 3) {
+            int was = model[x][t], any = held_any(x);
+            int rc = kvix_hs_add(&h, x, t, (NS + 63) / 64, &mem, &flag);
+            bad |= rc != (was ? 1 : KVIX_OK) || flag != !any;
+            model[x][t] = 1;
+        } else {
+            int was = model[x][t];
+            model[x][t] = 0;
+            kvix_hs_del(&h, x, t, &mem, &flag);
+            bad |= flag != (was && !held_any(x));
+        }
+        if (i % 97 == 0)
+            bad |= !check(&h, h.count);
+    }
+    CHECK(!bad);
+    CHECK(check(&h, h.count));
+}
+
+TEST(hset_spread_holders)
+{
+    start();
+    run(0, NS, 0, 20000 * th_scale());
+    kvix_hs_free(&h);
+}
+
+TEST(hset_span_grows_down_and_up)
+{
+    start();
+    run(2400, 200, 0, 2000);
+    run(2000, 1000, 0, 3000);
+    run(0, NS, 0, 5000);
+    kvix_hs_free(&h);
+}
+
+TEST(hset_tiers)
+{
+    start();
+    run(1000, 3000, 1, 20000 * th_scale());
+    kvix_hs_free(&h);
+}
