@@ -5,6 +5,7 @@
 #                             ASan+UBSan, TSan (tests/check.sh prints "N passed, N failed")
 #   make demo                 the main job on the bundled example
 #   make bench                benchmarks; figures in bench/RESULTS.md
+#   make fuzz                 the libFuzzer targets (clang), FUZZ_SECONDS each (default 60)
 #   make SANITIZE=address,undefined   instrumented build in build/asan
 #   make SANITIZE=thread              instrumented build in build/tsan
 #   make install PREFIX=/usr/local DESTDIR=   tools, man pages, completions, and libkvix
