@@ -346,7 +346,8 @@ static void close_part(table *t, size_t part_row)
     if (part_row == SIZE_MAX)
         return;
     row *p = &t->rows[part_row];
-    qsort(t->keys, t->nkeys, sizeof *t->keys, cmp_canon);
+    if (t->nkeys > 1) /* keys is NULL for a partition of no blocks */
+        qsort(t->keys, t->nkeys, sizeof *t->keys, cmp_canon);
     uint64_t u = 0;
     for (size_t i = 0; i < t->nkeys; i++)
         if (i == 0 || cmp_canon(&t->keys[i], &t->keys[i - 1]) != 0)
