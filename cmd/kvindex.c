@@ -261,8 +261,10 @@ static void clear_progress(kvi *k)
     }
 }
 
-static void reject(kvi *k, const char *what, const char *name, uint64_t pos, int type,
-                   const kvix_err *e)
+/* from_input: the record came from stdin or a stream, whose submitted[]
+ * counts it; the subscriptions' rejections are counted by their feed */
+static void reject_from(kvi *k, const char *what, const char *name, uint64_t pos, int type,
+                        int from_input, const kvix_err *e)
 {
     pthread_mutex_lock(&k->mu);
     clear_progress(k);
@@ -272,7 +274,7 @@ static void reject(kvi *k, const char *what, const char *name, uint64_t pos, int
     k->reasons[reason]++;
     if (k->svc)
         kvix_service_note_event(k->svc, type, reason);
-    if (type >= 0 && type <= KVIX_EV_QUERY)
+    if (from_input && type >= 0 && type <= KVIX_EV_QUERY)
         k->rejected_type[type]++;
     if (k->strict) {
         k->strict_hit = 1;
@@ -282,6 +284,12 @@ static void reject(kvi *k, const char *what, const char *name, uint64_t pos, int
         (void)w;
     }
     pthread_mutex_unlock(&k->mu);
+}
+
+static void reject(kvi *k, const char *what, const char *name, uint64_t pos, int type,
+                   const kvix_err *e)
+{
+    reject_from(k, what, name, pos, type, 1, e);
 }
 
 /* Every query line gets one answer line (contract section 4), so a
@@ -337,7 +345,7 @@ static void on_reject(void *ctx, uint64_t tag, const kvix_err *e)
     int type = (int)(tag >> (TAG_POS_BITS + TAG_FILE_BITS));
     size_t file = (size_t)(tag >> TAG_POS_BITS) & 0xffff;
     uint64_t pos = tag & ((UINT64_C(1) << TAG_POS_BITS) - 1);
-    reject(k, "event", k->names[file], pos, type, e);
+    reject_from(k, "event", k->names[file], pos, type, !k->feed || file != k->feed_file, e);
 }
 
 /* The subscriptions' thread writes the index too: every writer takes
@@ -1022,7 +1030,8 @@ static uint64_t feed_tag(void *ctx, const kvix_event *ev)
 static void feed_reject(void *ctx, const kvix_event *ev, const kvix_err *e)
 {
     kvi *k = ctx;
-    reject(k, "event", k->names[k->feed_file], ev->has_eid ? ev->eid : 0, ev->type, e);
+    reject_from(k, "event", k->names[k->feed_file], ev->has_eid ? ev->eid : 0, ev->type, 0,
+                e);
 }
 
 /* As kvsub reports them: losses, restarts and removals always, rejected
