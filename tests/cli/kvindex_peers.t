@@ -12,24 +12,7 @@
 # shellcheck shell=bash
 . "$(dirname "$0")/lib.sh"
 FE=$ROOT/tests/tools/fake_engine.py
-PIDS=""
-cleanup() {
-    local p
-    for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
-    wait 2>/dev/null
-}
-trap cleanup EXIT
-
-# listening ERRFILE: the URL a kvindex --listen said it serves
-listening() {
-    local i u
-    for i in $(seq 300); do
-        u=$(sed -n 's/^kvindex: listening on \(http:.*\)$/\1/p' "$1")
-        [ -n "$u" ] && { echo "$u"; return 0; }
-        sleep 0.05
-    done
-    return 1
-}
+. "$(dirname "$0")/procs.sh"
 
 begin "kvindex --peers: a replica restarted mid-run takes a peer's snapshot, then its held input"
 timeout 120 "$PY" "$FE" publish --pub "ipc://$T/pub" --dps 0,1 --batches 120 --subscribers 2 \

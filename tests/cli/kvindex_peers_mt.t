@@ -4,24 +4,7 @@
 # ThreadSanitizer). Recovery from peers: kvindex_peers.t, nats_peers.t.
 # shellcheck shell=bash
 . "$(dirname "$0")/lib.sh"
-PIDS=""
-cleanup() {
-    local p
-    for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
-    wait 2>/dev/null
-}
-trap cleanup EXIT
-
-# listening ERRFILE: the URL a kvindex --listen said it serves
-listening() {
-    local i u
-    for i in $(seq 300); do
-        u=$(sed -n 's/^kvindex: listening on \(http:.*\)$/\1/p' "$1")
-        [ -n "$u" ] && { echo "$u"; return 0; }
-        sleep 0.05
-    done
-    return 1
-}
+. "$(dirname "$0")/procs.sh"
 
 # req METHOD PATH [BODY]: status in $st, body in ./body
 req() {

@@ -11,17 +11,7 @@ if ! command -v nats-server >/dev/null 2>&1; then
     echo "# skip: nats-server is not installed ('make deps' or .ci/deps installs it)"
     exit 0
 fi
-PIDS=""
-cleanup() {
-    local p
-    for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
-    wait 2>/dev/null
-}
-trap cleanup EXIT
-
-free_port() {
-    "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+. "$(dirname "$0")/procs.sh"
 
 server_start() { # server_start N: the server on $PORT, its store in $T/js; N-th start
     nats-server -js -sd "$T/js" -a 127.0.0.1 -p "$PORT" >>"$T/server.log" 2>&1 &
@@ -40,16 +30,6 @@ seq_of() { # the stream sequence recorded in a snapshot (0 if none)
     local s
     s=$(kvdump --stats --json "$1" 2>/dev/null | sed -n 's/.*"stream_seq":\([0-9]*\).*/\1/p')
     echo "${s:-0}"
-}
-
-listening() { # listening ERRFILE: the URL a kvindex --listen said it serves
-    local i u
-    for i in $(seq 300); do
-        u=$(sed -n 's/^kvindex: listening on \(http:.*\)$/\1/p' "$1")
-        [ -n "$u" ] && { echo "$u"; return 0; }
-        sleep 0.05
-    done
-    return 1
 }
 
 at_seq() { # at_seq URL N: the replica at URL serves a snapshot of sequence >= N

@@ -20,13 +20,7 @@ if ! command -v nats-server >/dev/null 2>&1; then
 fi
 # under ThreadSanitizer: the uninstrumented libraries' own internals only
 export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$ROOT/tests/tsan.supp"
-PIDS=""
-cleanup() {
-    local p
-    for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
-    wait 2>/dev/null
-}
-trap cleanup EXIT
+. "$(dirname "$0")/procs.sh"
 
 # metric NAME: the sum of a metric's samples on the live replica
 metric() {
@@ -34,7 +28,7 @@ metric() {
 }
 
 begin "kvindex --nats --listen --threads: HTTP answers while consuming equal kvindex -q"
-PORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+PORT=$(free_port)
 NURL=nats://127.0.0.1:$PORT
 nats-server -js -sd "$T/js" -a 127.0.0.1 -p "$PORT" >server.log 2>&1 &
 PIDS="$PIDS $!"
