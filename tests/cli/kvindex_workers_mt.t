@@ -256,10 +256,12 @@ expect_rc 5
 assert_grep 'batches 5\.\.6 lost \(no replay endpoint\): cleared' err
 assert_grep '^kvindex: bad event at <engines>:[0-9]+: parent [0-9a-f]+ is not held by worker 1 dp 0$' err
 # the summary's first line counts stdin's records only (none here): a
-# subscription's refused event once went below zero there (2^64-1 applied)
+# subscription's refused event once went below zero there (2^64-1 applied).
+# How many more the subscriptions' thread applies or has refused before the
+# serving loop stops it depends on the machine's speed (more under TSan).
 assert_grep '^kvindex: applied 0 events: 0 stored, 0 removed, 0 cleared$' err
-assert_grep '^kvindex: rejected 1 records: 1 unknown parent$' err
-assert_grep '^kvindex: subscriptions: 1 now, [0-9]+ batches, [0-9]+ events applied; 1 gaps, 0 replays, 1 losses, 0 restarts$' err
+assert_grep '^kvindex: rejected [1-9][0-9]* records: [1-9][0-9]* unknown parent$' err
+assert_grep '^kvindex: subscriptions: 1 now, [0-9]+ batches, [0-9]+ events applied; [1-9][0-9]* gaps, 0 replays, [1-9][0-9]* losses, 0 restarts$' err
 kvdump --stats s.kvix >/dev/null || fail "no snapshot saved"
 stop
 end
