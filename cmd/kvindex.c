@@ -278,6 +278,8 @@ static void reject_from(kvi *k, const char *what, const char *name, uint64_t pos
         k->rejected_type[type]++;
     if (k->strict) {
         k->strict_hit = 1;
+        if (k->feed) /* nothing after the first refused event, as with stdin */
+            kvix_enginefeed_halt(k->feed);
         /* the main thread may be waiting (serve): a rejection on the
          * subscriptions' or a writer's thread must wake it */
         ssize_t w = write(wake[1], "", 1);

@@ -24,6 +24,7 @@ struct kvix_enginefeed {
     int failed;
     kvix_err ferr;
     uint64_t applied, rejected; /* atomic */
+    bool halted;                /* atomic: kvix_enginefeed_halt */
     /* feed's thread: the clears that follow a KVIX_ENGINESUB_REMOVED note
      * are an unregistration: those (worker, dp) are forgotten, eid too */
     bool removing;
@@ -43,6 +44,8 @@ static void on_event(void *ctx, const kvix_event *ev)
 {
     kvix_enginefeed *f = ctx;
     kvix_err err;
+    if (__atomic_load_n(&f->halted, __ATOMIC_ACQUIRE))
+        return;
     if (f->o.svc) {
         kvix_service_note_event(f->o.svc, ev->type, -1);
         kvix_service_write_begin(f->o.svc);
@@ -129,7 +132,7 @@ static void *run(void *p)
     pthread_mutex_unlock(&f->mu);
     for (;;) {
         pthread_mutex_lock(&f->mu);
-        bool stop = f->stopping;
+        bool stop = f->stopping || __atomic_load_n(&f->halted, __ATOMIC_ACQUIRE);
         pthread_mutex_unlock(&f->mu);
         if (stop)
             break;
@@ -144,6 +147,11 @@ static void *run(void *p)
         }
     }
     return NULL;
+}
+
+void kvix_enginefeed_halt(kvix_enginefeed *f)
+{
+    __atomic_store_n(&f->halted, true, __ATOMIC_RELEASE);
 }
 
 int kvix_enginefeed_start(kvix_enginefeed *f, bool hold, kvix_err *err)

@@ -85,6 +85,11 @@ int kvix_enginefeed_resume(kvix_enginefeed *f, kvix_err *err);
 int kvix_enginefeed_start(kvix_enginefeed *f, bool hold, kvix_err *err);
 /* Let a held feed take its messages. Any thread; idempotent. */
 void kvix_enginefeed_release(kvix_enginefeed *f);
+/* Apply nothing more: every event the subscriptions deliver from now on is
+ * dropped, uncounted, and the thread stops stepping (a tool's --strict: it
+ * stops at the first refused event and saves what it had, as it stops
+ * reading its input). Any thread, the callbacks included; idempotent. */
+void kvix_enginefeed_halt(kvix_enginefeed *f);
 /* Stop the thread (after the step in progress) and join it. Idempotent.
  * Returns the error that stopped it early (KVIX_ESYS, KVIX_ENOMEM: err
  * says why), or KVIX_OK. */

@@ -219,7 +219,8 @@ req POST /unregister '{"instance_id":7,"model_name":"m"}'
 assert_eq "$st $(cat body)" '200 {"status":"ok"}' "unregister"
 until_metric kvix_index_workers 0
 assert_eq "$(metric dynamo_kvindexer_workers)" 0 "no worker left"
-assert_eq "$(metric kvix_subscription_cleared_total)" 2 "both ranks cleared"
+# counted after each clear is applied: the index may show no worker first
+until_metric kvix_subscription_cleared_total 2
 req GET /workers
 assert_eq "$(cat body)" "[{\"instance_id\":8,\"endpoints\":{\"3\":\"ipc://$T/p8\"}}]" "/workers after unregister"
 bad 404 'no registration of instance 7' POST /unregister '{"instance_id":7,"model_name":"m"}'
@@ -257,11 +258,12 @@ assert_grep 'batches 5\.\.6 lost \(no replay endpoint\): cleared' err
 assert_grep '^kvindex: bad event at <engines>:[0-9]+: parent [0-9a-f]+ is not held by worker 1 dp 0$' err
 # the summary's first line counts stdin's records only (none here): a
 # subscription's refused event once went below zero there (2^64-1 applied).
-# How many more the subscriptions' thread applies or has refused before the
-# serving loop stops it depends on the machine's speed (more under TSan).
+# The feed halts at the refusal, whatever the machine's speed: one refused
+# (17 under TSan before the halt). Messages already read in that step still
+# count their gaps (batch 20 may be among them).
 assert_grep '^kvindex: applied 0 events: 0 stored, 0 removed, 0 cleared$' err
-assert_grep '^kvindex: rejected [1-9][0-9]* records: [1-9][0-9]* unknown parent$' err
-assert_grep '^kvindex: subscriptions: 1 now, [0-9]+ batches, [0-9]+ events applied; [1-9][0-9]* gaps, 0 replays, [1-9][0-9]* losses, 0 restarts$' err
+assert_grep '^kvindex: rejected 1 records: 1 unknown parent$' err
+assert_grep '^kvindex: subscriptions: 1 now, [0-9]+ batches, [0-9]+ events applied; [12] gaps, 0 replays, [12] losses, 0 restarts$' err
 kvdump --stats s.kvix >/dev/null || fail "no snapshot saved"
 stop
 end
