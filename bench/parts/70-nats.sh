@@ -20,16 +20,7 @@ command -v nats-server >/dev/null || { echo "70-nats: nats-server is not install
 for f in "$B/kvsub" "$B/kvindex" "$BENCH"; do
     [ -x "$f" ] || { echo "70-nats: $f is missing (make benches)" >&2; exit 1; }
 done
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+. "$(dirname "$0")/../lib.sh"
 EV=$((N * EVENTS))
 
 port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

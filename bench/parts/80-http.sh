@@ -23,16 +23,7 @@ command -v wrk >/dev/null || { echo "80-http: wrk is not installed (apt-get inst
 for f in "$B/kvindex" "$B/kvreplay"; do
     [ -x "$f" ] || { echo "80-http: $f is missing (make)" >&2; exit 1; }
 done
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+. "$(dirname "$0")/../lib.sh"
 
 echo "80-http: the Mooncake log" >&2
 "$B/kvreplay" -q --mooncake "$ROOT/tests/fixtures/mooncake/conversation_trace.jsonl.xz" >"$tmp/log"
