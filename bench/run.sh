@@ -9,9 +9,15 @@
 #
 # Each section in RESULTS.md starts with a marker line
 #   <!-- bench part: NAME DATE -->
-# which is how a partial run finds the sections it keeps. A part that never ran
-# has no section until it is run. BENCH_PARTS (a directory of parts) and
-# BENCH_OUT (the results file) choose other places (tests/cli/bench_run.t).
+# which is how a partial run finds the sections it keeps. Inside a section, what
+# the part printed sits between
+#   <!-- generated: part NAME -->   and   <!-- end generated -->
+# and a run replaces only that: text written by hand before or after it (notes,
+# before/after figures) is kept, by a full run too. A section without these
+# markers (written before they existed) is replaced whole, with a warning. A part
+# that never ran has no section until it is run. BENCH_PARTS (a directory of
+# parts) and BENCH_OUT (the results file) choose other places
+# (tests/cli/bench_run.t).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export ROOT
@@ -24,13 +30,30 @@ today=$(date -u +%Y-%m-%d)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# The sections of the previous results file, one file per part name.
+# The sections of the previous results file, per part name: NAME.marker (its
+# marker line), NAME.whole (the section), and when it has generated markers,
+# NAME.pre and NAME.post (the hand-written text around them).
 mkdir "$work/old"
-if [ -n "$pattern" ] && [ -f "$out" ]; then
+if [ -f "$out" ]; then
     awk -v dir="$work/old" '
-        /^<!-- bench part: [^ ]+ [^ ]+ -->$/ { name = $4; f = dir "/" name; next }
-        name != "" { print > f }
+        /^<!-- bench part: [^ ]+ [^ ]+ -->$/ {
+            name = $4; f = dir "/" name; state = "pre"
+            print > (f ".marker"); printf "" > (f ".whole")
+            printf "" > (f ".pre0"); printf "" > (f ".post0")
+            next
+        }
+        name == "" { next }
+        { print > (f ".whole") }
+        state == "pre" && $0 == "<!-- generated: part " name " -->" { state = "gen"; next }
+        state == "gen" && $0 == "<!-- end generated -->" { state = "post"; printf "" > (f ".gen"); next }
+        state == "pre" { print > (f ".pre0") }
+        state == "post" { print > (f ".post0") }
     ' "$out"
+    for g in "$work"/old/*.gen; do
+        [ -f "$g" ] || continue
+        mv "${g%.gen}.pre0" "${g%.gen}.pre"
+        mv "${g%.gen}.post0" "${g%.gen}.post"
+    done
 fi
 
 selected=()
@@ -66,11 +89,22 @@ for part in "$parts"/*.sh; do
     *" $name "*)
         echo "bench: $name" >&2
         bash "$part" >"$work/new"
-        { echo "<!-- bench part: $name $today -->"; cat "$work/new"; echo; } >>"$work/body"
+        {
+            echo "<!-- bench part: $name $today -->"
+            if [ -f "$work/old/$name.pre" ]; then
+                cat "$work/old/$name.pre"
+            elif [ -f "$work/old/$name.whole" ]; then
+                echo "bench: $name's section had no generated markers: replaced whole" >&2
+            fi
+            echo "<!-- generated: part $name -->"
+            cat "$work/new"
+            echo "<!-- end generated -->"
+            if [ -f "$work/old/$name.post" ]; then cat "$work/old/$name.post"; else echo; fi
+        } >>"$work/body"
         ;;
     *)
-        [ -f "$work/old/$name" ] || continue
-        { grep -m1 "^<!-- bench part: $name " "$out"; cat "$work/old/$name"; } >>"$work/body"
+        [ -f "$work/old/$name.whole" ] || continue
+        cat "$work/old/$name.marker" "$work/old/$name.whole" >>"$work/body"
         ;;
     esac
 done

@@ -56,3 +56,46 @@ run bash "$ROOT/bench/run.sh" beta
 [ "$rc" != 0 ] || fail "a failing part exited 0"
 cmp -s before.md RESULTS.md || fail "RESULTS.md changed by a failing part"
 end
+
+begin "bench/run.sh: text written by hand around a part's generated block survives partial and full runs"
+fake_parts parts
+export BENCH_PARTS=$T/parts BENCH_OUT=$T/RESULTS.md
+run bash "$ROOT/bench/run.sh"
+expect_rc 0
+assert_grep '^<!-- generated: part 20-beta -->$' RESULTS.md
+assert_eq "$(grep -c '^<!-- end generated -->$' RESULTS.md)" 3 "generated blocks"
+# Hand-written notes before and after beta's generated block.
+awk '{ print }
+     /^<!-- bench part: 20-beta / { print "Note before beta, by hand." }
+     /^<!-- end generated -->$/ && ++n == 2 { print ""; print "Before/after figures, by hand." }' \
+    RESULTS.md >edited.md && mv edited.md RESULTS.md
+run bash "$ROOT/bench/run.sh" beta
+expect_rc 0
+assert_grep '^20-beta ran 2 times$' RESULTS.md
+assert_no_grep 'beta ran 1 times' RESULTS.md
+assert_grep '^Note before beta, by hand\.$' RESULTS.md
+assert_grep '^Before/after figures, by hand\.$' RESULTS.md
+run bash "$ROOT/bench/run.sh"
+expect_rc 0
+assert_grep '^20-beta ran 3 times$' RESULTS.md
+assert_grep '^30-gamma ran 2 times$' RESULTS.md
+assert_eq "$(grep -c 'by hand' RESULTS.md)" 2 "hand-written lines after a full run"
+# In place: the note still opens beta's section, the figures still follow its block.
+assert_eq "$(grep -A1 '^<!-- bench part: 20-beta ' RESULTS.md | tail -1)" "Note before beta, by hand." "note's place"
+assert_eq "$(awk '/^<!-- end generated -->$/ && ++n == 2 { getline; getline; print }' RESULTS.md)" \
+    "Before/after figures, by hand." "figures' place"
+assert_eq "$(grep -c '^## section' RESULTS.md)" 3 "sections after a full run"
+end
+
+begin "bench/run.sh: a section from before the generated markers is replaced whole, with a warning"
+fake_parts parts
+export BENCH_PARTS=$T/parts BENCH_OUT=$T/RESULTS.md
+printf '%s\n' '# old results' '' '<!-- bench part: 20-beta 2026-01-01 -->' '## section 20-beta' '' \
+    'old beta figures' '' >RESULTS.md
+run bash "$ROOT/bench/run.sh" beta
+expect_rc 0
+assert_grep "20-beta's section had no generated markers: replaced whole" err
+assert_no_grep 'old beta figures' RESULTS.md
+assert_eq "$(grep -c '^## section 20-beta' RESULTS.md)" 1 "beta sections"
+assert_grep '^<!-- generated: part 20-beta -->$' RESULTS.md
+end
