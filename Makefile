@@ -55,8 +55,11 @@ LIB_SRC := $(wildcard lib/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_SRC := $(wildcard cmd/cli*.c)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
-TOOL_SRC := $(filter-out $(CLI_SRC),$(wildcard cmd/*.c))
+# cmd/TOOL.c is a tool, cmd/TOOL_PART.c one of its parts (tool names have no '_')
+PART_SRC := $(wildcard cmd/*_*.c)
+TOOL_SRC := $(filter-out $(CLI_SRC) $(PART_SRC),$(wildcard cmd/*.c))
 TOOLS := $(TOOL_SRC:cmd/%.c=$(BUILD)/bin/%)
+KVINDEX_OBJ = $(BUILD)/obj/cmd/kvindex.o $(call tool_parts,kvindex)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 UNIT_SUPPORT := $(filter-out $(UNIT_SRC),$(wildcard tests/unit/*.c))
@@ -103,18 +106,22 @@ $(LIBKVIX_SO): $(LIB_PIC_OBJ) $(BUILD)/kvix.map
 	$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=$(BUILD)/kvix.map \
 	    -o $@ $(LIB_PIC_OBJ) $(LIBS)
 
-$(BUILD)/bin/%: $(BUILD)/obj/cmd/%.o $(CLI_OBJ) $(LIBKVIX)
+# a tool's parts (a function: a '%' written in a pattern rule's prerequisites
+# would be taken for the stem); $$* is the tool's name in the second expansion
+tool_parts = $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard cmd/$(1)_*.c))
+.SECONDEXPANSION:
+$(BUILD)/bin/%: $(BUILD)/obj/cmd/%.o $$(call tool_parts,$$*) $(CLI_OBJ) $(LIBKVIX)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(CLI_OBJ) $(LIBKVIX) $(LIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIBKVIX) $(LIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(UNIT_SUPPORT_OBJ) $(LIBKVIX)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(UNIT_SUPPORT_OBJ) $(LIBKVIX) $(LIBS)
 
-$(FAILALLOC): $(BUILD)/obj/cmd/kvindex.o $(BUILD)/obj/tests/failalloc/failalloc.o $(CLI_OBJ) $(LIBKVIX)
+$(FAILALLOC): $(KVINDEX_OBJ) $(BUILD)/obj/tests/failalloc/failalloc.o $(CLI_OBJ) $(LIBKVIX)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc -o $@ \
-	    $(BUILD)/obj/cmd/kvindex.o $(BUILD)/obj/tests/failalloc/failalloc.o $(CLI_OBJ) \
+	    $(KVINDEX_OBJ) $(BUILD)/obj/tests/failalloc/failalloc.o $(CLI_OBJ) \
 	    $(LIBKVIX) $(LIBS)
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBKVIX)
