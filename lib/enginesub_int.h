@@ -1,0 +1,142 @@
+/* Shared by lib/enginesub*.c, the engine subscriber (see kvix/enginesub.h):
+ * the handle, a subscription, and the helpers each part calls in another.
+ *   enginesub.c        the handle's lifecycle, the registry (any thread), counts
+ *   enginesub_track.c  a subscription's ranks and clears, the sequence tracker's
+ *                      callbacks: batches delivered, replays asked, losses
+ *   enginesub_poll.c   sockets opened and closed by the poll thread, messages
+ *                      read (live, replies, monitor events), the step */
+#ifndef KVIX_ENGINESUB_INT_H
+#define KVIX_ENGINESUB_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#include "kvix/enginesub.h"
+#include "kvix/seqtrack.h"
+
+
+#define SEQ_FRAME 8
+#define DRAIN_MAX 256      /* messages taken from one socket per step */
+#define RECONNECT_MS 100
+#define RECONNECT_MAX_MS 2000
+#define RCVHWM 100000      /* the engines' own high-water mark */
+#define GIVEUP_GRACE_MS 250 /* a disconnect with no reconnect attempt this long after:
+                               ZMQ gave the connection up (protocol error) */
+#define NOTE_MAX 512
+
+typedef struct sub sub;
+
+/* A batch on its way through the tracker: borrowed frames, or a held copy. */
+typedef struct item {
+    uint64_t seq;
+    const void *data;
+    size_t len;
+    bool owned;
+} item;
+
+typedef struct resume_ent {
+    uint64_t worker, eid;
+    uint32_t dp;
+} resume_ent;
+
+struct sub {
+    kvix_enginesub *s;
+    kvix_enginesub_spec spec;
+    int group;
+    bool removed;   /* under mu: left the registry */
+    bool opened;    /* poll thread: sockets open, in live */
+    void *sock, *mon, *dealer;
+    bool connected, giveup_pending;
+    uint64_t disc_at;
+    kvix_seqtrack st;
+    uint32_t *ranks; /* sorted */
+    unsigned nranks, capranks;
+    uint64_t batches, losses_extra, last_seq, last_msg_at;
+    bool has_seq, has_msg;
+    /* published at the end of a step (under mu) */
+    kvix_seqtrack_counts pub_seq;
+    uint64_t pub_batches, pub_last_seq, pub_last_msg_at;
+    bool pub_has_msg;
+    unsigned pub_ranks;
+    bool pub_open, pub_connected, pub_replaying, pub_has_seq;
+};
+
+typedef struct vec {
+    sub **v;
+    size_t n, cap;
+} vec;
+
+struct kvix_enginesub {
+    kvix_enginesub_config cfg;
+    char model[KVIX_NAME_MAX], tenant[KVIX_NAME_MAX], *topic;
+    kvix_enginesub_ops ops;
+    void *ctx;
+    void *zctx;
+    int wake_rd, wake_wr;
+    pthread_mutex_t mu;
+    vec reg, pending, gone; /* under mu */
+    vec live;               /* poll thread */
+    zmq_pollitem_t *items;
+    sub **owners;
+    char *kinds;
+    size_t capitems;
+    resume_ent *res;
+    size_t nres;
+    uint64_t mon_id;
+    kvix_enginesub_counts c;   /* poll thread; seq: of the subs freed */
+    kvix_enginesub_counts pub; /* under mu */
+    unsigned repeat[16];
+    kvix_event ev;             /* the clears' scratch */
+    /* the batch being delivered */
+    sub *cur;
+    int cur_drop;
+};
+
+static inline uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static inline void vec_del(vec *v, size_t i)
+{
+    memmove(v->v + i, v->v + i + 1, (v->n - i - 1) * sizeof *v->v);
+    v->n--;
+}
+
+static inline const char *model_of(const sub *b)
+{
+    return b->spec.model[0] ? b->spec.model : b->s->model;
+}
+
+static inline const char *tenant_of(const sub *b)
+{
+    return b->spec.tenant[0] ? b->spec.tenant : b->s->tenant;
+}
+
+/* enginesub.c */
+int esub_vec_push(vec *v, sub *x);
+/* Tells the caller's note callback (if any) about b; counts repeats per kind. */
+void esub_note(kvix_enginesub *s, int kind, const sub *b, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Poll thread: closes b's sockets and its tracker (b stays allocated). */
+void esub_sub_close(sub *b);
+void esub_counts_add(kvix_seqtrack_counts *a, const kvix_seqtrack_counts *b);
+/* Poll thread: adds b's counts to s's, closes it if open, frees it. */
+void esub_sub_free(kvix_enginesub *s, sub *b);
+/* Under mu: takes reg.v[i] out of the registry; the poll thread frees it. */
+void esub_leave(kvix_enginesub *s, size_t i);
+
+/* enginesub_track.c */
+/* false: past ranks_max (or out of memory): the rank is not followed. */
+bool esub_rank_add(sub *b, uint32_t dp);
+/* Every (worker, dp) seen on b can no longer be vouched for: a clear each. */
+void esub_clear_all(sub *b);
+extern const kvix_seqtrack_ops esub_track_ops;
+
+#endif

@@ -1,0 +1,512 @@
+/* The poll thread's side: sockets opened and closed as the registry changes,
+ * messages read (live batches, replay replies, monitor events), and the step.
+ * See enginesub_int.h. */
+#define _GNU_SOURCE /* memmem */
+#include "enginesub_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "kvix/wire.h"
+
+/* ---- opening and closing (poll thread) ----------------------------------- */
+
+/* Resume a new subscription from the snapshot's eids of its worker. */
+static void resume_sub(kvix_enginesub *s, sub *b)
+{
+    size_t subs_of_worker = 0;
+    pthread_mutex_lock(&s->mu);
+    for (size_t i = 0; i < s->reg.n; i++)
+        subs_of_worker += s->reg.v[i]->spec.worker == b->spec.worker;
+    pthread_mutex_unlock(&s->mu);
+    bool found = false;
+    uint64_t eid = 0;
+    for (size_t i = 0; i < s->nres; i++) {
+        const resume_ent *r = &s->res[i];
+        if (r->worker != b->spec.worker || (subs_of_worker > 1 && r->dp != b->spec.dp))
+            continue;
+        esub_rank_add(b, r->dp);
+        if (!found || r->eid > eid)
+            eid = r->eid;
+        found = true;
+    }
+    if (found && eid < UINT64_MAX)
+        kvix_seqtrack_resume(&b->st, eid + 1);
+}
+
+static int open_monitor(kvix_enginesub *s, sub *b, kvix_err *err)
+{
+    char ep[64];
+    snprintf(ep, sizeof ep, "inproc://kvix-enginesub-mon-%" PRIu64, ++s->mon_id);
+    if (zmq_socket_monitor(b->sock, ep,
+                           ZMQ_EVENT_CONNECTED | ZMQ_EVENT_CONNECT_DELAYED |
+                               ZMQ_EVENT_CONNECT_RETRIED | ZMQ_EVENT_DISCONNECTED) != 0)
+        return kvix_err_set(err, KVIX_ESYS, "cannot monitor %s: %s", b->spec.endpoint,
+                            zmq_strerror(errno));
+    b->mon = zmq_socket(s->zctx, ZMQ_PAIR);
+    int zero = 0;
+    if (!b->mon || zmq_setsockopt(b->mon, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
+        zmq_connect(b->mon, ep) != 0)
+        return kvix_err_set(err, KVIX_ESYS, "cannot monitor %s: %s", b->spec.endpoint,
+                            zmq_strerror(errno));
+    return KVIX_OK;
+}
+
+static int open_socket(kvix_enginesub *s, sub *b, kvix_err *err)
+{
+    int zero = 0, ivl = RECONNECT_MS, ivlmax = RECONNECT_MAX_MS, hwm = RCVHWM;
+    int64_t maxmsg = (int64_t)s->cfg.msg_max;
+    b->sock = zmq_socket(s->zctx, ZMQ_SUB);
+    if (!b->sock)
+        return kvix_err_set(err, KVIX_ESYS, "cannot create a socket: %s", zmq_strerror(errno));
+    zmq_setsockopt(b->sock, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(b->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
+    zmq_setsockopt(b->sock, ZMQ_RECONNECT_IVL_MAX, &ivlmax, sizeof ivlmax);
+    zmq_setsockopt(b->sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(b->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    zmq_setsockopt(b->sock, ZMQ_SUBSCRIBE, s->topic, strlen(s->topic));
+    int rc = KVIX_OK;
+    if (!s->cfg.bind && (rc = open_monitor(s, b, err)))
+        return rc;
+    if ((s->cfg.bind ? zmq_bind(b->sock, b->spec.endpoint)
+                     : zmq_connect(b->sock, b->spec.endpoint)) != 0)
+        return kvix_err_set(err, KVIX_ESYS, "cannot %s %s: %s",
+                            s->cfg.bind ? "bind" : "connect to", b->spec.endpoint,
+                            zmq_strerror(errno));
+    b->connected = false;
+    b->giveup_pending = false;
+    return KVIX_OK;
+}
+
+static int sub_open(kvix_enginesub *s, sub *b, kvix_err *err)
+{
+    kvix_seqtrack_config tc = {s->cfg.hold_max, s->cfg.replay_timeout_ms, s->cfg.hold_bytes_max};
+    kvix_seqtrack_init(&b->st, &tc, &esub_track_ops, b);
+    if (!esub_rank_add(b, b->spec.dp))
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    if (s->nres)
+        resume_sub(s, b);
+    int rc = open_socket(s, b, err);
+    if (rc) {
+        esub_sub_close(b);
+        return rc;
+    }
+    if (esub_vec_push(&s->live, b)) {
+        esub_sub_close(b);
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    }
+    b->opened = true;
+    return KVIX_OK;
+}
+
+/* ZMQ gave the connection up: what it dropped is lost. Open it again, with
+ * a fresh tracker (the next batch is taken as it comes). */
+static void reopen(kvix_enginesub *s, sub *b, uint64_t now)
+{
+    (void)now;
+    s->c.disconnects++;
+    b->losses_extra++;
+    esub_note(s, KVIX_ENGINESUB_DISCONNECT, b,
+         "worker %" PRIu64 " dp %" PRIu32 ": zmq closed the connection to %s (a message over "
+         "%zu bytes?): batches lost, cleared",
+         b->spec.worker, b->spec.dp, b->spec.endpoint, s->cfg.msg_max);
+    esub_clear_all(b);
+    kvix_seqtrack_counts keep = b->st.counts;
+    kvix_seqtrack_release(&b->st);
+    if (b->mon)
+        zmq_close(b->mon);
+    if (b->sock)
+        zmq_close(b->sock);
+    b->mon = b->sock = NULL;
+    kvix_seqtrack_config tc = {s->cfg.hold_max, s->cfg.replay_timeout_ms, s->cfg.hold_bytes_max};
+    kvix_seqtrack_init(&b->st, &tc, &esub_track_ops, b);
+    b->st.counts = keep;
+    kvix_err err;
+    if (open_socket(s, b, &err) != KVIX_OK) {
+        esub_note(s, KVIX_ENGINESUB_FAILED, b, "worker %" PRIu64 ": %s", b->spec.worker, err.msg);
+        if (b->mon)
+            zmq_close(b->mon);
+        if (b->sock)
+            zmq_close(b->sock);
+        b->mon = b->sock = NULL; /* stays silent until removed */
+    }
+}
+
+/* Take the registry's changes: close what left, open what came. */
+static int reconcile(kvix_enginesub *s, kvix_err *err)
+{
+    pthread_mutex_lock(&s->mu);
+    vec gone = s->gone, pend = s->pending;
+    s->gone = (vec){NULL, 0, 0};
+    s->pending = (vec){NULL, 0, 0};
+    for (size_t i = 0; i < pend.n;)
+        if (pend.v[i]->removed)
+            vec_del(&pend, i);
+        else
+            i++;
+    pthread_mutex_unlock(&s->mu);
+    for (size_t i = 0; i < gone.n; i++) {
+        sub *b = gone.v[i];
+        if (b->opened) {
+            esub_note(s, KVIX_ENGINESUB_REMOVED, b,
+                 "worker %" PRIu64 " dp %" PRIu32 " (%s) removed: cleared", b->spec.worker,
+                 b->spec.dp, b->spec.endpoint);
+            esub_clear_all(b);
+            for (size_t k = 0; k < s->live.n; k++)
+                if (s->live.v[k] == b) {
+                    vec_del(&s->live, k);
+                    break;
+                }
+        }
+        esub_sub_free(s, b);
+    }
+    free(gone.v);
+    int first = KVIX_OK;
+    for (size_t i = 0; i < pend.n; i++) {
+        sub *b = pend.v[i];
+        kvix_err e;
+        int rc = sub_open(s, b, &e);
+        if (rc == KVIX_OK)
+            continue;
+        if (!first) {
+            first = rc;
+            if (err)
+                *err = e;
+        }
+        esub_note(s, KVIX_ENGINESUB_FAILED, b, "%s: subscription dropped", e.msg);
+        pthread_mutex_lock(&s->mu);
+        for (size_t k = 0; k < s->reg.n; k++)
+            if (s->reg.v[k] == b) {
+                esub_leave(s, k);
+                break;
+            }
+        pthread_mutex_unlock(&s->mu);
+    }
+    free(pend.v);
+    return first;
+}
+
+int kvix_enginesub_apply(kvix_enginesub *s, kvix_err *err)
+{
+    return reconcile(s, err);
+}
+
+/* ---- messages ------------------------------------------------------------ */
+
+static uint64_t get_be64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* One whole message; frames past the first 4 are counted, not kept. */
+static int recv_msg(void *sock, zmq_msg_t *f, int *nf)
+{
+    int n = 0, more;
+    do {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        while (zmq_msg_recv(&m, sock, n == 0 ? ZMQ_DONTWAIT : 0) < 0) {
+            if (errno == EINTR && n > 0)
+                continue;
+            zmq_msg_close(&m);
+            for (int i = 0; i < n && i < 4; i++)
+                zmq_msg_close(&f[i]);
+            return -1;
+        }
+        more = zmq_msg_more(&m);
+        if (n < 4)
+            f[n] = m;
+        else
+            zmq_msg_close(&m);
+        n++;
+    } while (more);
+    *nf = n;
+    return 0;
+}
+
+static void close_frames(zmq_msg_t *f, int nf)
+{
+    for (int i = 0; i < nf && i < 4; i++)
+        zmq_msg_close(&f[i]);
+}
+
+static void bad_live(kvix_enginesub *s, sub *b, zmq_msg_t *f, int nf)
+{
+    s->c.bad_frames++;
+    if (nf != 3)
+        esub_note(s, KVIX_ENGINESUB_BAD_FRAMES, b,
+             "worker %" PRIu64 ": message of %d frames from %s dropped (expected topic, seq, "
+             "payload)",
+             b->spec.worker, nf, b->spec.endpoint);
+    else
+        esub_note(s, KVIX_ENGINESUB_BAD_FRAMES, b,
+             "worker %" PRIu64 ": message from %s dropped: seq frame of %zu bytes (expected 8)",
+             b->spec.worker, b->spec.endpoint, zmq_msg_size(&f[1]));
+}
+
+static void bad_reply(kvix_enginesub *s, sub *b, zmq_msg_t *f, int nf)
+{
+    s->c.bad_frames++;
+    if ((nf != 3 && nf != 4) || zmq_msg_size(&f[0]) != 0)
+        esub_note(s, KVIX_ENGINESUB_BAD_FRAMES, b,
+             "worker %" PRIu64 ": replay message of %d frames from %s dropped (expected \"\", "
+             "[topic,] seq, payload)",
+             b->spec.worker, nf, b->spec.endpoint);
+    else
+        esub_note(s, KVIX_ENGINESUB_BAD_FRAMES, b,
+             "worker %" PRIu64 ": replay message from %s dropped: seq frame of %zu bytes "
+             "(expected 8)",
+             b->spec.worker, b->spec.endpoint, zmq_msg_size(&f[nf - 2]));
+}
+
+static int on_live(kvix_enginesub *s, sub *b, zmq_msg_t *f, int nf, uint64_t now)
+{
+    s->c.messages++;
+    b->has_msg = true;
+    b->last_msg_at = now;
+    if (nf != 3 || zmq_msg_size(&f[1]) != SEQ_FRAME) {
+        bad_live(s, b, f, nf);
+        return KVIX_OK;
+    }
+    uint64_t seq = get_be64(zmq_msg_data(&f[1]));
+    static const char mark[] = "sgl-kv-epoch=";
+    const char *topic = zmq_msg_data(&f[0]), *epoch = NULL;
+    size_t tlen = zmq_msg_size(&f[0]), elen = 0;
+    const char *m = tlen ? memmem(topic, tlen, mark, sizeof mark - 1) : NULL;
+    if (m) {
+        epoch = m + sizeof mark - 1;
+        elen = (size_t)(topic + tlen - epoch);
+    }
+    item x = {seq, zmq_msg_data(&f[2]), zmq_msg_size(&f[2]), false};
+    return kvix_seqtrack_live(&b->st, seq, epoch, elen, &x, now);
+}
+
+/* ["", topic, seq, payload] (current vLLM) or ["", seq, payload]. */
+static int on_reply(kvix_enginesub *s, sub *b, zmq_msg_t *f, int nf, uint64_t now)
+{
+    s->c.messages++;
+    b->has_msg = true;
+    b->last_msg_at = now;
+    if ((nf != 3 && nf != 4) || zmq_msg_size(&f[0]) != 0 ||
+        zmq_msg_size(&f[nf - 2]) != SEQ_FRAME) {
+        bad_reply(s, b, f, nf);
+        return KVIX_OK;
+    }
+    uint64_t r = get_be64(zmq_msg_data(&f[nf - 2]));
+    if (r == KVIX_WIRE_SEQ_END)
+        return kvix_seqtrack_replay_end(&b->st, now);
+    uint64_t refused = b->st.counts.refused;
+    if (!kvix_seqtrack_replay_want(&b->st, r, now)) {
+        /* An honest answer may overtake the live stream by a little: only
+         * what no engine could have sent is worth a warning. */
+        if (b->st.counts.refused != refused &&
+            (r < b->st.want || r - b->st.live_seq > s->cfg.hold_max))
+            esub_note(s, KVIX_ENGINESUB_REFUSED, b,
+                 "worker %" PRIu64 ": replay answer with seq %" PRIu64
+                 " refused: outside the range asked (from %" PRIu64 " to the newest live, %" PRIu64
+                 ")",
+                 b->spec.worker, r, b->st.want, b->st.live_seq);
+        return KVIX_OK;
+    }
+    item x = {r, zmq_msg_data(&f[nf - 1]), zmq_msg_size(&f[nf - 1]), false};
+    kvix_seqtrack_replayed(&b->st, r, &x);
+    return KVIX_OK;
+}
+
+static void on_monitor(kvix_enginesub *s, sub *b, uint64_t now)
+{
+    (void)s;
+    for (int k = 0; k < DRAIN_MAX; k++) {
+        zmq_msg_t f[4];
+        int nf;
+        if (recv_msg(b->mon, f, &nf) < 0)
+            break;
+        if (nf >= 1 && zmq_msg_size(&f[0]) >= 6) {
+            uint16_t ev; /* host order */
+            memcpy(&ev, zmq_msg_data(&f[0]), sizeof ev);
+            if (ev == ZMQ_EVENT_DISCONNECTED) {
+                b->connected = false;
+                b->giveup_pending = true;
+                b->disc_at = now;
+            } else if (ev == ZMQ_EVENT_CONNECTED) {
+                b->connected = true;
+                b->giveup_pending = false;
+            } else {
+                b->giveup_pending = false; /* it tries again by itself */
+            }
+        }
+        close_frames(f, nf);
+    }
+}
+
+/* ---- the step -------------------------------------------------------------- */
+
+static int grow_items(kvix_enginesub *s, size_t n)
+{
+    if (n <= s->capitems)
+        return KVIX_OK;
+    size_t c = n * 2;
+    zmq_pollitem_t *it = realloc(s->items, c * sizeof *it);
+    if (!it)
+        return KVIX_ENOMEM;
+    s->items = it;
+    sub **ow = realloc(s->owners, c * sizeof *ow);
+    if (!ow)
+        return KVIX_ENOMEM;
+    s->owners = ow;
+    char *k = realloc(s->kinds, c);
+    if (!k)
+        return KVIX_ENOMEM;
+    s->kinds = k;
+    s->capitems = c;
+    return KVIX_OK;
+}
+
+static void publish(kvix_enginesub *s)
+{
+    kvix_enginesub_counts t = s->c;
+    pthread_mutex_lock(&s->mu);
+    for (size_t i = 0; i < s->live.n; i++) {
+        sub *b = s->live.v[i];
+        esub_counts_add(&t.seq, &b->st.counts);
+        t.seq.losses += b->losses_extra;
+        b->pub_seq = b->st.counts;
+        b->pub_seq.losses += b->losses_extra;
+        b->pub_batches = b->batches;
+        b->pub_last_seq = b->last_seq;
+        b->pub_has_seq = b->has_seq;
+        b->pub_has_msg = b->has_msg;
+        b->pub_last_msg_at = b->last_msg_at;
+        b->pub_ranks = b->nranks;
+        b->pub_open = b->sock != NULL;
+        b->pub_connected = s->cfg.bind ? b->sock != NULL : b->connected;
+        b->pub_replaying = kvix_seqtrack_replaying(&b->st, NULL);
+    }
+    t.subscriptions = s->reg.n;
+    s->pub = t;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int fail_nomem(kvix_err *err)
+{
+    return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+}
+
+int kvix_enginesub_step(kvix_enginesub *s, int timeout_ms, kvix_err *err)
+{
+    kvix_err e;
+    if (reconcile(s, &e) != KVIX_OK) {
+        /* told through ops.note; the subscription was dropped */
+    }
+    size_t nl = s->live.n;
+    if (grow_items(s, 1 + nl * 3))
+        return fail_nomem(err);
+    size_t k = 0;
+    uint64_t now = now_ms();
+    long timeout = timeout_ms;
+    s->items[k] = (zmq_pollitem_t){NULL, s->wake_rd, ZMQ_POLLIN, 0};
+    s->owners[k] = NULL;
+    s->kinds[k++] = 'w';
+    for (size_t i = 0; i < nl; i++) {
+        sub *b = s->live.v[i];
+        uint64_t deadline;
+        if (b->dealer && kvix_seqtrack_replaying(&b->st, &deadline)) {
+            long ms = deadline > now ? (long)(deadline - now) : 0;
+            if (timeout < 0 || ms < timeout)
+                timeout = ms;
+            s->items[k] = (zmq_pollitem_t){b->dealer, 0, ZMQ_POLLIN, 0};
+            s->owners[k] = b;
+            s->kinds[k++] = 'r';
+        }
+    }
+    for (size_t i = 0; i < nl; i++) {
+        sub *b = s->live.v[i];
+        if (!b->sock)
+            continue;
+        s->items[k] = (zmq_pollitem_t){b->sock, 0, ZMQ_POLLIN, 0};
+        s->owners[k] = b;
+        s->kinds[k++] = 'l';
+        if (b->mon) {
+            s->items[k] = (zmq_pollitem_t){b->mon, 0, ZMQ_POLLIN, 0};
+            s->owners[k] = b;
+            s->kinds[k++] = 'm';
+        }
+        if (b->giveup_pending) {
+            uint64_t at = b->disc_at + GIVEUP_GRACE_MS;
+            long ms = at > now ? (long)(at - now) : 0;
+            if (timeout < 0 || ms < timeout)
+                timeout = ms;
+        }
+    }
+    int rc = zmq_poll(s->items, (int)k, timeout);
+    if (rc < 0) {
+        if (errno == EINTR)
+            return KVIX_OK;
+        return kvix_err_set(err, KVIX_ESYS, "zmq_poll: %s", zmq_strerror(errno));
+    }
+    now = now_ms();
+    int st = KVIX_OK;
+    /* Replay answers first: they come before the live batches held. A
+     * callback may stop a replay, so the dealer is checked before each use. */
+    for (size_t i = 0; i < k && !st; i++) {
+        zmq_pollitem_t *it = &s->items[i];
+        if (!(it->revents & ZMQ_POLLIN))
+            continue;
+        sub *b = s->owners[i];
+        if (s->kinds[i] == 'w') {
+            char buf[64];
+            while (read(s->wake_rd, buf, sizeof buf) > 0) {
+            }
+            continue;
+        }
+        if (s->kinds[i] != 'r')
+            continue;
+        for (int m = 0; m < DRAIN_MAX && !st && b->dealer == it->socket; m++) {
+            zmq_msg_t f[4];
+            int nf;
+            if (recv_msg(b->dealer, f, &nf) < 0)
+                break;
+            st = on_reply(s, b, f, nf, now);
+            close_frames(f, nf);
+        }
+    }
+    for (size_t i = 0; i < k && !st; i++) {
+        zmq_pollitem_t *it = &s->items[i];
+        sub *b = s->owners[i];
+        if (!(it->revents & ZMQ_POLLIN))
+            continue;
+        if (s->kinds[i] == 'm' && b->mon == it->socket)
+            on_monitor(s, b, now);
+        if (s->kinds[i] != 'l')
+            continue;
+        for (int m = 0; m < DRAIN_MAX && !st && b->sock == it->socket; m++) {
+            zmq_msg_t f[4];
+            int nf;
+            if (recv_msg(b->sock, f, &nf) < 0)
+                break;
+            st = on_live(s, b, f, nf, now);
+            close_frames(f, nf);
+        }
+    }
+    for (size_t i = 0; i < s->live.n && !st; i++) {
+        sub *b = s->live.v[i];
+        st = kvix_seqtrack_tick(&b->st, now);
+        if (!st && b->giveup_pending && now >= b->disc_at + GIVEUP_GRACE_MS) {
+            /* Messages already queued on the monitor may still say it retries. */
+            if (b->mon)
+                on_monitor(s, b, now);
+            if (b->giveup_pending)
+                reopen(s, b, now);
+        }
+    }
+    publish(s);
+    if (st)
+        return kvix_err_set(err, st, "out of memory holding batches");
+    return KVIX_OK;
+}
