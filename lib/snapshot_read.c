@@ -1,0 +1,517 @@
+/* Reading a snapshot file (kvix-snapshot(5), layout in snapshot.c): verified
+ * whole when opened, then walked record by record by cursors. */
+#define _GNU_SOURCE
+#include "kvix/snapshot.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "kvix/hash.h"
+#include "hashmap_int.h"
+#include "snapshot_int.h"
+#include "utf8_int.h"
+
+/* ---- reader ------------------------------------------------------------- */
+
+struct kvix_snapshot {
+    const unsigned char *data;
+    size_t len;
+    void *map;            /* mmap'ed file, or NULL */
+    unsigned char *owned; /* read or copied bytes, or NULL */
+    char *name;
+    size_t body_end;      /* offset of the END record */
+    size_t first;         /* offset of the first record after the header (and STREAM) */
+    size_t pos;
+    kvix_snapshot_info info;
+    int in_part, part_groups;
+    char model[KVIX_NAME_MAX], tenant[KVIX_NAME_MAX];
+    uint32_t bs;
+    int have_group;
+    uint64_t worker;
+    uint32_t dp;
+    kvix_block_info *blocks;
+    size_t cap;
+    /* next: records for which want() is 0 are jumped over undecoded */
+    int (*want)(void *ctx, uint64_t worker, uint32_t dp);
+    void *want_ctx;
+};
+
+void kvix_snapshot_close(kvix_snapshot *s)
+{
+    if (!s)
+        return;
+    if (s->map)
+        munmap(s->map, s->len);
+    free(s->owned);
+    free(s->name);
+    free(s->blocks);
+    free(s);
+}
+
+void kvix_snapshot_rewind(kvix_snapshot *s)
+{
+    s->pos = s->first;
+    s->in_part = 0;
+    s->part_groups = 0;
+    s->have_group = 0;
+    s->model[0] = s->tenant[0] = '\0';
+}
+
+void kvix_snapshot_get_info(const kvix_snapshot *s, kvix_snapshot_info *out)
+{
+    *out = s->info;
+}
+
+#define CORRUPT(s, off, ...) corrupt_at((s), (off), __VA_ARGS__)
+
+__attribute__((format(printf, 4, 5))) static int corrupt_at(kvix_snapshot *s, size_t off,
+                                                           kvix_err *err, const char *fmt, ...)
+{
+    char m[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    return kvix_err_set(err, KVIX_ECORRUPT, "%s: corrupt snapshot at byte %zu: %s", s->name, off,
+                        m);
+}
+
+static int read_name(kvix_snapshot *s, size_t off, uint32_t len, char *dst, const char *what,
+                     kvix_err *err)
+{
+    if (len >= KVIX_NAME_MAX)
+        return CORRUPT(s, off, err, "%s name of %" PRIu32 " bytes (limit %d)", what, len,
+                       KVIX_NAME_MAX - 1);
+    if (len > s->body_end - s->pos)
+        return CORRUPT(s, off, err, "%s name runs past the end", what);
+    if (memchr(s->data + s->pos, '\0', len))
+        return CORRUPT(s, off, err, "%s name contains a NUL byte", what);
+    if (!kvix_utf8_valid((const char *)s->data + s->pos, len))
+        return CORRUPT(s, off, err, "%s name is not valid utf-8", what);
+    memcpy(dst, s->data + s->pos, len);
+    dst[len] = '\0';
+    s->pos += len;
+    return KVIX_OK;
+}
+
+static int parse_part(kvix_snapshot *s, kvix_err *err)
+{
+    size_t off = s->pos;
+    if (s->body_end - s->pos < 16)
+        return CORRUPT(s, off, err, "partition record runs past the end");
+    const unsigned char *p = s->data + s->pos;
+    uint32_t bs = get32(p + 4), ml = get32(p + 8), tl = get32(p + 12);
+    s->pos += 16;
+    if (bs == 0 || bs > KVIX_BS_MAX)
+        return CORRUPT(s, off, err, "block size %" PRIu32 " (expected 1 to %d)", bs,
+                       KVIX_BS_MAX);
+    char model[KVIX_NAME_MAX], tenant[KVIX_NAME_MAX];
+    int rc = read_name(s, off, ml, model, "model", err);
+    if (!rc)
+        rc = read_name(s, off, tl, tenant, "tenant", err);
+    if (rc)
+        return rc;
+    if (s->in_part && kvix_snap_cmp_part(model, tenant, s->model, s->tenant) <= 0)
+        return CORRUPT(s, off, err, "partition %s/%s out of order", model, tenant);
+    memcpy(s->model, model, sizeof model);
+    memcpy(s->tenant, tenant, sizeof tenant);
+    s->bs = bs;
+    s->in_part = 1;
+    s->part_groups = 0;
+    s->have_group = 0;
+    return KVIX_OK;
+}
+
+static int parse_group(kvix_snapshot *s, kvix_snapshot_group *g, kvix_err *err)
+{
+    size_t off = s->pos;
+    if (!s->in_part)
+        return CORRUPT(s, off, err, "worker record before any partition");
+    if (s->body_end - s->pos < GROUP_HEAD_BYTES)
+        return CORRUPT(s, off, err, "worker record runs past the end");
+    const unsigned char *p = s->data + s->pos;
+    uint32_t dp = get32(p + 4), flags = get32(p + 16), pad = get32(p + 20);
+    uint64_t worker = get64(p + 8), eid = get64(p + 24), n = get64(p + 32);
+    s->pos += GROUP_HEAD_BYTES;
+    if (flags & ~1u || pad)
+        return CORRUPT(s, off, err, "unknown flags 0x%" PRIx32 " in a worker record", flags);
+    /* One state, one file: an eid without its flag would be dropped on load
+     * and the file re-saved differently. */
+    if (!(flags & 1) && eid)
+        return CORRUPT(s, off, err, "eid %" PRIu64 " with the eid flag clear", eid);
+    /* The index never holds these (kvix-events(5)): no tool could print them. */
+    if (worker > KVIX_WORKER_MAX)
+        return CORRUPT(s, off, err, "worker %" PRIu64 " out of range", worker);
+    if (eid > KVIX_EID_MAX)
+        return CORRUPT(s, off, err, "eid %" PRIu64 " out of range", eid);
+    /* Bounded by the bytes present before anything is allocated. */
+    size_t left = s->body_end - s->pos;
+    if (n > left / BLOCK_BYTES)
+        return CORRUPT(s, off, err, "worker record claims %" PRIu64 " blocks, %zu bytes remain", n,
+                       left);
+    if (s->have_group && (worker < s->worker || (worker == s->worker && dp <= s->dp)))
+        return CORRUPT(s, off, err, "worker %" PRIu64 " dp %" PRIu32 " out of order", worker, dp);
+    if (worker == UINT64_MAX && n == 0 && !(flags & 1))
+        return CORRUPT(s, off, err, "empty worker record");
+    if (s->want && !s->want(s->want_ctx, worker, dp)) {
+        s->pos += n * BLOCK_BYTES;
+        s->have_group = 1;
+        s->worker = worker;
+        s->dp = dp;
+        s->part_groups++;
+        return 1; /* skipped: next goes on */
+    }
+    if (n > s->cap) {
+        size_t c = s->cap ? s->cap : 64;
+        while (c < n)
+            c *= 2;
+        kvix_block_info *nb = realloc(s->blocks, c * sizeof *nb);
+        if (!nb)
+            return kvix_err_set(err, KVIX_ENOMEM, "out of memory for %" PRIu64 " blocks", n);
+        s->blocks = nb;
+        s->cap = c;
+    }
+    const unsigned char *b = s->data + s->pos;
+    for (size_t i = 0; i < n; i++, b += BLOCK_BYTES) {
+        kvix_block_info *bi = &s->blocks[i];
+        bi->position = get32(b);
+        bi->tiers = get32(b + 4);
+        bi->local = get64(b + 8);
+        bi->engine = get64(b + 16);
+        bi->parent = get64(b + 24);
+        bi->parent_canon = get64(b + 32);
+        if (bi->position == 0 && (bi->parent != 0 || bi->parent_canon != 0))
+            return CORRUPT(s, s->pos + i * BLOCK_BYTES, err, "parent set at position 0");
+        bi->canon = bi->position == 0 ? bi->local
+                                      : kvix_hash_seq_next(bi->parent_canon, bi->local);
+    }
+    char why[160];
+    if (kvix_snap_check_blocks(s->blocks, n, NULL, why, sizeof why))
+        return CORRUPT(s, off, err, "worker %" PRIu64 " dp %" PRIu32 ": %s", worker, dp, why);
+    size_t dup;
+    int rep = kvix_snap_repeated_engine(s->blocks, n, &dup);
+    if (rep < 0)
+        return kvix_err_set(err, rep, "out of memory checking %zu blocks", n);
+    if (rep)
+        return CORRUPT(s, s->pos + dup * BLOCK_BYTES, err,
+                       "worker %" PRIu64 " dp %" PRIu32 ": block %zu repeats engine hash %016" PRIx64
+                       " of an earlier one (an engine hash names one block)",
+                       worker, dp, dup, s->blocks[dup].engine);
+    s->pos += n * BLOCK_BYTES;
+    s->have_group = 1;
+    s->worker = worker;
+    s->dp = dp;
+    s->part_groups++;
+    g->model = s->model;
+    g->tenant = s->tenant;
+    g->bs = s->bs;
+    g->worker = worker;
+    g->dp = dp;
+    g->has_eid = flags & 1;
+    g->eid = eid;
+    g->blocks = s->blocks;
+    g->n = n;
+    return KVIX_OK;
+}
+
+static void empty_part(kvix_snapshot *s, kvix_snapshot_group *g)
+{
+    g->model = s->model;
+    g->tenant = s->tenant;
+    g->bs = s->bs;
+    g->worker = UINT64_MAX;
+    g->dp = 0;
+    g->has_eid = 0;
+    g->eid = 0;
+    g->blocks = s->blocks;
+    g->n = 0;
+}
+
+int kvix_snapshot_next(kvix_snapshot *s, kvix_snapshot_group *g, kvix_err *err)
+{
+    for (;;) {
+        int at_end = s->pos == s->body_end;
+        uint32_t tag = 0;
+        if (!at_end) {
+            if (s->body_end - s->pos < 4)
+                return CORRUPT(s, s->pos, err, "record runs past the end");
+            tag = get32(s->data + s->pos);
+        }
+        /* A partition followed by no worker record is reported once, alone. */
+        if (s->in_part && s->part_groups == 0 && tag != TAG_GROUP) {
+            s->part_groups = -1;
+            empty_part(s, g);
+            return KVIX_OK;
+        }
+        if (at_end)
+            return KVIX_EOF;
+        if (tag == TAG_PART) {
+            int rc = parse_part(s, err);
+            if (rc)
+                return rc;
+            continue;
+        }
+        if (tag == TAG_GROUP) {
+            int rc = parse_group(s, g, err);
+            if (rc == 1)
+                continue;
+            return rc;
+        }
+        return CORRUPT(s, s->pos, err, "unknown record type %" PRIu32, tag);
+    }
+}
+
+/* Everything but the records' contents: magic, version, trailer, checksum. */
+static int verify_frame(kvix_snapshot *s, kvix_err *err)
+{
+    const unsigned char *d = s->data;
+    if (s->len < 8 || memcmp(d, KVIX_SNAPSHOT_MAGIC, 8) != 0)
+        return kvix_err_set(err, KVIX_ECORRUPT, "%s: not a kvix snapshot (bad magic)", s->name);
+    if (s->len < HEADER_BYTES)
+        return kvix_err_set(err, KVIX_ECORRUPT, "%s: truncated snapshot (%zu bytes)", s->name,
+                            s->len);
+    uint32_t version = get32(d + 8);
+    if (version != KVIX_SNAPSHOT_VERSION && version != KVIX_SNAPSHOT_VERSION_STREAM)
+        return kvix_err_set(err, KVIX_ECORRUPT,
+                            "%s: unsupported snapshot format version %" PRIu32
+                            " (this kvix reads %u and %u)",
+                            s->name, version, KVIX_SNAPSHOT_VERSION, KVIX_SNAPSHOT_VERSION_STREAM);
+    if (get32(d + 12) != 0)
+        return kvix_err_set(err, KVIX_ECORRUPT, "%s: unknown snapshot flags 0x%" PRIx32, s->name,
+                            get32(d + 12));
+    if (s->len < HEADER_BYTES + END_BYTES || get32(d + s->len - END_BYTES) != TAG_END ||
+        get32(d + s->len - END_BYTES + 4) != 0)
+        return kvix_err_set(err, KVIX_ECORRUPT,
+                            "%s: truncated or corrupt snapshot (no end record)", s->name);
+    uint64_t stored = get64(d + s->len - 8);
+    uint64_t sum = XXH3_64bits(d, s->len - 8);
+    if (sum != stored)
+        return kvix_err_set(err, KVIX_ECORRUPT,
+                            "%s: checksum mismatch (stored %016" PRIx64 ", computed %016" PRIx64
+                            "): the file is corrupt",
+                            s->name, stored, sum);
+    s->body_end = s->len - END_BYTES;
+    s->first = HEADER_BYTES;
+    if (version == KVIX_SNAPSHOT_VERSION_STREAM) {
+        size_t nl = s->body_end >= HEADER_BYTES + STREAM_HEAD_BYTES ? get32(d + HEADER_BYTES + 4) : 0;
+        if (s->body_end < HEADER_BYTES + STREAM_HEAD_BYTES ||
+            get32(d + HEADER_BYTES) != TAG_STREAM || nl == 0 ||
+            nl >= KVIX_SNAPSHOT_STREAM_MAX || nl > s->body_end - HEADER_BYTES - STREAM_HEAD_BYTES)
+            return CORRUPT(s, HEADER_BYTES, err, "bad stream position record");
+        const char *name = (const char *)d + HEADER_BYTES + STREAM_HEAD_BYTES;
+        if (!kvix_snap_stream_name_ok(name, nl))
+            return CORRUPT(s, HEADER_BYTES, err, "bad stream name in the stream position record");
+        s->info.has_stream = 1;
+        s->info.stream_seq = get64(d + HEADER_BYTES + 8);
+        memcpy(s->info.stream, name, nl);
+        s->info.stream[nl] = '\0';
+        s->first = HEADER_BYTES + STREAM_HEAD_BYTES + nl;
+    }
+    s->info.version = version;
+    s->info.bytes = s->len;
+    s->info.checksum = stored;
+    return KVIX_OK;
+}
+
+/* One full pass: every record parsed and checked, totals compared. */
+static int verify_records(kvix_snapshot *s, kvix_err *err)
+{
+    const unsigned char *e = s->data + s->body_end;
+    uint64_t parts = 0, groups = 0, blocks = 0;
+    kvix_snapshot_group g;
+    int rc;
+    kvix_snapshot_rewind(s);
+    int seen_part = 0;
+    char last_model[KVIX_NAME_MAX] = "", last_tenant[KVIX_NAME_MAX] = "";
+    while ((rc = kvix_snapshot_next(s, &g, err)) == KVIX_OK) {
+        if (!seen_part || strcmp(last_model, g.model) || strcmp(last_tenant, g.tenant)) {
+            parts++;
+            seen_part = 1;
+            snprintf(last_model, sizeof last_model, "%s", g.model);
+            snprintf(last_tenant, sizeof last_tenant, "%s", g.tenant);
+        }
+        if (!(g.worker == UINT64_MAX && g.n == 0 && !g.has_eid)) {
+            groups++;
+            blocks += g.n;
+        }
+    }
+    if (rc != KVIX_EOF)
+        return rc;
+    if (parts != get64(e + 8) || groups != get64(e + 16) || blocks != get64(e + 24))
+        return CORRUPT(s, s->body_end, err,
+                       "totals %" PRIu64 "/%" PRIu64 "/%" PRIu64 " do not match the records (%" PRIu64
+                       " partitions, %" PRIu64 " workers, %" PRIu64 " blocks)",
+                       get64(e + 8), get64(e + 16), get64(e + 24), parts, groups, blocks);
+    s->info.partitions = parts;
+    s->info.groups = groups;
+    s->info.blocks = blocks;
+    kvix_snapshot_rewind(s);
+    return KVIX_OK;
+}
+
+static int finish_open(kvix_snapshot *s, kvix_snapshot **out, kvix_err *err)
+{
+    int rc = verify_frame(s, err);
+    if (!rc)
+        rc = verify_records(s, err);
+    if (rc) {
+        kvix_snapshot_close(s);
+        return rc;
+    }
+    *out = s;
+    return KVIX_OK;
+}
+
+static kvix_snapshot *snap_new(const char *name, kvix_err *err)
+{
+    kvix_snapshot *s = calloc(1, sizeof *s);
+    if (s)
+        s->name = strdup(name ? name : "<snapshot>");
+    if (!s || !s->name) {
+        free(s);
+        kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+        return NULL;
+    }
+    return s;
+}
+
+int kvix_snapshot_open_mem(kvix_snapshot **out, const void *data, size_t len, kvix_err *err)
+{
+    *out = NULL;
+    kvix_snapshot *s = snap_new("<memory>", err);
+    if (!s)
+        return KVIX_ENOMEM;
+    s->owned = malloc(len ? len : 1);
+    if (!s->owned) {
+        kvix_snapshot_close(s);
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for %zu bytes", len);
+    }
+    if (len)
+        memcpy(s->owned, data, len);
+    s->data = s->owned;
+    s->len = len;
+    return finish_open(s, out, err);
+}
+
+static int read_all(kvix_snapshot *s, int fd, kvix_err *err)
+{
+    size_t cap = 1 << 20, len = 0;
+    unsigned char *b = malloc(cap);
+    if (!b)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    for (;;) {
+        if (len == cap) {
+            if (cap > SIZE_MAX / 2) {
+                free(b);
+                return kvix_err_set(err, KVIX_ELIMIT, "%s: input too large", s->name);
+            }
+            unsigned char *nb = realloc(b, cap * 2);
+            if (!nb) {
+                free(b);
+                return kvix_err_set(err, KVIX_ENOMEM, "out of memory reading %s", s->name);
+            }
+            b = nb;
+            cap *= 2;
+        }
+        ssize_t k = read(fd, b + len, cap - len);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            int e = errno;
+            free(b);
+            return kvix_err_set(err, KVIX_EIO, "%s: read: %s", s->name, strerror(e));
+        }
+        if (k == 0)
+            break;
+        len += (size_t)k;
+    }
+    s->owned = b;
+    s->data = b;
+    s->len = len;
+    return KVIX_OK;
+}
+
+int kvix_snapshot_open_fd(kvix_snapshot **out, int fd, const char *name, kvix_err *err)
+{
+    *out = NULL;
+    kvix_snapshot *s = snap_new(name, err);
+    if (!s)
+        return KVIX_ENOMEM;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
+        (uint64_t)st.st_size <= SIZE_MAX) {
+        void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m != MAP_FAILED) {
+            madvise(m, (size_t)st.st_size, MADV_SEQUENTIAL);
+            s->map = m;
+            s->data = m;
+            s->len = (size_t)st.st_size;
+            return finish_open(s, out, err);
+        }
+    }
+    int rc = read_all(s, fd, err);
+    if (rc) {
+        kvix_snapshot_close(s);
+        return rc;
+    }
+    return finish_open(s, out, err);
+}
+
+int kvix_snapshot_open(kvix_snapshot **out, const char *path, kvix_err *err)
+{
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return kvix_err_set(err, errno == ENOENT ? KVIX_ENOTFOUND : KVIX_EIO, "%s: %s", path,
+                            strerror(errno));
+    int rc = kvix_snapshot_open_fd(out, fd, path, err);
+    close(fd);
+    return rc;
+}
+
+int kvix_snapshot_foreach(kvix_snapshot *s, kvix_foreach_fn fn, void *ctx)
+{
+    kvix_snapshot_group g;
+    kvix_snapshot_rewind(s);
+    int rc;
+    /* Verified at open: next cannot fail past EOF here. */
+    while ((rc = kvix_snapshot_next(s, &g, NULL)) == KVIX_OK) {
+        int r = fn(ctx, g.model, g.tenant, g.bs, g.worker, g.dp, g.has_eid, g.eid, g.blocks, g.n);
+        if (r)
+            return r;
+    }
+    return rc == KVIX_EOF ? 0 : rc;
+}
+
+kvix_snapshot *kvix_snapshot_cursor(const kvix_snapshot *s, kvix_err *err)
+{
+    kvix_snapshot *c = snap_new(s->name, err);
+    if (!c)
+        return NULL;
+    c->data = s->data; /* borrowed: c must be closed before s */
+    c->len = s->len;
+    c->body_end = s->body_end;
+    c->first = s->first;
+    c->info = s->info;
+    kvix_snapshot_rewind(c);
+    return c;
+}
+
+void kvix_snapshot_set_filter(kvix_snapshot *s,
+                              int (*want)(void *ctx, uint64_t worker, uint32_t dp), void *ctx)
+{
+    s->want = want;
+    s->want_ctx = ctx;
+}
+
