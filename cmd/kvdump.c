@@ -1,9 +1,11 @@
 /* kvdump: inspect, verify and diff snapshot files (kvix-snapshot(5)), and
  * print a snapshot as kvix events.
  *
- * Everything works from the file alone: no index is built. A file is verified
- * whole (magic, version, checksum, internal consistency) before the first
- * byte of output, so a corrupt snapshot never yields a partial dump. */
+ * A file is verified whole (magic, version, checksum, internal consistency)
+ * before the first byte of output, so a corrupt snapshot never yields a
+ * partial dump. Statistics and differences come from the library
+ * (kvix/snapshot_stats.h, kvix/snapshot_diff.h); this file parses options,
+ * moves bytes, prints and picks exit codes. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -18,17 +20,12 @@
 #include "kvix/event.h"
 #include "kvix/hash.h"
 #include "kvix/snapshot.h"
+#include "kvix/snapshot_diff.h"
+#include "kvix/snapshot_stats.h"
 #include "kvix/stream.h"
 
-/* Rough bytes kvindex holds per stored (worker, block) entry and per distinct
- * block of a partition (front-end maps per entry, the positional backend per
- * unique block, as measured with kvix_index_stats): what --stats reports as
- * "memory". */
-#define MEM_PER_ENTRY 96u
-#define MEM_PER_UNIQUE 130u
-
 enum { O_JSON = 'j', O_STATS = 's', O_CHECK = 'c', O_DIFF = 'd', O_QUIET = 'q', O_MODEL = 'm',
-       O_TENANT = 't', O_WORKER = 'w' };
+       O_TENANT = 't', O_WORKER = 'w', O_BACKEND = 256 };
 
 static const cli_opt options[] = {
     {O_STATS, 's', "stats", NULL, NULL,
@@ -41,6 +38,8 @@ static const cli_opt options[] = {
     {O_MODEL, 'm', "model", "NAME", NULL, "only this model's partitions (dump and --stats)"},
     {O_TENANT, 't', "tenant", "NAME", NULL, "only this tenant's partitions (dump and --stats)"},
     {O_WORKER, 'w', "worker", "ID", NULL, "only this worker (dump and --stats)"},
+    {O_BACKEND, 0, "backend", "NAME", "positional|radix|reference",
+     "with --stats: the index backend whose memory is reported (default positional)"},
     {0, 0, NULL, NULL, NULL, NULL},
 };
 
@@ -53,31 +52,11 @@ static const cli_tool tool = {
     .exits = "012346",
 };
 
-typedef struct filter {
-    const char *model, *tenant;
-    int has_worker;
-    uint64_t worker;
-} filter;
-
-static uint64_t filter_hits; /* groups a filter let through */
-
-static int wanted(const filter *f, const kvix_snapshot_group *g)
-{
-    if (f->model && strcmp(f->model, g->model) != 0)
-        return 0;
-    if (f->tenant && strcmp(f->tenant, g->tenant) != 0)
-        return 0;
-    if (f->has_worker && f->worker != g->worker)
-        return 0;
-    filter_hits++;
-    return 1;
-}
-
 /* A filter that matched nothing is said: an empty dump would otherwise look
  * like an empty snapshot. */
-static void warn_empty_filter(const filter *f, const char *path)
+static void warn_empty_filter(const kvix_snapshot_filter *f, uint64_t hits, const char *path)
 {
-    if ((!f->model && !f->tenant && !f->has_worker) || filter_hits)
+    if ((!f->model && !f->tenant && !f->has_worker) || hits)
         return;
     char w[32] = "";
     if (f->has_worker)
@@ -173,11 +152,6 @@ static kvix_snapshot *open_or_die(const char *path)
     return s;
 }
 
-static int is_empty_part(const kvix_snapshot_group *g)
-{
-    return g->worker == UINT64_MAX && g->n == 0 && !g->has_eid;
-}
-
 /* ---- dump ----------------------------------------------------------------- */
 
 /* Events are written one behind, so the last event of a (worker, dp) can
@@ -205,7 +179,7 @@ static int dump_event(void *ctx, const kvix_event *ev)
     return 0;
 }
 
-static int do_dump(const char *path, const filter *f)
+static int do_dump(const char *path, const kvix_snapshot_filter *f)
 {
     kvix_snapshot *s = open_or_die(path);
     dumper d = {.have_pending = 0};
@@ -215,9 +189,12 @@ static int do_dump(const char *path, const filter *f)
     kvix_snapshot_group g;
     kvix_err err;
     int rc;
-    uint64_t unreplayable = 0;
+    uint64_t unreplayable = 0, hits = 0;
     while ((rc = kvix_snapshot_next(s, &g, &err)) == KVIX_OK) {
-        if (is_empty_part(&g) || !wanted(f, &g))
+        if (!kvix_snapshot_filter_match(f, &g))
+            continue;
+        hits++;
+        if (kvix_snapshot_group_is_partition(&g))
             continue;
         size_t orphans = 0;
         out_check(kvix_snapshot_group_events(&g, &scratch, dump_event, &d, &orphans, &err), &err);
@@ -243,7 +220,7 @@ static int do_dump(const char *path, const filter *f)
     if (rc != KVIX_EOF)
         cli_die(cli_exit_for(rc), "%s", err.msg);
     out_flush();
-    warn_empty_filter(f, path);
+    warn_empty_filter(f, hits, path);
     if (unreplayable)
         cli_warn("%" PRIu64 " blocks lie below a parent the worker no longer holds (orphans): "
                  "they are dumped with that parent, which a replay will reject",
@@ -283,156 +260,10 @@ static int do_check(int n, char **paths, int quiet)
 
 /* ---- stats ---------------------------------------------------------------- */
 
-typedef struct row {
-    char *model, *tenant; /* owned */
-    uint32_t bs;
-    int is_part, has_eid, has_depth;
-    uint64_t worker;
-    uint32_t dp;
-    uint64_t workers, blocks, unique, depth, eid, memory, orphans;
-    uint64_t tiers[KVIX_MEDIUM_COUNT];
-} row;
-
-typedef struct canon_key {
-    uint32_t pos;
-    uint64_t canon;
-} canon_key;
-
-static int cmp_canon(const void *a, const void *b)
-{
-    const canon_key *x = a, *y = b;
-    if (x->pos != y->pos)
-        return x->pos < y->pos ? -1 : 1;
-    return x->canon < y->canon ? -1 : x->canon > y->canon;
-}
-
-static void *xrealloc(void *p, size_t n)
-{
-    void *q = realloc(p, n ? n : 1);
-    if (!q)
-        cli_die(fail_code(KVIX_EXIT_SYS), "out of memory");
-    return q;
-}
-
-static char *xstrdup(const char *s)
-{
-    char *t = strdup(s);
-    if (!t)
-        cli_die(fail_code(KVIX_EXIT_SYS), "out of memory");
-    return t;
-}
-
-typedef struct table {
-    row *rows;
-    size_t n, cap;
-    canon_key *keys; /* the current partition's (position, canonical hash) */
-    size_t nkeys, capkeys;
-    kvix_event scratch;
-} table;
-
-static row *add_row(table *t)
-{
-    if (t->n == t->cap) {
-        t->cap = t->cap ? 2 * t->cap : 64;
-        t->rows = xrealloc(t->rows, t->cap * sizeof *t->rows);
-    }
-    row *r = &t->rows[t->n++];
-    memset(r, 0, sizeof *r);
-    return r;
-}
-
-static void close_part(table *t, size_t part_row)
-{
-    if (part_row == SIZE_MAX)
-        return;
-    row *p = &t->rows[part_row];
-    if (t->nkeys > 1) /* keys is NULL for a partition of no blocks */
-        qsort(t->keys, t->nkeys, sizeof *t->keys, cmp_canon);
-    uint64_t u = 0;
-    for (size_t i = 0; i < t->nkeys; i++)
-        if (i == 0 || cmp_canon(&t->keys[i], &t->keys[i - 1]) != 0)
-            u++;
-    p->unique = u;
-    p->memory = p->blocks * MEM_PER_ENTRY + u * MEM_PER_UNIQUE;
-    t->nkeys = 0;
-}
-
-static int count_events(void *ctx, const kvix_event *ev)
-{
-    (void)ctx, (void)ev;
-    return 0;
-}
-
-static void gather_stats(kvix_snapshot *s, const filter *f, table *t)
-{
-    kvix_snapshot_group g;
-    kvix_err err;
-    int rc;
-    size_t part_row = SIZE_MAX;
-    while ((rc = kvix_snapshot_next(s, &g, &err)) == KVIX_OK) {
-        if (!wanted(f, &g) && !(is_empty_part(&g) && !f->has_worker &&
-                                (!f->model || !strcmp(f->model, g.model)) &&
-                                (!f->tenant || !strcmp(f->tenant, g.tenant))))
-            continue;
-        if (part_row == SIZE_MAX || strcmp(t->rows[part_row].model, g.model) ||
-            strcmp(t->rows[part_row].tenant, g.tenant)) {
-            close_part(t, part_row);
-            row *p = add_row(t);
-            p->is_part = 1;
-            p->model = xstrdup(g.model);
-            p->tenant = xstrdup(g.tenant);
-            p->bs = g.bs;
-            part_row = t->n - 1;
-        }
-        if (is_empty_part(&g))
-            continue;
-        row *r = add_row(t);
-        row *p = &t->rows[part_row];
-        r->model = xstrdup(g.model);
-        r->tenant = xstrdup(g.tenant);
-        r->bs = g.bs;
-        r->worker = g.worker;
-        r->dp = g.dp;
-        r->has_eid = g.has_eid;
-        r->eid = g.eid;
-        r->blocks = g.n;
-        r->has_depth = g.n > 0;
-        r->depth = g.n ? g.blocks[g.n - 1].position : 0;
-        for (size_t i = 0; i < g.n; i++)
-            for (unsigned m = 0; m < KVIX_MEDIUM_COUNT; m++)
-                r->tiers[m] += g.blocks[i].tiers >> m & 1;
-        r->memory = g.n * MEM_PER_ENTRY;
-        size_t orphans = 0;
-        out_check(kvix_snapshot_group_events(&g, &t->scratch, count_events, NULL, &orphans, &err),
-                  &err);
-        r->orphans = orphans;
-        p->orphans += orphans;
-        p->workers++;
-        p->blocks += g.n;
-        if (g.n && (!p->has_depth || r->depth > p->depth))
-            p->depth = r->depth;
-        p->has_depth |= r->has_depth;
-        for (unsigned m = 0; m < KVIX_MEDIUM_COUNT; m++)
-            p->tiers[m] += r->tiers[m];
-        if (t->nkeys + g.n > t->capkeys) {
-            while (t->nkeys + g.n > t->capkeys)
-                t->capkeys = t->capkeys ? 2 * t->capkeys : 1024;
-            t->keys = xrealloc(t->keys, t->capkeys * sizeof *t->keys);
-        }
-        for (size_t i = 0; i < g.n; i++)
-            t->keys[t->nkeys++] = (canon_key){g.blocks[i].position, g.blocks[i].canon};
-        r = NULL; /* rows may move on the next add_row */
-        (void)r;
-    }
-    if (rc != KVIX_EOF)
-        cli_die(cli_exit_for(rc), "%s", err.msg);
-    close_part(t, part_row);
-}
-
-static void stats_json(const table *t, const kvix_snapshot_info *info)
+static void stats_json(const kvix_snapshot_stats *t, const kvix_snapshot_info *info)
 {
     for (size_t i = 0; i < t->n; i++) {
-        const row *r = &t->rows[i];
+        const kvix_snapshot_row *r = &t->rows[i];
         outf("{\"scope\":\"%s\",\"model\":", r->is_part ? "partition" : "worker");
         out_jstr(r->model);
         outf(",\"tenant\":");
@@ -464,9 +295,9 @@ static void stats_json(const table *t, const kvix_snapshot_info *info)
     }
     outf("{\"scope\":\"file\",\"version\":%" PRIu32 ",\"partitions\":%" PRIu64
          ",\"workers\":%" PRIu64 ",\"blocks\":%" PRIu64 ",\"bytes\":%" PRIu64
-         ",\"checksum\":\"%016" PRIx64 "\"",
+         ",\"checksum\":\"%016" PRIx64 "\",\"memory\":%" PRIu64,
          info->version, info->partitions, info->groups, info->blocks, info->bytes,
-         info->checksum);
+         info->checksum, t->memory);
     if (info->has_stream)
         outf(",\"stream\":\"%s\",\"stream_seq\":%" PRIu64 "}\n", info->stream,
              info->stream_seq);
@@ -491,7 +322,7 @@ static void human_bytes(uint64_t b, char *dst, size_t cap)
         snprintf(dst, cap, "%.1f %s", v, unit[u]);
 }
 
-static void stats_table(const table *t, const kvix_snapshot_info *info)
+static void stats_table(const kvix_snapshot_stats *t, const kvix_snapshot_info *info)
 {
     static const char *head[NCOLS] = {"model", "tenant", "bs", "worker", "dp", "blocks",
                                       "unique", "depth", "gpu", "cpu", "disk", "external",
@@ -505,7 +336,7 @@ static void stats_table(const table *t, const kvix_snapshot_info *info)
         snprintf(cell[0][c], KVIX_NAME_MAX, "%s", head[c]);
     snprintf(cell[0][NCOLS], KVIX_NAME_MAX, "memory");
     for (size_t i = 0; i < t->n; i++) {
-        const row *r = &t->rows[i];
+        const kvix_snapshot_row *r = &t->rows[i];
         char(*c)[KVIX_NAME_MAX] = cell[i + 1];
         snprintf(c[0], KVIX_NAME_MAX, "%s", r->model);
         snprintf(c[1], KVIX_NAME_MAX, "%s", r->tenant);
@@ -551,89 +382,41 @@ static void stats_table(const table *t, const kvix_snapshot_info *info)
         }
         outf("%s\n", cell[i][NCOLS]);
     }
-    char size[32];
+    char size[32], mem[32];
     human_bytes(info->bytes, size, sizeof size);
+    human_bytes(t->memory, mem, sizeof mem);
     outf("\n%" PRIu64 " partitions, %" PRIu64 " workers, %" PRIu64
-         " blocks; file %s, format version %" PRIu32 ", checksum %016" PRIx64 "\n",
-         info->partitions, info->groups, info->blocks, size, info->version, info->checksum);
+         " blocks; file %s, format version %" PRIu32 ", checksum %016" PRIx64 "; index %s\n",
+         info->partitions, info->groups, info->blocks, size, info->version, info->checksum, mem);
     if (info->has_stream)
         outf("stream %s: every message up to sequence %" PRIu64 " applied\n", info->stream,
              info->stream_seq);
     free(cell);
 }
 
-static int do_stats(const char *path, const filter *f, int json)
+static int do_stats(const char *path, const kvix_snapshot_filter *f, const kvix_index_opts *io,
+                    int json)
 {
     kvix_snapshot *s = open_or_die(path);
     kvix_snapshot_info info;
     kvix_snapshot_get_info(s, &info);
-    table t = {0};
-    kvix_event_init(&t.scratch);
-    gather_stats(s, f, &t);
-    warn_empty_filter(f, path);
+    kvix_snapshot_stats t;
+    kvix_err err;
+    int rc = kvix_snapshot_stats_get(s, f, io, &t, &err);
+    if (rc)
+        cli_die(cli_exit_for(rc), "%s", err.msg);
+    warn_empty_filter(f, t.matched, path);
     if (json)
         stats_json(&t, &info);
     else
         stats_table(&t, &info);
     out_flush();
-    for (size_t i = 0; i < t.n; i++) {
-        free(t.rows[i].model);
-        free(t.rows[i].tenant);
-    }
-    free(t.rows);
-    free(t.keys);
-    kvix_event_release(&t.scratch);
+    kvix_snapshot_stats_release(&t);
     kvix_snapshot_close(s);
     return KVIX_EXIT_OK;
 }
 
 /* ---- diff ----------------------------------------------------------------- */
-
-typedef struct side {
-    kvix_snapshot *s;
-    kvix_snapshot_group g;
-    int more;
-} side;
-
-static void side_next(side *x)
-{
-    kvix_err err;
-    int rc = kvix_snapshot_next(x->s, &x->g, &err);
-    if (rc && rc != KVIX_EOF)
-        cli_die(KVIX_EXIT_USAGE, "%s", err.msg);
-    x->more = rc == KVIX_OK;
-}
-
-static int cmp_key(const kvix_snapshot_group *a, const kvix_snapshot_group *b)
-{
-    int c = strcmp(a->model, b->model);
-    if (!c)
-        c = strcmp(a->tenant, b->tenant);
-    if (c)
-        return c;
-    if (a->worker != b->worker)
-        return a->worker < b->worker ? -1 : 1;
-    if (a->dp != b->dp)
-        return a->dp < b->dp ? -1 : 1;
-    return 0;
-}
-
-static int cmp_block(const kvix_block_info *a, const kvix_block_info *b)
-{
-    if (a->position != b->position)
-        return a->position < b->position ? -1 : 1;
-    if (a->engine != b->engine)
-        return a->engine < b->engine ? -1 : 1;
-    if (a->local != b->local)
-        return a->local < b->local ? -1 : 1;
-    if (a->parent != b->parent)
-        return a->parent < b->parent ? -1 : 1;
-    if (a->parent_canon != b->parent_canon)
-        return a->parent_canon < b->parent_canon ? -1 : 1;
-    if (a->tiers != b->tiers)
-        return a->tiers < b->tiers ? -1 : 1;
-    return 0;
-}
 
 static void out_block(const kvix_block_info *b, int first)
 {
@@ -655,64 +438,31 @@ static void out_block(const kvix_block_info *b, int first)
     outf("]}");
 }
 
-typedef struct diff_totals {
-    uint64_t differing, only_a, only_b;
-} diff_totals;
-
-/* Blocks of a (or b) not in the other, as a JSON array; returns the count. */
-static uint64_t out_only(const kvix_snapshot_group *a, const kvix_snapshot_group *b, int print)
+static void out_blocks(const kvix_block_info *b, size_t n)
 {
-    size_t i = 0, j = 0;
-    uint64_t k = 0;
-    size_t nb = b ? b->n : 0;
-    if (print)
-        outf("[");
-    while (i < (a ? a->n : 0)) {
-        int c = j < nb ? cmp_block(&a->blocks[i], &b->blocks[j]) : -1;
-        if (c < 0) {
-            if (print)
-                out_block(&a->blocks[i], k == 0);
-            k++;
-            i++;
-            if (print && out.len >= (1u << 16))
-                out_flush();
-        } else if (c > 0) {
-            j++;
-        } else {
-            i++;
-            j++;
-        }
+    outf("[");
+    for (size_t i = 0; i < n; i++) {
+        out_block(&b[i], i == 0);
+        if (out.len >= (1u << 16))
+            out_flush();
     }
-    if (print)
-        outf("]");
-    return k;
+    outf("]");
 }
 
-/* Compare one key present in a, b or both. */
-static void diff_group(const kvix_snapshot_group *a, const kvix_snapshot_group *b, int quiet,
-                       diff_totals *t)
+/* One differing record as a JSON line. */
+static int print_delta(void *ctx, const kvix_snapshot_delta *d)
 {
-    int same_bs = a && b && a->bs == b->bs;
-    const kvix_snapshot_group *bb = same_bs ? b : NULL, *ab = same_bs ? a : NULL;
-    uint64_t na = out_only(a, bb, 0), nb = out_only(b, ab, 0);
-    int eid_same = a && b && a->has_eid == b->has_eid && (!a->has_eid || a->eid == b->eid);
-    if (same_bs && eid_same && na == 0 && nb == 0)
-        return;
-    t->differing++;
-    t->only_a += na;
-    t->only_b += nb;
-    if (quiet)
-        return;
-    const kvix_snapshot_group *k = a ? a : b;
+    (void)ctx;
+    const kvix_snapshot_group *k = d->a ? d->a : d->b;
     outf("{\"model\":");
     out_jstr(k->model);
     outf(",\"tenant\":");
     out_jstr(k->tenant);
-    if (is_empty_part(k))
+    if (kvix_snapshot_group_is_partition(k))
         outf(",\"worker\":null,\"dp\":null");
     else
         outf(",\"worker\":%" PRIu64 ",\"dp\":%" PRIu32, k->worker, k->dp);
-    const kvix_snapshot_group *sides[2] = {a, b};
+    const kvix_snapshot_group *sides[2] = {d->a, d->b};
     for (int s = 0; s < 2; s++) {
         const kvix_snapshot_group *x = sides[s];
         if (x)
@@ -725,48 +475,37 @@ static void diff_group(const kvix_snapshot_group *a, const kvix_snapshot_group *
             outf(",\"eid_%c\":null", "ab"[s]);
     }
     outf(",\"only_a\":");
-    out_only(a, bb, 1);
+    out_blocks(d->only_a, d->n_only_a);
     outf(",\"only_b\":");
-    out_only(b, ab, 1);
+    out_blocks(d->only_b, d->n_only_b);
     outf("}\n");
     out_flush();
+    return 0;
 }
 
 static int do_diff(const char *pa, const char *pb, int quiet)
 {
     if (strcmp(pa, "-") == 0 && strcmp(pb, "-") == 0)
         cli_usage_error("--diff: only one of A and B can be '-'");
-    side a = {0}, b = {0};
-    if (open_snap(pa, &a.s, 0) || open_snap(pb, &b.s, 0))
+    kvix_snapshot *a = NULL, *b = NULL;
+    if (open_snap(pa, &a, 0) || open_snap(pb, &b, 0))
         exit(cli_finish(KVIX_EXIT_USAGE));
     kvix_snapshot_info ia, ib;
-    kvix_snapshot_get_info(a.s, &ia);
-    kvix_snapshot_get_info(b.s, &ib);
-    diff_totals t = {0, 0, 0};
-    side_next(&a);
-    side_next(&b);
-    while (a.more || b.more) {
-        int c = !a.more ? 1 : !b.more ? -1 : cmp_key(&a.g, &b.g);
-        if (c < 0) {
-            diff_group(&a.g, NULL, quiet, &t);
-            side_next(&a);
-        } else if (c > 0) {
-            diff_group(NULL, &b.g, quiet, &t);
-            side_next(&b);
-        } else {
-            diff_group(&a.g, &b.g, quiet, &t);
-            side_next(&a);
-            side_next(&b);
-        }
-    }
+    kvix_snapshot_get_info(a, &ia);
+    kvix_snapshot_get_info(b, &ib);
+    kvix_snapshot_diff_totals t;
+    kvix_err err;
+    int rc = kvix_snapshot_diff(a, b, quiet ? NULL : print_delta, NULL, &t, &err);
+    if (rc)
+        cli_die(KVIX_EXIT_USAGE, "%s", err.msg);
     if (!quiet)
         outf("{\"summary\":true,\"equal\":%s,\"differing\":%" PRIu64 ",\"only_a\":%" PRIu64
              ",\"only_b\":%" PRIu64 ",\"blocks_a\":%" PRIu64 ",\"blocks_b\":%" PRIu64 "}\n",
              t.differing ? "false" : "true", t.differing, t.only_a, t.only_b, ia.blocks,
              ib.blocks);
     out_flush();
-    kvix_snapshot_close(a.s);
-    kvix_snapshot_close(b.s);
+    kvix_snapshot_close(a);
+    kvix_snapshot_close(b);
     return t.differing ? KVIX_EXIT_REJECTED : KVIX_EXIT_OK;
 }
 
@@ -777,7 +516,10 @@ int main(int argc, char **argv)
     cli_init(&tool);
     kvix_buf_init(&out);
     int stats = 0, json = 0, check = 0, diff = 0, quiet = 0;
-    filter f = {NULL, NULL, 0, 0};
+    kvix_snapshot_filter f = {NULL, NULL, 0, 0};
+    kvix_index_opts io;
+    kvix_index_opts_init(&io);
+    int backend = 0;
     const char *arg;
     int c;
     while ((c = cli_next(argc, argv, &arg)) != -1) {
@@ -793,6 +535,12 @@ int main(int argc, char **argv)
             f.has_worker = 1;
             f.worker = cli_parse_uint(arg, 0, UINT64_MAX, "worker");
             break;
+        case O_BACKEND:
+            backend = 1;
+            if (kvix_backend_parse(arg, &io.backend))
+                cli_usage_error("bad backend for %s: '%s' (expected positional, radix or reference)",
+                                                cli_opt_given(), arg);
+            break;
         }
     }
     int nops = argc - optind;
@@ -801,6 +549,8 @@ int main(int argc, char **argv)
         cli_usage_error("--stats, --check and --diff are exclusive");
     if (json && !stats)
         cli_usage_error("--json goes with --stats");
+    if (backend && !stats)
+        cli_usage_error("--backend goes with --stats");
     if (quiet && !check && !diff)
         cli_usage_error("--quiet goes with --check or --diff");
     if ((check || diff) && (f.model || f.tenant || f.has_worker))
@@ -823,7 +573,7 @@ int main(int argc, char **argv)
     } else {
         if (nops != 1)
             cli_usage_error("expected one snapshot (or '-' for standard input)");
-        code = stats ? do_stats(ops[0], &f, json) : do_dump(ops[0], &f);
+        code = stats ? do_stats(ops[0], &f, &io, json) : do_dump(ops[0], &f);
     }
     kvix_buf_release(&out);
     return cli_finish(code);

@@ -7,9 +7,10 @@ _kvdump() {
     -m|--model) return ;;
     -t|--tenant) return ;;
     -w|--worker) return ;;
+    --backend) COMPREPLY=($(compgen -W "positional radix reference" -- "$cur")); return ;;
     esac
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--stats -s --json -j --check -c --diff -d --quiet -q --model -m --tenant -t --worker -w --help -h --version -V" -- "$cur"))
+        COMPREPLY=($(compgen -W "--stats -s --json -j --check -c --diff -d --quiet -q --model -m --tenant -t --worker -w --backend --help -h --version -V" -- "$cur"))
         return
     fi
     COMPREPLY=($(compgen -f -- "$cur"))

@@ -7,5 +7,6 @@ complete -c kvdump -s q -l quiet -d 'with --check or --diff: print nothing, only
 complete -c kvdump -s m -l model -x -d 'only this model\'s partitions (dump and --stats)'
 complete -c kvdump -s t -l tenant -x -d 'only this tenant\'s partitions (dump and --stats)'
 complete -c kvdump -s w -l worker -x -d 'only this worker (dump and --stats)'
+complete -c kvdump -l backend -x -a 'positional radix reference' -d 'with --stats: the index backend whose memory is reported (default positional)'
 complete -c kvdump -s h -l help -d 'print this help and exit'
 complete -c kvdump -s V -l version -d 'print the version and exit'

@@ -3,6 +3,7 @@
 # input refused; exit codes.
 # shellcheck shell=bash
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/procs.sh"
 
 # A small state: branches, two tiers, dp ranks, two partitions, a worker
 # left with only an eid.
@@ -120,6 +121,46 @@ assert_eq "$(jq -c 'select(.scope=="file") | [.partitions, .workers, .blocks]' o
 run kvdump --stats --json -w 1 a.kvix
 assert_eq "$(jq -c 'select(.scope!="file") | [.scope, .blocks]' out | tr '\n' ' ')" \
     '["partition",4] ["worker",4] ' "filtered to worker 1"
+end
+
+# index_bytes SNAPSHOT BACKEND: kvix_index_bytes of a kvindex --listen that
+# loaded SNAPSHOT (the index's own accounting, exact, not the summary's
+# rounded figure).
+index_bytes() {
+    timeout --foreground 60 kvindex --listen 127.0.0.1:0 --backend "$2" -s "$1" </dev/null \
+        >kv.out 2>kv.err 3>&- &
+    PIDS="$PIDS $!"
+    local url
+    url=$(listening kv.err) || { fail "kvindex never said where it listens"; return; }
+    curl -s "$url/metrics" | awk '$1 == "kvix_index_bytes" { print $2 }'
+    kill "$!" 2>/dev/null
+    wait "$!" 2>/dev/null
+}
+
+begin "--stats memory is the index's own: what kvindex reports for the same snapshot"
+events | kvindex -s a.kvix 2>/dev/null
+random_events 5 400 | kvindex -s r.kvix 2>/dev/null
+for snap in a.kvix r.kvix; do
+    for be in positional radix reference; do
+        run kvdump --stats --json --backend $be $snap
+        expect_rc 0
+        mem=$(jq 'select(.scope=="file") | .memory' out)
+        want=$(index_bytes $snap $be)
+        [ -n "$want" ] || fail "$snap $be: no kvix_index_bytes"
+        assert_eq "$mem" "$want" "$snap $be: kvdump's memory"
+        # the partitions' rows add up to the index less its empty self
+        parts=$(jq -s 'map(select(.scope=="partition") | .memory) | add' out)
+        [ "$parts" -gt 0 ] && [ "$parts" -lt "$mem" ] || fail "$snap $be: partitions $parts of $mem"
+        # unique blocks are the index's count too
+        u=$(jq -s 'map(select(.scope=="partition") | .unique_blocks) | add' out)
+        kvindex --backend $be -s $snap </dev/null 2>err
+        assert_grep ", $u unique blocks, " err
+    done
+done
+run kvdump --stats --backend nosuch a.kvix
+expect_rc 2
+run kvdump --backend radix a.kvix
+expect_rc 2
 end
 
 begin "--check: sound snapshots, one line each; several files"

@@ -1,0 +1,85 @@
+/* kvix: statistics of a snapshot file, per partition and per (worker, dp),
+ * with the memory an index holding it takes by the index's own accounting
+ * (kvix_index_stats), so kvdump --stats and kvindex report one figure. */
+#ifndef KVIX_SNAPSHOT_STATS_H
+#define KVIX_SNAPSHOT_STATS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvix/error.h"
+#include "kvix/event.h"
+#include "kvix/index.h"
+#include "kvix/snapshot.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Which records of a file to look at; NULL fields and has_worker 0 match
+ * every record. The strings are borrowed. */
+typedef struct kvix_snapshot_filter {
+    const char *model, *tenant;
+    int has_worker;
+    uint64_t worker;
+} kvix_snapshot_filter;
+
+/* Whether record g passes f (NULL f: every record). A partition without
+ * workers (worker UINT64_MAX, no blocks, no eid) passes when its model and
+ * tenant do and no worker is asked for. */
+int kvix_snapshot_filter_match(const kvix_snapshot_filter *f, const kvix_snapshot_group *g);
+
+/* A partition without workers: the record a snapshot keeps for it. */
+int kvix_snapshot_group_is_partition(const kvix_snapshot_group *g);
+
+/* One row: a partition (is_part) followed by its (worker, dp) rows. */
+typedef struct kvix_snapshot_row {
+    int is_part;
+    char *model, *tenant; /* owned by the stats */
+    uint32_t bs;
+    uint64_t worker;      /* worker rows */
+    uint32_t dp;
+    int has_eid;          /* worker rows: the last applied source eid */
+    uint64_t eid;
+    int has_depth;        /* depth: the deepest position held, when any block is */
+    uint64_t depth;
+    uint64_t workers;     /* partition rows: (worker, dp) records counted */
+    uint64_t blocks;      /* stored (worker, block) entries */
+    uint64_t unique;      /* partition rows: distinct (position, canonical hash), the
+                           * index's kvix_index_stats.unique_blocks */
+    uint64_t orphans;     /* blocks below a parent no longer held */
+    uint64_t tiers[KVIX_MEDIUM_COUNT]; /* blocks per tier (a block in two counts twice) */
+    /* Bytes by the index's own accounting (kvix_index_stats.bytes).
+     * Partition rows: what loading the partition's counted records added to
+     * the index (its shared structure included). Worker rows: what an index
+     * holding only that (worker, dp) takes beyond its empty partition: blocks
+     * shared with other workers count in each sharer's row. */
+    uint64_t memory;
+} kvix_snapshot_row;
+
+typedef struct kvix_snapshot_stats {
+    kvix_snapshot_row *rows; /* owned: kvix_snapshot_stats_release */
+    size_t n, cap;
+    uint64_t matched;        /* records the filter let through */
+    /* kvix_index_stats.bytes of an index (of the options given) into which
+     * the counted records were loaded as kvix_snapshot_apply loads them:
+     * unfiltered, what kvindex reports after loading the file. */
+    uint64_t memory;
+} kvix_snapshot_stats;
+
+/* Count every record of s that f lets through (from the first record,
+ * whatever next has consumed), building an index with opts (NULL: the
+ * defaults; its threads are ignored) to measure memory. Costs about two
+ * loads of the counted records, and the memory of one. *out is filled and
+ * owned by the caller: kvix_snapshot_stats_release (also after an error).
+ * Errors: KVIX_ENOMEM, or what loading the records into an index says. */
+int kvix_snapshot_stats_get(kvix_snapshot *s, const kvix_snapshot_filter *f,
+                            const kvix_index_opts *opts, kvix_snapshot_stats *out,
+                            kvix_err *err);
+/* Free the rows; st is then empty. */
+void kvix_snapshot_stats_release(kvix_snapshot_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
