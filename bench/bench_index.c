@@ -486,9 +486,9 @@ static void run_backend(const kvix_backend_ops *ops, unsigned jump, int bsearch,
         for (size_t k = i; k < j; k++) {
             const bop *b = &W.bops[k];
             if (add)
-                ops->add(be, b->pos, b->local, b->canon, b->pcanon, b->slot, 0, &err);
+                kvix_backend_add_key(ops, be, b->pos, b->local, b->canon, b->pcanon, b->slot, 0, &err);
             else
-                ops->del(be, b->pos, b->local, b->canon, b->pcanon, b->slot, 0);
+                kvix_backend_del_key(ops, be, b->pos, b->local, b->canon, b->pcanon, b->slot, 0);
         }
         double dt = now() - t0;
         if (add) {

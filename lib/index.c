@@ -17,18 +17,9 @@
  *  - a (worker, dp)'s engine-hash map is touched only by that worker's
  *    writer (the caller's contract), so it has no lock.
  *
- * Block bookkeeping per (worker, dp):
- *  - blocks: engine hash -> {position, local, parent engine hash, parent
- *    canonical, tier mask} (the block's canonical hash follows from the last
- *    two: recomputed when needed, 8 bytes a block less);
- *  - extra: (position, canonical) -> per-tier count of engine hashes holding
- *    it beyond the first. Two engine hashes may name the same canonical block
- *    (vLLM salts its hashes with things the local hash does not see), and a
- *    backend must hear about a (block, tier) only on its first arrival and
- *    last departure. The backend's add says whether the slot held the block
- *    in that tier already, so the common case (one engine hash per block)
- *    costs no entry here: a map of every block's count cost 28 bytes per
- *    (worker, block). */
+ * Block bookkeeping per (worker, dp): lib/index_front_int.h. In short, a
+ * (worker, dp) keeps engine hash -> backend node handle | tier mask, and the
+ * block's hashes are read from the node, kept there once for all holders. */
 #include "kvix/index.h"
 
 #include <inttypes.h>
@@ -39,16 +30,15 @@
 
 /* ---- block bookkeeping ------------------------------------------------ */
 
-/* The backend says whether the slot already held (pos, canon) in a tier, so
+/* The backend says whether the slot already held the block in a tier, so
  * only a second engine hash of the same block costs an entry here. */
-static int tier_ref(wstate *w, uint32_t pos, uint64_t local, uint64_t canon, uint64_t pcanon,
-                    unsigned tier, kvix_err *err)
+static int tier_ref(wstate *w, kvix_binfo *b, unsigned tier, void **node, kvix_err *err)
 {
     struct part *p = w->p;
-    int rc = p->ops->add(p->be, pos, local, canon, pcanon, w->slot, tier, err);
+    int rc = p->ops->add(p->be, b, w->slot, tier, node, err);
     if (rc <= 0)
         return rc; /* new in the backend, or an error */
-    uint64_t key[2] = {pos, canon};
+    uint64_t key[2] = {b->pos, b->canon};
     int inserted;
     cref *c = kvix_hmap_put(&w->extra, key, &inserted);
     if (!c)
@@ -69,13 +59,15 @@ static int cref_empty(const cref *c)
     return 1;
 }
 
-/* e leaves tier: the backend hears of it when no other engine hash of this
- * (worker, dp) holds the block in that tier. */
-static void tier_unref(wstate *w, const bent *e, unsigned tier)
+/* node leaves tier: the backend hears of it when no other engine hash of
+ * this (worker, dp) holds the block in that tier. */
+static void tier_unref(wstate *w, void *node, unsigned tier)
 {
-    uint64_t canon = canon_of(e);
+    struct part *p = w->p;
     if (kvix_hmap_size(&w->extra)) {
-        uint64_t key[2] = {e->pos, canon};
+        kvix_binfo b;
+        p->ops->info(node, &b);
+        uint64_t key[2] = {b.pos, b.canon};
         cref *c = kvix_hmap_get(&w->extra, key);
         if (c && c->n[tier]) {
             if (--c->n[tier] == 0 && cref_empty(c))
@@ -83,22 +75,49 @@ static void tier_unref(wstate *w, const bent *e, unsigned tier)
             return;
         }
     }
-    struct part *p = w->p;
-    p->ops->del(p->be, e->pos, e->local, canon, e->parent_canon, w->slot, tier);
+    p->ops->del(p->be, node, w->slot, tier);
 }
 
-static void untier_all(wstate *w, const bent *e)
+static void untier_all(wstate *w, bent e)
 {
     for (unsigned t = 0; t < KVIX_MEDIUM_COUNT; t++)
-        if (e->tiers & (1u << t))
-            tier_unref(w, e, t);
+        if (bent_tiers(e) & (1u << t))
+            tier_unref(w, bent_node(e), t);
 }
 
-/* Whether e sits at (pos, local, parent canonical): the same canonical block
- * without rehashing. */
-static inline int same_place(const bent *e, uint32_t pos, uint64_t local, uint64_t pcanon)
+/* The parent engine hash of engine (held at a node of info b). */
+uint64_t kvix_ix_parent_engine(const wstate *w, uint64_t engine, const kvix_binfo *b)
 {
-    return e->pos == pos && e->local == local && e->parent_canon == (pos ? pcanon : 0);
+    if (b->pos && kvix_hmap_size(&w->pexc)) {
+        const uint64_t *x = kvix_hmap_get(&w->pexc, &engine);
+        if (x)
+            return *x;
+    }
+    return b->parent_engine;
+}
+
+/* Record engine's parent engine hash where the node's hint is not it. */
+static int note_parent(wstate *w, uint64_t engine, uint64_t parent, uint64_t hint,
+                       kvix_err *err)
+{
+    if (hint == parent) {
+        if (kvix_hmap_size(&w->pexc))
+            kvix_hmap_del(&w->pexc, &engine);
+        return KVIX_OK;
+    }
+    int inserted;
+    uint64_t *x = kvix_hmap_put(&w->pexc, &engine, &inserted);
+    if (!x)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block");
+    *x = parent;
+    return KVIX_OK;
+}
+
+static void forget_hash(wstate *w, uint64_t engine)
+{
+    kvix_hmap_del(&w->blocks, &engine);
+    if (kvix_hmap_size(&w->pexc))
+        kvix_hmap_del(&w->pexc, &engine);
 }
 
 /* w holds engine at (pos, canon) in tier. An engine hash names one block per
@@ -107,33 +126,51 @@ int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local
                        uint64_t parent, uint64_t pcanon, unsigned tier, kvix_apply_result *r,
                        kvix_err *err)
 {
+    const kvix_backend_ops *ops = w->p->ops;
+    kvix_binfo b = {.pos = pos,
+                    .local = local,
+                    .canon = canon,
+                    .parent_canon = pos ? pcanon : 0,
+                    .parent_engine = pos ? parent : 0};
     int rc, inserted = 0;
     bent *e = kvix_hmap_put(&w->blocks, &engine, &inserted); /* one probe, new or not */
     if (!e)
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block");
-    if (!inserted && same_place(e, pos, local, pcanon)) {
-        if (e->tiers & (1u << tier)) {
-            r->duplicate++;
+    void *node;
+    if (!inserted) {
+        kvix_binfo o;
+        ops->info(bent_node(*e), &o);
+        if (o.pos == pos && o.canon == canon) { /* the same block: the canon says it */
+            if (bent_tiers(*e) & (1u << tier)) {
+                r->duplicate++;
+                return KVIX_OK;
+            }
+            if ((rc = tier_ref(w, &b, tier, &node, err)))
+                return rc;
+            *e |= 1u << tier;
+            r->stored++;
             return KVIX_OK;
         }
-        if ((rc = tier_ref(w, pos, e->local, canon, e->parent_canon, tier, err)))
-            return rc;
-        e->tiers |= (uint8_t)(1u << tier);
-        r->stored++;
-        return KVIX_OK;
+        bent old = *e;
+        *e = 0;
+        untier_all(w, old);
     }
-    if (!inserted)
-        untier_all(w, e);
-    e->pos = pos;
-    e->local = local;
-    e->parent = pos ? parent : 0;
-    e->parent_canon = pos ? pcanon : 0;
-    e->tiers = 0;
-    if ((rc = tier_ref(w, pos, local, canon, e->parent_canon, tier, err))) {
-        kvix_hmap_del(&w->blocks, &engine);
+    if ((rc = tier_ref(w, &b, tier, &node, err))) {
+        forget_hash(w, engine);
         return rc;
     }
-    e->tiers = (uint8_t)(1u << tier);
+    if ((uintptr_t)node & BENT_TIERS) { /* backends align their nodes: never met */
+        tier_unref(w, node, tier);
+        forget_hash(w, engine);
+        return kvix_err_set(err, KVIX_ESYS, "misaligned index node");
+    }
+    if ((rc = note_parent(w, engine, pos ? parent : 0, b.parent_engine, err))) {
+        tier_unref(w, node, tier);
+        forget_hash(w, engine);
+        return rc;
+    }
+    /* e stays valid: the puts since were to other maps */
+    *e = (bent)(uintptr_t)node | (1u << tier);
     r->stored++;
     return KVIX_OK;
 }
@@ -141,14 +178,14 @@ int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local
 static void remove_hash(wstate *w, uint64_t engine, unsigned tier, kvix_apply_result *r)
 {
     bent *e = kvix_hmap_get(&w->blocks, &engine);
-    if (!e || !(e->tiers & (1u << tier))) {
+    if (!e || !(bent_tiers(*e) & (1u << tier))) {
         r->unknown++;
         return;
     }
-    tier_unref(w, e, tier);
-    e->tiers &= (uint8_t)~(1u << tier);
-    if (!e->tiers)
-        kvix_hmap_del(&w->blocks, &engine);
+    tier_unref(w, bent_node(*e), tier);
+    *e &= ~(bent)(1u << tier);
+    if (!bent_tiers(*e))
+        forget_hash(w, engine);
     r->removed++;
 }
 
@@ -157,11 +194,12 @@ static void clear_ws(wstate *w, kvix_apply_result *r)
     size_t it = 0;
     const bent *e;
     while ((e = kvix_hmap_next(&w->blocks, &it, NULL)))
-        untier_all(w, e);
+        untier_all(w, *e);
     r->removed += kvix_hmap_size(&w->blocks);
     kvix_hmap_release(&w->blocks);
     kvix_ix_publish_held(w);
     kvix_hmap_release(&w->extra);
+    kvix_hmap_release(&w->pexc);
 }
 
 /* ---- events ----------------------------------------------------------- */
@@ -196,8 +234,10 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
                                 "parent %016" PRIx64 " is not held by worker %" PRIu64
                                 " dp %" PRIu32,
                                 ev->parent, ev->worker, ev->dp);
-        pos0 = pe->pos + 1;
-        prev = canon_of(pe);
+        kvix_binfo pb;
+        p->ops->info(bent_node(*pe), &pb);
+        pos0 = pb.pos + 1;
+        prev = pb.canon;
         parent = ev->parent;
     }
     if ((uint64_t)pos0 + ev->nblocks > KVIX_INDEX_DEPTH_MAX)

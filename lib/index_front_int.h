@@ -21,9 +21,14 @@
  *    writer (the caller's contract), so it has no lock.
  *
  * Block bookkeeping per (worker, dp):
- *  - blocks: engine hash -> {position, local, parent engine hash, parent
- *    canonical, tier mask} (the block's canonical hash follows from the last
- *    two: recomputed when needed, 8 bytes a block less);
+ *  - blocks: engine hash -> the backend node's handle, with the tier mask in
+ *    its low bits (16 bytes an entry). The block's position, local,
+ *    canonical and parent canonical hashes are the node's, kept once for all
+ *    its holders (kvix_backend_ops.info): an entry of its own copies cost
+ *    40 bytes per (worker, block);
+ *  - pexc: engine hash -> parent engine hash, only for blocks whose parent
+ *    engine hash differs from the node's hint (the parent engine hash of the
+ *    add that made the node held: workers hashing alike agree with it);
  *  - extra: (position, canonical) -> per-tier count of engine hashes holding
  *    it beyond the first (two engine hashes may name the same canonical
  *    block: vLLM salts its hashes with things the local hash does not see).
@@ -61,15 +66,21 @@ typedef struct cmap {
 #define SLOT_CHUNK 256u
 #define SLOT_CHUNKS (KVIX_SLOTS_MAX / SLOT_CHUNK)
 
-typedef struct bent { /* one block a (worker, dp) holds; key: engine hash */
-    uint64_t local, parent, parent_canon;
-    uint32_t pos;
-    uint8_t tiers;
-} bent;
+/* A blocks entry: node handle | tier mask (KVIX_NODE_ALIGN keeps the low
+ * bits free). */
+typedef uint64_t bent;
+#define BENT_TIERS ((uint64_t)KVIX_NODE_ALIGN - 1)
 
-static inline uint64_t canon_of(const bent *e)
+_Static_assert((1u << KVIX_MEDIUM_COUNT) <= KVIX_NODE_ALIGN, "tier mask fits a handle's low bits");
+
+static inline void *bent_node(bent e)
 {
-    return e->pos ? kvix_hash_seq_next(e->parent_canon, e->local) : e->local;
+    return (void *)(uintptr_t)(e & ~BENT_TIERS);
+}
+
+static inline unsigned bent_tiers(bent e)
+{
+    return (unsigned)(e & BENT_TIERS);
 }
 
 typedef struct cref { /* key: (position, canonical) */
@@ -86,6 +97,7 @@ typedef struct wstate {
     uint32_t dp, slot;
     struct part *p;
     kvix_hmap blocks; /* engine hash -> bent */
+    kvix_hmap pexc;   /* engine hash -> parent engine hash, where the node's hint is not it */
     kvix_hmap extra;  /* (pos, canon) -> cref, for blocks with two engine hashes or more */
     struct wstate *next_dp; /* the same worker's state of another dp (atomic pointer) */
     int has_eid;
@@ -198,6 +210,8 @@ int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local
                 uint64_t parent, uint64_t pcanon, unsigned tier, kvix_apply_result *r,
                 kvix_err *err);
 void kvix_ix_add_totals(kvix_index *idx, const kvix_apply_result *r);
+/* The parent engine hash w stored engine under (b: the info of its node). */
+uint64_t kvix_ix_parent_engine(const wstate *w, uint64_t engine, const kvix_binfo *b);
 
 /* lib/index_pool.c */
 int kvix_ix_pool_start(kvix_index *idx, unsigned threads, kvix_err *err);

@@ -4,10 +4,12 @@
  * radix, reference).
  *
  * The front end turns every event into add/del calls on canonical blocks:
- * a block is identified by (position, canonical rolling hash); its local hash
- * is given too because the positional backend keys its maps by it. A worker
- * is a dense "slot" number per partition (worker, dp) -> slot, so backends
- * can keep worker sets as bitsets.
+ * a block is identified by (position, canonical rolling hash). A backend node
+ * keeps the block's hashes once for all its holders (its local hash, its
+ * parent's canonical and engine hashes too), and each (worker, dp) keeps only
+ * engine hash -> node handle: the hashes of a block are not repeated per
+ * holder. A worker is a dense "slot" number per partition (worker, dp) ->
+ * slot, so backends can keep worker sets as bitsets.
  *
  * Concurrency every backend must provide:
  *  - add/del for DIFFERENT slots may run concurrently (one writer thread per
@@ -68,25 +70,69 @@ typedef struct kvix_qhits {
 
 int kvix_qhits_push(kvix_qhits *h, const kvix_qhit *hit, kvix_err *err);
 
+/* A canonical block as a backend node keeps it, given to add and read back
+ * through the node's handle (kvix_backend_ops.info). */
+typedef struct kvix_binfo {
+    uint32_t pos;
+    uint64_t local, canon;
+    uint64_t parent_canon;  /* 0 at position 0 */
+    uint64_t parent_engine; /* a hint: the parent engine hash of the add that
+                             * made the node held (0 at position 0) */
+} kvix_binfo;
+
+/* Node handles are at least this aligned: the front end packs a tier mask
+ * in their low bits. */
+#define KVIX_NODE_ALIGN 16u
+
 typedef struct kvix_backend_ops {
     const char *name;
     /* One backend instance per partition. */
     void *(*create)(const kvix_index_opts *opts, kvix_err *err);
     void (*destroy)(void *be);
-    /* slot now holds (pos, canon) in tier. Returns KVIX_OK (0) when it did
-     * not hold it in that tier before, 1 when it did (nothing changes: the
-     * front end counts a second engine hash of the block), or an error.
-     * parent_canon is the parent's canonical hash (0 at pos 0). */
-    int (*add)(void *be, uint32_t pos, uint64_t local, uint64_t canon, uint64_t parent_canon,
-               uint32_t slot, unsigned tier, kvix_err *err);
-    /* slot no longer holds (pos, canon) in tier; it did before. */
-    void (*del)(void *be, uint32_t pos, uint64_t local, uint64_t canon, uint64_t parent_canon,
-                uint32_t slot, unsigned tier);
+    /* slot now holds block b in tier. Returns KVIX_OK (0) when it did not
+     * hold it in that tier before, 1 when it did (nothing changes: the front
+     * end counts a second engine hash of the block), or an error. On 0 or 1
+     * *node is the block's handle: valid, and its info unchanged, while any
+     * slot holds the block in any tier (a node is retired only once its
+     * holder set is empty), so a (worker, dp) keeps the handle instead of the
+     * block's hashes. b's local and parent_engine are kept when the node
+     * becomes held; the front end reads them back with info. On 0 or 1,
+     * b->parent_engine is set to the node's (saves an info call). */
+    int (*add)(void *be, kvix_binfo *b, uint32_t slot, unsigned tier, void **node,
+               kvix_err *err);
+    /* slot no longer holds node in tier; it did before (so node is valid). */
+    void (*del)(void *be, void *node, uint32_t slot, unsigned tier);
+    /* The block of a node some slot holds; writer side (no lock: what it
+     * reads does not change while the node is held). */
+    void (*info)(const void *node, kvix_binfo *out);
     /* Append one hit per slot with at least one matched block (any order). */
     int (*query)(void *be, kvix_qchain *q, kvix_qhits *out, kvix_err *err);
     size_t (*memory)(void *be);        /* bytes held */
     size_t (*unique_blocks)(void *be); /* distinct (pos, canon) held by any slot */
 } kvix_backend_ops;
+
+/* Key-based calls for backend tests and benchmarks (the front end keeps
+ * handles): add, and del through the handle an add of a held block returns
+ * (which changes nothing). */
+static inline int kvix_backend_add_key(const kvix_backend_ops *ops, void *be, uint32_t pos,
+                                       uint64_t local, uint64_t canon, uint64_t parent_canon,
+                                       uint32_t slot, unsigned tier, kvix_err *err)
+{
+    kvix_binfo b = {pos, local, canon, pos ? parent_canon : 0, 0};
+    void *node;
+    return ops->add(be, &b, slot, tier, &node, err);
+}
+
+static inline void kvix_backend_del_key(const kvix_backend_ops *ops, void *be, uint32_t pos,
+                                        uint64_t local, uint64_t canon, uint64_t parent_canon,
+                                        uint32_t slot, unsigned tier)
+{
+    kvix_binfo b = {pos, local, canon, pos ? parent_canon : 0, 0};
+    void *node;
+    kvix_err err;
+    if (ops->add(be, &b, slot, tier, &node, &err) >= 0)
+        ops->del(be, node, slot, tier);
+}
 
 extern const kvix_backend_ops kvix_backend_reference_ops;
 extern const kvix_backend_ops kvix_backend_radix_ops;

@@ -149,6 +149,7 @@ static void ws_free(void *e)
     wstate *w = e;
     kvix_hmap_release(&w->blocks);
     kvix_hmap_release(&w->extra);
+    kvix_hmap_release(&w->pexc);
     free(w);
 }
 
@@ -299,6 +300,7 @@ int kvix_ix_ws_get(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix_err
         w->p = p;
         kvix_hmap_init(&w->blocks, 1, sizeof(bent));
         kvix_hmap_init(&w->extra, 2, sizeof(cref));
+        kvix_hmap_init(&w->pexc, 1, sizeof(uint64_t));
         if (cmap_insert(&p->workers, w)) {
             free(w);
             goto nomem;

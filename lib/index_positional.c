@@ -111,6 +111,8 @@ struct pnode {
     uint32_t pos;
     uint64_t canon;
     kvix_hset h;
+    /* the front end's (kvix_binfo), set when the node becomes held */
+    uint64_t local, pengine;
 };
 
 /* A table slot is one word: 0 never used (ends a probe), TOMB removed, else
@@ -609,11 +611,12 @@ static void reclaim(pos_be *be, uint32_t pos, uint64_t canon)
     }
 }
 
-static int pos_add(void *vbe, uint32_t pos, uint64_t local, uint64_t canon, uint64_t parent_canon,
-                   uint32_t slot, unsigned tier, kvix_err *err)
+static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void **node,
+                   kvix_err *err)
 {
     pos_be *be = vbe;
-    (void)local; /* keyed by canon: see the top of this file */
+    uint32_t pos = b->pos;
+    uint64_t canon = b->canon, parent_canon = b->parent_canon;
     if (slot >= KVIX_SLOTS_MAX || tier >= KVIX_MEDIUM_COUNT)
         return kvix_err_set(err, KVIX_ERANGE, "slot %u or tier %u out of range", slot, tier);
     kvix_rcu_writer();
@@ -690,30 +693,29 @@ static int pos_add(void *vbe, uint32_t pos, uint64_t local, uint64_t canon, uint
             for (pnode *k = n->kids; k; k = k->next)
                 if (node_has(k, slot))
                     orph_change(be, orph, slot, -1);
-        if (before == 0)
+        if (before == 0) {
             atomic_fetch_add_explicit(&be->unique, 1, memory_order_relaxed);
+            n->local = b->local; /* nobody held it: no front end reads these */
+            n->pengine = b->parent_engine;
+        }
     }
+    b->parent_engine = n->pengine;
     spin_unlock(&sh->mu);
+    *node = n;
     return held; /* 1: held in that tier already */
 }
 
-static void pos_del(void *vbe, uint32_t pos, uint64_t local, uint64_t canon, uint64_t parent_canon,
-                    uint32_t slot, unsigned tier)
+static void pos_del(void *vbe, void *node, uint32_t slot, unsigned tier)
 {
     pos_be *be = vbe;
-    (void)local;
-    (void)parent_canon;
+    pnode *n = node; /* held by slot: in the table, and pos, canon stay */
     if (slot >= KVIX_SLOTS_MAX || tier >= KVIX_MEDIUM_COUNT)
         return;
     kvix_rcu_writer();
-    uint64_t h = key_hash(pos, canon);
-    pshard *sh = &be->shard[shard_of(h)];
+    uint32_t pos = n->pos;
+    uint64_t canon = n->canon;
+    pshard *sh = &be->shard[shard_of(key_hash(pos, canon))];
     spin_lock(&sh->mu);
-    pnode *n = table_find(atomic_load_explicit(&sh->t, memory_order_relaxed), h, pos, canon);
-    if (!n) {
-        spin_unlock(&sh->mu);
-        return;
-    }
     int gone;
     kvix_hs_del(&n->h, slot, tier, &be->mem, &gone);
     if (gone) {
@@ -909,12 +911,23 @@ static size_t pos_unique(void *vbe)
     return u > 0 ? (size_t)u : 0;
 }
 
+static void pos_info(const void *node, kvix_binfo *out)
+{
+    const pnode *n = node;
+    out->pos = n->pos;
+    out->local = n->local;
+    out->canon = n->canon;
+    out->parent_canon = n->pos ? n->parent->canon : 0; /* a held node has its parent */
+    out->parent_engine = n->pengine;
+}
+
 const kvix_backend_ops kvix_backend_positional_ops = {
     .name = "positional",
     .create = pos_create,
     .destroy = pos_destroy,
     .add = pos_add,
     .del = pos_del,
+    .info = pos_info,
     .query = pos_query,
     .memory = pos_memory,
     .unique_blocks = pos_unique,

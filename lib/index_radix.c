@@ -46,6 +46,7 @@ struct rnode {
     uint32_t pos;
     uint64_t canon;
     kvix_hset h;
+    uint64_t local, pengine; /* the front end's (kvix_binfo), set when it becomes held */
 };
 
 typedef struct ridx { /* writer-only (pos, canon) -> node, linear probing */
@@ -315,11 +316,12 @@ static void radix_destroy(void *vbe)
     free(be);
 }
 
-static int radix_add(void *vbe, uint32_t pos, uint64_t local, uint64_t canon,
-                     uint64_t parent_canon, uint32_t slot, unsigned tier, kvix_err *err)
+static int radix_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void **node,
+                     kvix_err *err)
 {
     radix_be *be = vbe;
-    (void)local;
+    uint32_t pos = b->pos;
+    uint64_t canon = b->canon, parent_canon = b->parent_canon;
     if (slot >= KVIX_SLOTS_MAX || tier >= KVIX_MEDIUM_COUNT || pos == ROOT_POS)
         return kvix_err_set(err, KVIX_ERANGE, "slot %u, tier %u or position out of range", slot,
                             tier);
@@ -349,33 +351,43 @@ static int radix_add(void *vbe, uint32_t pos, uint64_t local, uint64_t canon,
         reclaim(be, n);
         goto out;
     }
-    if (any_new && before == 0)
+    if (any_new && before == 0) {
         atomic_store_explicit(&be->unique_pub, ++be->unique, memory_order_relaxed);
+        n->local = b->local; /* nobody held it: no front end reads these */
+        n->pengine = b->parent_engine;
+    }
+    b->parent_engine = n->pengine;
+    *node = n;
     rc = held; /* 1: held in that tier already */
 out:
     pthread_mutex_unlock(&be->mu);
     return rc >= KVIX_OK ? rc : kvix_err_set(err, rc, "out of memory");
 }
 
-static void radix_del(void *vbe, uint32_t pos, uint64_t local, uint64_t canon,
-                      uint64_t parent_canon, uint32_t slot, unsigned tier)
+static void radix_del(void *vbe, void *node, uint32_t slot, unsigned tier)
 {
     radix_be *be = vbe;
-    (void)local;
-    (void)parent_canon;
+    rnode *n = node; /* held by slot: still in the tree */
     if (slot >= KVIX_SLOTS_MAX || tier >= KVIX_MEDIUM_COUNT)
         return;
     kvix_rcu_writer();
     pthread_mutex_lock(&be->mu);
-    rnode *n = be->idx.cap ? *idx_slot(&be->idx, pos, canon) : NULL;
-    if (n) {
-        int gone;
-        kvix_hs_del(&n->h, slot, tier, &be->mem, &gone);
-        if (gone && n->h.count == 0)
-            atomic_store_explicit(&be->unique_pub, --be->unique, memory_order_relaxed);
-        reclaim(be, n);
-    }
+    int gone;
+    kvix_hs_del(&n->h, slot, tier, &be->mem, &gone);
+    if (gone && n->h.count == 0)
+        atomic_store_explicit(&be->unique_pub, --be->unique, memory_order_relaxed);
+    reclaim(be, n);
     pthread_mutex_unlock(&be->mu);
+}
+
+static void radix_info(const void *node, kvix_binfo *out)
+{
+    const rnode *n = node;
+    out->pos = n->pos;
+    out->local = n->local;
+    out->canon = n->canon;
+    out->parent_canon = n->pos ? n->parent->canon : 0; /* a held node hangs under its parent */
+    out->parent_engine = n->pengine;
 }
 
 static int push_list(kvix_qhits *out, const uint32_t *v, uint32_t n, uint32_t blocks,
@@ -499,6 +511,7 @@ const kvix_backend_ops kvix_backend_radix_ops = {
     .destroy = radix_destroy,
     .add = radix_add,
     .del = radix_del,
+    .info = radix_info,
     .query = radix_query,
     .memory = radix_memory,
     .unique_blocks = radix_unique,

@@ -1,8 +1,8 @@
 /* The reference backend: the simplest obviously-correct model of the
  * query-side structure, the yardstick the other backends are tested against.
  *
- * One hash map (position, canonical hash) -> holders, a sorted array of
- * (slot, tier mask), under one reader-writer lock (writer-preferring, so a
+ * One hash map (position, canonical hash) -> node: the block (kvix_binfo) and
+ * its holders, a sorted array of (slot, tier mask), under one reader-writer lock (writer-preferring, so a
  * stream of queries cannot starve the writers). A query walks positions
  * 0..n-1 and keeps the slots that held every position so far. */
 #include <pthread.h>
@@ -22,10 +22,15 @@ typedef struct holders {
     uint32_t n, cap;
 } holders;
 
+typedef struct refnode { /* a handle: the map holds its address, which stays */
+    holders h;
+    kvix_binfo b;
+} __attribute__((aligned(KVIX_NODE_ALIGN))) refnode;
+
 typedef struct refbe {
     pthread_rwlock_t lock;
-    kvix_hmap map; /* (pos, canon) -> holders */
-    size_t heap;   /* bytes of holder arrays */
+    kvix_hmap map; /* (pos, canon) -> refnode * */
+    size_t heap;   /* bytes of nodes and holder arrays */
 } refbe;
 
 static void *ref_create(const kvix_index_opts *opts, kvix_err *err)
@@ -46,7 +51,7 @@ static void *ref_create(const kvix_index_opts *opts, kvix_err *err)
         kvix_err_set(err, KVIX_ESYS, "cannot create a lock");
         return NULL;
     }
-    kvix_hmap_init(&r->map, 2, sizeof(holders));
+    kvix_hmap_init(&r->map, 2, sizeof(refnode *));
     return r;
 }
 
@@ -56,9 +61,11 @@ static void ref_destroy(void *be)
     if (!r)
         return;
     size_t it = 0;
-    holders *h;
-    while ((h = kvix_hmap_next(&r->map, &it, NULL)))
-        free(h->v);
+    refnode **n;
+    while ((n = kvix_hmap_next(&r->map, &it, NULL))) {
+        free((*n)->h.v);
+        free(*n);
+    }
     kvix_hmap_release(&r->map);
     pthread_rwlock_destroy(&r->lock);
     free(r);
@@ -78,32 +85,48 @@ static uint32_t hfind(const holders *h, uint32_t slot)
     return lo;
 }
 
-static int ref_add(void *be, uint32_t pos, uint64_t local, uint64_t canon, uint64_t parent_canon,
-                   uint32_t slot, unsigned tier, kvix_err *err)
+static int ref_add(void *be, kvix_binfo *b, uint32_t slot, unsigned tier, void **node,
+                   kvix_err *err)
 {
-    (void)local;
-    (void)parent_canon;
     refbe *r = be;
-    uint64_t key[2] = {pos, canon};
+    uint64_t key[2] = {b->pos, b->canon};
     int rc = KVIX_OK, inserted = 0;
     pthread_rwlock_wrlock(&r->lock);
-    holders *h = kvix_hmap_put(&r->map, key, &inserted);
-    if (!h) {
+    refnode **np = kvix_hmap_put(&r->map, key, &inserted);
+    if (np && inserted) {
+        *np = aligned_alloc(KVIX_NODE_ALIGN, sizeof **np);
+        if (*np) {
+            memset(*np, 0, sizeof **np);
+            (*np)->b = *b;
+            r->heap += sizeof **np;
+        } else {
+            kvix_hmap_del(&r->map, key);
+            np = NULL;
+        }
+    }
+    if (!np) {
         rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory for an index block");
         goto out;
     }
+    refnode *n = *np;
+    holders *h = &n->h;
     uint32_t i = hfind(h, slot);
     if (i < h->n && h->v[i].slot == slot) {
         rc = h->v[i].tiers >> tier & 1; /* 1: held in that tier already */
         h->v[i].tiers |= 1u << tier;
+        b->parent_engine = n->b.parent_engine;
+        *node = n;
         goto out;
     }
     if (h->n == h->cap) {
         uint32_t cap = h->cap ? h->cap * 2 : 2;
         holder *v = realloc(h->v, cap * sizeof *v);
         if (!v) {
-            if (inserted)
+            if (inserted) {
                 kvix_hmap_del(&r->map, key);
+                r->heap -= sizeof *n;
+                free(n);
+            }
             rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory for an index block");
             goto out;
         }
@@ -115,36 +138,40 @@ static int ref_add(void *be, uint32_t pos, uint64_t local, uint64_t canon, uint6
     h->v[i].slot = slot;
     h->v[i].tiers = 1u << tier;
     h->n++;
+    b->parent_engine = n->b.parent_engine;
+    *node = n;
 out:
     pthread_rwlock_unlock(&r->lock);
     return rc;
 }
 
-static void ref_del(void *be, uint32_t pos, uint64_t local, uint64_t canon, uint64_t parent_canon,
-                    uint32_t slot, unsigned tier)
+static void ref_del(void *be, void *node, uint32_t slot, unsigned tier)
 {
-    (void)local;
-    (void)parent_canon;
     refbe *r = be;
-    uint64_t key[2] = {pos, canon};
+    refnode *n = node;
+    holders *h = &n->h;
     pthread_rwlock_wrlock(&r->lock);
-    holders *h = kvix_hmap_get(&r->map, key);
-    if (h) {
-        uint32_t i = hfind(h, slot);
-        if (i < h->n && h->v[i].slot == slot) {
-            h->v[i].tiers &= ~(1u << tier);
-            if (!h->v[i].tiers) {
-                memmove(h->v + i, h->v + i + 1, (h->n - i - 1) * sizeof *h->v);
-                h->n--;
-            }
-        }
-        if (!h->n) {
-            r->heap -= h->cap * sizeof *h->v;
-            free(h->v);
-            kvix_hmap_del(&r->map, key);
+    uint32_t i = hfind(h, slot);
+    if (i < h->n && h->v[i].slot == slot) {
+        h->v[i].tiers &= ~(1u << tier);
+        if (!h->v[i].tiers) {
+            memmove(h->v + i, h->v + i + 1, (h->n - i - 1) * sizeof *h->v);
+            h->n--;
         }
     }
+    if (!h->n) {
+        uint64_t key[2] = {n->b.pos, n->b.canon};
+        r->heap -= h->cap * sizeof *h->v + sizeof *n;
+        free(h->v);
+        kvix_hmap_del(&r->map, key);
+        free(n);
+    }
     pthread_rwlock_unlock(&r->lock);
+}
+
+static void ref_info(const void *node, kvix_binfo *out)
+{
+    *out = ((const refnode *)node)->b;
 }
 
 static void count_tiers(kvix_qhit *hit, uint32_t tiers)
@@ -163,7 +190,8 @@ static int ref_query(void *be, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
     size_t base = out->n;
     pthread_rwlock_rdlock(&r->lock);
     uint64_t key[2] = {0, kvix_qchain_at(q, 0)};
-    const holders *h = kvix_hmap_get(&r->map, key);
+    refnode *const *np = kvix_hmap_get(&r->map, key);
+    const holders *h = np ? &(*np)->h : NULL;
     for (uint32_t i = 0; h && i < h->n; i++) {
         kvix_qhit hit;
         memset(&hit, 0, sizeof hit);
@@ -177,9 +205,10 @@ static int ref_query(void *be, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
     for (size_t pos = 1; pos < q->n && out->n > base; pos++) {
         key[0] = pos;
         key[1] = kvix_qchain_at(q, pos);
-        h = kvix_hmap_get(&r->map, key);
-        if (!h)
+        np = kvix_hmap_get(&r->map, key);
+        if (!np)
             break;
+        h = &(*np)->h;
         size_t alive = 0;
         for (size_t j = base; j < out->n; j++) {
             kvix_qhit *hit = &out->v[j];
@@ -218,6 +247,7 @@ const kvix_backend_ops kvix_backend_reference_ops = {
     .destroy = ref_destroy,
     .add = ref_add,
     .del = ref_del,
+    .info = ref_info,
     .query = ref_query,
     .memory = ref_memory,
     .unique_blocks = ref_unique,

@@ -73,13 +73,15 @@ int kvix_index_foreach(kvix_index *idx, kvix_foreach_fn fn, void *ctx)
             const bent *e;
             while ((e = kvix_hmap_next(&w->blocks, &it, &key))) {
                 kvix_block_info *b = &info[k++];
-                b->position = e->pos;
-                b->local = e->local;
+                kvix_binfo nd;
+                p->ops->info(bent_node(*e), &nd);
+                b->position = nd.pos;
+                b->local = nd.local;
                 b->engine = key[0];
-                b->parent = e->parent;
-                b->tiers = e->tiers;
-                b->canon = canon_of(e);
-                b->parent_canon = e->parent_canon;
+                b->parent = kvix_ix_parent_engine(w, key[0], &nd);
+                b->tiers = bent_tiers(*e);
+                b->canon = nd.canon;
+                b->parent_canon = nd.parent_canon;
             }
             if (nb > 1)
                 qsort(info, nb, sizeof *info, info_cmp);
@@ -225,7 +227,8 @@ void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
             if (ws_active(w) && ids_ok && !kvix_hmap_put(&ids, &w->worker, NULL))
                 ids_ok = 0;
             out->blocks += kvix_hmap_size(&w->blocks);
-            size_t fb = sizeof *w + kvix_hmap_memory(&w->blocks) + kvix_hmap_memory(&w->extra);
+            size_t fb = sizeof *w + kvix_hmap_memory(&w->blocks) + kvix_hmap_memory(&w->extra) +
+                        kvix_hmap_memory(&w->pexc);
             out->bytes += fb;
         }
     }

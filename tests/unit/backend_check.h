@@ -103,7 +103,7 @@ static inline int bc_add(const kvix_backend_ops *ops, void *be, bc_model *m, int
         return 0;
     bc_node *n = &m->nodes[k];
     kvix_err err;
-    int rc = ops->add(be, n->pos, n->local, n->canon, n->pcanon, (uint32_t)slot, tier, &err);
+    int rc = kvix_backend_add_key(ops, be, n->pos, n->local, n->canon, n->pcanon, (uint32_t)slot, tier, &err);
     if (rc == KVIX_OK)
         *h |= (uint8_t)(1u << tier);
     return rc;
@@ -117,7 +117,7 @@ static inline void bc_del(const kvix_backend_ops *ops, void *be, bc_model *m, in
     if (!(*h & (1u << tier)))
         return;
     bc_node *n = &m->nodes[k];
-    ops->del(be, n->pos, n->local, n->canon, n->pcanon, (uint32_t)slot, tier);
+    kvix_backend_del_key(ops, be, n->pos, n->local, n->canon, n->pcanon, (uint32_t)slot, tier);
     *h &= (uint8_t)~(1u << tier);
 }
 
@@ -316,14 +316,14 @@ static inline void bc_scenario_collision(const kvix_backend_ops *ops, unsigned j
     for (uint32_t i = 0; i < L; i++) {
         uint64_t na = i ? kvix_hash_seq_next(ca, a[i]) : a[i];
         uint64_t nb = i ? kvix_hash_seq_next(cb, b[i]) : b[i];
-        CHECK(ops->add(be, i, a[i], na, ca, 0, KVIX_MEDIUM_GPU, &err) == KVIX_OK);
-        CHECK(ops->add(be, i, b[i], nb, cb, 1, KVIX_MEDIUM_GPU, &err) == KVIX_OK);
+        CHECK(kvix_backend_add_key(ops, be, i, a[i], na, ca, 0, KVIX_MEDIUM_GPU, &err) == KVIX_OK);
+        CHECK(kvix_backend_add_key(ops, be, i, b[i], nb, cb, 1, KVIX_MEDIUM_GPU, &err) == KVIX_OK);
         if (i >= 1) /* slot 2 holds b's blocks 1.. but also a's root: a jump may land on them */
-            CHECK(ops->add(be, i, b[i], nb, cb, 2, KVIX_MEDIUM_GPU, &err) == KVIX_OK);
+            CHECK(kvix_backend_add_key(ops, be, i, b[i], nb, cb, 2, KVIX_MEDIUM_GPU, &err) == KVIX_OK);
         ca = na;
         cb = nb;
     }
-    CHECK(ops->add(be, 0, a[0], a[0], 0, 2, KVIX_MEDIUM_GPU, &err) == KVIX_OK);
+    CHECK(kvix_backend_add_key(ops, be, 0, a[0], a[0], 0, 2, KVIX_MEDIUM_GPU, &err) == KVIX_OK);
     CHECK_U64(ops->unique_blocks(be), 2 * L);
     uint64_t canon[L];
     kvix_qchain q = {a, canon, L, 0};
@@ -423,7 +423,7 @@ static inline void bc_scenario_reclaim(const kvix_backend_ops *ops)
             for (uint32_t i = 0; i < 50; i++) {
                 uint64_t local = (uint64_t)c * 1000 + i + 1, pc = canon;
                 canon = i ? kvix_hash_seq_next(pc, local) : local;
-                CHECK(ops->add(be, i, local, canon, pc, (uint32_t)(c % 300), 0, &err) == 0);
+                CHECK(kvix_backend_add_key(ops, be, i, local, canon, pc, (uint32_t)(c % 300), 0, &err) == 0);
             }
         }
         size_t full = ops->memory(be);
@@ -434,7 +434,7 @@ static inline void bc_scenario_reclaim(const kvix_backend_ops *ops)
             for (uint32_t i = 0; i < 50; i++) {
                 uint64_t local = (uint64_t)c * 1000 + i + 1, pc = canon;
                 canon = i ? kvix_hash_seq_next(pc, local) : local;
-                ops->del(be, i, local, canon, pc, (uint32_t)(c % 300), 0);
+                kvix_backend_del_key(ops, be, i, local, canon, pc, (uint32_t)(c % 300), 0);
             }
         }
         CHECK_U64(ops->unique_blocks(be), 0);
