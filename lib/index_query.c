@@ -13,7 +13,7 @@ void kvix_answer_init(kvix_answer *ans)
 
 void kvix_answer_release(kvix_answer *ans)
 {
-    free(ans->scores);
+    free(ans->scores_buf);
     free(ans->scratch);
     free(ans->hits);
     kvix_answer_init(ans);
@@ -58,6 +58,39 @@ static inline int score_before(const kvix_score *x, const kvix_score *y)
     return x->dp < y->dp;
 }
 
+/* Answers often score every worker (every conversation shares the system
+ * prompt's first block), and glibc's qsort calls its comparator through a
+ * pointer n log n times: that was 68% of a Mooncake replay's instructions.
+ * Long answers get a stable LSD radix sort on the key (dp, worker, ~blocks)
+ * that skips every key byte equal across the answer (the OR and AND of each
+ * field, gathered while the scores are built): worker ids below 2^16, dp 0
+ * and short matches need 2 or 3 passes. The passes go back and forth
+ * between the two halves of the buffer: the answer is left in whichever
+ * half the last pass wrote, never copied back. */
+#define RADIX_MIN 32
+
+typedef struct keybits {
+    uint64_t or_[3], and_[3]; /* dp, worker, ~blocks */
+} keybits;
+
+static inline uint64_t key_field(const kvix_score *x, unsigned field)
+{
+    return field == 0   ? (uint64_t)x->dp
+           : field == 1 ? x->worker
+                        : (uint64_t)(uint32_t)~x->blocks;
+}
+
+static inline void keybits_add(keybits *kb, const kvix_score *x)
+{
+    uint64_t dp = x->dp, w = x->worker, nb = (uint32_t)~x->blocks;
+    kb->or_[0] |= dp;
+    kb->and_[0] &= dp;
+    kb->or_[1] |= w;
+    kb->and_[1] &= w;
+    kb->or_[2] |= nb;
+    kb->and_[2] &= nb;
+}
+
 static void insertion_sort_scores(kvix_score *v, size_t n)
 {
     for (size_t i = 1; i < n; i++) {
@@ -71,60 +104,58 @@ static void insertion_sort_scores(kvix_score *v, size_t n)
     }
 }
 
-/* Answers often score every worker (every conversation shares the system
- * prompt's first block), and glibc's qsort calls its comparator through a
- * pointer n log n times: that was 68% of a Mooncake replay's instructions.
- * Long answers get a stable LSD radix sort on the key (dp, worker, ~blocks)
- * that skips every key byte equal across the answer (found by one OR/AND
- * pass): worker ids below 2^16, dp 0 and short matches need 2 or 3 passes.
- * tmp has room for n scores. */
-#define RADIX_MIN 32
-
-static void radix_pass(kvix_score **src, kvix_score **dst, size_t n, int field, unsigned shift)
+/* One stable pass on key byte (field f, shift sh) from src to dst; f is a
+ * constant in each caller below, so the key's choice leaves the loops. */
+static inline __attribute__((always_inline)) void
+radix_pass_f(const kvix_score *src, kvix_score *dst, size_t n, const unsigned f, unsigned sh)
 {
-    size_t count[256] = {0};
-    kvix_score *s = *src, *d = *dst;
-#define KEY_BYTE(x)                                                                 \
-    (unsigned)(((field == 0   ? (uint64_t)(x).dp                                     \
-                 : field == 1 ? (x).worker                                           \
-                              : (uint64_t)(uint32_t) ~(x).blocks) >> shift) & 0xff)
+    uint32_t c[256] = {0};
     for (size_t i = 0; i < n; i++)
-        count[KEY_BYTE(s[i])]++;
-    size_t sum = 0;
+        c[(key_field(&src[i], f) >> sh) & 0xff]++;
+    uint32_t sum = 0;
     for (unsigned b = 0; b < 256; b++) {
-        size_t c = count[b];
-        count[b] = sum;
-        sum += c;
+        uint32_t x = c[b];
+        c[b] = sum;
+        sum += x;
     }
     for (size_t i = 0; i < n; i++)
-        d[count[KEY_BYTE(s[i])]++] = s[i];
-#undef KEY_BYTE
-    *src = d;
-    *dst = s;
+        dst[c[(key_field(&src[i], f) >> sh) & 0xff]++] = src[i];
 }
 
-static void sort_scores(kvix_score *v, kvix_score *tmp, size_t n)
+static void radix_pass(const kvix_score *src, kvix_score *dst, size_t n, unsigned f, unsigned sh)
+{
+    switch (f) {
+    case 0:
+        radix_pass_f(src, dst, n, 0, sh);
+        break;
+    case 1:
+        radix_pass_f(src, dst, n, 1, sh);
+        break;
+    default:
+        radix_pass_f(src, dst, n, 2, sh);
+        break;
+    }
+}
+
+/* Sort v[0..n) (tmp: room for n more); returns v or tmp, whichever holds the
+ * sorted scores. */
+static kvix_score *sort_scores(kvix_score *v, kvix_score *tmp, size_t n, const keybits *kb)
 {
     if (n < RADIX_MIN) {
         insertion_sort_scores(v, n);
-        return;
+        return v;
     }
-    uint64_t or_[3] = {0, 0, 0}, and_[3] = {~UINT64_C(0), ~UINT64_C(0), ~UINT64_C(0)};
-    for (size_t i = 0; i < n; i++) {
-        uint64_t k[3] = {v[i].dp, v[i].worker, (uint32_t)~v[i].blocks};
-        for (int f = 0; f < 3; f++) {
-            or_[f] |= k[f];
-            and_[f] &= k[f];
-        }
-    }
-    kvix_score *src = v, *dst = tmp;
     static const unsigned bytes[3] = {4, 8, 4};
-    for (int f = 0; f < 3; f++)
+    kvix_score *src = v, *dst = tmp;
+    for (unsigned f = 0; f < 3; f++)
         for (unsigned b = 0; b < bytes[f]; b++)
-            if (((or_[f] ^ and_[f]) >> (8 * b)) & 0xff)
-                radix_pass(&src, &dst, n, f, 8 * b);
-    if (src != v)
-        memcpy(v, src, n * sizeof *v);
+            if (((kb->or_[f] ^ kb->and_[f]) >> (8 * b)) & 0xff) {
+                radix_pass(src, dst, n, f, 8 * b);
+                kvix_score *t = src;
+                src = dst;
+                dst = t;
+            }
+    return src;
 }
 
 /* The blocks of an n-block query that can match at all. */
@@ -147,28 +178,34 @@ static int query_part(part *p, const uint64_t *local, uint64_t *canon, size_t n,
     ans->hits_cap = hits.cap;
     if (rc)
         return rc;
-    /* Twice the scores: the upper half is the merge sort's buffer. */
+    /* Twice the scores: the sort goes back and forth between the halves. */
     if (2 * hits.n > ans->cap) {
-        kvix_score *s = realloc(ans->scores, 2 * hits.n * sizeof *s);
+        kvix_score *s = realloc(ans->scores_buf, 2 * hits.n * sizeof *s);
         if (!s)
             return kvix_err_set(err, KVIX_ENOMEM, "out of memory for %zu scores", hits.n);
-        ans->scores = s;
+        ans->scores_buf = s;
         ans->cap = 2 * hits.n;
     }
+    kvix_score *v = ans->scores_buf;
+    ans->scores = v;
+    keybits kb = {{0, 0, 0}, {~UINT64_C(0), ~UINT64_C(0), ~UINT64_C(0)}};
+    size_t ns = 0;
     for (size_t i = 0; i < hits.n; i++) {
         const kvix_qhit *h = &hits.v[i];
         wstate *w = h->blocks ? slot_ws(p, h->slot) : NULL;
         if (!w)
             continue;
-        kvix_score *s = &ans->scores[ans->nscores++];
+        kvix_score *s = &v[ns++];
         s->worker = w->worker;
         s->dp = w->dp;
         s->blocks = h->blocks;
         s->held = __atomic_load_n(&w->held, __ATOMIC_RELAXED);
         memcpy(s->tier_blocks, h->tier_blocks, sizeof s->tier_blocks);
+        keybits_add(&kb, s);
     }
-    if (ans->nscores > 1) /* scores may still be NULL: no arithmetic on it */
-        sort_scores(ans->scores, ans->scores + ans->nscores, ans->nscores);
+    ans->nscores = ns;
+    if (ns > 1) /* scores may still be NULL: no arithmetic on it */
+        ans->scores = sort_scores(v, v + ns, ns, &kb);
     return KVIX_OK;
 }
 
