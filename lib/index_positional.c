@@ -763,18 +763,37 @@ static void push_list(qctx *c, const uint32_t *v, uint32_t n, uint32_t blocks)
         c->rc = kvix_hit_push(c->out, v[k], blocks, c->err);
 }
 
-/* Reorder v[0..n): the holders of node nd first; returns how many. */
+/* Reorder v[0..n): the holders of node nd first; returns how many. The set
+ * is read once (its bitset, or its inline ids: a state of the set since the
+ * split began), not once per candidate. */
 static uint32_t split(pnode *nd, uint32_t *v, uint32_t n)
 {
     if (!nd)
         return 0;
     uint32_t k = 0;
-    for (uint32_t i = 0; i < n; i++)
-        if (kvix_hs_has(&nd->h, v[i])) {
-            uint32_t x = v[k];
-            v[k++] = v[i];
-            v[i] = x;
+    kvix_wset *big = kvix_hs_big(&nd->h);
+    if (big) {
+        for (uint32_t i = 0; i < n; i++)
+            if (kvix_wset_has(big, v[i])) {
+                uint32_t x = v[k];
+                v[k++] = v[i];
+                v[i] = x;
+            }
+        return k;
+    }
+    uint32_t id[KVIX_HS_INLINE];
+    for (unsigned j = 0; j < KVIX_HS_INLINE; j++)
+        id[j] = kvix_hs_id(&nd->h, j); /* KVIX_HS_NONE matches no slot */
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t s = v[i];
+        int has = 0;
+        for (unsigned j = 0; j < KVIX_HS_INLINE; j++)
+            has |= s == id[j];
+        if (has) {
+            v[i] = v[k];
+            v[k++] = s;
         }
+    }
     return k;
 }
 
