@@ -895,10 +895,17 @@ static int pos_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
         uint32_t keep = split(probe(&c, p), cand, nc);
         if (keep < nc) {
             uint32_t *drop = cand + keep, nd = nc - keep;
-            if (p == i)
+            if (p == i) {
                 push_list(&c, drop, nd, i);
-            else if (be->binsearch)
-                bisect(&c, drop, nd, i, p);
+            } else if (be->binsearch) {
+                /* Most that drop in a window drop at its first position (a
+                 * shared prompt's first block, then each its own): split
+                 * there first, bisect only those that go further. */
+                uint32_t k = split(probe(&c, i), drop, nd);
+                push_list(&c, drop + k, nd - k, i);
+                if (k)
+                    bisect(&c, drop, k, i + 1, p);
+            }
             else
                 scan(&c, drop, nd, i, p);
         }
