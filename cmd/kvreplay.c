@@ -14,22 +14,23 @@
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <zmq.h>
 
 #include "cli.h"
 #include "kvix/buf.h"
 #include "kvix/enginepub.h"
-#include "kvix/enginesub.h"
 #include "kvix/event.h"
 #include "kvix/hash.h"
 #include "kvix/logio.h"
 #include "kvix/mooncake.h"
+#include "kvix/pace.h"
+#include "kvix/pubset.h"
 #include "kvix/stream.h"
 #include "kvix/wire.h"
 
@@ -92,8 +93,6 @@ static const cli_tool tool = {
 };
 
 #define WORKER_FILTERS_MAX 256
-#define BATCH_MAX 1024
-#define MAP_EVERY 0.2 /* seconds between two writes of a growing map file */
 
 typedef struct wfilter {
     uint64_t worker;
@@ -108,19 +107,11 @@ typedef struct tbound {
     double v; /* absolute, or seconds after the first ts */
 } tbound;
 
-typedef struct pubent {
-    uint64_t worker;
-    uint32_t dp;
-    kvix_enginepub *p;
-    uint64_t batches;
-} pubent;
-
-enum { T_RECORDED, T_FAST, T_RATE };
 
 typedef struct replay {
     /* options */
     kvix_format fmt;
-    int timing;
+    kvix_pace_mode timing;
     double speed, rate;
     tbound since, until;
     int has_since_eid, has_until_eid;
@@ -135,25 +126,17 @@ typedef struct replay {
     double pub_wait, pub_hold;
 
     /* clock */
-    int have_ts0, have_first_ts, have_last_ts;
-    double ts0, first_ts, last_ts;
-    struct timespec wall0;
-    int wall_started;
+    kvix_pace pace;
+    int have_first_ts, have_last_ts;
+    double first_ts, last_ts;
     const char *at_name; /* the record being replayed, for messages */
     uint64_t at_line;
 
     /* output */
     kvix_buf out;
 
-    /* publishers, sorted by (worker, dp) */
-    void *zctx;
-    pubent *pubs;
-    size_t npubs, pubs_cap;
-    size_t mapped;    /* publishers in the map file as last written */
-    double map_written; /* when (monotonic s) */
-    kvix_event batch[BATCH_MAX];
-    size_t nbatch;
-    kvix_buf payload;
+    /* publishers (--pub) */
+    kvix_pubset *ps;
 
     /* progress and counters */
     int progress;
@@ -167,6 +150,7 @@ typedef struct replay {
     const char *in_name;
     double in_started;
     uint64_t in, written, filtered, rejected, by_type[5], batches, pub_skipped;
+    size_t npubs; /* publishers bound, for the report */
     uint64_t kept; /* records past the filters */
     int stop;     /* limit reached */
     int fatal;    /* an exit code when something failed for good */
@@ -237,197 +221,80 @@ static void parse_time(tbound *b, const char *s, const char *what)
 
 /* ---- publishers ------------------------------------------------------------ */
 
-static pubent *find_pub(replay *r, uint64_t worker, uint32_t dp)
+/* The set's errors: a base that makes no endpoint is a usage error. */
+static void pub_die(int rc, const kvix_err *err)
 {
-    size_t lo = 0, hi = r->npubs;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        pubent *p = &r->pubs[mid];
-        if (p->worker == worker && p->dp == dp)
-            return p;
-        if (p->worker < worker || (p->worker == worker && p->dp < dp))
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return NULL;
+    if (rc == KVIX_EINVAL || rc == KVIX_ERANGE)
+        cli_usage_error("%s", err->msg);
+    cli_die(rc == KVIX_ELIMIT ? KVIX_EXIT_USAGE : cli_exit_for(rc), "%s", err->msg);
 }
 
-static void derive_endpoint(const char *base, size_t k, const pubent *p, char *out, size_t cap,
-                            const char *what);
-static void write_map(replay *r);
+/* The publishers and their ZMQ context, made before any log is read. */
+static void open_pubs(replay *r)
+{
+    kvix_pubset_config cfg;
+    kvix_pubset_config_init(&cfg);
+    cfg.pub = r->pub;
+    cfg.replay = r->replay_ep;
+    cfg.topic = r->topic;
+    cfg.replay_buffer = r->replay_buffer;
+    cfg.wire = r->wire;
+    cfg.map_file = r->map_file;
+    kvix_err err;
+    int rc = kvix_pubset_new(&r->ps, &cfg, &err);
+    if (rc)
+        pub_die(rc, &err);
+}
 
-/* A publisher for (worker, dp), bound at once: it is the k-th found (k from
- * 0, in the order the logs first name them), which sets its tcp port. */
+/* A publisher for (worker, dp), bound at once (the map file follows). */
 static void add_pub(replay *r, uint64_t worker, uint32_t dp)
 {
-    if (find_pub(r, worker, dp))
-        return;
-    if (r->npubs == r->pubs_cap) {
-        r->pubs_cap = r->pubs_cap ? r->pubs_cap * 2 : 16;
-        r->pubs = realloc(r->pubs, r->pubs_cap * sizeof *r->pubs);
-        if (!r->pubs)
-            cli_die(KVIX_EXIT_SYS, "out of memory");
-    }
-    pubent np = {worker, dp, NULL, 0};
-    char ep[KVIX_ENGINEPUB_ENDPOINT_MAX], rep[KVIX_ENGINEPUB_ENDPOINT_MAX];
-    derive_endpoint(r->pub, r->npubs, &np, ep, sizeof ep, "--pub");
-    if (r->replay_ep)
-        derive_endpoint(r->replay_ep, r->npubs, &np, rep, sizeof rep, "--replay-endpoint");
     kvix_err err;
-    if (kvix_enginepub_new(&np.p, r->zctx, ep, r->replay_ep ? rep : NULL, r->topic,
-                           r->replay_buffer, &err))
-        cli_die(KVIX_EXIT_SYS, "%s", err.msg);
-    if (!r->map_file && !r->quiet)
+    const char *ep;
+    int rc = kvix_pubset_add(r->ps, worker, dp, &ep, &err);
+    if (rc < 0)
+        pub_die(rc, &err);
+    if (rc == 1 && !r->map_file && !r->quiet)
         fprintf(stderr, "%s: worker %" PRIu64 " dp %" PRIu32 " publishes on %s\n", cli_name(),
-                worker, dp, kvix_enginepub_endpoint(np.p));
-    size_t i = r->npubs;
-    while (i > 0 && (r->pubs[i - 1].worker > worker ||
-                     (r->pubs[i - 1].worker == worker && r->pubs[i - 1].dp > dp))) {
-        r->pubs[i] = r->pubs[i - 1];
-        i--;
-    }
-    r->pubs[i] = np;
-    r->npubs++;
-    /* The map file follows the binding: written with the first publisher,
-     * then at most every MAP_EVERY s while the logs are scanned, and whole
-     * before the first batch. kvsub --workers-file re-reads it as it grows. */
-    if (r->map_file && (r->mapped == 0 || now_s() - r->map_written >= MAP_EVERY))
-        write_map(r);
-}
-
-/* The k-th publisher's endpoint: tcp ports count up from the base (an
- * ephemeral "*" or "0" stays ephemeral), ipc paths get "-WORKER-DP". */
-static void derive_endpoint(const char *base, size_t k, const pubent *p, char *out, size_t cap,
-                            const char *what)
-{
-    if (strncmp(base, "tcp://", 6) == 0) {
-        const char *colon = strrchr(base + 6, ':');
-        if (!colon)
-            cli_usage_error("%s needs a port: '%s'", what, base);
-        const char *port = colon + 1;
-        if (strcmp(port, "*") == 0 || strcmp(port, "0") == 0) {
-            snprintf(out, cap, "%.*s:*", (int)(colon - base), base);
-            return;
-        }
-        uint64_t pn = cli_parse_uint(port, 1, 65535, what);
-        if (pn + k > 65535)
-            cli_usage_error("%s: %zu publishers do not fit above port %" PRIu64, what, k + 1, pn);
-        snprintf(out, cap, "%.*s:%" PRIu64, (int)(colon - base), base, pn + k);
-        return;
-    }
-    if (strncmp(base, "ipc://", 6) == 0) {
-        snprintf(out, cap, "%s-%" PRIu64 "-%" PRIu32, base, p->worker, p->dp);
-        return;
-    }
-    cli_usage_error("%s must be tcp://HOST:PORT or ipc://PATH: '%s'", what, base);
-}
-
-/* What a subscriber connects to: a wildcard bind becomes loopback. */
-static void connectable(const char *bound, char *out, size_t cap)
-{
-    const char *w = strstr(bound, "0.0.0.0");
-    if (strncmp(bound, "tcp://", 6) == 0 && w == bound + 6)
-        snprintf(out, cap, "tcp://127.0.0.1%s", w + 7);
-    else
-        snprintf(out, cap, "%s", bound);
-}
-
-static void write_map(replay *r)
-{
-    kvix_enginesub_spec *v = calloc(r->npubs ? r->npubs : 1, sizeof *v);
-    if (!v)
-        cli_die(KVIX_EXIT_SYS, "out of memory");
-    for (size_t i = 0; i < r->npubs; i++) {
-        char ep[KVIX_ENGINEPUB_ENDPOINT_MAX + 32];
-        v[i].worker = r->pubs[i].worker;
-        v[i].dp = r->pubs[i].dp;
-        connectable(kvix_enginepub_endpoint(r->pubs[i].p), ep, sizeof ep);
-        if (strlen(ep) >= sizeof v[i].endpoint)
-            cli_die(KVIX_EXIT_USAGE, "endpoint %s too long for %s", ep, r->map_file);
-        memcpy(v[i].endpoint, ep, strlen(ep) + 1);
-        const char *rep = kvix_enginepub_replay_endpoint(r->pubs[i].p);
-        if (rep) {
-            connectable(rep, ep, sizeof ep);
-            if (strlen(ep) >= sizeof v[i].replay)
-                cli_die(KVIX_EXIT_USAGE, "endpoint %s too long for %s", ep, r->map_file);
-            memcpy(v[i].replay, ep, strlen(ep) + 1);
-        }
-    }
-    kvix_err err;
-    if (kvix_enginesub_file_write(r->map_file, v, r->npubs, &err))
-        cli_die(KVIX_EXIT_IO, "%s", err.msg);
-    free(v);
-    r->mapped = r->npubs;
-    r->map_written = now_s();
-}
-
-static void service_all(replay *r)
-{
-    kvix_err err;
-    for (size_t i = 0; i < r->npubs; i++)
-        if (kvix_enginepub_service(r->pubs[i].p, &err))
-            cli_die(KVIX_EXIT_SYS, "%s", err.msg);
+                worker, dp, ep);
 }
 
 /* Wait until deadline (monotonic seconds), answering subscriptions and
  * replay requests meanwhile. */
 static void pub_sleep_until(replay *r, double deadline)
 {
-    zmq_pollitem_t stack[64], *items = stack;
-    size_t n = 0;
-    if (r->npubs * 2 > 64) {
-        items = malloc(r->npubs * 2 * sizeof *items);
-        if (!items)
-            cli_die(KVIX_EXIT_SYS, "out of memory");
-    }
-    for (size_t i = 0; i < r->npubs; i++) {
-        void *s[2];
-        int k;
-        kvix_enginepub_sockets(r->pubs[i].p, s, &k);
-        for (int j = 0; j < k; j++)
-            items[n++] = (zmq_pollitem_t){s[j], 0, ZMQ_POLLIN, 0};
-    }
     for (;;) {
-        service_all(r);
         double left = deadline - now_s();
-        if (left <= 0 || interrupted)
+        long ms = left <= 0 || interrupted ? 0 : (long)(left * 1000) + 1;
+        kvix_err err;
+        int rc = kvix_pubset_serve(r->ps, ms > 100 ? 100 : (int)ms, &err);
+        if (rc)
+            cli_die(cli_exit_for(rc), "%s", err.msg);
+        if (ms == 0)
             break;
-        long ms = (long)(left * 1000) + 1;
-        if (zmq_poll(items, (int)n, ms > 100 ? 100 : ms) < 0 && zmq_errno() != EINTR)
-            cli_die(KVIX_EXIT_SYS, "zmq_poll: %s", zmq_strerror(zmq_errno()));
     }
-    if (items != stack)
-        free(items);
-}
-
-static void open_pubs(replay *r)
-{
-    r->zctx = zmq_ctx_new();
-    if (!r->zctx)
-        cli_die(KVIX_EXIT_SYS, "cannot create a zmq context: %s", zmq_strerror(zmq_errno()));
 }
 
 /* Every publisher is bound: the map file is made whole, then the wait for
  * subscribers. */
 static void start_pubs(replay *r)
 {
-    if (r->map_file && r->mapped != r->npubs)
-        write_map(r);
+    kvix_err err;
+    int rc = kvix_pubset_map_sync(r->ps, &err);
+    if (rc)
+        pub_die(rc, &err);
     /* ZMQ's slow joiner: what a PUB sends before a subscriber has joined is
      * lost, so wait (bounded) until each publisher has one. */
     double deadline = now_s() + r->pub_wait;
     for (;;) {
-        service_all(r);
-        size_t missing = 0;
-        for (size_t i = 0; i < r->npubs; i++)
-            missing += kvix_enginepub_subscribers(r->pubs[i].p) == 0;
+        pub_sleep_until(r, 0);
+        size_t missing = kvix_pubset_unsubscribed(r->ps);
         if (missing == 0 || interrupted)
             break;
         if (now_s() >= deadline) {
             if (!r->quiet && r->pub_wait > 0)
                 cli_warn("%zu of %zu publishers have no subscriber after %g s; publishing anyway",
-                         missing, r->npubs, r->pub_wait);
+                         missing, kvix_pubset_count(r->ps), r->pub_wait);
             break;
         }
         double step = now_s() + 0.02;
@@ -437,72 +304,49 @@ static void start_pubs(replay *r)
 
 static void stop_pubs(replay *r)
 {
-    if (!r->zctx)
+    if (!r->ps)
         return;
     if (r->pub_hold > 0) {
         if (!r->quiet)
             cli_warn("all batches sent; serving replay requests for %g s", r->pub_hold);
         pub_sleep_until(r, now_s() + r->pub_hold);
     }
-    for (size_t i = 0; i < r->npubs; i++)
-        kvix_enginepub_free(r->pubs[i].p, 5000); /* bounded: a stuck peer cannot hang us */
-    zmq_ctx_term(r->zctx);
-    r->zctx = NULL;
+    r->batches = kvix_pubset_batches(r->ps);
+    r->npubs = kvix_pubset_count(r->ps);
+    kvix_pubset_free(r->ps, 5000); /* bounded: a stuck peer cannot hang us */
+    r->ps = NULL;
 }
 
 static void flush_batch(replay *r)
 {
-    if (r->nbatch == 0)
+    size_t n;
+    const kvix_event *b = kvix_pubset_pending(r->ps, &n);
+    if (n == 0)
         return;
-    const kvix_event *ev[BATCH_MAX];
-    for (size_t i = 0; i < r->nbatch; i++)
-        ev[i] = &r->batch[i];
-    pubent *p = find_pub(r, r->batch[0].worker, r->batch[0].dp);
+    uint64_t worker = b[0].worker;
     kvix_err err;
-    r->payload.len = 0;
-    /* A batch without ts gets the time of sending, as an engine would stamp it. */
-    double ts = r->batch[0].has_ts ? r->batch[0].ts : (double)time(NULL);
-    int rc = p ? kvix_wire_encode(ev, r->nbatch, ts, r->batch[0].dp, r->wire, &r->payload, &err)
-               : kvix_err_set(&err, KVIX_EINVAL, "no publisher for worker %" PRIu64 " dp %" PRIu32,
-                              r->batch[0].worker, r->batch[0].dp);
-    if (rc == KVIX_OK)
-        rc = kvix_enginepub_send(p->p, r->payload.data, r->payload.len, NULL, &err);
+    int rc = kvix_pubset_flush(r->ps, &err);
     if (rc == KVIX_ESYS || rc == KVIX_ENOMEM)
         cli_die(cli_exit_for(rc), "%s", err.msg);
     if (rc) {
-        cli_warn("cannot publish a batch of worker %" PRIu64 ": %s", r->batch[0].worker, err.msg);
-        r->rejected += r->nbatch;
-        r->written -= r->nbatch;
-        for (size_t i = 0; i < r->nbatch; i++)
-            r->by_type[r->batch[i].type]--;
+        cli_warn("cannot publish a batch of worker %" PRIu64 ": %s", worker, err.msg);
+        r->rejected += n;
+        r->written -= n;
+        for (size_t i = 0; i < n; i++)
+            r->by_type[b[i].type]--;
         if (r->strict)
             r->fatal = KVIX_EXIT_STRICT;
-    } else {
-        p->batches++;
-        r->batches++;
     }
-    r->nbatch = 0;
 }
 
 /* ---- timing and progress --------------------------------------------------- */
-
-static double wall_elapsed(const replay *r)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)(t.tv_sec - r->wall0.tv_sec) + (double)(t.tv_nsec - r->wall0.tv_nsec) / 1e9;
-}
-
-/* Longest wait between two records, seconds of wall time: past it the log's
- * clock is taken to be wrong, not the replay asked to sleep for days. */
-#define GAP_MAX 3600
 
 static void sleep_for(replay *r, double s)
 {
     if (s <= 0)
         return;
     fflush(stdout); /* downstream sees everything due before we wait */
-    if (r->zctx) {
+    if (r->ps) {
         pub_sleep_until(r, now_s() + s);
         return;
     }
@@ -513,39 +357,19 @@ static void sleep_for(replay *r, double s)
 
 static void wait_for(replay *r, const kvix_event *ev)
 {
-    if (!r->wall_started) {
-        clock_gettime(CLOCK_MONOTONIC, &r->wall0);
-        r->wall_started = 1;
-    }
-    if (r->timing == T_FAST)
-        return;
-    double target;
-    if (r->timing == T_RATE) {
-        target = (double)r->written / r->rate;
-    } else {
-        if (!ev->has_ts)
-            return;
-        if (!r->have_ts0) {
-            r->have_ts0 = 1;
-            r->ts0 = ev->ts;
-            clock_gettime(CLOCK_MONOTONIC, &r->wall0);
-            return;
-        }
-        target = (ev->ts - r->ts0) / r->speed;
-    }
-    double wait = target - wall_elapsed(r);
-    if (wait > GAP_MAX && r->timing != T_RATE) { /* --rate: as slow as asked */
+    double far;
+    double wait = kvix_pace_wait(&r->pace, ev->has_ts, ev->ts, r->written, now_s(), &far);
+    if (far > 0) {
         /* a ts far off (1e18, milliseconds taken for seconds) would wait for
          * ever without a word: say so and go on from it */
         if (r->at_name)
             cli_warn("record at %s:%" PRIu64 " is due in %.3g s (ceiling %d s): sent at once, "
                      "the clock goes on from it",
-                     r->at_name, r->at_line, wait, GAP_MAX);
+                     r->at_name, r->at_line, far, KVIX_PACE_GAP_MAX);
         else
             cli_warn("a record is due in %.3g s (ceiling %d s): sent at once, the clock goes on "
                      "from it",
-                     wait, GAP_MAX);
-        r->ts0 += wait * r->speed;
+                     far, KVIX_PACE_GAP_MAX);
         return;
     }
     sleep_for(r, wait);
@@ -568,7 +392,7 @@ static void progress(replay *r, int final)
     if (!final && dt < 0.25)
         return;
     r->last_progress = t;
-    double el = r->wall_started ? wall_elapsed(r) : 0;
+    double el = kvix_pace_elapsed(&r->pace, now_s());
     char eta[48];
     cli_progress_eta(input_done(r), r->in_total, now_s() - r->in_started, eta);
     fprintf(stderr, "\r%s: %s:%s %" PRIu64 " read, %" PRIu64 " written, %.0f/s%s", cli_name(),
@@ -653,23 +477,18 @@ static int emit(void *ctx, const kvix_event *ev)
     }
     r->kept++;
     count_hits(r, ev);
-    if (r->zctx && ev->type == KVIX_EV_QUERY) {
+    if (r->ps && ev->type == KVIX_EV_QUERY) {
         r->pub_skipped++; /* engines do not publish queries */
         return 0;
     }
     kvix_err err;
-    if (r->zctx) {
-        const kvix_event *b0 = r->nbatch ? &r->batch[0] : NULL;
-        /* Events of one (worker, dp) sharing an eid were one engine batch. */
-        int same = b0 && ev->has_eid && b0->has_eid && b0->eid == ev->eid &&
-                   b0->worker == ev->worker && b0->dp == ev->dp && r->nbatch < BATCH_MAX;
-        if (!same) {
+    if (r->ps) {
+        if (!kvix_pubset_continues(r->ps, ev)) { /* a new engine batch: paced */
             flush_batch(r);
             wait_for(r, ev);
         }
-        if (kvix_event_copy(&r->batch[r->nbatch], ev, &err))
+        if (kvix_pubset_push(r->ps, ev, &err))
             cli_die(KVIX_EXIT_SYS, "%s", err.msg);
-        r->nbatch++;
     } else {
         wait_for(r, ev);
         r->out.len = 0;
@@ -863,7 +682,6 @@ static int run_mooncake(replay *r, mooncake_args *a)
     if (kvix_mooncake_new(&m, &a->o, &err))
         cli_usage_error("%s", err.msg);
     if (r->pub) {
-        open_pubs(r);
         for (uint32_t w = 0; w < a->o.workers * a->o.copies; w++) {
             kvix_event probe = {.worker = w, .dp = 0};
             if (keep_worker(r, &probe))
@@ -919,7 +737,7 @@ static int run_mooncake(replay *r, mooncake_args *a)
         if (rc > 0 || r->fatal)
             break;
     }
-    if (r->zctx)
+    if (r->ps)
         flush_batch(r);
     kvix_mooncake_req_release(&req);
     kvix_mooncake_trace_free(t);
@@ -1019,16 +837,16 @@ int main(int argc, char **argv)
             if (kvix_format_parse(arg, &r.fmt) || r.fmt == KVIX_FMT_AUTO)
                 cli_usage_error("bad %s: '%s' (ndjson or msgpack)", cli_opt_given(), arg);
             break;
-        case O_FAST: r.timing = T_FAST; timing_set = 1; timing_opt[0] = "--fast"; break;
+        case O_FAST: r.timing = KVIX_PACE_FAST; timing_set = 1; timing_opt[0] = "--fast"; break;
         case 'x':
             r.speed = cli_parse_double(arg, 1e-6, 1e9, "--speed");
-            r.timing = T_RECORDED;
+            r.timing = KVIX_PACE_RECORDED;
             timing_set = 1;
             timing_opt[1] = "--speed";
             break;
         case 'r':
             r.rate = cli_parse_double(arg, 1e-6, 1e12, "--rate");
-            r.timing = T_RATE;
+            r.timing = KVIX_PACE_RATE;
             timing_set = 1;
             timing_opt[2] = "--rate";
             break;
@@ -1117,24 +935,17 @@ int main(int argc, char **argv)
         cli_usage_error("--map-file, --replay-endpoint, --replay-buffer and --topic need --pub");
     if (r.pub && r.fmt == KVIX_FMT_MSGPACK)
         cli_usage_error("--format applies to stdout, not to --pub");
-    if (r.pub) { /* endpoints checked before any log is read */
-        char ep[KVIX_ENGINEPUB_ENDPOINT_MAX];
-        pubent probe = {0, 0, NULL, 0};
-        derive_endpoint(r.pub, 0, &probe, ep, sizeof ep, "--pub");
-        if (r.replay_ep)
-            derive_endpoint(r.replay_ep, 0, &probe, ep, sizeof ep, "--replay-endpoint");
-    }
+    if (r.pub)
+        open_pubs(&r); /* endpoints checked before any log is read */
     if (mc.trace && !timing_set)
-        r.timing = T_FAST; /* a generator: an hour of trace should not take an hour */
+        r.timing = KVIX_PACE_FAST; /* a generator: an hour of trace should not take an hour */
     if (mc.trace && r.pub)
         mc.o.tokens = 1; /* engines send token ids */
     /* one progress line per terminal: kvreplay draws it when its output goes
      * down a pipe (or to publishers), not when it shares the terminal */
     r.progress = !r.quiet && isatty(STDERR_FILENO) && (r.pub || !isatty(STDOUT_FILENO));
     kvix_buf_init(&r.out);
-    kvix_buf_init(&r.payload);
-    for (size_t i = 0; i < BATCH_MAX; i++)
-        kvix_event_init(&r.batch[i]);
+    kvix_pace_init(&r.pace, r.timing, r.timing == KVIX_PACE_RATE ? r.rate : r.speed);
 
     int code = 0;
     if (mc.trace) {
@@ -1152,15 +963,13 @@ int main(int argc, char **argv)
             for (int i = 0; i < nlogs; i++)
                 if (strcmp(logs[i], "-") == 0)
                     cli_usage_error("--pub reads its logs twice: give files, not standard input");
-            open_pubs(&r);
             for (int i = 0; i < nlogs && !code && !interrupted; i++)
                 code = read_log(&r, logs[i], collect_pub, 1);
-            if (code || r.npubs == 0) {
+            if (code || kvix_pubset_count(r.ps) == 0) {
                 if (!code && !r.quiet)
                     cli_warn("no events to publish");
                 r.pub_hold = 0;
                 stop_pubs(&r);
-                free(r.pubs);
                 return cli_finish(code);
             }
             start_pubs(&r);
@@ -1175,7 +984,7 @@ int main(int argc, char **argv)
             if (code == KVIX_EXIT_STRICT)
                 break;
         }
-        if (r.zctx)
+        if (r.ps)
             flush_batch(&r);
     }
     progress(&r, 1);
@@ -1185,10 +994,6 @@ int main(int argc, char **argv)
         code = r.fatal;
     if (!code && r.rejected)
         code = KVIX_EXIT_REJECTED;
-    for (size_t i = 0; i < BATCH_MAX; i++)
-        kvix_event_release(&r.batch[i]);
-    free(r.pubs);
     kvix_buf_release(&r.out);
-    kvix_buf_release(&r.payload);
     return cli_finish(code);
 }
