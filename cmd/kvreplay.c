@@ -26,6 +26,7 @@
 #include "kvix/buf.h"
 #include "kvix/enginepub.h"
 #include "kvix/event.h"
+#include "kvix/filter.h"
 #include "kvix/hash.h"
 #include "kvix/logio.h"
 #include "kvix/mooncake.h"
@@ -92,33 +93,15 @@ static const cli_tool tool = {
     .exits = "0123456",
 };
 
-#define WORKER_FILTERS_MAX 256
-
-typedef struct wfilter {
-    uint64_t worker;
-    uint32_t dp;
-    int any_dp;
-    const char *as_given; /* for the warning when it matched nothing */
-    uint64_t hits;
-} wfilter;
-
-typedef struct tbound {
-    int set, relative;
-    double v; /* absolute, or seconds after the first ts */
-} tbound;
-
 
 typedef struct replay {
     /* options */
     kvix_format fmt;
     kvix_pace_mode timing;
     double speed, rate;
-    tbound since, until;
-    int has_since_eid, has_until_eid;
-    uint64_t since_eid, until_eid;
-    wfilter wf[WORKER_FILTERS_MAX];
-    size_t nwf;
-    int no_queries, strict, quiet;
+    kvix_filter filter;
+    const char *wf_given[KVIX_FILTER_WORKERS_MAX]; /* --worker as given, for the warning */
+    int strict, quiet;
     uint64_t limit;
     const char *pub, *replay_ep, *map_file, *topic;
     size_t replay_buffer;
@@ -127,8 +110,6 @@ typedef struct replay {
 
     /* clock */
     kvix_pace pace;
-    int have_first_ts, have_last_ts;
-    double first_ts, last_ts;
     const char *at_name; /* the record being replayed, for messages */
     uint64_t at_line;
 
@@ -176,22 +157,22 @@ static double now_s(void)
 
 static void parse_worker(replay *r, const char *s)
 {
-    if (r->nwf == WORKER_FILTERS_MAX)
-        cli_usage_error("at most %d --worker filters", WORKER_FILTERS_MAX);
-    wfilter *f = &r->wf[r->nwf++];
     char buf[64];
     snprintf(buf, sizeof buf, "%s", s);
     char *colon = strchr(buf, ':');
-    f->any_dp = colon == NULL;
+    uint32_t dp = 0;
     if (colon) {
         *colon = '\0';
-        f->dp = (uint32_t)cli_parse_uint(colon + 1, 0, UINT32_MAX, "--worker dp rank");
+        dp = (uint32_t)cli_parse_uint(colon + 1, 0, UINT32_MAX, "--worker dp rank");
     }
-    f->worker = cli_parse_uint(buf, 0, UINT64_MAX, "--worker id");
-    f->as_given = s;
+    uint64_t worker = cli_parse_uint(buf, 0, UINT64_MAX, "--worker id");
+    r->wf_given[r->filter.nworkers] = s;
+    kvix_err err;
+    if (kvix_filter_worker_add(&r->filter, worker, dp, colon == NULL, &err))
+        cli_usage_error("at most %d --worker filters", KVIX_FILTER_WORKERS_MAX);
 }
 
-static void parse_time(tbound *b, const char *s, const char *what)
+static void parse_time(kvix_filter_time *b, const char *s, const char *what)
 {
     b->set = 1;
     if (s[0] == '+') {
@@ -404,64 +385,6 @@ static void progress(replay *r, int final)
 
 /* ---- the record path ------------------------------------------------------- */
 
-static int keep_worker(const replay *r, const kvix_event *ev)
-{
-    if (r->nwf == 0)
-        return 1;
-    for (size_t i = 0; i < r->nwf; i++)
-        if (r->wf[i].worker == ev->worker && (r->wf[i].any_dp || r->wf[i].dp == ev->dp))
-            return 1;
-    return 0;
-}
-
-/* Count what each --worker kept, for the warning about one that kept nothing. */
-static void count_hits(replay *r, const kvix_event *ev)
-{
-    for (size_t i = 0; i < r->nwf && ev->type != KVIX_EV_QUERY; i++)
-        if (r->wf[i].worker == ev->worker && (r->wf[i].any_dp || r->wf[i].dp == ev->dp))
-            r->wf[i].hits++;
-}
-
-static double bound_value(const replay *r, const tbound *b)
-{
-    return b->relative ? r->first_ts + b->v : b->v;
-}
-
-static int keep(replay *r, const kvix_event *ev)
-{
-    if (ev->has_ts && !r->have_first_ts) {
-        r->have_first_ts = 1;
-        r->first_ts = ev->ts;
-    }
-    if (ev->type == KVIX_EV_QUERY)
-        return !r->no_queries;
-    if (!keep_worker(r, ev))
-        return 0;
-    if (ev->has_eid && ((r->has_since_eid && ev->eid < r->since_eid) ||
-                        (r->has_until_eid && ev->eid > r->until_eid)))
-        return 0;
-    return 1;
-}
-
-/* A record without ts (a query, usually: queries carry none) is judged by
- * the ts of the record before it, so a time window keeps the queries asked
- * within it. */
-static int keep_time(replay *r, const kvix_event *ev)
-{
-    if (ev->has_ts) {
-        r->last_ts = ev->ts;
-        r->have_last_ts = 1;
-    }
-    if (!r->have_last_ts)
-        return 1;
-    double ts = r->last_ts;
-    if (r->since.set && ts < bound_value(r, &r->since))
-        return 0;
-    if (r->until.set && ts > bound_value(r, &r->until))
-        return 0;
-    return 1;
-}
-
 /* One record in: filter, time, write or publish. Returns non-zero to stop. */
 static int emit(void *ctx, const kvix_event *ev)
 {
@@ -470,13 +393,11 @@ static int emit(void *ctx, const kvix_event *ev)
         return 1;
     r->in++;
     progress(r, 0);
-    int kept = keep(r, ev);
-    if (!keep_time(r, ev) || !kept) {
+    if (!kvix_filter_keep(&r->filter, ev)) {
         r->filtered++;
         return 0;
     }
     r->kept++;
-    count_hits(r, ev);
     if (r->ps && ev->type == KVIX_EV_QUERY) {
         r->pub_skipped++; /* engines do not publish queries */
         return 0;
@@ -645,7 +566,7 @@ static int emit_record(replay *r, const kvix_event *ev)
 
 static int collect_pub(replay *r, const kvix_event *ev)
 {
-    if (ev->type != KVIX_EV_QUERY && keep_worker(r, ev))
+    if (ev->type != KVIX_EV_QUERY && kvix_filter_worker_match(&r->filter, ev->worker, ev->dp))
         add_pub(r, ev->worker, ev->dp);
     return interrupted;
 }
@@ -683,8 +604,7 @@ static int run_mooncake(replay *r, mooncake_args *a)
         cli_usage_error("%s", err.msg);
     if (r->pub) {
         for (uint32_t w = 0; w < a->o.workers * a->o.copies; w++) {
-            kvix_event probe = {.worker = w, .dp = 0};
-            if (keep_worker(r, &probe))
+            if (kvix_filter_worker_match(&r->filter, w, 0))
                 add_pub(r, w, 0);
         }
         start_pubs(r);
@@ -778,12 +698,11 @@ static void warn_empty_filters(const replay *r)
 {
     if (!r->in)
         return;
-    for (size_t i = 0; i < r->nwf; i++)
-        if (!r->wf[i].hits)
+    for (size_t i = 0; i < r->filter.nworkers; i++)
+        if (!r->filter.workers[i].hits)
             cli_warn("--worker %s matched no event of the %" PRIu64 " records read",
-                     r->wf[i].as_given, r->in);
-    int windows = r->since.set || r->until.set || r->has_since_eid || r->has_until_eid;
-    if (!r->kept && (windows || r->nwf || r->no_queries))
+                     r->wf_given[i], r->in);
+    if (!r->kept && kvix_filter_active(&r->filter))
         cli_warn("the filters kept none of the %" PRIu64 " records read", r->in);
 }
 
@@ -850,18 +769,18 @@ int main(int argc, char **argv)
             timing_set = 1;
             timing_opt[2] = "--rate";
             break;
-        case O_SINCE: parse_time(&r.since, arg, "--since"); since_arg = arg; break;
-        case O_UNTIL: parse_time(&r.until, arg, "--until"); until_arg = arg; break;
+        case O_SINCE: parse_time(&r.filter.since, arg, "--since"); since_arg = arg; break;
+        case O_UNTIL: parse_time(&r.filter.until, arg, "--until"); until_arg = arg; break;
         case O_SINCE_EID:
-            r.since_eid = cli_parse_uint(arg, 0, UINT64_MAX, "--since-eid");
-            r.has_since_eid = 1;
+            r.filter.since_eid = cli_parse_uint(arg, 0, UINT64_MAX, "--since-eid");
+            r.filter.has_since_eid = 1;
             break;
         case O_UNTIL_EID:
-            r.until_eid = cli_parse_uint(arg, 0, UINT64_MAX, "--until-eid");
-            r.has_until_eid = 1;
+            r.filter.until_eid = cli_parse_uint(arg, 0, UINT64_MAX, "--until-eid");
+            r.filter.has_until_eid = 1;
             break;
         case 'w': parse_worker(&r, arg); break;
-        case O_NO_QUERIES: r.no_queries = 1; break;
+        case O_NO_QUERIES: r.filter.no_queries = 1; break;
         case 'n': r.limit = cli_parse_uint(arg, 1, UINT64_MAX, "--limit"); break;
         case O_STRICT: r.strict = 1; break;
         case 'q': r.quiet = 1; break;
@@ -919,13 +838,14 @@ int main(int argc, char **argv)
                         timing_opt[1] ? timing_opt[1] : "",
                         timing_opt[1] && timing_opt[2] ? " and " : "",
                         timing_opt[2] ? timing_opt[2] : "");
-    if (r.since.set && r.until.set && r.since.relative == r.until.relative &&
-        r.since.v > r.until.v)
+    const kvix_filter *fl = &r.filter;
+    if (fl->since.set && fl->until.set && fl->since.relative == fl->until.relative &&
+        fl->since.v > fl->until.v)
         cli_usage_error("--since %s is after --until %s: nothing would be kept", since_arg,
                         until_arg);
-    if (r.has_since_eid && r.has_until_eid && r.since_eid > r.until_eid)
+    if (fl->has_since_eid && fl->has_until_eid && fl->since_eid > fl->until_eid)
         cli_usage_error("--since-eid %" PRIu64 " is above --until-eid %" PRIu64
-                        ": nothing would be kept", r.since_eid, r.until_eid);
+                        ": nothing would be kept", fl->since_eid, fl->until_eid);
     if (mooncake_only && !mc.trace)
         cli_usage_error("--workers, --capacity, --route, --seed, --model, --tokens, "
                         "--final-state and --copies need --mooncake");

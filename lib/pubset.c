@@ -66,8 +66,9 @@ static int derive_endpoint(const char *base, const char *what, size_t k, uint64_
             errno = 0;
             unsigned long long pn = strtoull(port, &end, 10);
             if (port[0] < '0' || port[0] > '9' || *end || errno || pn < 1 || pn > 65535)
-                return kvix_err_set(err, KVIX_EINVAL, "bad port '%s' in %s endpoint '%s' (1 to 65535)",
-                                    port, what, base);
+                return kvix_err_set(err, KVIX_EINVAL,
+                                    "bad port '%s' in %s endpoint '%s' (1 to 65535)", port, what,
+                                    base);
             if (pn + k > 65535)
                 return kvix_err_set(err, KVIX_ERANGE,
                                     "%zu publishers do not fit above port %llu of %s endpoint '%s'",
