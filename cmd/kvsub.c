@@ -82,7 +82,7 @@ static const cli_opt options[] = {
     {O_JSON, 0, "json", NULL, NULL,
      "counters and worker status (SIGUSR1, exit) as JSON objects, one a line"},
     {O_IDLE_EXIT, 0, "idle-exit", "SECONDS", NULL,
-     "stop after SECONDS without any engine message (default: run until stopped)"},
+     "once engine messages came, stop after SECONDS without one (default: run until stopped)"},
     {O_NATS, 0, "nats", "URL", NULL,
      "also publish every batch printed to a NATS JetStream stream (one message per batch)"},
     {O_SUBJECT, 0, "subject", "PREFIX", NULL,
@@ -520,7 +520,9 @@ static bool workers_file_changed(void)
 static void run(void)
 {
     kvix_err err;
-    uint64_t seen = UINT64_MAX, quiet_since = mono_ms(), checked = quiet_since;
+    /* --idle-exit: the quiet spell counts from the last message, and only once
+     * one came, so a kvsub started before its engines waits for them */
+    uint64_t seen = 0, quiet_since = mono_ms(), checked = quiet_since;
     while (!sig_stop) {
         if (sig_hup) {
             sig_hup = 0;
@@ -544,7 +546,7 @@ static void run(void)
             if (c.messages != seen) {
                 seen = c.messages;
                 quiet_since = now;
-            } else if (now - quiet_since >= S.idle_exit_ms) {
+            } else if (seen > 0 && now - quiet_since >= S.idle_exit_ms) {
                 break;
             }
         }
@@ -671,7 +673,6 @@ int main(int argc, char **argv)
         add_spec(&S.specs, &S.nspecs, wargs[i], cfg.bind, "");
     free(wargs);
     apply_replays(S.specs, S.nspecs);
-    warn_unresolved(S.specs, S.nspecs);
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -682,6 +683,7 @@ int main(int argc, char **argv)
     sigaction(SIGHUP, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    warn_unresolved(S.specs, S.nspecs); /* after the handlers: a SIGTERM once said stops cleanly */
     /* Events are flushed whenever kvsub waits, so a reader sees each batch
      * at once without a write per line. */
     setvbuf(stdout, NULL, _IOFBF, 1 << 16);

@@ -16,7 +16,7 @@ complete -c kvsub -l replay-buffer-bytes -x -d 'bytes of batches held per endpoi
 complete -c kvsub -l max-message -x -d 'largest engine message in bytes; a larger one is a loss (default 67108864)'
 complete -c kvsub -l resume -r -F -d 'start each worker after the last eid the snapshot holds for it'
 complete -c kvsub -l json -d 'counters and worker status (SIGUSR1, exit) as JSON objects, one a line'
-complete -c kvsub -l idle-exit -x -d 'stop after SECONDS without any engine message (default: run until stopped)'
+complete -c kvsub -l idle-exit -x -d 'once engine messages came, stop after SECONDS without one (default: run until stopped)'
 complete -c kvsub -l nats -x -d 'also publish every batch printed to a NATS JetStream stream (one message per batch)'
 complete -c kvsub -l subject -x -d '--nats: publish to PREFIX.<model>.<worker> (default kvix)'
 complete -c kvsub -l stream -x -d '--nats: the stream, created on PREFIX.> if missing (default KVIX)'

@@ -156,8 +156,13 @@ raise SystemExit(bad)
 EOF
 end
 
-begin "kvsub: --idle-exit stops after a quiet spell; --json counters; SIGUSR1 per-worker status"
-run timeout --foreground 30 kvsub --json --idle-exit 1 -w "1=ipc://$T/none"
+begin "kvsub: --json counters at exit; SIGUSR1 per-worker status"
+kvsub --json --bind -w "1=ipc://$T/none" >out 2>err &
+pid=$!
+for i in $(seq 100); do [ -S none ] && break; sleep 0.1; done
+kill -TERM $pid
+wait $pid
+rc=$?
 expect_rc 0
 jq -e '.batches == 0 and .workers == 1 and .losses == 0' err >/dev/null ||
     fail "no JSON counters on stderr: $(cat err)"
@@ -181,7 +186,29 @@ grep '"worker":1' err | jq -e '.dp == 2 and .state == "bound" and .last_seq == n
 end
 
 begin "kvsub: a host that does not resolve is said"
-run timeout --foreground 30 kvsub --idle-exit 1 -w 1=tcp://no-such-host.invalid:5557
+kvsub -w 1=tcp://no-such-host.invalid:5557 >out 2>err &
+pid=$!
+for i in $(seq 300); do grep -q 'does not resolve' err && break; sleep 0.1; done
+kill -TERM $pid
+wait $pid
+rc=$?
 expect_rc 0
 assert_grep "worker 1: host 'no-such-host.invalid' of tcp://no-such-host.invalid:5557 does not resolve" err
+end
+
+begin "kvsub: --idle-exit counts from the first engine message, not from kvsub's start"
+FE=$ROOT/tests/tools/fake_engine.py
+timeout --foreground 60 kvsub --idle-exit 1 -w "1=ipc://$T/late" >out 2>err &
+pid=$!
+# Longer than --idle-exit before any engine: a quiet spell counted from
+# kvsub's start would already have stopped it.
+sleep 2
+kill -0 $pid 2>/dev/null || fail "kvsub stopped before any engine message"
+timeout 60 "$PY" "$FE" publish --pub "ipc://$T/late" --worker 1 --batches 5 --linger 0 \
+    --expect late.json 2>engine.err
+wait $pid
+rc=$?
+expect_rc 0
+"$PY" "$FE" compare out late.json >cmp || fail "events reduce to another state: $(head -5 cmp)"
+[ -s out ] || fail "no event printed"
 end
