@@ -158,6 +158,73 @@ static kvix_score *sort_scores(kvix_score *v, kvix_score *tmp, size_t n, const k
     return src;
 }
 
+/* Backends report their hits in runs of equal match length (the positional
+ * one: one run per drop position; most of an answer drops at one). When the
+ * scores form few runs, each of a different length, the answer is the runs
+ * in descending length, each sorted by (worker, dp): a run is sorted
+ * straight into its place in the other half (one pass for worker ids that
+ * differ in one byte), and no pass sorts by length. Otherwise the LSD sort
+ * above sorts the whole answer. */
+#define RUNS_MAX 32
+
+typedef struct srun {
+    uint32_t start, n, blocks;
+    keybits kb;
+} srun;
+
+/* Sort src[0..n) (all of one length) into dst by (worker, dp); src is
+ * scratch. */
+static void sort_run(kvix_score *src, kvix_score *dst, size_t n, const keybits *kb)
+{
+    if (n < RADIX_MIN) {
+        insertion_sort_scores(src, n);
+        memcpy(dst, src, n * sizeof *dst);
+        return;
+    }
+    static const unsigned bytes[2] = {4, 8};
+    uint8_t field[12], shift[12];
+    unsigned np = 0;
+    for (unsigned f = 0; f < 2; f++)
+        for (unsigned b = 0; b < bytes[f]; b++)
+            if (((kb->or_[f] ^ kb->and_[f]) >> (8 * b)) & 0xff) {
+                field[np] = (uint8_t)f;
+                shift[np++] = (uint8_t)(8 * b);
+            }
+    kvix_score *a = src, *b = dst;
+    for (unsigned k = 0; k < np; k++) {
+        radix_pass(a, b, n, field[k], shift[k]);
+        kvix_score *t = a;
+        a = b;
+        b = t;
+    }
+    if (a != dst)
+        memcpy(dst, a, n * sizeof *dst);
+}
+
+/* Sort v[0..ns) by runs (see above) into tmp; returns tmp, or NULL when the
+ * runs do not allow it (v is untouched then). */
+static kvix_score *sort_runs(kvix_score *v, kvix_score *tmp, srun *runs, unsigned nr)
+{
+    for (unsigned i = 1; i < nr; i++) { /* longest first */
+        srun x = runs[i];
+        unsigned j = i;
+        while (j > 0 && runs[j - 1].blocks < x.blocks) {
+            runs[j] = runs[j - 1];
+            j--;
+        }
+        runs[j] = x;
+    }
+    for (unsigned i = 1; i < nr; i++)
+        if (runs[i].blocks == runs[i - 1].blocks)
+            return NULL; /* one length in two runs: the whole sort */
+    size_t pos = 0;
+    for (unsigned i = 0; i < nr; i++) {
+        sort_run(v + runs[i].start, tmp + pos, runs[i].n, &runs[i].kb);
+        pos += runs[i].n;
+    }
+    return tmp;
+}
+
 /* The blocks of an n-block query that can match at all. */
 static size_t query_depth(const part *p, size_t n)
 {
@@ -188,24 +255,48 @@ static int query_part(part *p, const uint64_t *local, uint64_t *canon, size_t n,
     }
     kvix_score *v = ans->scores_buf;
     ans->scores = v;
-    keybits kb = {{0, 0, 0}, {~UINT64_C(0), ~UINT64_C(0), ~UINT64_C(0)}};
+    srun runs[RUNS_MAX];
+    unsigned nr = 0;
+    srun *r = NULL; /* the current run */
+    int mixed = 0;  /* a run past RUNS_MAX took another length */
     size_t ns = 0;
     for (size_t i = 0; i < hits.n; i++) {
         const kvix_qhit *h = &hits.v[i];
         wstate *w = h->blocks ? slot_ws(p, h->slot) : NULL;
         if (!w)
             continue;
+        if (!r || h->blocks != r->blocks) {
+            if (nr < RUNS_MAX) {
+                r = &runs[nr++];
+                *r = (srun){(uint32_t)ns, 0, h->blocks,
+                            {{0, 0, 0}, {~UINT64_C(0), ~UINT64_C(0), ~UINT64_C(0)}}};
+            } else {
+                mixed = 1;
+            }
+        }
         kvix_score *s = &v[ns++];
         s->worker = w->worker;
         s->dp = w->dp;
         s->blocks = h->blocks;
         s->held = __atomic_load_n(&w->held, __ATOMIC_RELAXED);
         memcpy(s->tier_blocks, h->tier_blocks, sizeof s->tier_blocks);
-        keybits_add(&kb, s);
+        keybits_add(&r->kb, s);
+        r->n++;
     }
     ans->nscores = ns;
-    if (ns > 1) /* scores may still be NULL: no arithmetic on it */
-        ans->scores = sort_scores(v, v + ns, ns, &kb);
+    if (ns <= 1) /* scores may still be NULL: no arithmetic on it */
+        return KVIX_OK;
+    kvix_score *sorted = ns >= RADIX_MIN && !mixed ? sort_runs(v, v + ns, runs, nr) : NULL;
+    if (!sorted) {
+        keybits kb = runs[0].kb;
+        for (unsigned i = 1; i < nr; i++)
+            for (unsigned f = 0; f < 3; f++) {
+                kb.or_[f] |= runs[i].kb.or_[f];
+                kb.and_[f] &= runs[i].kb.and_[f];
+            }
+        sorted = sort_scores(v, v + ns, ns, &kb);
+    }
+    ans->scores = sorted;
     return KVIX_OK;
 }
 

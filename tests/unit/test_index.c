@@ -599,6 +599,30 @@ TEST(many_scores_are_sorted)
     }
 }
 
+/* More match lengths than the answer's runs sort takes (32): 48 lengths,
+ * 3 (worker, dp) each, stored in an order unlike the answer's. */
+TEST(many_lengths_are_sorted)
+{
+    uint64_t chain[48];
+    for (unsigned i = 0; i < 48; i++)
+        chain[i] = 1000 + i;
+    FOR_BACKENDS(idx, 0) {
+        for (uint64_t k = 0; k < 144; k++) {
+            uint64_t w = (k * 37) % 144;
+            CHECK(store(idx, "default", 500 - w / 3, (uint32_t)(w % 3), 0, 4, NULL, chain,
+                        48 - w / 3, w, NULL) == KVIX_OK);
+        }
+        query(idx, "default", chain, 48);
+        CHECK_U64(ans.nscores, 144);
+        for (size_t i = 0; i < ans.nscores && i < 144; i++) {
+            /* blocks 48 first: worker 500 (dp 0, 1, 2), then 47: worker 499... */
+            CHECK_U64(ans.scores[i].blocks, 48 - i / 3);
+            CHECK_U64(ans.scores[i].worker, 500 - i / 3);
+            CHECK_U64(ans.scores[i].dp, i % 3);
+        }
+    }
+}
+
 TEST(foreach_order_and_eids)
 {
     FOR_BACKENDS(idx, 0) {
