@@ -71,6 +71,8 @@
 #include "kvix/index.h"
 #include "kvix/stream.h"
 
+#include "kvbench_qcost.h"
+
 #define PROG "kvbench"
 #define MAX_LANES 64
 #define MAX_RUNS 64
@@ -87,6 +89,7 @@ enum { SEG_W = 0, SEG_Q = 1 };
 static int g_tty;
 static double g_load[2]; /* 1-minute load average at the start and at the end */
 static int g_perf_fd = -1; /* perf record --control fd: profile only the replays */
+static qcost *g_qcost;     /* set only around --query-cost's own replay */
 
 static void perf_ctl(const char *cmd)
 {
@@ -545,7 +548,7 @@ static inline void checksum_answer(checksum *c, uint32_t q, const kvix_answer *a
 typedef struct __attribute__((aligned(64))) reader_lane {
     hist h;
     checksum ck;
-    uint64_t nq;
+    uint64_t nq, last_ns;
     kvix_answer ans;
     kvix_err err;
 } reader_lane;
@@ -564,6 +567,7 @@ typedef struct replay {
     int timing;     /* time each query */
     int spin;       /* spin iterations before sleeping */
     double speedup; /* 0: as fast as possible */
+    qcost *qc;      /* --query-cost's samples (its own replay only), else NULL */
     _Alignas(64) _Atomic uint32_t seq; /* 1 + the segment in progress; UINT32_MAX = stop */
     _Atomic uint32_t sleepers;
     _Alignas(64) _Atomic uint32_t done;
@@ -632,6 +636,7 @@ static void do_queries(replay *rp, const seg *g, unsigned r)
             rc = kvix_index_query_event(rp->idx, e, &rl->ans, &rl->err);
             uint64_t t1 = ns_mono();
             hist_add(&rl->h, t1 - t0);
+            rl->last_ns = t1 - t0;
         } else {
             rc = kvix_index_query_event(rp->idx, e, &rl->ans, &rl->err);
         }
@@ -642,6 +647,8 @@ static void do_queries(replay *rp, const seg *g, unsigned r)
             continue;
         }
         checksum_answer(&rl->ck, q, &rl->ans);
+        if (rp->qc && rp->timing)
+            qcost_note(rp->qc, q, &rl->ans, rl->last_ns);
     }
 }
 
@@ -774,6 +781,7 @@ static int replay_run(const logdata *lg, const sched *sc, const bconf *bc, unsig
     rp->timing = timing;
     rp->spin = spin;
     rp->speedup = speedup;
+    rp->qc = g_qcost;
     for (unsigned r = 0; r < R; r++)
         kvix_answer_init(&rp->rl[r].ans);
     kvix_index_opts o;
@@ -1504,6 +1512,41 @@ static void write_dat(const char *path, const cfg_result *cr, int n)
         die("cannot write %s", path);
 }
 
+/* One more replay of each configuration of the first group, in this
+ * process, sampling every query (kvbench_qcost.h). Returns 1 when a replay
+ * failed or its answers differ from the sequential replay. */
+static int query_cost(const char *path, const logdata *lg, sched *sc, const cfg_result *cr, int n,
+                      const checksum *refs, const bench_opts *bo)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        die("cannot write %s: %s", path, strerror(errno));
+    static run_out ro;
+    int bad = 0;
+    sched_lanes(&sc[cr[0].rule], lg, cr[0].T);
+    for (int b = 0; b < n; b++) {
+        const cfg_result *c = &cr[b];
+        qcost qc = {xcalloc(lg->n, sizeof *qc.v), xcalloc(lg->n, 1), lg->n};
+        progress("%s: query cost", c->bc.label);
+        g_qcost = &qc;
+        int rc = replay_run(lg, &sc[c->rule], &c->bc, c->T, c->R, c->submit, 0, 1, bo->spin, 0,
+                            &ro);
+        g_qcost = NULL;
+        if (rc || ro.err[0] || (refs && !checksum_eq(&ro.ck, &refs[c->rule]))) {
+            warnx_("ERROR: %s: the query-cost replay %s", c->bc.label,
+                   rc || ro.err[0] ? ro.err : "answered differently from the sequential replay");
+            bad = 1;
+        } else {
+            qcost_write(f, &qc, c->bc.label, b == 0);
+        }
+        free(qc.v);
+        free(qc.seen);
+    }
+    if (fclose(f))
+        die("cannot write %s", path);
+    return bad;
+}
+
 /* ---------------------------------------------------------------- main */
 
 static int parse_backend(const char *s, bconf *b)
@@ -1581,6 +1624,9 @@ static void usage(FILE *f)
             "      --no-fork         run every configuration in this process\n"
             "      --json FILE       write results as JSON\n"
             "      --dat FILE        write the sweep as gnuplot data\n"
+            "      --query-cost FILE one more replay per backend (in this process, after\n"
+            "                        the timed runs) writing each query's latency grouped\n"
+            "                        by scored workers and matched blocks, as gnuplot data\n"
             "      --perf-ctl FD     write enable/disable around each replay to FD\n"
             "                        (perf record -D -1 --control fd:FD)\n"
             "  -q, --quiet           no progress on stderr\n"
@@ -1592,13 +1638,15 @@ int main(int argc, char **argv)
     const char *backends = "reference,radix,positional";
     const char *threads = NULL;
     const char *json_path = NULL, *dat_path = NULL, *sweep_only = NULL, *more_bes = NULL;
+    const char *qcost_path = NULL;
     unsigned wT = 0, wR = 0;
     int rules = 3, submit = 0, quiet = 0;
     bench_opts bo = {.runs = 5, .sweep = 1, .sweep_from = 0.25, .sweep_step = 1.19,
                      .threshold = 0.95, .sweep_budget = 20, .spin = 2000, .timing = 1,
                      .fork = 1, .verify = 1, .warm = 1};
     enum { O_RULE = 256, O_SUBMIT, O_NOSWEEP, O_FROM, O_STEP, O_BUDGET, O_THRESH, O_SPIN,
-           O_NOTIME, O_NOFORK, O_JSON, O_DAT, O_SWONLY, O_MOREBES, O_NOVERIFY, O_COLD, O_PERF };
+           O_NOTIME, O_NOFORK, O_JSON, O_DAT, O_SWONLY, O_MOREBES, O_NOVERIFY, O_COLD, O_PERF,
+           O_QCOST };
     static const struct option lo[] = {
         {"backends", required_argument, 0, 'b'}, {"threads", required_argument, 0, 't'},
         {"writers", required_argument, 0, 'T'},  {"readers", required_argument, 0, 'R'},
@@ -1613,6 +1661,7 @@ int main(int argc, char **argv)
         {"no-verify", no_argument, 0, O_NOVERIFY},
         {"cold", no_argument, 0, O_COLD},
         {"perf-ctl", required_argument, 0, O_PERF},
+        {"query-cost", required_argument, 0, O_QCOST},
         {"spin", required_argument, 0, O_SPIN},  {"no-timing", no_argument, 0, O_NOTIME},
         {"no-fork", no_argument, 0, O_NOFORK},   {"json", required_argument, 0, O_JSON},
         {"dat", required_argument, 0, O_DAT},    {"quiet", no_argument, 0, 'q'},
@@ -1649,6 +1698,7 @@ int main(int argc, char **argv)
         case O_NOFORK: bo.fork = 0; break;
         case O_JSON: json_path = optarg; break;
         case O_DAT: dat_path = optarg; break;
+        case O_QCOST: qcost_path = optarg; break;
         default: usage(stderr); return 2;
         }
     }
@@ -1810,6 +1860,8 @@ int main(int argc, char **argv)
             }
         }
     }
+    if (qcost_path && ncr)
+        bad |= query_cost(qcost_path, &lg, sc, cr, nbc[0], bo.verify ? refs : NULL, &bo);
     if (g_tty)
         fputs("\r\033[K", stderr);
     g_load[1] = loadavg();
