@@ -113,9 +113,10 @@ static int note_parent(wstate *w, uint64_t engine, uint64_t parent, uint64_t hin
     return KVIX_OK;
 }
 
+/* Drop engine's entry (its node still valid: before the backend hears). */
 static void forget_hash(wstate *w, uint64_t engine)
 {
-    kvix_hmap_del(&w->blocks, &engine);
+    kvix_ix_bm_del(&w->blocks, engine);
     if (kvix_hmap_size(&w->pexc))
         kvix_hmap_del(&w->pexc, &engine);
 }
@@ -131,13 +132,12 @@ int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local
                     .local = local,
                     .canon = canon,
                     .parent_canon = pos ? pcanon : 0,
-                    .parent_engine = pos ? parent : 0};
-    int rc, inserted = 0;
-    bent *e = kvix_hmap_put(&w->blocks, &engine, &inserted); /* one probe, new or not */
-    if (!e)
-        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block");
+                    .parent_engine = pos ? parent : 0,
+                    .engine = engine};
+    int rc;
     void *node;
-    if (!inserted) {
+    bent *e = kvix_ix_bm_get(&w->blocks, engine);
+    if (e) {
         kvix_binfo o;
         ops->info(bent_node(*e), &o);
         if (o.pos == pos && o.canon == canon) { /* the same block: the canon says it */
@@ -147,45 +147,45 @@ int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local
             }
             if ((rc = tier_ref(w, &b, tier, &node, err)))
                 return rc;
-            *e |= 1u << tier;
+            *e |= 1u << tier; /* e stays valid: no change to w->blocks since */
             r->stored++;
             return KVIX_OK;
         }
         bent old = *e;
-        *e = 0;
+        forget_hash(w, engine); /* while the old node is valid */
         untier_all(w, old);
     }
-    if ((rc = tier_ref(w, &b, tier, &node, err))) {
-        forget_hash(w, engine);
+    if ((rc = tier_ref(w, &b, tier, &node, err)))
+        return rc;
+    if ((uintptr_t)node & BENT_TIERS) /* backends align their nodes: never met */
+        rc = kvix_err_set(err, KVIX_ESYS, "misaligned index node");
+    else if (!(rc = note_parent(w, engine, pos ? parent : 0, b.parent_engine,
+                                err)) &&
+             !kvix_ix_bm_add(&w->blocks, engine, (bent)(uintptr_t)node | (1u << tier)))
+        rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block");
+    if (rc) {
+        if (kvix_hmap_size(&w->pexc))
+            kvix_hmap_del(&w->pexc, &engine);
+        tier_unref(w, node, tier);
         return rc;
     }
-    if ((uintptr_t)node & BENT_TIERS) { /* backends align their nodes: never met */
-        tier_unref(w, node, tier);
-        forget_hash(w, engine);
-        return kvix_err_set(err, KVIX_ESYS, "misaligned index node");
-    }
-    if ((rc = note_parent(w, engine, pos ? parent : 0, b.parent_engine, err))) {
-        tier_unref(w, node, tier);
-        forget_hash(w, engine);
-        return rc;
-    }
-    /* e stays valid: the puts since were to other maps */
-    *e = (bent)(uintptr_t)node | (1u << tier);
     r->stored++;
     return KVIX_OK;
 }
 
 static void remove_hash(wstate *w, uint64_t engine, unsigned tier, kvix_apply_result *r)
 {
-    bent *e = kvix_hmap_get(&w->blocks, &engine);
+    bent *e = kvix_ix_bm_get(&w->blocks, engine);
     if (!e || !(bent_tiers(*e) & (1u << tier))) {
         r->unknown++;
         return;
     }
-    tier_unref(w, bent_node(*e), tier);
-    *e &= ~(bent)(1u << tier);
-    if (!bent_tiers(*e))
-        forget_hash(w, engine);
+    bent v = *e;
+    if (bent_tiers(v) == (1u << tier))
+        forget_hash(w, engine); /* first: the backend may free the node */
+    else
+        *e &= ~(bent)(1u << tier);
+    tier_unref(w, bent_node(v), tier);
     r->removed++;
 }
 
@@ -193,10 +193,10 @@ static void clear_ws(wstate *w, kvix_apply_result *r)
 {
     size_t it = 0;
     const bent *e;
-    while ((e = kvix_hmap_next(&w->blocks, &it, NULL)))
+    while ((e = kvix_ix_bm_next(&w->blocks, &it, NULL)))
         untier_all(w, *e);
-    r->removed += kvix_hmap_size(&w->blocks);
-    kvix_hmap_release(&w->blocks);
+    r->removed += kvix_ix_bm_size(&w->blocks);
+    kvix_ix_bm_release(&w->blocks);
     kvix_ix_publish_held(w);
     kvix_hmap_release(&w->extra);
     kvix_hmap_release(&w->pexc);
@@ -228,7 +228,7 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
     uint32_t pos0 = 0;
     uint64_t prev = 0, parent = 0;
     if (ev->has_parent) {
-        const bent *pe = w ? kvix_hmap_get(&w->blocks, &ev->parent) : NULL;
+        const bent *pe = w ? kvix_ix_bm_get(&w->blocks, ev->parent) : NULL;
         if (!pe)
             return kvix_err_set(err, KVIX_EPARENT,
                                 "parent %016" PRIx64 " is not held by worker %" PRIu64

@@ -22,13 +22,14 @@
  *
  * Block bookkeeping per (worker, dp):
  *  - blocks: engine hash -> the backend node's handle, with the tier mask in
- *    its low bits (16 bytes an entry). The block's position, local,
- *    canonical and parent canonical hashes are the node's, kept once for all
- *    its holders (kvix_backend_ops.info): an entry of its own copies cost
- *    40 bytes per (worker, block);
+ *    its low bits (lib/index_bmap.c: 9 bytes a slot, the key being the
+ *    node's own engine hash). The block's position, local, canonical and
+ *    parent canonical hashes are the node's, kept once for all its holders
+ *    (kvix_backend_ops.info): an entry of its own copies cost 40 bytes per
+ *    (worker, block);
  *  - pexc: engine hash -> parent engine hash, only for blocks whose parent
- *    engine hash differs from the node's hint (the parent engine hash of the
- *    add that made the node held: workers hashing alike agree with it);
+ *    engine hash differs from the node's hint (the engine hash its parent
+ *    node was made under: workers hashing alike agree with it);
  *  - extra: (position, canonical) -> per-tier count of engine hashes holding
  *    it beyond the first (two engine hashes may name the same canonical
  *    block: vLLM salts its hashes with things the local hash does not see).
@@ -42,6 +43,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "hashmap_int.h"
 #include "index_int.h"
@@ -89,6 +91,42 @@ typedef struct cref { /* key: (position, canonical) */
 
 #define CREF_MAX UINT8_MAX
 
+/* The engine hash a backend node was made under (never changes while the
+ * node lives), at byte offset eoff (kvix_backend_ops.engine_off). */
+static inline uint64_t kvix_ix_node_engine(const void *node, size_t eoff)
+{
+    uint64_t e;
+    memcpy(&e, (const char *)node + eoff, sizeof e);
+    return e;
+}
+
+/* engine hash -> bent (lib/index_bmap.c). */
+typedef struct bmap {
+    uint8_t *ctrl; /* 0 empty, else 0x80 | 7 bits of the key's hash */
+    bent *v;       /* entries keyed by their node's engine hash */
+    size_t cap, n, eoff;
+    kvix_hmap other; /* engine hash -> bent, where the node's engine hash is another */
+} bmap;
+
+void kvix_ix_bm_init(bmap *m, size_t eoff);
+void kvix_ix_bm_release(bmap *m);
+bent *kvix_ix_bm_get(const bmap *m, uint64_t engine);
+/* Add engine (absent) -> v; the entry, or NULL when memory runs out.
+ * Entry pointers are valid until the next add or del. */
+bent *kvix_ix_bm_add(bmap *m, uint64_t engine, bent v);
+/* Remove engine (present; its node still valid). */
+void kvix_ix_bm_del(bmap *m, uint64_t engine);
+int kvix_ix_bm_reserve(bmap *m, size_t n);
+/* Iterate (it from 0): the next entry and its engine hash (when engine is
+ * not NULL: reads the node, which must be valid), or NULL. */
+bent *kvix_ix_bm_next(const bmap *m, size_t *it, uint64_t *engine);
+size_t kvix_ix_bm_memory(const bmap *m);
+
+static inline size_t kvix_ix_bm_size(const bmap *m)
+{
+    return m->n + kvix_hmap_size(&m->other);
+}
+
 struct part;
 
 typedef struct wstate {
@@ -96,19 +134,19 @@ typedef struct wstate {
     uint64_t worker;
     uint32_t dp, slot;
     struct part *p;
-    kvix_hmap blocks; /* engine hash -> bent */
+    bmap blocks;      /* engine hash -> bent */
     kvix_hmap pexc;   /* engine hash -> parent engine hash, where the node's hint is not it */
     kvix_hmap extra;  /* (pos, canon) -> cref, for blocks with two engine hashes or more */
     struct wstate *next_dp; /* the same worker's state of another dp (atomic pointer) */
     int has_eid;
     uint64_t eid;
-    uint32_t held; /* atomic: kvix_hmap_size(&blocks), for queries on other threads */
+    uint32_t held; /* atomic: kvix_ix_bm_size(&blocks), for queries on other threads */
 } wstate;
 
 /* Publish the count of blocks held after a change (one plain store on x86). */
 static inline void kvix_ix_publish_held(wstate *w)
 {
-    __atomic_store_n(&w->held, (uint32_t)kvix_hmap_size(&w->blocks), __ATOMIC_RELAXED);
+    __atomic_store_n(&w->held, (uint32_t)kvix_ix_bm_size(&w->blocks), __ATOMIC_RELAXED);
 }
 
 typedef struct whead { /* a worker's (worker, dp) states in a partition; key: worker */
@@ -170,7 +208,7 @@ static inline wstate *slot_ws(const part *p, uint32_t slot)
 
 static inline int ws_active(const wstate *w)
 {
-    return w->has_eid || kvix_hmap_size(&w->blocks) > 0;
+    return w->has_eid || kvix_ix_bm_size(&w->blocks) > 0;
 }
 
 /* Queries need not hash past the deepest position ever stored. Raised before

@@ -76,8 +76,9 @@ typedef struct kvix_binfo {
     uint32_t pos;
     uint64_t local, canon;
     uint64_t parent_canon;  /* 0 at position 0 */
-    uint64_t parent_engine; /* a hint: the parent engine hash of the add that
-                             * made the node held (0 at position 0) */
+    uint64_t parent_engine; /* add: the block's; info: a hint, the engine hash
+                             * the parent node was made under (0 at 0) */
+    uint64_t engine;        /* add: the block's engine hash (a new node keeps it) */
 } kvix_binfo;
 
 /* Node handles are at least this aligned: the front end packs a tier mask
@@ -95,9 +96,10 @@ typedef struct kvix_backend_ops {
      * *node is the block's handle: valid, and its info unchanged, while any
      * slot holds the block in any tier (a node is retired only once its
      * holder set is empty), so a (worker, dp) keeps the handle instead of the
-     * block's hashes. b's local and parent_engine are kept when the node
-     * becomes held; the front end reads them back with info. On 0 or 1,
-     * b->parent_engine is set to the node's (saves an info call). */
+     * block's hashes. A node made by add keeps b's engine (a parent made as a
+     * ghost, b's parent_engine) at engine_off for its whole life; b's local
+     * is kept when the node becomes held. On 0 or 1, b->parent_engine is set
+     * to the hint info would give (saves an info call). */
     int (*add)(void *be, kvix_binfo *b, uint32_t slot, unsigned tier, void **node,
                kvix_err *err);
     /* slot no longer holds node in tier; it did before (so node is valid). */
@@ -108,6 +110,7 @@ typedef struct kvix_backend_ops {
     /* Append one hit per slot with at least one matched block (any order). */
     int (*query)(void *be, kvix_qchain *q, kvix_qhits *out, kvix_err *err);
     size_t (*memory)(void *be);        /* bytes held */
+    size_t engine_off; /* where a node keeps its engine hash (a uint64_t) */
     size_t (*unique_blocks)(void *be); /* distinct (pos, canon) held by any slot */
 } kvix_backend_ops;
 
@@ -118,7 +121,7 @@ static inline int kvix_backend_add_key(const kvix_backend_ops *ops, void *be, ui
                                        uint64_t local, uint64_t canon, uint64_t parent_canon,
                                        uint32_t slot, unsigned tier, kvix_err *err)
 {
-    kvix_binfo b = {pos, local, canon, pos ? parent_canon : 0, 0};
+    kvix_binfo b = {pos, local, canon, pos ? parent_canon : 0, 0, canon};
     void *node;
     return ops->add(be, &b, slot, tier, &node, err);
 }
@@ -127,7 +130,7 @@ static inline void kvix_backend_del_key(const kvix_backend_ops *ops, void *be, u
                                         uint64_t local, uint64_t canon, uint64_t parent_canon,
                                         uint32_t slot, unsigned tier)
 {
-    kvix_binfo b = {pos, local, canon, pos ? parent_canon : 0, 0};
+    kvix_binfo b = {pos, local, canon, pos ? parent_canon : 0, 0, canon};
     void *node;
     kvix_err err;
     if (ops->add(be, &b, slot, tier, &node, &err) >= 0)

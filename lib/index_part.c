@@ -147,7 +147,7 @@ wstate *kvix_ix_ws_first(const part *p, uint64_t worker)
 static void ws_free(void *e)
 {
     wstate *w = e;
-    kvix_hmap_release(&w->blocks);
+    kvix_ix_bm_release(&w->blocks);
     kvix_hmap_release(&w->extra);
     kvix_hmap_release(&w->pexc);
     free(w);
@@ -298,7 +298,7 @@ int kvix_ix_ws_get(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix_err
         w->dp = dp;
         w->slot = slot;
         w->p = p;
-        kvix_hmap_init(&w->blocks, 1, sizeof(bent));
+        kvix_ix_bm_init(&w->blocks, p->ops->engine_off);
         kvix_hmap_init(&w->extra, 2, sizeof(cref));
         kvix_hmap_init(&w->pexc, 1, sizeof(uint64_t));
         if (cmap_insert(&p->workers, w)) {

@@ -111,8 +111,8 @@ struct pnode {
     uint32_t pos;
     uint64_t canon;
     kvix_hset h;
-    /* the front end's (kvix_binfo), set when the node becomes held */
-    uint64_t local, pengine;
+    uint64_t engine; /* made under (the front end's key): fixed for life */
+    uint64_t local;  /* set when the node becomes held */
 };
 
 /* A table slot is one word: 0 never used (ends a probe), TOMB removed, else
@@ -302,7 +302,7 @@ static void shard_remove(pshard *sh, uint64_t h, pnode *n, kvix_bmem *mem)
         (void)shard_rebuild(sh, sh->used, mem); /* shrinking is optional: ENOMEM keeps it */
 }
 
-static pnode *node_new(pos_be *be, uint32_t pos, uint64_t canon)
+static pnode *node_new(pos_be *be, uint32_t pos, uint64_t canon, uint64_t engine)
 {
     pnode *n = NULL;
     if (atomic_load_explicit(&be->pool, memory_order_relaxed)) {
@@ -325,6 +325,7 @@ static pnode *node_new(pos_be *be, uint32_t pos, uint64_t canon)
     memset(n, 0, offsetof(pnode, pos));
     n->pos = pos;
     n->canon = canon;
+    n->engine = engine;
     kvix_hs_init(&n->h);
     return n;
 }
@@ -646,7 +647,7 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
         }
         int made = 0;
         if (!n) {
-            n = node_new(be, pos, canon);
+            n = node_new(be, pos, canon, b->engine);
             if (!n || shard_insert(sh, h, n, &be->mem) < 0) {
                 if (n)
                     node_free(be, n);
@@ -660,7 +661,7 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
             pnode *p = table_find(atomic_load_explicit(&ps->t, memory_order_relaxed), hp, pos - 1,
                                   parent_canon);
             if (!p) { /* a parent nobody holds: a ghost, so holes stay exact */
-                p = node_new(be, pos - 1, parent_canon);
+                p = node_new(be, pos - 1, parent_canon, b->parent_engine);
                 if (!p || shard_insert(ps, hp, p, &be->mem) < 0) {
                     if (p)
                         node_free(be, p);
@@ -695,11 +696,10 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
                     orph_change(be, orph, slot, -1);
         if (before == 0) {
             atomic_fetch_add_explicit(&be->unique, 1, memory_order_relaxed);
-            n->local = b->local; /* nobody held it: no front end reads these */
-            n->pengine = b->parent_engine;
+            n->local = b->local; /* nobody held it: no front end reads it */
         }
     }
-    b->parent_engine = n->pengine;
+    b->parent_engine = pos ? n->parent->engine : 0;
     spin_unlock(&sh->mu);
     *node = n;
     return held; /* 1: held in that tier already */
@@ -944,7 +944,7 @@ static void pos_info(const void *node, kvix_binfo *out)
     out->local = n->local;
     out->canon = n->canon;
     out->parent_canon = n->pos ? n->parent->canon : 0; /* a held node has its parent */
-    out->parent_engine = n->pengine;
+    out->parent_engine = n->pos ? n->parent->engine : 0;
 }
 
 const kvix_backend_ops kvix_backend_positional_ops = {
@@ -957,4 +957,5 @@ const kvix_backend_ops kvix_backend_positional_ops = {
     .query = pos_query,
     .memory = pos_memory,
     .unique_blocks = pos_unique,
+    .engine_off = offsetof(pnode, engine),
 };

@@ -19,6 +19,7 @@
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,7 +47,8 @@ struct rnode {
     uint32_t pos;
     uint64_t canon;
     kvix_hset h;
-    uint64_t local, pengine; /* the front end's (kvix_binfo), set when it becomes held */
+    uint64_t engine; /* made under (the front end's key): fixed for life */
+    uint64_t local;  /* set when the node becomes held */
 };
 
 typedef struct ridx { /* writer-only (pos, canon) -> node, linear probing */
@@ -128,13 +130,14 @@ static void idx_shrink(ridx *x, kvix_bmem *mem)
 
 /* ---- nodes and child tables ---- */
 
-static rnode *node_new(radix_be *be, uint32_t pos, uint64_t canon)
+static rnode *node_new(radix_be *be, uint32_t pos, uint64_t canon, uint64_t engine)
 {
     rnode *n = calloc(1, sizeof *n);
     if (!n)
         return NULL;
     n->pos = pos;
     n->canon = canon;
+    n->engine = engine;
     kvix_hs_init(&n->h);
     atomic_fetch_add_explicit(&be->mem.bytes, (long)sizeof *n, memory_order_relaxed);
     return n;
@@ -261,14 +264,14 @@ static void reclaim(radix_be *be, rnode *n)
 }
 
 /* The node of (pos, canon), made (detached) if missing. */
-static rnode *get_node(radix_be *be, uint32_t pos, uint64_t canon)
+static rnode *get_node(radix_be *be, uint32_t pos, uint64_t canon, uint64_t engine)
 {
     if ((be->idx.used + 1) * 4 > be->idx.cap * 3 &&
         idx_resize(&be->idx, be->idx.cap ? be->idx.cap * 2 : 64, &be->mem) < 0)
         return NULL;
     rnode **sl = idx_slot(&be->idx, pos, canon);
     if (!*sl) {
-        rnode *n = node_new(be, pos, canon);
+        rnode *n = node_new(be, pos, canon, engine);
         if (!n)
             return NULL;
         *sl = n;
@@ -331,11 +334,11 @@ static int radix_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, voi
     if (cur < need)
         atomic_store_explicit(&be->nw, need, memory_order_release);
     int rc = KVIX_ENOMEM;
-    rnode *n = get_node(be, pos, canon);
+    rnode *n = get_node(be, pos, canon, b->engine);
     if (!n)
         goto out;
     if (!n->parent) {
-        rnode *p = pos == 0 ? be->root : get_node(be, pos - 1, parent_canon);
+        rnode *p = pos == 0 ? be->root : get_node(be, pos - 1, parent_canon, b->parent_engine);
         if (!p || kids_add(be, p, n) < 0) {
             if (p)
                 reclaim(be, p);
@@ -353,10 +356,9 @@ static int radix_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, voi
     }
     if (any_new && before == 0) {
         atomic_store_explicit(&be->unique_pub, ++be->unique, memory_order_relaxed);
-        n->local = b->local; /* nobody held it: no front end reads these */
-        n->pengine = b->parent_engine;
+        n->local = b->local; /* nobody held it: no front end reads it */
     }
-    b->parent_engine = n->pengine;
+    b->parent_engine = pos ? n->parent->engine : 0;
     *node = n;
     rc = held; /* 1: held in that tier already */
 out:
@@ -387,7 +389,7 @@ static void radix_info(const void *node, kvix_binfo *out)
     out->local = n->local;
     out->canon = n->canon;
     out->parent_canon = n->pos ? n->parent->canon : 0; /* a held node hangs under its parent */
-    out->parent_engine = n->pengine;
+    out->parent_engine = n->pos ? n->parent->engine : 0;
 }
 
 static int push_list(kvix_qhits *out, const uint32_t *v, uint32_t n, uint32_t blocks,
@@ -515,4 +517,5 @@ const kvix_backend_ops kvix_backend_radix_ops = {
     .query = radix_query,
     .memory = radix_memory,
     .unique_blocks = radix_unique,
+    .engine_off = offsetof(rnode, engine),
 };

@@ -6,6 +6,7 @@
  * stream of queries cannot starve the writers). A query walks positions
  * 0..n-1 and keeps the slots that held every position so far. */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +25,7 @@ typedef struct holders {
 
 typedef struct refnode { /* a handle: the map holds its address, which stays */
     holders h;
-    kvix_binfo b;
+    kvix_binfo b; /* as the add that made it gave it; b.engine: the front end's key */
 } __attribute__((aligned(KVIX_NODE_ALIGN))) refnode;
 
 typedef struct refbe {
@@ -251,4 +252,5 @@ const kvix_backend_ops kvix_backend_reference_ops = {
     .query = ref_query,
     .memory = ref_memory,
     .unique_blocks = ref_unique,
+    .engine_off = offsetof(refnode, b.engine),
 };

@@ -59,7 +59,7 @@ int kvix_index_foreach(kvix_index *idx, kvix_foreach_fn fn, void *ctx)
             rc = fn(ctx, p->model, p->tenant, p->bs, UINT64_MAX, 0, 0, 0, NULL, 0);
         for (uint32_t j = 0; j < nw && !rc; j++) {
             wstate *w = ws[j];
-            size_t nb = kvix_hmap_size(&w->blocks), k = 0, it = 0;
+            size_t nb = kvix_ix_bm_size(&w->blocks), k = 0, it = 0;
             if (nb > info_cap) {
                 kvix_block_info *ni = realloc(info, nb * sizeof *info);
                 if (!ni) {
@@ -69,16 +69,16 @@ int kvix_index_foreach(kvix_index *idx, kvix_foreach_fn fn, void *ctx)
                 info = ni;
                 info_cap = nb;
             }
-            const uint64_t *key;
+            uint64_t engine;
             const bent *e;
-            while ((e = kvix_hmap_next(&w->blocks, &it, &key))) {
+            while ((e = kvix_ix_bm_next(&w->blocks, &it, &engine))) {
                 kvix_block_info *b = &info[k++];
                 kvix_binfo nd;
                 p->ops->info(bent_node(*e), &nd);
                 b->position = nd.pos;
                 b->local = nd.local;
-                b->engine = key[0];
-                b->parent = kvix_ix_parent_engine(w, key[0], &nd);
+                b->engine = engine;
+                b->parent = kvix_ix_parent_engine(w, engine, &nd);
                 b->tiers = bent_tiers(*e);
                 b->canon = nd.canon;
                 b->parent_canon = nd.parent_canon;
@@ -124,7 +124,7 @@ int kvix_index_load(kvix_index *idx, const char *model, const char *tenant, uint
         return KVIX_OK;
     if ((rc = kvix_ix_ws_get(p, worker, dp, &w, err)))
         return rc;
-    if (kvix_hmap_reserve(&w->blocks, kvix_hmap_size(&w->blocks) + n))
+    if (kvix_ix_bm_reserve(&w->blocks, kvix_ix_bm_size(&w->blocks) + n))
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for %zu blocks", n);
     kvix_apply_result r = {0, 0, 0, 0};
     for (size_t i = 0; i < n && !rc; i++) {
@@ -181,7 +181,7 @@ size_t kvix_ix_count_blocks(kvix_index *idx, size_t *parts)
         for (uint32_t s = 0; s < ns; s++) {
             wstate *w = slot_ws(p, s);
             if (w)
-                blocks += kvix_hmap_size(&w->blocks);
+                blocks += kvix_ix_bm_size(&w->blocks);
         }
     }
     return blocks;
@@ -226,8 +226,8 @@ void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
             out->workers += ws_active(w);
             if (ws_active(w) && ids_ok && !kvix_hmap_put(&ids, &w->worker, NULL))
                 ids_ok = 0;
-            out->blocks += kvix_hmap_size(&w->blocks);
-            size_t fb = sizeof *w + kvix_hmap_memory(&w->blocks) + kvix_hmap_memory(&w->extra) +
+            out->blocks += kvix_ix_bm_size(&w->blocks);
+            size_t fb = sizeof *w + kvix_ix_bm_memory(&w->blocks) + kvix_hmap_memory(&w->extra) +
                         kvix_hmap_memory(&w->pexc);
             out->bytes += fb;
         }
