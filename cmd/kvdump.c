@@ -189,16 +189,14 @@ static int do_dump(const char *path, const kvix_snapshot_filter *f)
     kvix_snapshot_group g;
     kvix_err err;
     int rc;
-    uint64_t unreplayable = 0, hits = 0;
+    uint64_t hits = 0;
     while ((rc = kvix_snapshot_next(s, &g, &err)) == KVIX_OK) {
         if (!kvix_snapshot_filter_match(f, &g))
             continue;
         hits++;
         if (kvix_snapshot_group_is_partition(&g))
             continue;
-        size_t orphans = 0;
-        out_check(kvix_snapshot_group_events(&g, &scratch, dump_event, &d, &orphans, &err), &err);
-        unreplayable += orphans;
+        out_check(kvix_snapshot_group_events(&g, &scratch, dump_event, &d, NULL, &err), &err);
         if (g.has_eid && !d.have_pending) {
             /* Nothing stored, but an eid to restore: a clear is a no-op on
              * an empty worker and carries it. */
@@ -221,10 +219,6 @@ static int do_dump(const char *path, const kvix_snapshot_filter *f)
         cli_die(cli_exit_for(rc), "%s", err.msg);
     out_flush();
     warn_empty_filter(f, hits, path);
-    if (unreplayable)
-        cli_warn("%" PRIu64 " blocks lie below a parent the worker no longer holds (orphans): "
-                 "they are dumped with that parent, which a replay will reject",
-                 unreplayable);
     kvix_event_release(&d.pending);
     kvix_event_release(&scratch);
     kvix_snapshot_close(s);

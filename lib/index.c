@@ -227,7 +227,13 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
     wstate *w = p ? kvix_ix_ws_find(p, ev->worker, ev->dp) : NULL;
     uint32_t pos0 = 0;
     uint64_t prev = 0, parent = 0;
-    if (ev->has_parent) {
+    if (ev->has_parent_at && !ev->has_parent)
+        return kvix_err_set(err, KVIX_EINVAL, "a parent's placement without its hash");
+    if (ev->has_parent_at) { /* the event says where the parent sat: held there or not */
+        pos0 = ev->parent_position + 1;
+        prev = ev->parent_canon;
+        parent = ev->parent;
+    } else if (ev->has_parent) {
         const bent *pe = w ? kvix_ix_bm_get(&w->blocks, ev->parent) : NULL;
         if (!pe)
             return kvix_err_set(err, KVIX_EPARENT,

@@ -39,7 +39,8 @@ static unsigned run_tier(unsigned tiers, int tier)
 }
 
 static int emit_runs(const kvix_snapshot_group *g, const size_t *chain, size_t n, int tier,
-                     kvix_event *ev, kvix_snapshot_event_fn fn, void *ctx, kvix_err *err)
+                     int orphan_head, kvix_event *ev, kvix_snapshot_event_fn fn, void *ctx,
+                     kvix_err *err)
 {
     size_t i = 0;
     while (i < n) {
@@ -62,6 +63,11 @@ static int emit_runs(const kvix_snapshot_group *g, const size_t *chain, size_t n
         const kvix_block_info *first = &g->blocks[chain[i]];
         ev->has_parent = first->position > 0;
         ev->parent = first->position > 0 ? first->parent : 0;
+        /* A chain below a parent no longer held there says where that
+         * parent sat, so a replay puts it back exactly (kvix-events(5)). */
+        ev->has_parent_at = i == 0 && orphan_head;
+        ev->parent_position = ev->has_parent_at ? first->position - 1 : 0;
+        ev->parent_canon = ev->has_parent_at ? first->parent_canon : 0;
         size_t j = i;
         while (j < n && j - i < KVIX_EVENT_BLOCKS_MAX &&
                run_tier(g->blocks[chain[j]].tiers, tier) == t)
@@ -129,9 +135,10 @@ int kvix_snapshot_group_events(const kvix_snapshot_group *g, kvix_event *scratch
             chain[len++] = k;
             done[k] |= 1;
         }
-        rc = emit_runs(g, chain, len, -1, scratch, fn, ctx, err);
+        int orphan_head = g->blocks[i].position > 0 && parent[i] == NONE;
+        rc = emit_runs(g, chain, len, -1, orphan_head, scratch, fn, ctx, err);
         for (int t = 0; t < KVIX_MEDIUM_COUNT && !rc; t++)
-            rc = emit_runs(g, chain, len, t, scratch, fn, ctx, err);
+            rc = emit_runs(g, chain, len, t, orphan_head, scratch, fn, ctx, err);
     }
 out:
     free(mem);

@@ -12,12 +12,14 @@
 
 enum {
     K_TYPE, K_WORKER, K_DP, K_MODEL, K_TENANT, K_MEDIUM, K_EID, K_TS, K_BS, K_PARENT,
-    K_BLOCKS, K_LORA, K_TOKENS, K_HASHES, K_LOCAL, K_ID, K_TOKEN_IDS, K_PROMPT_TOKEN_IDS, K_COUNT
+    K_BLOCKS, K_LORA, K_TOKENS, K_HASHES, K_LOCAL, K_ID, K_TOKEN_IDS, K_PROMPT_TOKEN_IDS,
+    K_PARENT_POSITION, K_PARENT_CANON, K_COUNT
 };
 
 static const char *const key_names[K_COUNT] = {
     "type", "worker", "dp", "model", "tenant", "medium", "eid", "ts", "bs", "parent",
     "blocks", "lora", "tokens", "hashes", "local", "id", "token_ids", "prompt_token_ids",
+    "parent_position", "parent_canon",
 };
 
 static int key_index(const char *k, size_t len)
@@ -335,6 +337,31 @@ static int decode_common(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
     return KVIX_OK;
 }
 
+/* kvix's extension: where the parent sat ("parent_position" and
+ * "parent_canon", both or neither, only below a "parent"). */
+static int decode_parent_at(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
+{
+    int has_pos = f[K_PARENT_POSITION] && f[K_PARENT_POSITION]->kind != SV_NIL;
+    int has_canon = f[K_PARENT_CANON] && f[K_PARENT_CANON]->kind != SV_NIL;
+    if (!has_pos && !has_canon)
+        return KVIX_OK;
+    if (!has_pos || !has_canon)
+        return kvix_err_set(err, KVIX_EINVAL, "\"%s\" without \"%s\"",
+                            has_pos ? "parent_position" : "parent_canon",
+                            has_pos ? "parent_canon" : "parent_position");
+    if (!ev->has_parent)
+        return kvix_err_set(err, KVIX_EINVAL, "\"parent_position\" without \"parent\"");
+    uint64_t u;
+    int rc = get_uint(f[K_PARENT_POSITION], "\"parent_position\"", 0, UINT32_MAX - 1, &u, err);
+    if (!rc)
+        rc = get_hash(f[K_PARENT_CANON], "\"parent_canon\"", &ev->parent_canon, err);
+    if (rc)
+        return rc;
+    ev->parent_position = (uint32_t)u;
+    ev->has_parent_at = 1;
+    return KVIX_OK;
+}
+
 static int decode_event(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
 {
     int rc;
@@ -357,6 +384,8 @@ static int decode_event(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
                 return rc;
             ev->has_parent = 1;
         }
+        if ((rc = decode_parent_at(f, ev, err)))
+            return rc;
         if (!f[K_BLOCKS])
             return kvix_err_set(err, KVIX_EINVAL, "missing \"blocks\"");
         if ((rc = get_blocks(f[K_BLOCKS], ev, err)))

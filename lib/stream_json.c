@@ -498,6 +498,11 @@ static int to_json_stored(const kvix_event *ev, kvix_buf *out, kvix_err *err)
     if (!rc)
         rc = ev->has_parent ? app_hex(out, ",\"parent\":", ev->parent, err)
                             : app(out, ",\"parent\":null", err);
+    if (!rc && ev->has_parent && ev->has_parent_at) {
+        rc = app_u64(out, ",\"parent_position\":", ev->parent_position, err);
+        if (!rc)
+            rc = app_hex(out, ",\"parent_canon\":", ev->parent_canon, err);
+    }
     if (!rc)
         rc = app(out, ",\"blocks\":[", err);
     for (size_t i = 0; i < ev->nblocks && !rc; i++) {

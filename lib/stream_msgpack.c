@@ -596,6 +596,10 @@ static void pack_stored(msgpack_packer *pk, const kvix_event *ev, int with_token
         msgpack_pack_uint64(pk, ev->parent);
     else
         msgpack_pack_nil(pk);
+    if (ev->has_parent && ev->has_parent_at) {
+        pk_kv_u64(pk, "parent_position", ev->parent_position);
+        pk_kv_u64(pk, "parent_canon", ev->parent_canon);
+    }
     pk_str(pk, "blocks");
     msgpack_pack_array(pk, ev->nblocks);
     for (size_t i = 0; i < ev->nblocks; i++) {
@@ -628,7 +632,7 @@ int kvix_event_to_msgpack(const kvix_event *ev, kvix_buf *out, kvix_err *err)
                           ev->ntokens == ev->nblocks * ev->bs;
         size_t n = 6 + ev->has_eid + ev->has_ts;
         if (ev->type == KVIX_EV_STORED)
-            n += 3 + !!ev->lora[0] + with_tokens;
+            n += 3 + !!ev->lora[0] + with_tokens + 2 * (ev->has_parent && ev->has_parent_at);
         else if (ev->type == KVIX_EV_REMOVED)
             n += 1;
         msgpack_pack_map(&pk, n);

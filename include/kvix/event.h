@@ -53,11 +53,18 @@ typedef struct kvix_event {
     uint64_t worker;
     uint32_t dp;
     int medium;             /* kvix_medium */
-    unsigned has_eid : 1, has_ts : 1, has_parent : 1, has_tokens : 1, has_id : 1;
+    unsigned has_eid : 1, has_ts : 1, has_parent : 1, has_tokens : 1, has_id : 1,
+        has_parent_at : 1;
     uint64_t eid;
     double ts;
     uint32_t bs;            /* stored: block size; query: 0 = the partition's */
     uint64_t parent;        /* stored: engine hash of the parent when has_parent */
+    /* stored, kvix's extension (kvix-events(5)): where the parent sat when
+     * has_parent_at (with has_parent): its position and canonical hash. The
+     * blocks go below that placement whether or not the worker still holds
+     * the parent there: how a dump restores orphans. */
+    uint32_t parent_position;
+    uint64_t parent_canon;
     char model[KVIX_NAME_MAX];  /* default "default" */
     char tenant[KVIX_NAME_MAX]; /* default "default" */
     char lora[KVIX_NAME_MAX];   /* "" = no LoRA */

@@ -85,6 +85,72 @@ nl=$(wc -l <d1)
 [ "$nl" -lt "$nb" ] || fail "$nl events for $nb blocks"
 end
 
+# Events that leave orphans: chains stored, parents removed before their
+# children, engine hashes stored again with other content or elsewhere
+# (kvix-events(5): the block moves, its old children stay).
+orphan_events() { # SEED N
+    $PY - "$1" "$2" <<'EOF'
+import json, random, sys
+r = random.Random(int(sys.argv[1]))
+held = {}
+def ev(w, **kw):
+    e = {"type": kw.pop("type", "stored"), "worker": w, "dp": 0, "bs": 4}
+    e.update(kw)
+    print(json.dumps(e, separators=(",", ":")))
+for i in range(int(sys.argv[2])):
+    w = r.randint(1, 3)
+    hs = held.setdefault(w, [])
+    if r.random() < 0.5 or not hs:
+        parent = r.choice(hs) if hs and r.random() < 0.7 else None
+        blocks = []
+        for _ in range(r.randint(1, 6)):
+            seq = r.randint(1, 60)  # few hashes: they are stored again
+            blocks.append({"local": "%x" % r.getrandbits(64), "seq": "%x" % seq})
+            hs.append(seq)
+        ev(w, parent=("%x" % parent) if parent is not None else None, blocks=blocks,
+           medium=r.choice(["gpu", "gpu", "cpu"]))
+    else:
+        gone = r.sample(hs, min(len(hs), r.randint(1, 3)))
+        ev(w, type="removed", hashes=["%x" % h for h in gone])
+        hs[:] = [h for h in hs if h not in gone]
+EOF
+}
+
+begin "dump | kvindex restores orphans exactly (parent_position, parent_canon), as NDJSON and msgpack"
+seed=$ROOT/tests/fuzz/seeds/snapshot/orphans.kvix
+run kvdump "$seed"
+expect_rc 0
+assert_eq "$(cat err)" "" "no warning"
+assert_eq "$(jq -c 'select(.parent_canon) | [.parent, .parent_position, .parent_canon]' out)" \
+    '["0000000000000005",0,"0000000000000001"]' "the orphan's event says where its parent sat"
+kvindex -s b.kvix <out 2>/dev/null
+run kvdump --diff "$seed" b.kvix
+expect_rc 0
+cmp -s "$seed" b.kvix || fail "seed: snapshots differ"
+orphan_events 3 4000 | kvindex -s o.kvix 2>/dev/null
+[ "$(kvdump --stats --json o.kvix | jq -s 'map(select(.scope=="partition") | .orphans) | add')" -gt 10 ] ||
+    fail "the events left too few orphans"
+kvdump o.kvix >d
+kvindex -s p.kvix <d 2>err
+assert_grep 'rejected 0 records' err
+run kvdump --diff o.kvix p.kvix
+expect_rc 0
+cmp -s o.kvix p.kvix || fail "NDJSON: snapshots differ"
+kvreplay --fast -q -f msgpack d >d.mp
+kvindex -f msgpack -s q.kvix <d.mp 2>err
+assert_grep 'rejected 0 records' err
+cmp -s o.kvix q.kvix || fail "msgpack: snapshots differ"
+# the extension's rules, the same in both framings
+for bad in '"parent":"5","parent_position":0' '"parent":"5","parent_canon":"1"' \
+    '"parent":null,"parent_position":0,"parent_canon":"1"' '"parent":"5","parent_position":-1,"parent_canon":"1"'; do
+    echo '{"type":"stored","worker":1,"bs":4,'"$bad"',"blocks":[{"local":"1","seq":"9"}]}' >bad
+    run kvindex -s r.kvix <bad
+    assert_grep 'rejected 1 records' err
+    kvreplay --fast -q -f msgpack bad >bad.mp 2>/dev/null
+    [ -s bad.mp ] && fail "kvreplay wrote a record the NDJSON reader refused: $bad"
+done
+end
+
 begin "dump reads standard input; filters by model, tenant and worker"
 events | kvindex -s a.kvix 2>/dev/null
 run kvdump - <a.kvix
