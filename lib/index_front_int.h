@@ -222,6 +222,10 @@ static inline void raise_depth(part *p, uint32_t depth)
         ;
 }
 
+/* lib/index_walk.c: kvix_index_stats's instances counted without allocating
+ * (what it falls back on out of memory); partitions x workers lookups. */
+size_t kvix_ix_instances_without_memory(const kvix_index *idx);
+
 /* lib/index_part.c */
 size_t kvix_ix_cmap_memory(const cmap *m);
 void kvix_ix_cmap_release(cmap *m, void (*free_elem)(void *));

@@ -187,13 +187,52 @@ size_t kvix_ix_count_blocks(kvix_index *idx, size_t *parts)
     return blocks;
 }
 
+/* worker's first active state in p (through its dp ranks), or NULL. */
+static const wstate *first_active(const part *p, uint64_t worker)
+{
+    for (const wstate *w = kvix_ix_ws_first(p, worker); w;
+         w = __atomic_load_n(&w->next_dp, __ATOMIC_ACQUIRE))
+        if (ws_active(w))
+            return w;
+    return NULL;
+}
+
+/* Distinct worker ids with state, without allocating (when the set of ids
+ * seen could not be had): a state counts when it is its worker's first
+ * active one in its partition and no earlier partition of the table has the
+ * worker. Partitions x workers lookups: only out of memory. */
+size_t kvix_ix_instances_without_memory(const kvix_index *idx)
+{
+    const ctab *t = __atomic_load_n(&idx->parts.t, __ATOMIC_ACQUIRE);
+    size_t n = 0;
+    for (size_t i = 0; t && i < t->cap; i++) {
+        part *p = __atomic_load_n(&t->v[i], __ATOMIC_ACQUIRE);
+        if (!p)
+            continue;
+        uint32_t ns = part_nslots(p);
+        for (uint32_t s = 0; s < ns; s++) {
+            wstate *w = slot_ws(p, s);
+            if (!w || !ws_active(w) || first_active(p, w->worker) != w)
+                continue;
+            int seen = 0;
+            for (size_t j = 0; j < i && !seen; j++) {
+                part *q = __atomic_load_n(&t->v[j], __ATOMIC_ACQUIRE);
+                seen = q && first_active(q, w->worker);
+            }
+            n += !seen;
+        }
+    }
+    return n;
+}
+
 void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
 {
     memset(out, 0, sizeof *out);
     /* The table itself, not a copy (kvix_ix_parts_list): the index is quiet,
      * and a function that cannot fail must not let an allocation decide its
      * counts (a failed copy read as an empty index, and a snapshot load then
-     * as a corrupt file); only instances needs memory, and is 0 without it. */
+     * as a corrupt file); only instances needs memory, and is counted
+     * another way without it. */
     ctab *t = __atomic_load_n(&idx->parts.t, __ATOMIC_ACQUIRE);
     out->bytes = sizeof *idx + kvix_ix_cmap_memory(&idx->parts);
     for (unsigned i = 0; i < idx->nq; i++) {
@@ -232,6 +271,6 @@ void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
             out->bytes += fb;
         }
     }
-    out->instances = ids_ok ? kvix_hmap_size(&ids) : 0;
+    out->instances = ids_ok ? kvix_hmap_size(&ids) : kvix_ix_instances_without_memory(idx);
     kvix_hmap_release(&ids);
 }

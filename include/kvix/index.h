@@ -248,7 +248,7 @@ int kvix_index_set_eid(kvix_index *idx, const char *model, const char *tenant, u
 typedef struct kvix_index_stats {
     size_t partitions;
     size_t workers;        /* distinct (partition, worker, dp) with state */
-    size_t instances;      /* distinct worker ids among those (0 when out of memory) */
+    size_t instances;      /* distinct worker ids among those */
     size_t blocks;         /* stored (worker, block) pairs */
     size_t unique_blocks;  /* distinct (partition, position, canonical hash) */
     size_t bytes;          /* memory held by the index */

@@ -50,3 +50,52 @@ TEST(totals_cross_2_to_the_32)
     kvix_event_release(&ev);
     kvix_index_free(idx);
 }
+
+/* kvix_index_stats's instances (distinct worker ids with state) is counted
+ * without allocating when the set of ids cannot be had (it said 0 then):
+ * both ways agree, with workers in several partitions and dp ranks, and
+ * workers removed again. */
+TEST(instances_counted_without_memory)
+{
+    kvix_index *idx;
+    kvix_index_opts o;
+    kvix_err err;
+    kvix_index_opts_init(&o);
+    CHECK(kvix_index_new(&idx, &o, &err) == KVIX_OK);
+    kvix_event ev;
+    kvix_event_init(&ev);
+    static const char *const models[] = {"a", "b", "c"};
+    int live[64] = {0}; /* worker ids holding a block */
+    uint64_t s = th_seed();
+    for (int i = 0; i < 3000; i++) {
+        s = s * 6364136223846793005u + 1442695040888963407u;
+        uint64_t worker = (s >> 33) % 64, dp = (s >> 20) % 3, m = (s >> 10) % 3;
+        kvix_event_reset(&ev);
+        ev.worker = worker;
+        ev.dp = (uint32_t)dp;
+        CHECK(kvix_event_set_name(ev.model, models[m], 1, &err) == KVIX_OK);
+        if ((s >> 5) % 4) {
+            ev.type = KVIX_EV_STORED;
+            ev.bs = 4;
+            CHECK(kvix_event_reserve_blocks(&ev, 1, &err) == KVIX_OK);
+            ev.blocks[0] = (kvix_block){.local = s, .seq = s >> 7};
+            ev.nblocks = 1;
+            CHECK(kvix_index_apply(idx, &ev, NULL, &err) == KVIX_OK);
+            live[worker] = 1;
+        } else {
+            CHECK(kvix_index_remove_worker(idx, worker, NULL, &err) == KVIX_OK);
+            live[worker] = 0;
+        }
+        if (i % 500 == 499) {
+            kvix_index_stats st;
+            kvix_index_stats_get(idx, &st);
+            CHECK_U64(st.instances, kvix_ix_instances_without_memory(idx));
+            size_t want = 0;
+            for (int k = 0; k < 64; k++)
+                want += (size_t)live[k];
+            CHECK_U64(st.instances, want);
+        }
+    }
+    kvix_event_release(&ev);
+    kvix_index_free(idx);
+}
