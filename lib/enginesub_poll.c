@@ -345,6 +345,24 @@ static void on_monitor(kvix_enginesub *s, sub *b, uint64_t now)
     }
 }
 
+/* Take at most DRAIN_MAX messages from b's socket *sockp, polled as polled,
+ * through on. A message may close or reopen the socket: draining stops
+ * when *sockp is no longer the one polled. */
+static int drain(kvix_enginesub *s, sub *b, void **sockp, void *polled,
+                 int (*on)(kvix_enginesub *, sub *, zmq_msg_t *, int, uint64_t), uint64_t now)
+{
+    int st = 0;
+    for (int m = 0; m < DRAIN_MAX && !st && *sockp == polled; m++) {
+        zmq_msg_t f[4];
+        int nf;
+        if (recv_msg(*sockp, f, &nf) < 0)
+            break;
+        st = on(s, b, f, nf, now);
+        close_frames(f, nf);
+    }
+    return st;
+}
+
 /* ---- the step -------------------------------------------------------------- */
 
 static int grow_items(kvix_enginesub *s, size_t n)
@@ -467,14 +485,7 @@ int kvix_enginesub_step(kvix_enginesub *s, int timeout_ms, kvix_err *err)
         }
         if (s->kinds[i] != 'r')
             continue;
-        for (int m = 0; m < DRAIN_MAX && !st && b->dealer == it->socket; m++) {
-            zmq_msg_t f[4];
-            int nf;
-            if (recv_msg(b->dealer, f, &nf) < 0)
-                break;
-            st = on_reply(s, b, f, nf, now);
-            close_frames(f, nf);
-        }
+        st = drain(s, b, &b->dealer, it->socket, on_reply, now);
     }
     for (size_t i = 0; i < k && !st; i++) {
         zmq_pollitem_t *it = &s->items[i];
@@ -485,14 +496,7 @@ int kvix_enginesub_step(kvix_enginesub *s, int timeout_ms, kvix_err *err)
             on_monitor(s, b, now);
         if (s->kinds[i] != 'l')
             continue;
-        for (int m = 0; m < DRAIN_MAX && !st && b->sock == it->socket; m++) {
-            zmq_msg_t f[4];
-            int nf;
-            if (recv_msg(b->sock, f, &nf) < 0)
-                break;
-            st = on_live(s, b, f, nf, now);
-            close_frames(f, nf);
-        }
+        st = drain(s, b, &b->sock, it->socket, on_live, now);
     }
     for (size_t i = 0; i < s->live.n && !st; i++) {
         sub *b = s->live.v[i];

@@ -44,6 +44,21 @@ static void pack_key(msgpack_packer *pk, int map, const char *key)
         pack_str(pk, key);
 }
 
+/* An event's head: a map of nfields with its "type", or an array of
+ * nelems (the array style has no keys, and a trailing element at times)
+ * opening with the type. */
+static void pack_head(msgpack_packer *pk, int map, size_t nfields, size_t nelems,
+                      const char *type)
+{
+    if (map) {
+        msgpack_pack_map(pk, nfields);
+        pack_str(pk, "type");
+    } else {
+        msgpack_pack_array(pk, nelems);
+    }
+    pack_str(pk, type);
+}
+
 static void pack_hashes(msgpack_packer *pk, const uint64_t *h, size_t n)
 {
     msgpack_pack_array(pk, n);
@@ -78,13 +93,7 @@ static int check_event(const kvix_event *ev, kvix_err *err)
 
 static void pack_stored(msgpack_packer *pk, const kvix_event *ev, int map)
 {
-    if (map) {
-        msgpack_pack_map(pk, 11);
-        pack_str(pk, "type");
-    } else {
-        msgpack_pack_array(pk, 12);
-    }
-    pack_str(pk, "BlockStored");
+    pack_head(pk, map, 11, 12, "BlockStored");
     pack_key(pk, map, "block_hashes");
     msgpack_pack_array(pk, ev->nblocks);
     for (size_t i = 0; i < ev->nblocks; i++)
@@ -123,13 +132,7 @@ static void pack_stored(msgpack_packer *pk, const kvix_event *ev, int map)
 
 static void pack_removed(msgpack_packer *pk, const kvix_event *ev, int map)
 {
-    if (map) {
-        msgpack_pack_map(pk, 4);
-        pack_str(pk, "type");
-    } else {
-        msgpack_pack_array(pk, 4);
-    }
-    pack_str(pk, "BlockRemoved");
+    pack_head(pk, map, 4, 4, "BlockRemoved");
     pack_key(pk, map, "block_hashes");
     pack_hashes(pk, ev->hashes, ev->nhashes);
     pack_key(pk, map, "medium");
@@ -140,13 +143,7 @@ static void pack_removed(msgpack_packer *pk, const kvix_event *ev, int map)
 
 static void pack_cleared(msgpack_packer *pk, int map)
 {
-    if (map) {
-        msgpack_pack_map(pk, 1);
-        pack_str(pk, "type");
-    } else {
-        msgpack_pack_array(pk, 1);
-    }
-    pack_str(pk, "AllBlocksCleared");
+    pack_head(pk, map, 1, 1, "AllBlocksCleared");
 }
 
 int kvix_wire_encode(const kvix_event *const *ev, size_t n, double ts, uint32_t dp,
