@@ -195,15 +195,7 @@ static inline int mpb_cb_ext(mpb_user *u, const char *b, const char *p, unsigned
     return 0;
 }
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcast-align"
-#pragma GCC diagnostic ignored "-Wshadow"
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
-#pragma GCC diagnostic ignored "-Wunused-parameter"
-#pragma GCC diagnostic ignored "-Wundef"
-#include <msgpack/unpack_template.h>
-#pragma GCC diagnostic pop
+#include "msgpack_template_int.h"
 
 static bool depth_ok(const msgpack_object *o, int depth, int max)
 {

@@ -111,16 +111,7 @@ static inline int kvmps_cb_map_item(mps_user *u, unsigned char *c, unsigned char
     return 0;
 }
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcast-align"
-#pragma GCC diagnostic ignored "-Wshadow"
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
-#pragma GCC diagnostic ignored "-Wunused-parameter"
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wundef"
-#include <msgpack/unpack_template.h>
-#pragma GCC diagnostic pop
+#include "msgpack_template_int.h"
 
 struct kvix_mp_framer {
     struct kvmps_context scan;
