@@ -4,18 +4,8 @@
  * bookkeeping, events and the index's lifecycle; the others are listed in
  * lib/index_front_int.h.
  *
- * Concurrency design. Readers (queries) never lock in the front end:
- *  - partitions and (worker, dp) states live in insert-only tables of
- *    pointers; an insertion (rare: a new partition or worker) takes a mutex,
- *    fills a slot with a release store, and a growing table is copied and
- *    published while the old copy stays allocated until kvix_index_free.
- *    Nothing a reader can reach is ever freed while the index lives, so no
- *    reclamation scheme is needed;
- *  - slot numbers are dense per partition and never reused: a (worker, dp)
- *    keeps its slot after its blocks are removed, so a query that sees a
- *    slot in a backend always maps it to the right (worker, dp);
- *  - a (worker, dp)'s engine-hash map is touched only by that worker's
- *    writer (the caller's contract), so it has no lock.
+ * Concurrency design: lib/index_front_int.h (lock-free readers; (worker,
+ * dp) states and slots reclaimed after a grace period).
  *
  * Block bookkeeping per (worker, dp): lib/index_front_int.h. In short, a
  * (worker, dp) keeps engine hash -> backend node handle | tier mask, and the
@@ -35,7 +25,7 @@
 static int tier_ref(wstate *w, kvix_binfo *b, unsigned tier, void **node, kvix_err *err)
 {
     struct part *p = w->p;
-    int rc = p->ops->add(p->be, b, w->slot, tier, node, err);
+    int rc = p->ops->add(part_be(p), b, w->slot, tier, node, err);
     if (rc <= 0)
         return rc; /* new in the backend, or an error */
     uint64_t key[2] = {b->pos, b->canon};
@@ -75,7 +65,7 @@ static void tier_unref(wstate *w, void *node, unsigned tier)
             return;
         }
     }
-    p->ops->del(p->be, node, w->slot, tier);
+    p->ops->del(part_be(p), node, w->slot, tier);
 }
 
 static void untier_all(wstate *w, bent e)
@@ -255,34 +245,36 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
     if (!w && (rc = kvix_ix_ws_get(p, ev->worker, ev->dp, &w, err)))
         return rc;
     raise_depth(p, pos0 + (uint32_t)ev->nblocks);
-    for (size_t i = 0; i < ev->nblocks; i++) {
+    rc = KVIX_OK;
+    for (size_t i = 0; i < ev->nblocks && !rc; i++) {
         uint32_t pos = pos0 + (uint32_t)i;
         uint64_t local = ev->blocks[i].local;
         uint64_t canon = pos == 0 ? local : kvix_hash_seq_next(prev, local);
-        if ((rc = kvix_ix_store_block(w, ev->blocks[i].seq, pos, local, canon, parent, prev,
-                              (unsigned)ev->medium, r, err)))
-            return rc;
+        rc = kvix_ix_store_block(w, ev->blocks[i].seq, pos, local, canon, parent, prev,
+                                 (unsigned)ev->medium, r, err);
         prev = canon;
         parent = ev->blocks[i].seq;
     }
     kvix_ix_publish_held(w);
-    record_eid(w, ev);
-    return KVIX_OK;
+    if (!rc)
+        record_eid(w, ev);
+    kvix_ix_ws_done(w); /* nothing held (an empty event, or a first block refused): released */
+    return rc;
 }
 
 /* The state an eid-carrying removed/cleared event is recorded in: created
  * when the partition exists (or the event has a block size to create it). */
-static int eid_state(kvix_index *idx, part *p, const kvix_event *ev, wstate *w, kvix_err *err)
+static int eid_state(kvix_index *idx, part *p, const kvix_event *ev, wstate **w, kvix_err *err)
 {
     int rc;
-    if (!ev->has_eid || w)
-        return (record_eid(w, ev), KVIX_OK);
+    if (!ev->has_eid || *w)
+        return (record_eid(*w, ev), KVIX_OK);
     if (!p && !ev->bs)
         return KVIX_OK;
     if ((!p && (rc = kvix_ix_part_get(idx, ev->model, ev->tenant, ev->bs, &p, err))) ||
-        (rc = kvix_ix_ws_get(p, ev->worker, ev->dp, &w, err)))
+        (rc = kvix_ix_ws_get(p, ev->worker, ev->dp, w, err)))
         return rc;
-    record_eid(w, ev);
+    record_eid(*w, ev);
     return KVIX_OK;
 }
 
@@ -303,7 +295,10 @@ static int apply_removed(kvix_index *idx, const kvix_event *ev, kvix_apply_resul
             remove_hash(w, ev->hashes[i], (unsigned)ev->medium, r);
         kvix_ix_publish_held(w);
     }
-    return eid_state(idx, p, ev, w, err);
+    int rc = eid_state(idx, p, ev, &w, err);
+    if (w)
+        kvix_ix_ws_done(w); /* its last block gone and no eid: released */
+    return rc;
 }
 
 static int apply_cleared(kvix_index *idx, const kvix_event *ev, kvix_apply_result *r,
@@ -315,7 +310,10 @@ static int apply_cleared(kvix_index *idx, const kvix_event *ev, kvix_apply_resul
     wstate *w = p ? kvix_ix_ws_find(p, ev->worker, ev->dp) : NULL;
     if (w)
         clear_ws(w, r);
-    return eid_state(idx, p, ev, w, err);
+    int rc = eid_state(idx, p, ev, &w, err);
+    if (w)
+        kvix_ix_ws_done(w); /* cleared without an eid: released */
+    return rc;
 }
 
 void kvix_ix_add_totals(kvix_index *idx, const kvix_apply_result *r)
@@ -374,6 +372,7 @@ static int remove_workers(kvix_index *idx, uint64_t worker, int all_dp, uint32_t
     (void)err;
     if (!idx)
         return kvix_err_set(err, KVIX_EINVAL, "no index");
+    kvix_rcu_lock(); /* the partitions' table may be replaced meanwhile */
     ctab *t = __atomic_load_n(&idx->parts.t, __ATOMIC_ACQUIRE);
     for (size_t i = 0; t && i < t->cap; i++) {
         part *p = __atomic_load_n(&t->v[i], __ATOMIC_ACQUIRE);
@@ -381,12 +380,15 @@ static int remove_workers(kvix_index *idx, uint64_t worker, int all_dp, uint32_t
             continue;
         /* the worker's own states, not every slot of the partition */
         wstate *w = all_dp ? kvix_ix_ws_first(p, worker) : kvix_ix_ws_find(p, worker, dp);
-        for (; w; w = all_dp ? w->next_dp : NULL) {
+        for (wstate *next; w; w = next) {
+            next = all_dp ? w->next_dp : NULL; /* w is released below */
             clear_ws(w, &r);
             w->has_eid = 0;
             w->eid = 0;
+            kvix_ix_ws_done(w);
         }
     }
+    kvix_rcu_unlock();
     kvix_ix_add_totals(idx, &r);
     if (res)
         *res = r;
@@ -417,6 +419,7 @@ int kvix_index_forget_worker(kvix_index *idx, const char *model, const char *ten
         clear_ws(w, &r);
         w->has_eid = 0;
         w->eid = 0;
+        kvix_ix_ws_done(w);
         kvix_ix_add_totals(idx, &r);
     }
     if (res)
@@ -480,6 +483,7 @@ void kvix_index_free(kvix_index *idx)
     if (!idx)
         return;
     kvix_ix_pool_stop(idx);
+    kvix_ix_parts_quiesce(idx);
     kvix_ix_cmap_release(&idx->parts, kvix_ix_part_free);
     pthread_mutex_destroy(&idx->lock);
     free(idx);

@@ -1,24 +1,32 @@
 /* libkvix private: the index front end's shared state, for the files that
  * make it up:
  *   lib/index.c        block bookkeeping per (worker, dp), events, lifecycle
- *   lib/index_part.c   partitions and (worker, dp) states (insert-only tables)
+ *   lib/index_part.c   partitions and (worker, dp) states, and their reclamation
  *   lib/index_query.c  queries: hashing the chain, the backend, the answer
  *   lib/index_walk.c   walking, restoring (snapshots) and stats
  *   lib/index_pool.c   the writer pool
  * Backends (lib/index_int.h) hold the shared query-side structure.
  *
  * Concurrency design. Readers (queries) never lock in the front end:
- *  - partitions and (worker, dp) states live in insert-only tables of
- *    pointers; an insertion (rare: a new partition or worker) takes a mutex,
- *    fills a slot with a release store, and a growing table is copied and
- *    published while the old copy stays allocated until kvix_index_free.
- *    Nothing a reader can reach is ever freed while the index lives, so no
- *    reclamation scheme is needed;
- *  - slot numbers are dense per partition and never reused: a (worker, dp)
- *    keeps its slot after its blocks are removed, so a query that sees a
- *    slot in a backend always maps it to the right (worker, dp);
+ *  - partitions and (worker, dp) states live in open-addressing tables of
+ *    pointers; a change (a new or departing partition entry or worker) takes
+ *    a mutex and stores a slot with a release store (a departing entry
+ *    becomes a tombstone); a rebuilt table is published and the old copy,
+ *    like a departed state, is freed after an RCU grace period. Every
+ *    lock-free search runs inside a read-side section (lib/rcu_int.h);
+ *  - partitions live as long as the index (a partition whose workers have
+ *    all gone keeps its name and block size, and gives its backend and slot
+ *    tables back);
+ *  - slot numbers are dense per partition and reused: a (worker, dp) with no
+ *    block and no eid (cleared without eid, removed worker, its last block
+ *    removed) gives its slot back. Its blocks left every holder set first
+ *    (the backend's del for each), and the slot maps to no state from then
+ *    on; only after a grace period does it return to the free slots, so a
+ *    query (whose backend walk and slot-to-worker mapping are one read-side
+ *    section) never maps an old holder's slot to a new (worker, dp);
  *  - a (worker, dp)'s engine-hash map is touched only by that worker's
- *    writer (the caller's contract), so it has no lock.
+ *    writer (the caller's contract), so it has no lock, and only that writer
+ *    registers or releases its state.
  *
  * Block bookkeeping per (worker, dp):
  *  - blocks: engine hash -> the backend node's handle, with the tier mask in
@@ -48,19 +56,22 @@
 #include "hashmap_int.h"
 #include "index_int.h"
 #include "kvix/index.h"
+#include "rcu_int.h"
 
-/* ---- insert-only table of pointers, lock-free for readers ------------- */
+/* ---- table of pointers, lock-free for readers ------------------------- */
 
 typedef struct ctab {
-    struct ctab *retired; /* older copies, freed with the index */
+    struct rcu_head rcu; /* a replaced copy is freed after a grace period */
     size_t cap;
     void *v[];
 } ctab;
 
 typedef struct cmap {
-    ctab *t;  /* published with release stores */
-    size_t n; /* writers only, under their lock */
+    ctab *t;        /* published with release stores */
+    size_t n, tomb; /* entries and tombstones; writers only, under their lock */
 } cmap;
+
+#define CTAB_TOMB ((void *)1) /* a departed entry: probes go on past it */
 
 
 /* ---- partitions and (worker, dp) states ------------------------------- */
@@ -141,6 +152,7 @@ typedef struct wstate {
     int has_eid;
     uint64_t eid;
     uint32_t held; /* atomic: kvix_ix_bm_size(&blocks), for queries on other threads */
+    struct rcu_head rcu; /* a released state is freed, and its slot reused, after a grace period */
 } wstate;
 
 /* Publish the count of blocks held after a change (one plain store on x86). */
@@ -153,6 +165,7 @@ typedef struct whead { /* a worker's (worker, dp) states in a partition; key: wo
     uint64_t h;
     uint64_t worker;
     wstate *first; /* atomic: the latest registered; then through next_dp */
+    struct rcu_head rcu;
 } whead;
 
 typedef struct part {
@@ -160,13 +173,24 @@ typedef struct part {
     char *model, *tenant;
     uint32_t bs;
     const kvix_backend_ops *ops;
-    void *be;
-    pthread_mutex_t lock; /* registration of new (worker, dp) */
+    const kvix_index_opts *opts;
+    void *be; /* atomic; NULL while the partition has no (worker, dp) (made on the first) */
+    pthread_mutex_t lock; /* registration and release of (worker, dp) states */
     cmap workers;
     cmap wheads; /* worker -> whead, so removing a worker costs its own states */
-    uint32_t nslots;                  /* atomic */
-    uint32_t depth;                   /* atomic: 1 + the deepest position ever stored */
-    wstate **chunks[SLOT_CHUNKS];     /* atomic pointers; slot -> state */
+    uint32_t nslots;              /* atomic: slots handed out at most (free ones included) */
+    uint32_t depth;               /* atomic: 1 + the deepest position stored since the
+                                   * partition was last empty */
+    wstate ***chunks; /* atomic: SLOT_CHUNKS atomic pointers to chunks of slot -> state
+                       * (NULL: free); NULL while the partition is empty */
+    /* under lock: */
+    uint32_t live;    /* registered states */
+    uint32_t limbo;   /* released slots waiting for their grace period */
+    uint32_t nfree, fcap; /* free slots (below nslots) reusable now; room for fcap >= nslots */
+    uint32_t *free_slots;
+    /* atomic: call_rcu callbacks that will touch the partition, queued or
+     * running; each drops it as its very last access to the partition */
+    uint32_t inflight;
 } part;
 
 typedef struct wqueue {
@@ -198,11 +222,16 @@ static inline uint32_t part_nslots(const part *p)
     return __atomic_load_n(&p->nslots, __ATOMIC_ACQUIRE);
 }
 
+/* The state of a slot (NULL: free). Outside a quiet index, call inside a
+ * read-side section and use the state only within it. */
 static inline wstate *slot_ws(const part *p, uint32_t slot)
 {
     if (slot >= part_nslots(p))
         return NULL;
-    wstate **c = __atomic_load_n(&p->chunks[slot / SLOT_CHUNK], __ATOMIC_ACQUIRE);
+    wstate ***top = __atomic_load_n(&p->chunks, __ATOMIC_ACQUIRE);
+    if (!top)
+        return NULL;
+    wstate **c = __atomic_load_n(&top[slot / SLOT_CHUNK], __ATOMIC_ACQUIRE);
     return c ? __atomic_load_n(&c[slot % SLOT_CHUNK], __ATOMIC_ACQUIRE) : NULL;
 }
 
@@ -236,8 +265,23 @@ wstate *kvix_ix_ws_first(const part *p, uint64_t worker);
 /* The partition (model, tenant), created with block size bs if absent. */
 int kvix_ix_part_get(kvix_index *idx, const char *model, const char *tenant, uint32_t bs, part **out,
              kvix_err *err);
-/* The state of (worker, dp) in p, registered with the next slot if absent. */
+/* The state of (worker, dp) in p, registered with a free slot if absent. */
 int kvix_ix_ws_get(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix_err *err);
+/* The worker's writer is done with w: if it holds no block and no eid, its
+ * state is unregistered, its slot maps to nothing, and both are reclaimed
+ * after a grace period (w must not be used after this call). When it was
+ * the partition's last, the partition gives its backend and slot tables
+ * back. */
+void kvix_ix_ws_done(wstate *w);
+/* The backend of p for a writer that holds a registered state of p. */
+static inline void *part_be(const part *p)
+{
+    return __atomic_load_n(&p->be, __ATOMIC_RELAXED);
+}
+/* Wait until every deferred release of idx's partitions has run and let go
+ * of them (grace periods: milliseconds). Call outside any read-side
+ * section, on a quiet index. */
+void kvix_ix_parts_quiesce(kvix_index *idx);
 void kvix_ix_part_free(void *p);
 int kvix_ix_bs_mismatch(const part *p, uint32_t bs, kvix_err *err);
 /* The partitions, in no order; *n set. Caller frees. */

@@ -10,6 +10,9 @@
  * engine hash -> node handle: the hashes of a block are not repeated per
  * holder. A worker is a dense "slot" number per partition (worker, dp) ->
  * slot, so backends can keep worker sets as bitsets.
+ * A slot is reused for another (worker, dp) once its holder has deleted
+ * every block it added (so a backend's per-slot state must be back to what
+ * a fresh slot has by then) and a grace period has passed.
  *
  * Concurrency every backend must provide:
  *  - add/del for DIFFERENT slots may run concurrently (one writer thread per
@@ -33,7 +36,8 @@
 #include "kvix/hash.h"
 #include "kvix/index.h"
 
-/* Ceiling on (worker, dp) slots per partition. */
+/* Ceiling on (worker, dp) slots per partition: (worker, dp) pairs holding a
+ * block or an eid at once, plus those released in the last grace period. */
 #define KVIX_SLOTS_MAX (1u << 16)
 
 /* The query side of one block position: lazily computed canonical chain, so a
@@ -90,6 +94,11 @@ typedef struct kvix_backend_ops {
     /* One backend instance per partition. */
     void *(*create)(const kvix_index_opts *opts, kvix_err *err);
     void (*destroy)(void *be);
+    /* Optional: destroy would now wait for the backend's own deferred work
+     * (an empty partition's backend is destroyed from a call_rcu callback,
+     * which must not wait for later callbacks: it tries again after another
+     * grace period). NULL: never. */
+    int (*busy)(void *be);
     /* slot now holds block b in tier. Returns KVIX_OK (0) when it did not
      * hold it in that tier before, 1 when it did (nothing changes: the front
      * end counts a second engine hash of the block), or an error. On 0 or 1

@@ -1,8 +1,10 @@
-/* Partitions and (worker, dp) states: insert-only tables of pointers that
- * readers search without a lock (see lib/index_front_int.h). */
+/* Partitions and (worker, dp) states: tables of pointers that readers
+ * search without a lock, and the reclamation of departed states, their
+ * slots, and an empty partition's backend (see lib/index_front_int.h). */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <xxhash.h>
 
 #include "index_front_int.h"
@@ -12,7 +14,8 @@ typedef int (*cmatch_fn)(const void *elem, const void *key);
 
 static inline uint64_t elem_hash(const void *e) { return *(const uint64_t *)e; }
 
-static void *cmap_find(const cmap *m, uint64_t h, cmatch_fn match, const void *key)
+/* Inside a read-side section, or under the table's lock. */
+static void *cmap_find_locked(const cmap *m, uint64_t h, cmatch_fn match, const void *key)
 {
     ctab *t = __atomic_load_n(&m->t, __ATOMIC_ACQUIRE);
     if (!t)
@@ -22,9 +25,20 @@ static void *cmap_find(const cmap *m, uint64_t h, cmatch_fn match, const void *k
         void *e = __atomic_load_n(&t->v[i], __ATOMIC_ACQUIRE);
         if (!e)
             return NULL;
-        if (elem_hash(e) == h && match(e, key))
+        if (e != CTAB_TOMB && elem_hash(e) == h && match(e, key))
             return e;
     }
+}
+
+/* Lock-free: what it returns must outlive the section by the caller's
+ * contract (partitions live with the index; a state or head is released
+ * only by its own worker's writer). */
+static void *cmap_find(const cmap *m, uint64_t h, cmatch_fn match, const void *key)
+{
+    kvix_rcu_lock();
+    void *e = cmap_find_locked(m, h, match, key);
+    kvix_rcu_unlock();
+    return e;
 }
 
 static void ctab_put(ctab *t, void *e)
@@ -35,34 +49,82 @@ static void ctab_put(ctab *t, void *e)
     __atomic_store_n(&t->v[i], e, __ATOMIC_RELEASE);
 }
 
+static void free_cb(struct rcu_head *head)
+{
+    KVIX_RCU_TSAN_ACQUIRE();
+    free(head); /* ctab: rcu is its first member */
+}
+
+/* Free a block whose first member is head after a grace period, from a
+ * writer or from a call_rcu callback (already registered: kvix_rcu_free
+ * would register it again). */
+static void defer(struct rcu_head *head, void (*cb)(struct rcu_head *), int in_cb)
+{
+    if (!in_cb)
+        kvix_rcu_writer();
+    KVIX_RCU_TSAN_RELEASE();
+    call_rcu(head, cb);
+}
+
+/* A fresh copy for n entries at load <= 1/4 (the old one is freed after a
+ * grace period); under the writers' lock. */
+static int cmap_rebuild(cmap *m, size_t n)
+{
+    ctab *t = m->t;
+    size_t cap = 16;
+    while (cap < n * 4)
+        cap *= 2;
+    ctab *nt = calloc(1, sizeof *nt + cap * sizeof nt->v[0]);
+    if (!nt)
+        return -1;
+    nt->cap = cap;
+    for (size_t i = 0; t && i < t->cap; i++)
+        if (t->v[i] && t->v[i] != CTAB_TOMB)
+            ctab_put(nt, t->v[i]);
+    __atomic_store_n(&m->t, nt, __ATOMIC_RELEASE);
+    m->tomb = 0;
+    if (t)
+        defer(&t->rcu, free_cb, 0);
+    return 0;
+}
+
 /* Under the writers' lock. */
 static int cmap_insert(cmap *m, void *e)
 {
     ctab *t = m->t;
-    if (!t || (m->n + 1) * 2 > t->cap) {
-        size_t cap = t ? t->cap * 2 : 16;
-        ctab *nt = calloc(1, sizeof *nt + cap * sizeof nt->v[0]);
-        if (!nt)
-            return -1;
-        nt->cap = cap;
-        for (size_t i = 0; t && i < t->cap; i++)
-            if (t->v[i])
-                ctab_put(nt, t->v[i]);
-        nt->retired = t;
-        __atomic_store_n(&m->t, nt, __ATOMIC_RELEASE);
-        t = nt;
-    }
-    ctab_put(t, e);
+    if ((!t || (m->n + m->tomb + 1) * 2 > t->cap) && cmap_rebuild(m, m->n + 1))
+        return -1;
+    ctab_put(m->t, e);
     m->n++;
     return 0;
 }
 
+/* e leaves the table (under the writers' lock); readers may still hold it
+ * until a grace period. A table far too big for what is left shrinks (a
+ * failed shrink keeps it: harmless); an empty one goes. */
+static void cmap_delete(cmap *m, void *e)
+{
+    ctab *t = m->t;
+    size_t mask = t->cap - 1;
+    for (size_t i = elem_hash(e) & mask; t->v[i]; i = (i + 1) & mask)
+        if (t->v[i] == e) {
+            __atomic_store_n(&t->v[i], CTAB_TOMB, __ATOMIC_RELEASE);
+            m->n--;
+            m->tomb++;
+            break;
+        }
+    if (m->n == 0) {
+        __atomic_store_n(&m->t, NULL, __ATOMIC_RELEASE);
+        m->tomb = 0;
+        defer(&t->rcu, free_cb, 0);
+    } else if (t->cap > 16 && m->n * 8 < t->cap) {
+        (void)cmap_rebuild(m, m->n);
+    }
+}
+
 size_t kvix_ix_cmap_memory(const cmap *m)
 {
-    size_t b = 0;
-    for (const ctab *t = m->t; t; t = t->retired)
-        b += sizeof *t + t->cap * sizeof t->v[0];
-    return b;
+    return m->t ? sizeof *m->t + m->t->cap * sizeof m->t->v[0] : 0;
 }
 
 void kvix_ix_cmap_release(cmap *m, void (*free_elem)(void *))
@@ -70,15 +132,11 @@ void kvix_ix_cmap_release(cmap *m, void (*free_elem)(void *))
     ctab *t = m->t;
     if (t && free_elem)
         for (size_t i = 0; i < t->cap; i++)
-            if (t->v[i])
+            if (t->v[i] && t->v[i] != CTAB_TOMB)
                 free_elem(t->v[i]);
-    while (t) {
-        ctab *r = t->retired;
-        free(t);
-        t = r;
-    }
+    free(t);
     m->t = NULL;
-    m->n = 0;
+    m->n = m->tomb = 0;
 }
 
 
@@ -158,8 +216,10 @@ void kvix_ix_part_free(void *e)
     part *p = e;
     kvix_ix_cmap_release(&p->workers, ws_free);
     kvix_ix_cmap_release(&p->wheads, free);
-    for (unsigned i = 0; i < SLOT_CHUNKS; i++)
+    for (unsigned i = 0; p->chunks && i < SLOT_CHUNKS; i++)
         free(p->chunks[i]);
+    free(p->chunks);
+    free(p->free_slots);
     if (p->be)
         p->ops->destroy(p->be);
     pthread_mutex_destroy(&p->lock);
@@ -167,6 +227,125 @@ void kvix_ix_part_free(void *e)
     free(p->tenant);
     free(p);
 }
+
+/* ---- reclamation ------------------------------------------------------ */
+
+/* A callback that touches p is about to be queued / is done with p. */
+static void inflight_add(part *p) { __atomic_fetch_add(&p->inflight, 1, __ATOMIC_RELAXED); }
+static void inflight_done(part *p) { __atomic_fetch_sub(&p->inflight, 1, __ATOMIC_RELEASE); }
+
+/* What an empty partition gives back, freed after a grace period: queries
+ * that found the partition non-empty may still walk its backend or look a
+ * slot up in its tables. */
+typedef struct pempty {
+    struct rcu_head rcu;
+    part *p;
+    void *be;
+    wstate ***chunks;
+} pempty;
+
+static void empty_cb(struct rcu_head *head)
+{
+    KVIX_RCU_TSAN_ACQUIRE();
+    pempty *x = (pempty *)(void *)head;
+    part *p = x->p;
+    if (x->be && p->ops->busy && p->ops->busy(x->be)) {
+        defer(&x->rcu, empty_cb, 1); /* its own deferred work first: try again later */
+        return;
+    }
+    if (x->be)
+        p->ops->destroy(x->be);
+    for (unsigned i = 0; x->chunks && i < SLOT_CHUNKS; i++)
+        free(x->chunks[i]);
+    free(x->chunks);
+    free(x);
+    inflight_done(p);
+}
+
+/* The last state and the last slot in limbo are gone (under p->lock): give
+ * the backend and the slot tables back; the next registration starts anew.
+ * Out of memory: the partition keeps them (harmless). */
+static void part_empty(part *p)
+{
+    pempty *x = calloc(1, sizeof *x);
+    if (!x)
+        return;
+    x->p = p;
+    x->be = p->be;
+    __atomic_store_n(&p->be, NULL, __ATOMIC_RELEASE);
+    x->chunks = p->chunks;
+    __atomic_store_n(&p->chunks, NULL, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->nslots, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->depth, 0, __ATOMIC_RELEASE);
+    free(p->free_slots);
+    p->free_slots = NULL;
+    p->nfree = p->fcap = 0;
+    inflight_add(p);
+    defer(&x->rcu, empty_cb, 1);
+}
+
+/* A released state's grace period is over: no query can still map its slot
+ * to it, so the slot is free for the next (worker, dp). */
+static void ws_reclaim_cb(struct rcu_head *head)
+{
+    KVIX_RCU_TSAN_ACQUIRE();
+    wstate *w = (wstate *)(void *)((char *)head - offsetof(wstate, rcu));
+    part *p = w->p;
+    pthread_mutex_lock(&p->lock);
+    p->free_slots[p->nfree++] = w->slot; /* room for every slot handed out */
+    if (--p->limbo == 0 && p->live == 0)
+        part_empty(p);
+    pthread_mutex_unlock(&p->lock);
+    ws_free(w);
+    inflight_done(p);
+}
+
+static void head_free_cb(struct rcu_head *head)
+{
+    KVIX_RCU_TSAN_ACQUIRE();
+    free((char *)head - offsetof(whead, rcu));
+}
+
+void kvix_ix_ws_done(wstate *w)
+{
+    if (ws_active(w))
+        return;
+    part *p = w->p;
+    pthread_mutex_lock(&p->lock);
+    cmap_delete(&p->workers, w);
+    whead *hd = cmap_find_locked(&p->wheads, wh_hash(w->worker), wh_match, &w->worker);
+    wstate **pp = &hd->first; /* only this worker's writer walks its chain */
+    while (*pp != w)
+        pp = &(*pp)->next_dp;
+    __atomic_store_n(pp, w->next_dp, __ATOMIC_RELEASE);
+    if (!hd->first) {
+        cmap_delete(&p->wheads, hd);
+        defer(&hd->rcu, head_free_cb, 0);
+    }
+    __atomic_store_n(&p->chunks[w->slot / SLOT_CHUNK][w->slot % SLOT_CHUNK], NULL,
+                     __ATOMIC_RELEASE);
+    p->live--;
+    p->limbo++;
+    inflight_add(p);
+    defer(&w->rcu, ws_reclaim_cb, 0);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* Polls rather than rcu_barrier(): the callbacks it waits for need only a
+ * grace period, and a barrier's own bookkeeping races (for ThreadSanitizer,
+ * which does not see liburcu's futexes) with the call_rcu thread. */
+void kvix_ix_parts_quiesce(kvix_index *idx)
+{
+    ctab *t = idx->parts.t;
+    for (size_t i = 0; t && i < t->cap; i++) {
+        part *p = t->v[i];
+        while (p && __atomic_load_n(&p->inflight, __ATOMIC_ACQUIRE)) {
+            struct timespec ts = {0, 100000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
 static int check_name(const char *s, const char *what, kvix_err *err)
 {
     if (!s)
@@ -224,13 +403,10 @@ int kvix_ix_part_get(kvix_index *idx, const char *model, const char *tenant, uin
                 p->tenant = strdup(tenant);
                 p->bs = bs;
                 p->ops = idx->ops;
+                p->opts = &idx->opts;
                 pthread_mutex_init(&p->lock, NULL);
-                if (p->model && p->tenant) {
-                    p->be = p->ops->create(&idx->opts, err);
-                    rc = p->be ? KVIX_OK : err ? err->code : KVIX_ENOMEM;
-                    if (!rc && cmap_insert(&idx->parts, p))
-                        rc = KVIX_ENOMEM;
-                }
+                if (p->model && p->tenant && !cmap_insert(&idx->parts, p))
+                    rc = KVIX_OK; /* its backend comes with its first (worker, dp) */
                 if (rc) {
                     kvix_ix_part_free(p);
                     p = NULL;
@@ -251,6 +427,104 @@ int kvix_ix_part_get(kvix_index *idx, const char *model, const char *tenant, uin
     return KVIX_OK;
 }
 
+/* A slot for a new state (under p->lock): the last freed, or the next never
+ * handed out. *fresh: the latter. */
+static int slot_take(part *p, uint32_t *slot, int *fresh, kvix_err *err)
+{
+    if (p->nfree) {
+        *slot = p->free_slots[p->nfree - 1];
+        *fresh = 0;
+        return KVIX_OK;
+    }
+    if (p->nslots >= KVIX_SLOTS_MAX)
+        return kvix_err_set(err, KVIX_ELIMIT,
+                            "more than %u (worker, dp) at once in partition model \"%s\" tenant "
+                            "\"%s\"",
+                            KVIX_SLOTS_MAX, p->model, p->tenant);
+    if (p->nslots == p->fcap) { /* the free list has room for every slot handed out */
+        uint32_t cap = p->fcap ? 2 * p->fcap : 16;
+        uint32_t *v = realloc(p->free_slots, (cap < KVIX_SLOTS_MAX ? cap : KVIX_SLOTS_MAX) *
+                                                 sizeof *v);
+        if (!v)
+            return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a worker");
+        p->free_slots = v;
+        p->fcap = cap < KVIX_SLOTS_MAX ? cap : KVIX_SLOTS_MAX;
+    }
+    if (!p->chunks) {
+        wstate ***top = calloc(SLOT_CHUNKS, sizeof *top);
+        if (!top)
+            return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a worker");
+        __atomic_store_n(&p->chunks, top, __ATOMIC_RELEASE);
+    }
+    if (!p->chunks[p->nslots / SLOT_CHUNK]) {
+        wstate **c = calloc(SLOT_CHUNK, sizeof *c);
+        if (!c)
+            return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a worker");
+        __atomic_store_n(&p->chunks[p->nslots / SLOT_CHUNK], c, __ATOMIC_RELEASE);
+    }
+    *slot = p->nslots;
+    *fresh = 1;
+    return KVIX_OK;
+}
+
+/* Under p->lock: the worker's head, made if absent (kept if the state then
+ * fails: an empty head is harmless and freed with the partition). */
+static whead *head_get(part *p, uint64_t worker)
+{
+    whead *hd = cmap_find_locked(&p->wheads, wh_hash(worker), wh_match, &worker);
+    if (hd)
+        return hd;
+    if (!(hd = calloc(1, sizeof *hd)))
+        return NULL;
+    hd->h = wh_hash(worker);
+    hd->worker = worker;
+    if (cmap_insert(&p->wheads, hd)) {
+        free(hd);
+        return NULL;
+    }
+    return hd;
+}
+
+static int ws_register(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix_err *err)
+{
+    uint32_t slot = 0;
+    int fresh = 0, rc;
+    if ((rc = slot_take(p, &slot, &fresh, err)))
+        return rc;
+    if (!p->be) { /* the partition's first state since it was made or last emptied */
+        void *be = p->ops->create(p->opts, err);
+        if (!be)
+            return err ? err->code : KVIX_ENOMEM;
+        __atomic_store_n(&p->be, be, __ATOMIC_RELEASE);
+    }
+    whead *hd = head_get(p, worker);
+    wstate *w = hd ? calloc(1, sizeof *w) : NULL;
+    if (!w)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a worker");
+    w->h = ws_hash(worker, dp);
+    w->worker = worker;
+    w->dp = dp;
+    w->slot = slot;
+    w->p = p;
+    kvix_ix_bm_init(&w->blocks, p->ops->engine_off);
+    kvix_hmap_init(&w->extra, 2, sizeof(cref));
+    kvix_hmap_init(&w->pexc, 1, sizeof(uint64_t));
+    if (cmap_insert(&p->workers, w)) {
+        free(w);
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a worker");
+    }
+    w->next_dp = hd->first;
+    __atomic_store_n(&hd->first, w, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->chunks[slot / SLOT_CHUNK][slot % SLOT_CHUNK], w, __ATOMIC_RELEASE);
+    if (fresh)
+        __atomic_store_n(&p->nslots, slot + 1, __ATOMIC_RELEASE);
+    else
+        p->nfree--;
+    p->live++;
+    *out = w;
+    return KVIX_OK;
+}
+
 int kvix_ix_ws_get(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix_err *err)
 {
     wstate *w = kvix_ix_ws_find(p, worker, dp);
@@ -261,76 +535,24 @@ int kvix_ix_ws_get(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix_err
     if (worker > KVIX_WORKER_MAX) /* a snapshot could not hold it */
         return kvix_err_set(err, KVIX_ERANGE, "worker %" PRIu64 " out of range (0 to %" PRId64 ")",
                             worker, (int64_t)KVIX_WORKER_MAX);
-    int rc = KVIX_OK;
     pthread_mutex_lock(&p->lock);
-    w = kvix_ix_ws_find(p, worker, dp);
-    if (!w) {
-        uint32_t slot = p->nslots;
-        if (slot >= KVIX_SLOTS_MAX) {
-            rc = kvix_err_set(err, KVIX_ELIMIT,
-                              "more than %u (worker, dp) in partition model \"%s\" tenant \"%s\"",
-                              KVIX_SLOTS_MAX, p->model, p->tenant);
-            goto out;
-        }
-        whead *hd = cmap_find(&p->wheads, wh_hash(worker), wh_match, &worker);
-        if (!hd) { /* kept even if the state below fails: an empty head is harmless */
-            if (!(hd = calloc(1, sizeof *hd)))
-                goto nomem;
-            hd->h = wh_hash(worker);
-            hd->worker = worker;
-            if (cmap_insert(&p->wheads, hd)) {
-                free(hd);
-                goto nomem;
-            }
-        }
-        wstate **c = p->chunks[slot / SLOT_CHUNK];
-        if (!c) {
-            c = calloc(SLOT_CHUNK, sizeof *c);
-            if (!c)
-                goto nomem;
-            __atomic_store_n(&p->chunks[slot / SLOT_CHUNK], c, __ATOMIC_RELEASE);
-        }
-        w = calloc(1, sizeof *w);
-        if (!w)
-            goto nomem;
-        w->h = ws_hash(worker, dp);
-        w->worker = worker;
-        w->dp = dp;
-        w->slot = slot;
-        w->p = p;
-        kvix_ix_bm_init(&w->blocks, p->ops->engine_off);
-        kvix_hmap_init(&w->extra, 2, sizeof(cref));
-        kvix_hmap_init(&w->pexc, 1, sizeof(uint64_t));
-        if (cmap_insert(&p->workers, w)) {
-            free(w);
-            goto nomem;
-        }
-        w->next_dp = hd->first;
-        __atomic_store_n(&hd->first, w, __ATOMIC_RELEASE);
-        __atomic_store_n(&c[slot % SLOT_CHUNK], w, __ATOMIC_RELEASE);
-        __atomic_store_n(&p->nslots, slot + 1, __ATOMIC_RELEASE);
-    }
-    *out = w;
-out:
+    int rc = ws_register(p, worker, dp, out, err);
     pthread_mutex_unlock(&p->lock);
     return rc;
-nomem:
-    pthread_mutex_unlock(&p->lock);
-    return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a worker");
 }
 
 
 part **kvix_ix_parts_list(const kvix_index *idx, size_t *n)
 {
-    ctab *t = __atomic_load_n(&idx->parts.t, __ATOMIC_ACQUIRE);
     *n = 0;
+    kvix_rcu_lock(); /* the table may be replaced meanwhile */
+    ctab *t = __atomic_load_n(&idx->parts.t, __ATOMIC_ACQUIRE);
     part **v = malloc((t ? t->cap : 1) * sizeof *v);
-    if (!v)
-        return NULL;
-    for (size_t i = 0; t && i < t->cap; i++) {
+    for (size_t i = 0; v && t && i < t->cap; i++) {
         part *p = __atomic_load_n(&t->v[i], __ATOMIC_ACQUIRE);
         if (p)
             v[(*n)++] = p;
     }
+    kvix_rcu_unlock();
     return v;
 }

@@ -521,6 +521,12 @@ static void *pos_create(const kvix_index_opts *opts, kvix_err *err)
     return be;
 }
 
+static int pos_busy(void *vbe)
+{
+    pos_be *be = vbe;
+    return atomic_load_explicit(&be->pending, memory_order_acquire) > 0;
+}
+
 static void pos_destroy(void *vbe)
 {
     pos_be *be = vbe;
@@ -951,6 +957,7 @@ const kvix_backend_ops kvix_backend_positional_ops = {
     .name = "positional",
     .create = pos_create,
     .destroy = pos_destroy,
+    .busy = pos_busy,
     .add = pos_add,
     .del = pos_del,
     .info = pos_info,

@@ -233,14 +233,15 @@ static size_t query_depth(const part *p, size_t n)
 }
 
 /* n: already cut to query_depth; canon: scratch of n entries. */
-static int query_part(part *p, const uint64_t *local, uint64_t *canon, size_t n,
-                      kvix_answer *ans, kvix_err *err)
+static int query_part_rcu(part *p, const uint64_t *local, uint64_t *canon, size_t n,
+                          kvix_answer *ans, kvix_err *err)
 {
-    if (!n)
+    void *be = __atomic_load_n(&p->be, __ATOMIC_ACQUIRE); /* NULL: no (worker, dp) */
+    if (!n || !be)
         return KVIX_OK;
     kvix_qchain q = {local, canon, n, 0};
     kvix_qhits hits = {ans->hits, 0, ans->hits_cap};
-    int rc = p->ops->query(p->be, &q, &hits, err);
+    int rc = p->ops->query(be, &q, &hits, err);
     ans->hits = hits.v;
     ans->hits_cap = hits.cap;
     if (rc)
@@ -300,6 +301,18 @@ static int query_part(part *p, const uint64_t *local, uint64_t *canon, size_t n,
     return KVIX_OK;
 }
 
+/* One read-side section from the backend's walk to the slots' mapping, so a
+ * slot seen in a holder set cannot map to a later (worker, dp): a released
+ * slot is reused only after a grace period (lib/index_front_int.h). */
+static int query_part(part *p, const uint64_t *local, uint64_t *canon, size_t n,
+                      kvix_answer *ans, kvix_err *err)
+{
+    kvix_rcu_lock();
+    int rc = query_part_rcu(p, local, canon, n, ans, err);
+    kvix_rcu_unlock();
+    return rc;
+}
+
 static void answer_reset(kvix_answer *ans)
 {
     ans->query_blocks = 0;
@@ -313,13 +326,16 @@ static void answer_reset(kvix_answer *ans)
  * unknown-partition answer; safe beside writers like kvix_ix_parts_list. */
 static int unknown_reason(const kvix_index *idx, const char *model)
 {
+    int why = KVIX_UNKNOWN_MODEL;
+    kvix_rcu_lock(); /* the table may be replaced meanwhile */
     ctab *t = __atomic_load_n(&idx->parts.t, __ATOMIC_ACQUIRE);
-    for (size_t i = 0; t && i < t->cap; i++) {
+    for (size_t i = 0; t && i < t->cap && why == KVIX_UNKNOWN_MODEL; i++) {
         part *p = __atomic_load_n(&t->v[i], __ATOMIC_ACQUIRE);
         if (p && strcmp(p->model, model) == 0)
-            return KVIX_UNKNOWN_TENANT;
+            why = KVIX_UNKNOWN_TENANT;
     }
-    return KVIX_UNKNOWN_MODEL;
+    kvix_rcu_unlock();
+    return why;
 }
 
 int kvix_index_query(kvix_index *idx, const char *model, const char *tenant,

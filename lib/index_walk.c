@@ -29,6 +29,7 @@ static int info_cmp(const void *a, const void *b)
 }
 int kvix_index_foreach(kvix_index *idx, kvix_foreach_fn fn, void *ctx)
 {
+    kvix_ix_parts_quiesce(idx); /* no departed worker's slot table goes meanwhile */
     size_t np;
     part **ps = kvix_ix_parts_list(idx, &np);
     if (!ps)
@@ -163,12 +164,14 @@ int kvix_index_load(kvix_index *idx, const char *model, const char *tenant, uint
                                  &r, err);
     }
     kvix_ix_publish_held(w);
+    kvix_ix_ws_done(w); /* nothing loaded (the first block refused): released */
     kvix_ix_add_totals(idx, &r);
     return rc;
 }
 
 size_t kvix_ix_count_blocks(kvix_index *idx, size_t *parts)
 {
+    kvix_ix_parts_quiesce(idx); /* no departed worker's slot table goes meanwhile */
     ctab *t = __atomic_load_n(&idx->parts.t, __ATOMIC_ACQUIRE);
     size_t blocks = 0;
     *parts = 0;
@@ -228,6 +231,7 @@ size_t kvix_ix_instances_without_memory(const kvix_index *idx)
 void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
 {
     memset(out, 0, sizeof *out);
+    kvix_ix_parts_quiesce(idx); /* what departed workers left is given back first */
     /* The table itself, not a copy (kvix_ix_parts_list): the index is quiet,
      * and a function that cannot fail must not let an allocation decide its
      * counts (a failed copy read as an empty index, and a snapshot load then
@@ -250,14 +254,16 @@ void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
         if (!p)
             continue;
         out->partitions++;
-        size_t be = p->ops->memory(p->be);
+        void *pb = __atomic_load_n(&p->be, __ATOMIC_ACQUIRE);
+        size_t be = pb ? p->ops->memory(pb) : 0;
         out->backend_bytes += be;
-        out->unique_blocks += p->ops->unique_blocks(p->be);
+        out->unique_blocks += pb ? p->ops->unique_blocks(pb) : 0;
         out->bytes += be + sizeof *p + strlen(p->model) + strlen(p->tenant) + 2 +
                       kvix_ix_cmap_memory(&p->workers) + kvix_ix_cmap_memory(&p->wheads) +
-                      p->wheads.n * sizeof(whead);
+                      p->wheads.n * sizeof(whead) + p->fcap * sizeof *p->free_slots;
         uint32_t ns = part_nslots(p);
-        out->bytes += (ns + SLOT_CHUNK - 1) / SLOT_CHUNK * SLOT_CHUNK * sizeof(wstate *);
+        out->bytes += (ns + SLOT_CHUNK - 1) / SLOT_CHUNK * SLOT_CHUNK * sizeof(wstate *) +
+                      (p->chunks ? SLOT_CHUNKS * sizeof *p->chunks : 0);
         for (uint32_t s = 0; s < ns; s++) {
             wstate *w = slot_ws(p, s);
             if (!w)

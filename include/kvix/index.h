@@ -50,7 +50,12 @@
  *    serialise submits); mixing submit and apply for the same worker is not
  *    allowed. kvix_index_sync waits until everything submitted is applied.
  *  - kvix_index_foreach and kvix_index_stats_get read a quiet
- *    index: no writer call (and no unsynced submit) may overlap them.
+ *    index: no writer call (and no unsynced submit) may overlap them. They
+ *    first wait (milliseconds) until what departed workers held is given
+ *    back: a (worker, dp) left with no block and no eid frees its number
+ *    for a later one, and a partition whose workers have all gone frees its
+ *    structures, each after the queries that may still see them (an RCU
+ *    grace period).
  */
 #ifndef KVIX_INDEX_H
 #define KVIX_INDEX_H
@@ -255,6 +260,7 @@ typedef struct kvix_index_stats {
     size_t backend_bytes;  /* of bytes, held by the backends (the rest: front end) */
 } kvix_index_stats;
 
+/* Counts of a quiet index, once what departed workers held is given back. */
 void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out);
 
 /* "positional", "radix", "reference"; parse returns KVIX_EINVAL if unknown. */

@@ -196,10 +196,23 @@ TEST(fleet_20000_workers_positional) { run(KVIX_BACKEND_POSITIONAL); }
 TEST(fleet_20000_workers_radix) { run(KVIX_BACKEND_RADIX); }
 TEST(fleet_20000_workers_reference) { run(KVIX_BACKEND_REFERENCE); }
 
-/* kvindex(1) LIMITS: (worker, dp) numbers are not reused yet, so the 65537th
- * pair ever seen in a partition is rejected, naming the limit, though every
- * earlier pair has left. */
-TEST(pairs_ever_seen_limit_is_named)
+/* kvindex(1) LIMITS: 65536 (worker, dp) pairs at once in a partition; the
+ * 65537th is rejected, naming the limit; once one has left (and its grace
+ * period passed: kvix_index_stats_get waits for it) a new pair is taken. */
+static int store_one(kvix_index *idx, kvix_event *ev, uint64_t worker, kvix_err *err)
+{
+    kvix_event_reset(ev);
+    ev->type = KVIX_EV_STORED;
+    set_name(ev->model, "m");
+    ev->worker = worker;
+    ev->bs = 16;
+    kvix_event_reserve_blocks(ev, 1, NULL);
+    ev->blocks[0].local = ev->blocks[0].seq = 42;
+    ev->nblocks = 1;
+    return kvix_index_apply(idx, ev, NULL, err);
+}
+
+TEST(pairs_at_once_limit_is_named)
 {
     kvix_index *idx;
     CHECK(kvix_index_new(&idx, NULL, NULL) == KVIX_OK);
@@ -208,24 +221,19 @@ TEST(pairs_ever_seen_limit_is_named)
     kvix_err err;
     int rc = KVIX_OK;
     uint32_t w;
-    for (w = 0; w <= 65536 && rc == KVIX_OK; w++) {
-        kvix_event_reset(&ev);
-        ev.type = KVIX_EV_STORED;
-        set_name(ev.model, "m");
-        ev.worker = w;
-        ev.bs = 16;
-        kvix_event_reserve_blocks(&ev, 1, NULL);
-        ev.blocks[0].local = ev.blocks[0].seq = 42;
-        ev.nblocks = 1;
-        rc = kvix_index_apply(idx, &ev, NULL, &err);
-        if (rc == KVIX_OK) {
-            ev.type = KVIX_EV_CLEARED;
-            CHECK(kvix_index_apply(idx, &ev, NULL, &err) == KVIX_OK);
-        }
-    }
+    for (w = 0; w <= 65536 && rc == KVIX_OK; w++)
+        rc = store_one(idx, &ev, w, &err);
     CHECK_U64(w, 65537);
     CHECK(rc == KVIX_ELIMIT);
-    CHECK(strstr(err.msg, "more than 65536 (worker, dp) in partition model \"m\"") != NULL);
+    CHECK(strstr(err.msg, "more than 65536 (worker, dp) at once in partition model \"m\"") != NULL);
+    ev.type = KVIX_EV_CLEARED;
+    ev.worker = 7;
+    CHECK(kvix_index_apply(idx, &ev, NULL, &err) == KVIX_OK);
+    kvix_index_stats st;
+    kvix_index_stats_get(idx, &st);
+    CHECK_U64(st.workers, 65535);
+    CHECK(store_one(idx, &ev, 65536, &err) == KVIX_OK);
+    CHECK(store_one(idx, &ev, 65537, &err) == KVIX_ELIMIT);
     kvix_event_release(&ev);
     kvix_index_free(idx);
 }

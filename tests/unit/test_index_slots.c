@@ -1,0 +1,197 @@
+/* Slots reclaimed (kvindex(1) LIMITS): far more (worker, dp) pairs than a
+ * partition has slots (65,536) come and go, each storing a few blocks and
+ * leaving by every way there is (cleared without eid, its blocks removed,
+ * worker or (worker, dp) removal, forgotten, cleared with an eid then
+ * removed); new pairs are still accepted, every query equals a brute-force
+ * model of the live window, and when the last pair has left the partition
+ * holds what a fresh empty partition holds. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "kvix/hash.h"
+#include "kvix/index.h"
+
+#define NP 5
+#define DEPTH 6
+#define WINDOW 48 /* pairs live at once */
+
+static uint8_t *held;  /* the model: pair k holds blocks 0..held[k]-1 of prompt k % NP */
+static uint64_t local[NP][DEPTH], canon[NP][DEPTH];
+static uint64_t rng_s;
+static long bad;
+
+static uint64_t rnd(void)
+{
+    uint64_t z = (rng_s += UINT64_C(0x9e3779b97f4a7c15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+/* Pair k: worker k / 2, dp k % 2 (so removing a worker takes its two dp). */
+static uint64_t worker_of(long k) { return (uint64_t)(k / 2) * 7 + 3; }
+static uint32_t dp_of(long k) { return (uint32_t)(k % 2); }
+
+static void set_name(char *dst, const char *s) { kvix_event_set_name(dst, s, strlen(s), NULL); }
+
+static void event(kvix_event *ev, int type, long k)
+{
+    kvix_event_reset(ev);
+    ev->type = type;
+    set_name(ev->model, "default");
+    ev->worker = worker_of(k);
+    ev->dp = dp_of(k);
+    ev->medium = KVIX_MEDIUM_GPU;
+}
+
+static void apply(kvix_index *idx, kvix_event *ev, long k)
+{
+    kvix_err err;
+    if (kvix_index_apply(idx, ev, NULL, &err) && bad++ < 5)
+        printf("#   pair %ld: rejected: %s\n", k, err.msg);
+}
+
+static void arrive(kvix_index *idx, kvix_event *ev, long k)
+{
+    unsigned p = (unsigned)(k % NP), n = 1 + (unsigned)(rnd() % DEPTH);
+    event(ev, KVIX_EV_STORED, k);
+    ev->bs = 16;
+    kvix_event_reserve_blocks(ev, n, NULL);
+    for (unsigned i = 0; i < n; i++) {
+        ev->blocks[i].local = local[p][i];
+        ev->blocks[i].seq = canon[p][i] ^ (uint64_t)k; /* engine hashes of its own */
+    }
+    ev->nblocks = n;
+    apply(idx, ev, k);
+    held[k] = (uint8_t)n;
+}
+
+static void leave(kvix_index *idx, kvix_event *ev, long k)
+{
+    kvix_err err;
+    int rc = KVIX_OK;
+    switch (k % 6) {
+    case 0: /* cleared without eid */
+        event(ev, KVIX_EV_CLEARED, k);
+        apply(idx, ev, k);
+        break;
+    case 1: /* every block removed, leaves first */
+        event(ev, KVIX_EV_REMOVED, k);
+        kvix_event_reserve_hashes(ev, held[k], NULL);
+        for (unsigned i = held[k]; i-- > 0;)
+            ev->hashes[ev->nhashes++] = canon[k % NP][i] ^ (uint64_t)k;
+        apply(idx, ev, k);
+        break;
+    case 2:
+        rc = kvix_index_remove_worker_dp(idx, worker_of(k), dp_of(k), NULL, &err);
+        break;
+    case 3:
+        rc = kvix_index_forget_worker(idx, "default", "default", worker_of(k), dp_of(k), NULL,
+                                      &err);
+        break;
+    case 4: /* the worker and its other dp (pair k - 1, already gone: k is odd... or live) */
+        rc = kvix_index_remove_worker(idx, worker_of(k), NULL, &err);
+        held[k ^ 1] = 0;
+        break;
+    default: /* cleared with an eid: it stays (it holds an eid) until removed */
+        event(ev, KVIX_EV_CLEARED, k);
+        ev->has_eid = 1;
+        ev->eid = (uint64_t)k;
+        apply(idx, ev, k);
+        rc = kvix_index_remove_worker_dp(idx, worker_of(k), dp_of(k), NULL, &err);
+        break;
+    }
+    if (rc && bad++ < 5)
+        printf("#   pair %ld: leaving failed: %s\n", k, err.msg);
+    held[k] = 0;
+}
+
+/* The live window's answer for prompt p: blocks descending, then worker,
+ * then dp (both grow with k). */
+static void query(kvix_index *idx, kvix_answer *ans, long lo, long hi, unsigned p)
+{
+    kvix_err err;
+    long want[WINDOW + 2];
+    size_t nw = 0;
+    for (unsigned b = DEPTH; b > 0; b--)
+        for (long k = lo; k < hi; k++)
+            if (k % NP == p && held[k] == b)
+                want[nw++] = k;
+    if (kvix_index_query(idx, "default", "default", local[p], DEPTH, ans, &err)) {
+        if (bad++ < 5)
+            printf("#   query failed: %s\n", err.msg);
+        return;
+    }
+    int ok = ans->nscores == nw;
+    for (size_t i = 0; ok && i < nw; i++)
+        ok = ans->scores[i].worker == worker_of(want[i]) && ans->scores[i].dp == dp_of(want[i]) &&
+             ans->scores[i].blocks == held[want[i]] && ans->scores[i].held == held[want[i]];
+    if (!ok && bad++ < 5)
+        printf("#   window [%ld, %ld) prompt %u: %zu scores, model %zu\n", lo, hi, p,
+               ans->nscores, nw);
+}
+
+static void run(kvix_backend b, long npairs)
+{
+    kvix_index_opts o;
+    kvix_index_opts_init(&o);
+    o.backend = b;
+    kvix_index *idx, *fresh;
+    CHECK(kvix_index_new(&idx, &o, NULL) == KVIX_OK);
+    CHECK(kvix_index_new(&fresh, &o, NULL) == KVIX_OK);
+    held = calloc((size_t)npairs + 1, 1);
+    rng_s = th_seed();
+    bad = 0;
+    for (unsigned p = 0; p < NP; p++)
+        for (unsigned i = 0; i < DEPTH; i++) {
+            local[p][i] = rnd();
+            canon[p][i] = i ? kvix_hash_seq_next(canon[p][i - 1], local[p][i]) : local[p][i];
+        }
+    kvix_event ev;
+    kvix_event_init(&ev);
+    kvix_answer ans;
+    kvix_answer_init(&ans);
+    for (long k = 0; k < npairs + WINDOW && bad < 5; k++) {
+        if (k >= WINDOW)
+            leave(idx, &ev, k - WINDOW);
+        if (k < npairs)
+            arrive(idx, &ev, k);
+        if (k % 3 == 0) {
+            long lo = k >= WINDOW ? k - WINDOW + 1 : 0, hi = k < npairs ? k + 1 : npairs;
+            query(idx, &ans, lo, hi, (unsigned)(rnd() % NP));
+        }
+    }
+    CHECK_U64(bad, 0);
+    /* Every pair has gone: the partition (still known, with its block size)
+     * holds what one made empty holds. */
+    kvix_err err;
+    CHECK(kvix_index_load(fresh, "default", "default", 16, UINT64_MAX, 0, NULL, 0, &err) ==
+          KVIX_OK);
+    kvix_index_stats st, st0;
+    kvix_index_stats_get(idx, &st);
+    kvix_index_stats_get(fresh, &st0);
+    CHECK_U64(st.partitions, 1);
+    CHECK_U64(st.workers, 0);
+    CHECK_U64(st.blocks, 0);
+    CHECK_U64(st.unique_blocks, 0);
+    CHECK_U64(st.backend_bytes, 0);
+    CHECK_U64(st.bytes, st0.bytes);
+    CHECK_U64(kvix_index_block_size(idx, "default", "default"), 16);
+    /* and takes workers again */
+    arrive(idx, &ev, npairs);
+    query(idx, &ans, npairs, npairs + 1, (unsigned)(npairs % NP));
+    CHECK_U64(bad, 0);
+    if (bad)
+        printf("#   backend %s, seed %" PRIu64 "\n", kvix_backend_name(b), th_seed());
+    free(held);
+    kvix_answer_release(&ans);
+    kvix_event_release(&ev);
+    kvix_index_free(fresh);
+    kvix_index_free(idx);
+}
+
+TEST(pairs_200000_come_and_go_positional) { run(KVIX_BACKEND_POSITIONAL, 200000); }
+TEST(pairs_70000_come_and_go_radix) { run(KVIX_BACKEND_RADIX, 70000); }
+TEST(pairs_70000_come_and_go_reference) { run(KVIX_BACKEND_REFERENCE, 70000); }
