@@ -358,15 +358,28 @@ int save(kvi *k, const char *why)
 }
 
 /* Out of memory (or threads) mid-run: save what was applied, as on any stop
- * (nothing acknowledged is lost), free the index when nothing else uses it
- * (a leak checker sees the pointers the backends keep tagged as lost), exit 6. */
+ * (nothing acknowledged is lost), stop the service and the subscriptions
+ * that read and write the index, free it (a leak checker sees the pointers
+ * the backends keep tagged as lost), exit 6. Called on the main thread. */
 void die_sys(kvi *k, const kvix_err *err)
 {
     save(k, "failure");
-    if (!k->svc && k->idx) {
-        kvix_index_free(k->idx);
-        k->idx = NULL;
+    if (k->svc) {
+        if (k->svc_held) { /* our own write section: the requests waiting on it may end */
+            kvix_service_write_end(k->svc);
+            k->svc_held = 0;
+        }
+        kvix_service_shutdown(k->svc, 1000);
+        kvix_service_free(k->svc);
+        k->svc = NULL;
     }
+    if (k->feed) {
+        kvix_enginefeed_stop(k->feed, NULL);
+        kvix_enginefeed_free(k->feed);
+        k->feed = NULL;
+    }
+    kvix_index_free(k->idx);
+    k->idx = NULL;
     cli_die(KVIX_EXIT_SYS, "%s", err->msg);
 }
 

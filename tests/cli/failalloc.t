@@ -44,3 +44,25 @@ for n in $(seq 1 4 "${all:-0}") $(seq $((${all:-0} - 29)) "${all:-0}"); do
     fi
 done
 end
+
+begin "with --listen: out of memory mid-input stops the service, frees the index, exits 6"
+[ -x "$FA" ] || fail "no $FA (make tests builds it)"
+for i in $(seq 1 20); do
+    printf '{"type":"stored","worker":%d,"bs":4,"eid":%d,"blocks":[{"local":"%x","seq":"%x"},{"local":"1","seq":"%x"}]}\n' \
+        $((i % 3)) "$i" "$i" "$i" $((i + 1000))
+done >e1
+# the run's count: the service serves until told to stop once input ends
+env KVIX_FAILALLOC_REPORT=1 timeout -s TERM 2 "$FA" --quiet --listen 127.0.0.1:0 -s s.kvix <e1 >/dev/null 2>err
+all=$(sed -n 's/^failalloc: \([0-9]*\) allocations$/\1/p' err)
+[ -n "$all" ] && [ "$all" -gt 100 ] || fail "no allocation count ($all)"
+# a quarter, half and three quarters in: while the service runs and input is applied
+for n in $((${all:-0} / 4)) $((${all:-0} / 2)) $((${all:-0} * 3 / 4)); do
+    rm -f s.kvix s.kvix.lock
+    KVIX_FAILALLOC_N=$n timeout -s KILL 20 "$FA" --quiet --listen 127.0.0.1:0 -s s.kvix <e1 >/dev/null 2>err
+    rc=$?
+    assert_eq "$rc" 6 "allocation $n of $all: exit status"
+    assert_grep "out of memory" err
+    assert_no_grep "Sanitizer" err
+    [ ! -e s.kvix ] || kvdump --check s.kvix >/dev/null 2>&1 || fail "allocation $n: the snapshot is unsound"
+done
+end
