@@ -209,14 +209,9 @@ static int score_less(const kvix_score *x, const kvix_score *y)
 
 /* Scores by (worker, dp), in place: a shell sort with the compare inlined
  * (qsort's merge sort with a callback cost more than the query itself for a
- * prefix all 256 workers hold). Already sorted: one pass. */
-static void sort_scores(kvix_score *v, size_t n)
+ * prefix all 256 workers hold). */
+static void shell_sort_scores(kvix_score *v, size_t n)
 {
-    size_t i = 1;
-    while (i < n && !score_less(&v[i], &v[i - 1]))
-        i++;
-    if (i >= n)
-        return;
     /* Ciura's gaps, then each x 2.25 */
     static const size_t ciura[] = {1, 4, 10, 23, 57, 132, 301, 701, 1750};
     size_t gaps[48], ng = 0;
@@ -236,15 +231,62 @@ static void sort_scores(kvix_score *v, size_t n)
     }
 }
 
+/* The end of the run of scores in (worker, dp) order that starts at i. */
+static size_t run_end(const kvix_score *v, size_t i, size_t n)
+{
+    for (i++; i < n && !score_less(&v[i], &v[i - 1]); i++)
+        ;
+    return i;
+}
+
+/* The scores by (worker, dp): ans->scores, or its upper half. The index
+ * answers them by blocks (desc), then by worker and dp (kvix/index.h): runs
+ * of one block count, each in order already, and few of them. Adjacent runs
+ * are merged pairwise through the array's spare upper half, which the index
+ * keeps for its own sort (cap >= 2n); without it, the shell sort. Already in
+ * order: one pass. */
+static const kvix_score *sort_scores(kvix_answer *ans)
+{
+    kvix_score *v = ans->scores;
+    size_t n = ans->nscores;
+    if (n < 2 || run_end(v, 0, n) == n)
+        return v;
+    if (ans->cap / 2 < n) {
+        shell_sort_scores(v, n);
+        return v;
+    }
+    kvix_score *src = v, *dst = v + n;
+    for (;;) {
+        size_t runs = 0;
+        for (size_t i = 0; i < n; runs++) {
+            size_t m = run_end(src, i, n), e = m < n ? run_end(src, m, n) : n;
+            size_t a = i, b = m, o = i;
+            while (a < m && b < e)
+                dst[o++] = score_less(&src[b], &src[a]) ? src[b++] : src[a++];
+            memcpy(dst + o, src + a, (m - a) * sizeof *src);
+            o += m - a;
+            memcpy(dst + o, src + b, (e - b) * sizeof *src);
+            i = e;
+        }
+        kvix_score *t = src;
+        src = dst;
+        dst = t;
+        if (runs == 1)
+            return src;
+    }
+}
+
+/* The most one score takes in a map: },"W":{"D":V, */
+#define NESTED_PER (3 + KVIX_SJ_U64_MAX + 4 + 10 + 2 + KVIX_SJ_U64_MAX + 1)
+
 /* {"<worker>":{"<dp>":value,...},...} over scores sorted by worker, written
  * in place after one reservation of the worst case. */
 static int put_nested(kvix_buf *b, const kvix_score *v, size_t n, uint64_t bs, int held,
                       kvix_err *err)
 {
-    size_t per = 3 + KVIX_SJ_U64_MAX + 4 + 10 + 2 + KVIX_SJ_U64_MAX + 1; /* },"W":{"D":V, */
-    if (n > (SIZE_MAX - 8) / per)
+    if (n > (SIZE_MAX / 2 - 64) / NESTED_PER)
         return kvix_err_set(err, KVIX_ELIMIT, "too many scores");
-    int rc = kvix_buf_reserve(b, n * per + 4, err);
+    int rc = kvix_buf_reserve(b, n * NESTED_PER + 4, err);
     if (rc)
         return rc;
     char *p = b->data + b->len;
@@ -276,15 +318,19 @@ static int put_nested(kvix_buf *b, const kvix_score *v, size_t n, uint64_t bs, i
     return KVIX_OK;
 }
 
-/* Dynamo's answer shape. Reorders ans->scores (by worker). */
+/* Dynamo's answer shape. Reorders ans->scores (by worker), or writes its upper half. */
 static int put_dynamo_answer(kvix_answer *ans, kvix_buf *b, kvix_err *err)
 {
-    sort_scores(ans->scores, ans->nscores);
-    int rc;
-    if ((rc = kvix_sj_raw(b, "{\"scores\":", err)) ||
-        (rc = put_nested(b, ans->scores, ans->nscores, ans->bs, 0, err)) ||
+    const kvix_score *v = sort_scores(ans);
+    size_t n = ans->nscores;
+    if (n > (SIZE_MAX / 2 - 64) / NESTED_PER)
+        return kvix_err_set(err, KVIX_ELIMIT, "too many scores");
+    int rc = kvix_buf_reserve(b, 2 * (n * NESTED_PER + 4) + 64, err); /* both maps: one realloc */
+    if (rc ||
+        (rc = kvix_sj_raw(b, "{\"scores\":", err)) ||
+        (rc = put_nested(b, v, n, ans->bs, 0, err)) ||
         (rc = kvix_sj_raw(b, ",\"frequencies\":[],\"tree_sizes\":", err)) ||
-        (rc = put_nested(b, ans->scores, ans->nscores, 0, 1, err)))
+        (rc = put_nested(b, v, n, 0, 1, err)))
         return rc;
     return kvix_sj_raw(b, "}", err);
 }

@@ -17,59 +17,59 @@ static int is_digit(char c) { return c >= '0' && c <= '9'; }
 
 /* Copy text to out, rewriting each integer literal above INT64_MAX as the
  * negative number with the same 64 bits. Strings are copied untouched; the
- * rest of the grammar is jansson's to check. */
+ * rest of the grammar is jansson's to check. Written in place after one
+ * reservation: a rewritten literal (19 or 20 digits) grows by one byte at
+ * most, so the text never outgrows len + len / 16 + 16. */
 static int u64_rewrite(const char *t, size_t len, kvix_buf *out, kvix_err *err)
 {
     int rc = kvix_buf_reserve(out, len + len / 16 + 16, err);
+    if (rc)
+        return rc;
+    char *o = out->data + out->len;
     size_t i = 0;
-    while (!rc && i < len) {
+    while (i < len) {
         char c = t[i];
+        size_t j = i + 1;
         if (c == '"') {
-            size_t j = i + 1;
             while (j < len && t[j] != '"')
                 j += t[j] == '\\' ? 2 : 1;
             j = j < len ? j + 1 : len;
-            rc = kvix_buf_append(out, t + i, j - i, err);
-            i = j;
-            continue;
-        }
-        if (c == '-' && i + 1 < len && is_digit(t[i + 1]))
-            return kvix_err_set(err, KVIX_EINVAL, "negative number at byte %zu", i + 1);
-        if (!is_digit(c)) {
-            size_t j = i + 1;
+        } else if (c == '-' && j < len && is_digit(t[j])) {
+            return kvix_err_set(err, KVIX_EINVAL, "negative number at byte %zu", j);
+        } else if (!is_digit(c)) {
             while (j < len && t[j] != '"' && t[j] != '-' && !is_digit(t[j]))
                 j++;
-            rc = kvix_buf_append(out, t + i, j - i, err);
-            i = j;
-            continue;
-        }
-        size_t j = i;
-        uint64_t v = 0;
-        int over = 0;
-        while (j < len && is_digit(t[j])) {
-            unsigned d = (unsigned)(t[j] - '0');
-            if (v > (UINT64_MAX - d) / 10)
-                over = 1;
-            v = v * 10 + d;
-            j++;
-        }
-        int integer = j >= len || (t[j] != '.' && t[j] != 'e' && t[j] != 'E');
-        if (!integer) { /* a real: copy it whole, the decoder calls it the wrong type */
-            while (j < len && (is_digit(t[j]) || strchr(".eE+-", t[j])))
-                j++;
-            rc = kvix_buf_append(out, t + i, j - i, err);
-        } else if (over) {
-            return kvix_err_set(err, KVIX_ERANGE, "number at byte %zu is above 2^64-1", i + 1);
-        } else if (v > INT64_MAX) {
-            char tmp[32];
-            int n = snprintf(tmp, sizeof tmp, "%" PRId64, (int64_t)v);
-            rc = kvix_buf_append(out, tmp, (size_t)n, err);
         } else {
-            rc = kvix_buf_append(out, t + i, j - i, err);
+            j = i;
+            uint64_t v = 0;
+            int over = 0;
+            while (j < len && is_digit(t[j])) {
+                unsigned d = (unsigned)(t[j] - '0');
+                if (v > (UINT64_MAX - d) / 10)
+                    over = 1;
+                v = v * 10 + d;
+                j++;
+            }
+            int integer = j >= len || (t[j] != '.' && t[j] != 'e' && t[j] != 'E');
+            if (!integer) { /* a real: copy it whole, the decoder calls it the wrong type */
+                while (j < len && (is_digit(t[j]) || strchr(".eE+-", t[j])))
+                    j++;
+            } else if (over) {
+                return kvix_err_set(err, KVIX_ERANGE, "number at byte %zu is above 2^64-1", i + 1);
+            } else if (v > INT64_MAX) {
+                *o++ = '-';
+                o += kvix_sj_u64_put(o, 0 - v); /* the magnitude of (int64_t)v */
+                i = j;
+                continue;
+            }
         }
+        memcpy(o, t + i, j - i);
+        o += j - i;
         i = j;
     }
-    return rc;
+    *o = '\0';
+    out->len = (size_t)(o - out->data);
+    return KVIX_OK;
 }
 
 json_t *kvix_json_u64_loadb(const char *text, size_t len, kvix_err *err)
@@ -92,19 +92,6 @@ json_t *kvix_json_u64_loadb(const char *text, size_t len, kvix_err *err)
 int kvix_sj_raw(kvix_buf *b, const char *s, kvix_err *err)
 {
     return kvix_buf_append(b, s, strlen(s), err);
-}
-
-size_t kvix_sj_u64_put(char *out, uint64_t v)
-{
-    /* answers print thousands of these: snprintf was half of a /query_by_hash */
-    char tmp[20];
-    size_t i = sizeof tmp;
-    do {
-        tmp[--i] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    memcpy(out, tmp + i, sizeof tmp - i);
-    return sizeof tmp - i;
 }
 
 int kvix_sj_u64(kvix_buf *b, uint64_t v, kvix_err *err)
