@@ -7,6 +7,7 @@
 #   both          requests/s with p50/p99/max latency (wrk --latency), and
 #                 the ingest rate over the same window
 #   queries only  the feed stopped: requests/s and latency alone
+#   /health only  GET /health: what a request costs before any work (the floor)
 # Each run starts a fresh kvindex; medians of RUNS runs. Markdown on stdout,
 # progress on stderr.
 set -euo pipefail
@@ -42,15 +43,21 @@ with open(sys.argv[1]) as f, open(sys.argv[2], "w") as out:
                               "model_name": q["model"]}, separators=(",", ":")) + "\n")
 PYEOF
 NQ=$(wc -l <"$tmp/bodies")
+# every request formatted once, in init: wrk shares the 2 cores, and a
+# wrk.format per request cost it a third more CPU per request
 cat >"$tmp/post.lua" <<'LUAEOF'
-local bodies = {}
-for line in io.lines(os.getenv("KVIX_BODIES")) do bodies[#bodies + 1] = line end
-local i = math.random(#bodies)
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
+local reqs = {}
+local i = 0
+init = function(args)
+    for line in io.lines(os.getenv("KVIX_BODIES")) do
+        reqs[#reqs + 1] = wrk.format("POST", "/query_by_hash",
+                                     {["Content-Type"] = "application/json"}, line)
+    end
+    i = math.random(#reqs)
+end
 request = function()
-    i = i % #bodies + 1
-    return wrk.format(nil, "/query_by_hash", nil, bodies[i])
+    i = i % #reqs + 1
+    return reqs[i]
 end
 LUAEOF
 export KVIX_BODIES=$tmp/bodies
@@ -59,19 +66,33 @@ applied() { # events taken so far (applied + rejected), from /metrics
     curl -s "$URL/metrics" | awk '/^kvix_events_(applied|rejected)_total/ { s += $2 } END { print s + 0 }'
 }
 
-# wrk_run OUT: D seconds of queries; "rps p50_ms p99_ms max_ms" into OUT
+cpu_ticks() { # CPU time of a process so far (user + system), in clock ticks
+    awk '{ print $14 + $15 }' "/proc/$1/stat"
+}
+
+# wrk_run OUT [PATH]: D seconds of queries (or GET PATH); "rps p50_ms p99_ms
+# max_ms kvindex_us wrk_us" into OUT, the last two the CPU time per request
+# of kvindex and of wrk
 wrk_run() {
-    wrk -t"$WRK_THREADS" -c"$CONNS" -d"${D}s" --latency -s "$tmp/post.lua" "$URL" >"$tmp/wrk.out" 2>&1
-    awk '
+    local c0 c1 script=(-s "$tmp/post.lua") url=$URL
+    [ -n "${2:-}" ] && script=() url=$URL$2
+    c0=$(cpu_ticks "$kpid")
+    /usr/bin/time -f "%U %S" -o "$tmp/wrk.time" \
+        wrk -t"$WRK_THREADS" -c"$CONNS" -d"${D}s" --latency "${script[@]}" "$url" \
+        >"$tmp/wrk.out" 2>&1
+    c1=$(cpu_ticks "$kpid")
+    awk -v tick="$(getconf CLK_TCK)" -v kv=$((c1 - c0)) -v wt="$(awk '{ print $1 + $2 }' "$tmp/wrk.time")" '
         function ms(v) { if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0;
                          if (v ~ /m$/) return v * 60000; return v * 1000 }
         /^ +Latency/ && !max { max = ms($4) }
         /^ +50%/ { p50 = ms($2) }
         /^ +99%/ { p99 = ms($2) }
         /^Requests\/sec:/ { rps = $2 }
+        /requests in/ { n = $1 }
         /Non-2xx/ { bad = $NF }
         END { if (bad) { print "80-http: " bad " answers were not 2xx" > "/dev/stderr"; exit 1 }
-              printf "%.0f %.3f %.3f %.3f\n", rps, p50, p99, max }' "$tmp/wrk.out" >"$1"
+              printf "%.0f %.3f %.3f %.3f %.1f %.1f\n", rps, p50, p99, max,
+                     kv / tick * 1e6 / n, wt * 1e6 / n }' "$tmp/wrk.out" >"$1"
 }
 
 for run in $(seq "$RUNS"); do
@@ -106,6 +127,7 @@ for run in $(seq "$RUNS"); do
     wait "$fpid" 2>/dev/null || true
     sleep 0.5 # the pipe drained
     wrk_run "$tmp/alone.$run"
+    wrk_run "$tmp/health.$run" /health
     kill -TERM "$kpid"
     wait "$kpid" || true
 done
@@ -129,12 +151,16 @@ without a pause, over and over, while \`wrk -t$WRK_THREADS -c$CONNS\` posts the 
 \`POST /query_by_hash\` on loopback for $D s. wrk, kvindex's HTTP threads and its ingest
 thread share the machine's $(nproc) cores. Medians of $RUNS runs, each on a fresh kvindex.
 
-| phase | requests/s | p50 | p99 | max | events/s ingested |
-|---|---:|---:|---:|---:|---:|
-| ingest only | - | - | - | - | $ia |
-| queries while ingesting | $(col 1 "$tmp"/both.*) | $(col 2 "$tmp"/both.*) ms | $(col 3 "$tmp"/both.*) ms | $(col 4 "$tmp"/both.*) ms | $il |
-| queries only | $(col 1 "$tmp"/alone.*) | $(col 2 "$tmp"/alone.*) ms | $(col 3 "$tmp"/alone.*) ms | $(col 4 "$tmp"/alone.*) ms | - |
+| phase | requests/s | p50 | p99 | max | events/s ingested | kvindex CPU/request | wrk CPU/request |
+|---|---:|---:|---:|---:|---:|---:|---:|
+| ingest only | - | - | - | - | $ia | - | - |
+| queries while ingesting | $(col 1 "$tmp"/both.*) | $(col 2 "$tmp"/both.*) ms | $(col 3 "$tmp"/both.*) ms | $(col 4 "$tmp"/both.*) ms | $il | $(col 5 "$tmp"/both.*) us | $(col 6 "$tmp"/both.*) us |
+| queries only | $(col 1 "$tmp"/alone.*) | $(col 2 "$tmp"/alone.*) ms | $(col 3 "$tmp"/alone.*) ms | $(col 4 "$tmp"/alone.*) ms | - | $(col 5 "$tmp"/alone.*) us | $(col 6 "$tmp"/alone.*) us |
+| GET /health only (the floor: libmicrohttpd, the kernel) | $(col 1 "$tmp"/health.*) | $(col 2 "$tmp"/health.*) ms | $(col 3 "$tmp"/health.*) ms | $(col 4 "$tmp"/health.*) ms | - | $(col 5 "$tmp"/health.*) us | $(col 6 "$tmp"/health.*) us |
 
 Ingest slowed by $slow % under the query load (target: < 30 %; queries: >= 50 000/s with
-p99 <= 1 ms on 2 cores).
+p99 <= 1 ms on 2 cores). CPU per request: kvindex's (all its threads, ingest included
+while it ingests) and wrk's, user + system, over the wrk run. The machine's ceiling for
+a request is 2 cores over their sum: wrk's part alone is what a router's own client would
+pay elsewhere.
 EOF
