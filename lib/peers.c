@@ -268,6 +268,29 @@ static int one_snapshot(const char *url, const kvix_peers_recover_opts *o, sink 
     return KVIX_OK;
 }
 
+/* The peers from urls[from] on, in order, until one answers: its GET
+ * /snapshot (verified whole) in *snap, or, with_dump, its GET /dump's body
+ * in k->b (*snap NULL); *winner says which. KVIX_ENOTFOUND when none did
+ * (err: the last peer's failure). The one loop of fetch_snapshot and
+ * recover, which tries the next peer after a dump it cannot use. */
+static int first_peer(const char *const *urls, size_t n, size_t from,
+                      const kvix_peers_recover_opts *o, int with_dump, sink *k,
+                      kvix_snapshot **snap, size_t *winner, kvix_err *err)
+{
+    if (!from)
+        kvix_err_set(err, KVIX_ENOTFOUND, "no peer given");
+    for (size_t i = from; i < n; i++) {
+        *winner = i;
+        *snap = NULL;
+        if (one_snapshot(urls[i], o, k, snap, err) == KVIX_OK ||
+            (with_dump && fetch(urls[i], "/dump", o->timeout_ms, k, err) == KVIX_OK))
+            return KVIX_OK;
+    }
+    if (err && n)
+        err->code = KVIX_ENOTFOUND;
+    return KVIX_ENOTFOUND;
+}
+
 int kvix_peers_fetch_snapshot(const char *const *urls, size_t n,
                               const kvix_peers_recover_opts *opts, kvix_snapshot **out,
                               size_t *winner, kvix_err *err)
@@ -278,20 +301,11 @@ int kvix_peers_fetch_snapshot(const char *const *urls, size_t n,
     int rc = curl_ready(err);
     if (rc)
         return rc;
-    kvix_err_set(err, KVIX_ENOTFOUND, "no peer given");
     sink k = {.max = o.max_bytes};
     kvix_buf_init(&k.b);
-    for (size_t i = 0; i < n; i++) {
-        if (one_snapshot(urls[i], &o, &k, out, err) == KVIX_OK) {
-            *winner = i;
-            kvix_buf_release(&k.b);
-            return KVIX_OK;
-        }
-    }
+    rc = first_peer(urls, n, 0, &o, 0, &k, out, winner, err);
     kvix_buf_release(&k.b);
-    if (err && n)
-        err->code = KVIX_ENOTFOUND;
-    return KVIX_ENOTFOUND;
+    return rc;
 }
 
 int kvix_peers_recover(kvix_index *idx, const char *const *urls, size_t n,
@@ -304,31 +318,26 @@ int kvix_peers_recover(kvix_index *idx, const char *const *urls, size_t n,
     int rc = curl_ready(err);
     if (rc)
         return rc;
-    kvix_err_set(err, KVIX_ENOTFOUND, "no peer given");
     sink k = {.max = o.max_bytes};
     kvix_buf_init(&k.b);
-    for (size_t i = 0; i < n; i++) {
-        res->winner = i;
-        kvix_snapshot *s;
-        if (one_snapshot(urls[i], &o, &k, &s, err) == KVIX_OK) {
-            kvix_buf_release(&k.b);
+    kvix_snapshot *s;
+    size_t from = 0;
+    /* with a stream, only a snapshot carries the position: no dump */
+    while ((rc = first_peer(urls, n, from, &o, !o.stream, &k, &s, &res->winner, err)) ==
+           KVIX_OK) {
+        if (s) {
             kvix_snapshot_get_info(s, &res->info);
             rc = kvix_snapshot_apply(s, idx, err);
             kvix_snapshot_close(s);
             res->from_snapshot = 1;
-            return rc;
+            break;
         }
-        if (o.stream || fetch(urls[i], "/dump", o.timeout_ms, &k, err))
-            continue;
         rc = kvix_service_dump_apply(idx, k.b.data ? k.b.data : "", k.b.len, &res->applied,
                                      &res->rejected, err);
-        if (!rc || res->applied || res->rejected) {
-            kvix_buf_release(&k.b);
-            return rc;
-        }
+        if (!rc || res->applied || res->rejected)
+            break; /* taken, or failed half way: the index is no longer as it was */
+        from = res->winner + 1;
     }
     kvix_buf_release(&k.b);
-    if (err && n)
-        err->code = KVIX_ENOTFOUND;
-    return KVIX_ENOTFOUND;
+    return rc;
 }
