@@ -52,7 +52,7 @@ static const cli_opt options[] = {
     {O_STRICT, 0, "strict", NULL, NULL, "stop at the first rejected record, save, exit 5"},
     {O_SAVE_SECS, 0, "save-every-seconds", "N", NULL,
      "also save every N seconds when the index changed"},
-    {O_SAVE_EVENTS, 0, "save-every-events", "N", NULL, "also save after every N applied events"},
+    {O_SAVE_EVENTS, 0, "save-every-events", "N", NULL, "also save after every N events applied from any source (input, stream, subscriptions)"},
     {O_QUIET, 0, "quiet", NULL, NULL,
      "no summary and no progress line on stderr (SIGUSR1 still prints the summary)"},
     {'v', 'v', "verbose", NULL, NULL, "report the snapshot loaded and every save on stderr"},
@@ -206,6 +206,9 @@ int main(int argc, char **argv)
     int subscribing = nw || k.workers_file;
     if (subscribing && (k.query_only || k.nopt.url))
         cli_usage_error("-w and --workers-file apply engines' events: not with -q or --nats");
+    if (listen && cfg.model && strchr(cfg.model, ':'))
+        cli_usage_error("bad model name '%s' for --listen: the HTTP API's /dump keys are "
+                        "model:tenant, split at the first ':'", cfg.model);
     if (!subscribing && (cfg.model || cfg.tenant || cfg.block_size))
         cli_usage_error("--model, --tenant and --block-size go with -w or --workers-file");
     k.feed_file = nfiles ? (size_t)nfiles : 1;
@@ -224,6 +227,7 @@ int main(int argc, char **argv)
     k.threads = io.threads;
     io.on_reject = on_reject;
     io.reject_ctx = &k;
+    io.model_no_colon = listen != NULL; /* one rule for every source: see /register */
     kvix_err err;
     k.io = io;
     int rc = kvix_index_new(&k.idx, &io, &err);

@@ -44,7 +44,8 @@ typedef struct kvi {
     const char **names;     /* input names, by file index (for rejections from threads) */
     /* counters of the main thread */
     uint64_t submitted[KVIX_EV_QUERY + 1];
-    uint64_t queries, answered, since_save, records;
+    uint64_t queries, answered, records;
+    uint64_t since_save; /* atomic: events applied from stdin or a stream since the last save */
     double last_save, started;
     int dirty, io_error;
     int save_failed; /* the last save failed: its exit code, else 0 */
@@ -75,6 +76,8 @@ typedef struct kvi {
     const char *workers_file;
     size_t feed_file;    /* the names[] slot of the subscriptions' rejections */
     uint64_t fed_at_save; /* feed_events() at the last save */
+    uint64_t fed_applied_at_save; /* atomic: the feed's applied count at the last save */
+    int save_woken; /* atomic: the feed woke the main loop for a save not made yet */
     kvix_peers *peers;    /* --peers and POST /register_peer */
     int svc_held;         /* --nats: the service's writers' side held for a whole message */
 } kvi;
@@ -97,6 +100,7 @@ void lock_writes(kvi *k);
 void unlock_writes(kvi *k);
 void sync_writers(kvi *k);
 void summary(kvi *k);
+int save_due(kvi *k, uint64_t fed_applied);
 int save(kvi *k, const char *why);
 void die_sys(kvi *k, const kvix_err *err) __attribute__((noreturn));
 void handle_flags(kvi *k, kvix_reader *r);

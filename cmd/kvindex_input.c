@@ -310,6 +310,27 @@ static uint64_t feed_events(kvi *k)
     return c.applied + c.rejected;
 }
 
+/* Events the subscriptions applied so far. */
+static uint64_t feed_applied(kvi *k)
+{
+    if (!k->feed)
+        return 0;
+    kvix_enginefeed_counts c;
+    kvix_enginefeed_counts_get(k->feed, &c);
+    return c.applied;
+}
+
+/* --save-every-events: N events applied since the last save, from every
+ * source (stdin or the stream, and the subscriptions: -w, --workers-file,
+ * POST /register). Any thread: the subscriptions' asks with its own count. */
+int save_due(kvi *k, uint64_t fed_applied)
+{
+    return k->save_every_events &&
+           __atomic_load_n(&k->since_save, __ATOMIC_RELAXED) + fed_applied -
+                   __atomic_load_n(&k->fed_applied_at_save, __ATOMIC_RELAXED) >=
+               k->save_every_events;
+}
+
 int save(kvi *k, const char *why)
 {
     if (!k->snap || k->query_only)
@@ -326,7 +347,7 @@ int save(kvi *k, const char *why)
     kvix_err err;
     int rc = kvix_snapshot_save_at(k->idx, k->snap, k->nopt.url ? k->nopt.stream : NULL, k->seq,
                                    &info, &err);
-    uint64_t fed = feed_events(k);
+    uint64_t fed = feed_events(k), fed_applied = feed_applied(k);
     unlock_writes(k);
     if (k->svc)
         kvix_service_quiet_end(k->svc);
@@ -346,7 +367,9 @@ int save(kvi *k, const char *why)
     }
     k->dirty = 0;
     k->fed_at_save = fed;
-    k->since_save = 0;
+    __atomic_store_n(&k->fed_applied_at_save, fed_applied, __ATOMIC_RELAXED);
+    __atomic_store_n(&k->since_save, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&k->save_woken, 0, __ATOMIC_RELAXED);
     k->last_save = now();
     if (k->verbose && k->nopt.url)
         cli_warn("saved %s (%s): %" PRIu64 " blocks, %" PRIu64 " bytes, stream %s at %" PRIu64,
@@ -411,6 +434,9 @@ void handle_flags(kvi *k, kvix_reader *r)
         if (k->workers_file)
             load_workers(k, 0);
     }
+    /* the subscriptions' thread wakes us when they have applied enough */
+    if (k->feed && !k->mid_message && save_due(k, feed_applied(k)))
+        save(k, "event count");
     if (sig_tick) {
         sig_tick = 0;
         int dirty = k->dirty || feed_events(k) != k->fed_at_save;
@@ -474,7 +500,8 @@ void apply(kvi *k, const char *name, uint64_t pos, size_t file, const kvix_event
         return;
     }
     k->dirty = 1;
-    if (k->save_every_events && ++k->since_save >= k->save_every_events && !k->mid_message)
+    __atomic_add_fetch(&k->since_save, 1, __ATOMIC_RELAXED);
+    if (!k->mid_message && save_due(k, feed_applied(k)))
         save(k, "event count");
 }
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "kvindex.h"
@@ -33,44 +34,74 @@ static void parse_listen(const char *arg, char *addr, size_t cap, unsigned *port
 }
 
 /* Start from the first peer that answers; 1 if one did. With --nats only
- * a snapshot of that stream is taken, and its position with it. */
+ * a snapshot of that stream is taken, and its position with it. The service
+ * is up meanwhile: peers registered over HTTP (POST /register_peer) while
+ * the others are asked are asked too, after them, until none is left. */
 int recover(kvi *k)
 {
-    char **urls;
-    size_t n;
+    char **urls = NULL, **tried = NULL;
+    size_t n = 0, ntried = 0;
+    const char **fresh = NULL;
     kvix_err err;
-    if (kvix_peers_list(k->peers, &urls, &n, &err))
-        cli_die(KVIX_EXIT_SYS, "%s", err.msg);
     kvix_peers_recover_opts o = {.stream = k->nopt.url ? k->nopt.stream : NULL};
     kvix_peers_result res;
+    int rc = KVIX_ENOTFOUND;
     if (k->svc)
         kvix_service_write_begin(k->svc);
-    int rc = kvix_peers_recover(k->idx, (const char *const *)urls, n, &o, &res, &err);
+    for (;;) {
+        if (kvix_peers_list(k->peers, &urls, &n, &err) ||
+            !(fresh = realloc(fresh, (n ? n : 1) * sizeof *fresh)) ||
+            !(tried = realloc(tried, (ntried + n + 1) * sizeof *tried)))
+            cli_die(KVIX_EXIT_SYS, "out of memory");
+        size_t nf = 0;
+        for (size_t i = 0; i < n; i++) {
+            size_t j = 0;
+            while (j < ntried && strcmp(tried[j], urls[i]) != 0)
+                j++;
+            if (j == ntried)
+                fresh[nf++] = urls[i];
+        }
+        if (!nf)
+            break;
+        rc = kvix_peers_recover(k->idx, (const char *const *)fresh, nf, &o, &res, &err);
+        if (rc != KVIX_ENOTFOUND)
+            break;
+        for (size_t i = 0; i < nf; i++)
+            if (!(tried[ntried++] = strdup(fresh[i])))
+                cli_die(KVIX_EXIT_SYS, "out of memory");
+        kvix_peers_list_free(urls, n);
+        urls = NULL;
+    }
     if (k->svc)
         kvix_service_write_end(k->svc);
     if (rc == KVIX_ENOTFOUND) {
+        if (!ntried)
+            kvix_err_set(&err, KVIX_ENOTFOUND, "no peer given");
         cli_warn("no peer answered (%s): starting from %s", err.msg,
                  k->snap ? "the snapshot" : "empty");
-        kvix_peers_list_free(urls, n);
-        return 0;
+    } else if (rc) {
+        cli_die(cli_exit_for(rc), "cannot recover from %s: %s", fresh[res.winner], err.msg);
+    } else {
+        const char *who = fresh[res.winner];
+        if (res.from_snapshot && res.info.has_stream && k->nopt.url)
+            k->seq = res.info.stream_seq;
+        if (!k->quiet && res.from_snapshot && k->nopt.url)
+            cli_warn("recovered from %s/snapshot: stream %s at %" PRIu64 ", %" PRIu64 " blocks",
+                     who, k->nopt.stream, k->seq, res.info.blocks);
+        else if (!k->quiet && res.from_snapshot)
+            cli_warn("recovered from %s/snapshot: %" PRIu64 " blocks", who, res.info.blocks);
+        else if (!k->quiet)
+            cli_warn("recovered from %s/dump: %" PRIu64 " events applied, %" PRIu64
+                     " rejected (blocks below a removed parent)",
+                     who, res.applied, res.rejected);
+        k->dirty = 1;
     }
-    if (rc)
-        cli_die(cli_exit_for(rc), "cannot recover from %s: %s", urls[res.winner], err.msg);
-    if (res.from_snapshot && res.info.has_stream && k->nopt.url)
-        k->seq = res.info.stream_seq;
-    if (!k->quiet && res.from_snapshot && k->nopt.url)
-        cli_warn("recovered from %s/snapshot: stream %s at %" PRIu64 ", %" PRIu64 " blocks",
-                 urls[res.winner], k->nopt.stream, k->seq, res.info.blocks);
-    else if (!k->quiet && res.from_snapshot)
-        cli_warn("recovered from %s/snapshot: %" PRIu64 " blocks", urls[res.winner],
-                 res.info.blocks);
-    else if (!k->quiet)
-        cli_warn("recovered from %s/dump: %" PRIu64 " events applied, %" PRIu64
-                 " rejected (blocks below a removed parent)",
-                 urls[res.winner], res.applied, res.rejected);
     kvix_peers_list_free(urls, n);
-    k->dirty = 1;
-    return 1;
+    for (size_t i = 0; i < ntried; i++)
+        free(tried[i]);
+    free(tried);
+    free(fresh);
+    return rc == KVIX_OK;
 }
 
 /* Peer recovery of a replica fed by its input and its subscriptions: both
@@ -107,6 +138,17 @@ static void feed_reject(void *ctx, const kvix_event *ev, const kvix_err *e)
                 e);
 }
 
+/* On the subscriptions' thread: wake the main loop when --save-every-events
+ * is due (it saves; the index is written under write_mu meanwhile). */
+static void feed_applied_cb(void *ctx, uint64_t applied)
+{
+    kvi *k = ctx;
+    if (save_due(k, applied) && !__atomic_exchange_n(&k->save_woken, 1, __ATOMIC_RELAXED)) {
+        ssize_t w = write(wake[1], "", 1); /* a full pipe is fine: a wake-up is pending */
+        (void)w;
+    }
+}
+
 /* As kvsub reports them: losses, restarts and removals always, rejected
  * input the first few times of each kind. */
 static void feed_note(void *ctx, const kvix_enginesub_note *n)
@@ -130,6 +172,14 @@ void load_workers(kvi *k, int initial)
     size_t n, added, removed;
     kvix_err err;
     int rc = kvix_enginesub_file_read(k->workers_file, false, &v, &n, &err);
+    for (size_t i = 0; !rc && k->io.model_no_colon && i < n; i++)
+        if (strchr(v[i].model, ':')) {
+            rc = kvix_err_set(&err, KVIX_EINVAL,
+                              "%s: model name \"%.64s\" contains ':', which the HTTP API's "
+                              "/dump keys (model:tenant) cannot carry",
+                              k->workers_file, v[i].model);
+            free(v);
+        }
     if (!rc) {
         rc = kvix_enginesub_replace(kvix_enginefeed_sub(k->feed), 1, v, n, &added, &removed,
                                     &err);
@@ -158,6 +208,7 @@ void make_feed(kvi *k, const kvix_enginesub_config *cfg, const char **wargs, siz
         .tag = feed_tag,
         .on_reject = feed_reject,
         .on_note = feed_note,
+        .on_applied = feed_applied_cb,
         .ctx = k,
     };
     kvix_err err;

@@ -7,7 +7,7 @@ complete -c kvindex -l jump -x -d 'positional backend: jump size in positions (d
 complete -c kvindex -s t -l threads -x -d 'apply events on N writer threads, each worker sticky to one (default 0: inline)'
 complete -c kvindex -l strict -d 'stop at the first rejected record, save, exit 5'
 complete -c kvindex -l save-every-seconds -x -d 'also save every N seconds when the index changed'
-complete -c kvindex -l save-every-events -x -d 'also save after every N applied events'
+complete -c kvindex -l save-every-events -x -d 'also save after every N events applied from any source (input, stream, subscriptions)'
 complete -c kvindex -l quiet -d 'no summary and no progress line on stderr (SIGUSR1 still prints the summary)'
 complete -c kvindex -s v -l verbose -d 'report the snapshot loaded and every save on stderr'
 complete -c kvindex -l nats -x -d 'consume a NATS JetStream stream instead of stdin, from the snapshot\'s position on'

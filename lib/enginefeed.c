@@ -70,7 +70,9 @@ static void on_event(void *ctx, const kvix_event *ev)
             f->o.on_reject(f->o.ctx, ev, &err);
         return;
     }
-    __atomic_fetch_add(&f->applied, 1, __ATOMIC_RELAXED);
+    uint64_t n = __atomic_add_fetch(&f->applied, 1, __ATOMIC_RELAXED);
+    if (f->o.on_applied)
+        f->o.on_applied(f->o.ctx, n);
 }
 
 static void on_note(void *ctx, const kvix_enginesub_note *n)

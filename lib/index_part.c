@@ -387,6 +387,11 @@ int kvix_ix_part_get(kvix_index *idx, const char *model, const char *tenant, uin
         if ((rc = check_new_name(model, "model", err)) ||
             (rc = check_new_name(tenant, "tenant", err)))
             return rc;
+        if (idx->opts.model_no_colon && strchr(model, ':'))
+            return kvix_err_set(err, KVIX_EINVAL,
+                                "model name \"%.64s\" contains ':', which the HTTP API's /dump "
+                                "keys (model:tenant, split at the first ':') cannot carry",
+                                model);
         pthread_mutex_lock(&idx->lock);
         p = kvix_ix_part_find(idx, model, tenant);
         if (!p && idx->parts.n >= KVIX_INDEX_PARTITIONS_MAX) {

@@ -54,6 +54,10 @@ typedef struct kvix_enginefeed_opts {
     /* The subscriber's notes (losses, restarts, removals, bad input), on the
      * feed's thread. Optional. */
     void (*on_note)(void *ctx, const kvix_enginesub_note *n);
+    /* After each event applied (or submitted), on the feed's thread, with
+     * the feed's count so far (kvix_enginefeed_counts.applied): a tool's
+     * save every N events from every source. Optional. */
+    void (*on_applied)(void *ctx, uint64_t applied);
     void *ctx;
 } kvix_enginefeed_opts;
 

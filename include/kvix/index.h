@@ -96,6 +96,10 @@ typedef struct kvix_index_opts {
     unsigned threads;   /* writer threads behind kvix_index_submit; 0 = submit applies inline */
     kvix_reject_fn on_reject;
     void *reject_ctx;
+    /* Refuse a partition whose model name holds a ':' (KVIX_EINVAL): an index
+     * served over HTTP, whose /dump keys are "model:tenant", split at the
+     * first ':' by every reader, Dynamo's included. Default 0. */
+    int model_no_colon;
 } kvix_index_opts;
 
 /* What applying one event did, for the caller's counters. */

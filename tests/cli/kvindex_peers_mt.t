@@ -90,3 +90,59 @@ wait "$KPID"
 assert_eq "$?" 0 "exit status"
 end
 
+
+begin "kvindex --listen --peers: a peer registered while recovery asks the others is asked too"
+for w in 1 2 3; do
+    printf '{"type":"stored","worker":%s,"dp":0,"model":"m","bs":4,"eid":0,"blocks":[{"local":"00000000000000aa","seq":"%016x"}]}\n' "$w" "$w"
+done >ev
+timeout --foreground 60 kvindex --listen 127.0.0.1:0 <ev >a.out 2>a.err &
+PIDS="$PIDS $!"
+AURL=$(listening a.err) || fail "the live peer never said where it listens"
+for i in $(seq 200); do
+    curl -s "$AURL/metrics" | grep -q '^kvix_events_applied_total{type="stored"} 3$' && break
+    sleep 0.05
+done
+# a peer that says nothing until ./go exists, then 503 to everything
+cat >slow.py <<'PYEOF'
+import http.server, os, time
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        open("asked", "w").close()
+        for _ in range(1200):
+            if os.path.exists("go"):
+                break
+            time.sleep(0.05)
+        self.send_response(503)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+s = http.server.HTTPServer(("127.0.0.1", 0), H)
+with open("port.tmp", "w") as f:
+    f.write(str(s.server_address[1]))
+os.rename("port.tmp", "port")
+s.serve_forever()
+PYEOF
+"$PY" slow.py &
+PIDS="$PIDS $!"
+for i in $(seq 200); do [ -f port ] && break; sleep 0.05; done
+timeout --foreground 60 kvindex --listen 127.0.0.1:0 --peers "http://127.0.0.1:$(cat port)" \
+    </dev/null >b.out 2>b.err &
+BPID=$!
+PIDS="$PIDS $BPID"
+URL=$(listening b.err) || fail "the recovering replica never said where it listens"
+# registered once recovery has listed its peers and asked the slow one
+for i in $(seq 600); do [ -f asked ] && break; sleep 0.05; done
+[ -f asked ] || fail "the recovering replica never asked its --peers"
+req POST /register_peer "{\"url\":\"$AURL\"}"
+assert_eq "$st" 200 "register the live peer during recovery"
+touch go
+for i in $(seq 600); do grep -q '^kvindex: recovered from\|no peer answered' b.err && break; sleep 0.05; done
+assert_grep "^kvindex: recovered from $AURL/snapshot: 3 blocks$" b.err
+curl -s "$AURL/dump" >a.dump
+curl -s "$URL/dump" >b.dump
+assert_eq "$(cat b.dump)" "$(cat a.dump)" "the replica's /dump equals its registered peer's"
+kill -TERM "$BPID"
+wait "$BPID"
+assert_eq "$?" 0 "the replica exits 0 on SIGTERM"
+end

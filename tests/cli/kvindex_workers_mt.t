@@ -267,3 +267,19 @@ assert_grep '^kvindex: subscriptions: 1 now, [0-9]+ batches, [0-9]+ events appli
 kvdump --stats s.kvix >/dev/null || fail "no snapshot saved"
 stop
 end
+
+begin "kvindex -w --save-every-events: the subscriptions' events count (no stdin event at all)"
+engine --pub "ipc://$T/pub" --expect exp.json --seed 19
+timeout --foreground 60 kvindex -v --save-every-events 20 -s s.kvix -w "1=ipc://$T/pub" \
+    </dev/null >out 2>err &
+KPID=$!
+for i in $(seq 400); do
+    grep -q '^kvindex: saved s.kvix (event count)' err && break
+    sleep 0.05
+done
+assert_grep '^kvindex: saved s\.kvix \(event count\): [1-9][0-9]* blocks' err
+stop
+assert_eq "$rc" 0 "kvindex -w exits 0 on SIGTERM"
+# the summary's first line counts stdin only: every save by count came from the engine
+assert_grep '^kvindex: applied 0 events: 0 stored, 0 removed, 0 cleared$' err
+end
