@@ -7,16 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "kvix/hash.h"
 #include "kvreplay.h"
-
-static int write_block(void *ctx, uint32_t worker, uint64_t engine, uint64_t local, uint32_t depth)
-{
-    char e[17], l[17];
-    kvix_hex64(engine, e);
-    kvix_hex64(local, l);
-    return fprintf(ctx, "%" PRIu32 " %s %s %" PRIu32 "\n", worker, e, l, depth) < 0;
-}
 
 /* A trace request that cannot be played: said with its line and counted; true
  * when --strict stops the run there. */
@@ -99,10 +90,10 @@ int run_mooncake(replay *r, mooncake_args *a)
         FILE *f = fopen(a->final_state, "w");
         if (!f)
             cli_die(KVIX_EXIT_IO, "cannot write %s: %s", a->final_state, strerror(errno));
-        int bad = kvix_mooncake_foreach(m, write_block, f, &err);
-        if (bad < 0)
-            cli_die(cli_exit_for(bad), "%s", err.msg);
-        if (bad || fflush(f) != 0 || ferror(f) | fclose(f))
+        int rc = kvix_mooncake_state_write(m, f, &err);
+        if (rc == KVIX_ENOMEM)
+            cli_die(cli_exit_for(rc), "%s", err.msg);
+        if (rc || fflush(f) != 0 || ferror(f) | fclose(f))
             cli_die(KVIX_EXIT_IO, "cannot write %s: %s", a->final_state, strerror(errno));
     }
     if (!r->quiet) {

@@ -789,3 +789,21 @@ int kvix_mooncake_foreach(kvix_mooncake *m, kvix_mooncake_block_fn fn, void *ctx
     free(v);
     return rc;
 }
+
+static int write_block(void *ctx, uint32_t w, uint64_t engine, uint64_t local, uint32_t depth)
+{
+    char e[17], l[17];
+    kvix_hex64(engine, e);
+    kvix_hex64(local, l);
+    return fprintf(ctx, "%" PRIu32 " %s %s %" PRIu32 "\n", w, e, l, depth) < 0;
+}
+
+int kvix_mooncake_state_write(kvix_mooncake *m, FILE *f, kvix_err *err)
+{
+    int rc = kvix_mooncake_foreach(m, write_block, f, err);
+    if (rc < 0)
+        return rc;
+    if (rc || ferror(f))
+        return kvix_err_set(err, KVIX_EIO, "cannot write the cache state: %s", strerror(errno));
+    return KVIX_OK;
+}

@@ -44,6 +44,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kvix/error.h"
 #include "kvix/event.h"
@@ -140,6 +141,12 @@ void kvix_mooncake_stats_get(const kvix_mooncake *m, kvix_mooncake_stats *out);
 typedef int (*kvix_mooncake_block_fn)(void *ctx, uint32_t worker, uint64_t engine,
                                       uint64_t local, uint32_t depth);
 int kvix_mooncake_foreach(kvix_mooncake *m, kvix_mooncake_block_fn fn, void *ctx, kvix_err *err);
+
+/* Write the cache state to f (borrowed: neither flushed nor closed), one
+ * block a line in kvix_mooncake_foreach's order: "WORKER ENGINE LOCAL DEPTH",
+ * hashes as 16 hex digits (kvreplay --final-state, which kvdump of the index
+ * built from the events equals). KVIX_EIO when a write fails, KVIX_ENOMEM. */
+int kvix_mooncake_state_write(kvix_mooncake *m, FILE *f, kvix_err *err);
 
 /* The generator behind routing (splitmix64), exposed for tests. */
 uint64_t kvix_splitmix64(uint64_t *state);

@@ -455,3 +455,72 @@ TEST(options_checked)
     kvix_mooncake_free(m);
     free(c.r);
 }
+
+static int count_block(void *ctx, uint32_t worker, uint64_t engine, uint64_t local,
+                       uint32_t depth)
+{
+    (void)worker;
+    (void)engine;
+    (void)local;
+    (void)depth;
+    ++*(size_t *)ctx;
+    return 0;
+}
+
+static int no_event(void *ctx, const kvix_event *ev)
+{
+    (void)ctx;
+    (void)ev;
+    return 0;
+}
+
+TEST(state_written_one_block_a_line_in_foreach_order)
+{
+    kvix_mooncake *m = sim(3, 8, KVIX_ROUTE_RANDOM, 7);
+    kvix_mooncake_req r;
+    static const uint32_t a[] = {1, 2, 3, 4}, b[] = {1, 2, 9};
+    req(&r, 0, 4 * 512, a, 4);
+    CHECK(kvix_mooncake_step(m, &r, 0, no_event, NULL, NULL) == KVIX_OK);
+    req(&r, 10, 3 * 512, b, 3);
+    CHECK(kvix_mooncake_step(m, &r, 1, no_event, NULL, NULL) == KVIX_OK);
+    kvix_mooncake_stats st;
+    kvix_mooncake_stats_get(m, &st);
+    size_t blocks = 0;
+    kvix_mooncake_foreach(m, count_block, &blocks, NULL);
+    CHECK(blocks >= 4);
+    CHECK_U64(blocks, st.cached_blocks);
+
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    kvix_err err;
+    CHECK(kvix_mooncake_state_write(m, f, &err) == KVIX_OK);
+    fclose(f);
+    size_t lines = 0;
+    unsigned last_worker = 0;
+    for (char *p = text, *nl; p && (nl = strchr(p, '\n')); p = nl + 1) {
+        unsigned w, d;
+        char e[17], l[17];
+        int used = 0;
+        *nl = '\0';
+        CHECK(sscanf(p, "%u %16[0-9a-f] %16[0-9a-f] %u%n", &w, e, l, &d, &used) == 4);
+        CHECK_U64(strlen(e), 16);
+        CHECK_U64(strlen(l), 16);
+        CHECK_U64((size_t)used, strlen(p));
+        CHECK(w < 3 && w >= last_worker && d < 4);
+        last_worker = w;
+        lines++;
+    }
+    CHECK_U64(lines, blocks);
+    free(text);
+
+    /* A stream that cannot be written: KVIX_EIO. */
+    f = fopen("/dev/null", "r");
+    CHECK(f != NULL);
+    if (f) {
+        CHECK(kvix_mooncake_state_write(m, f, &err) == KVIX_EIO);
+        CHECK(strstr(err.msg, "cannot write the cache state") != NULL);
+        fclose(f);
+    }
+    kvix_mooncake_free(m);
+}
