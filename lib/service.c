@@ -239,23 +239,30 @@ static size_t run_end(const kvix_score *v, size_t i, size_t n)
     return i;
 }
 
-/* The scores by (worker, dp): ans->scores, or its upper half. The index
+/* The scores by (worker, dp): ans->scores, or the other half of its buffer. The index
  * answers them by blocks (desc), then by worker and dp (kvix/index.h): runs
  * of one block count, each in order already, and few of them. Adjacent runs
- * are merged pairwise through the array's spare upper half, which the index
- * keeps for its own sort (cap >= 2n); without it, the shell sort. Already in
- * order: one pass. */
+ * are merged pairwise through the half of the index's scores buffer that the
+ * answer does not use (the index sorts back and forth between the halves,
+ * kvix/index.h); without one, the shell sort. Already in order: one pass. */
 static const kvix_score *sort_scores(kvix_answer *ans)
 {
     kvix_score *v = ans->scores;
     size_t n = ans->nscores;
     if (n < 2 || run_end(v, 0, n) == n)
         return v;
-    if (ans->cap / 2 < n) {
+    /* the half of the index's buffer (scores_buf, cap entries) that scores
+     * does not use, when it is whole and apart from it; else sort in place */
+    kvix_score *buf = ans->scores_buf, *dst = NULL;
+    if (buf && v == buf && n <= ans->cap / 2)
+        dst = buf + n;
+    else if (buf && v >= buf + n && v <= buf + ans->cap && (size_t)(buf + ans->cap - v) >= n)
+        dst = buf;
+    if (!dst) {
         shell_sort_scores(v, n);
         return v;
     }
-    kvix_score *src = v, *dst = v + n;
+    kvix_score *src = v;
     for (;;) {
         size_t runs = 0;
         for (size_t i = 0; i < n; runs++) {

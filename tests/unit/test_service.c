@@ -235,58 +235,72 @@ TEST(dump_reads_back_into_an_equal_index)
  * together and ascending, whatever order they arrived in (3000 (worker, dp)
  * pairs: every gap of the answer's sort), and prints ids near 2^63 exactly. */
 /* Workers matching 1 to 5 blocks: the index answers them by blocks, so the
- * service merges five runs back into worker order; ids and counts on every
- * digit-width boundary the answer writer has a path for. */
-TEST(answer_merges_runs_and_prints_every_width)
+ * service merges five runs back into worker order (few scores, sorted in
+ * place by the index; many, sorted by radix into either half of its buffer);
+ * ids and counts on every digit-width boundary the answer writer has a path
+ * for. ids ascend. */
+static void merge_case(const uint64_t *ids, unsigned n)
 {
+    enum { BS = 999 };
     kvix_index *idx = new_index();
     kvix_service *s = NULL;
     kvix_service_opts so = {.idx = idx};
     kvix_err e;
     CHECK(kvix_service_new(&s, &so, &e) == 0);
-    static const uint64_t ids[] = {0, 9, 10, 99, 100, 999, 1000, 9999, 10000, 99999, 100000,
-                                   1234567890123u, UINT64_C(999999999999999999),
-                                   UINT64_C(1000000000000000000), INT64_MAX};
-    enum { N = sizeof ids / sizeof ids[0], BS = 999 };
     char line[1024];
-    for (unsigned i = 0; i < N; i++) {
+    for (unsigned i = 0; i < n; i++) {
         unsigned k = (i * 3) % 5 + 1; /* blocks held: scattered over 1..5 */
-        size_t n = (size_t)snprintf(line, sizeof line,
-                                    "{\"type\":\"stored\",\"worker\":%llu,\"dp\":%u,"
-                                    "\"model\":\"m\",\"bs\":%d,\"blocks\":[",
-                                    (unsigned long long)ids[i], i % 2 ? 10000u : 7u, BS);
+        size_t len = (size_t)snprintf(line, sizeof line,
+                                      "{\"type\":\"stored\",\"worker\":%llu,\"dp\":%u,"
+                                      "\"model\":\"m\",\"bs\":%d,\"blocks\":[",
+                                      (unsigned long long)ids[i], i % 2 ? 10000u : 7u, BS);
         for (unsigned b = 0; b < k; b++)
-            n += (size_t)snprintf(line + n, sizeof line - n,
-                                  "%s{\"local\":\"%016x\",\"seq\":\"%016x\"}", b ? "," : "",
-                                  0xa0 + b, (i + 1) * 16 + b);
-        snprintf(line + n, sizeof line - n, "]}");
+            len += (size_t)snprintf(line + len, sizeof line - len,
+                                    "%s{\"local\":\"%016x\",\"seq\":\"%016x\"}", b ? "," : "",
+                                    0xa0 + b, (i + 1) * 16 + b);
+        snprintf(line + len, sizeof line - len, "]}");
         feed(idx, line);
     }
     kvix_service_response r;
     kvix_service_response_init(&r);
     const char *q = "{\"model_name\":\"m\",\"block_hashes\":[160,161,162,163,164]}";
-    kvix_service_handle(s, "POST", "/query_by_hash", q, strlen(q), &r);
-    CHECK_U64((uint64_t)r.status, 200);
-    kvix_buf want;
-    kvix_buf_init(&want);
-    CHECK(kvix_buf_append(&want, "{\"scores\":{", 11, NULL) == 0);
-    for (int part = 0; part < 2; part++) {
-        for (unsigned i = 0; i < N; i++) { /* ids[] ascend */
-            unsigned k = (i * 3) % 5 + 1;
-            CHECK(kvix_buf_printf(&want, NULL, "%s\"%llu\":{\"%u\":%u}", i ? "," : "",
-                                  (unsigned long long)ids[i], i % 2 ? 10000u : 7u,
-                                  part ? k : k * BS) == 0);
+    for (int twice = 0; twice < 2; twice++) { /* the answer's buffers reused */
+        kvix_service_handle(s, "POST", "/query_by_hash", q, strlen(q), &r);
+        CHECK_U64((uint64_t)r.status, 200);
+        kvix_buf want;
+        kvix_buf_init(&want);
+        CHECK(kvix_buf_append(&want, "{\"scores\":{", 11, NULL) == 0);
+        for (int part = 0; part < 2; part++) {
+            for (unsigned i = 0; i < n; i++) {
+                unsigned k = (i * 3) % 5 + 1;
+                CHECK(kvix_buf_printf(&want, NULL, "%s\"%llu\":{\"%u\":%u}", i ? "," : "",
+                                      (unsigned long long)ids[i], i % 2 ? 10000u : 7u,
+                                      part ? k : k * BS) == 0);
+            }
+            CHECK(kvix_buf_printf(&want, NULL, "%s",
+                                  part ? "}}" : "},\"frequencies\":[],\"tree_sizes\":{") == 0);
         }
-        CHECK(kvix_buf_printf(&want, NULL, "%s",
-                              part ? "}}" : "},\"frequencies\":[],\"tree_sizes\":{") == 0);
+        CHECK(r.body.len == want.len && memcmp(r.body.data, want.data, want.len) == 0);
+        if (r.body.len != want.len || memcmp(r.body.data, want.data, want.len) != 0)
+            fprintf(stderr, "got  %.300s\nwant %.300s\n", r.body.data, want.data);
+        kvix_buf_release(&want);
     }
-    CHECK(r.body.len == want.len && memcmp(r.body.data, want.data, want.len) == 0);
-    if (r.body.len != want.len || memcmp(r.body.data, want.data, want.len) != 0)
-        fprintf(stderr, "got  %.300s\nwant %.300s\n", r.body.data, want.data);
-    kvix_buf_release(&want);
     kvix_service_response_release(&r);
     kvix_service_free(s);
     kvix_index_free(idx);
+}
+
+TEST(answer_merges_runs_and_prints_every_width)
+{
+    static const uint64_t ids[] = {0, 9, 10, 99, 100, 999, 1000, 9999, 10000, 99999, 100000,
+                                   1234567890123u, UINT64_C(999999999999999999),
+                                   UINT64_C(1000000000000000000), INT64_MAX};
+    merge_case(ids, sizeof ids / sizeof ids[0]);
+    enum { MANY = 700 };
+    static uint64_t many[MANY];
+    for (unsigned i = 0; i < MANY; i++)
+        many[i] = (uint64_t)i * 1000003u + (i % 7);
+    merge_case(many, MANY);
 }
 
 TEST(answer_sorted_by_worker_and_rank)
