@@ -222,17 +222,37 @@ static inline uint32_t part_nslots(const part *p)
     return __atomic_load_n(&p->nslots, __ATOMIC_ACQUIRE);
 }
 
-/* The state of a slot (NULL: free). Outside a quiet index, call inside a
- * read-side section and use the state only within it. */
+/* A partition's slot -> state map as loaded once: inside a read-side
+ * section it stays valid for the whole section (its tables are freed only
+ * after a grace period), so a query maps all its hits with one load. */
+typedef struct slotmap {
+    wstate ***top;
+    uint32_t n;
+} slotmap;
+
+static inline slotmap slots_of(const part *p)
+{
+    slotmap m;
+    m.n = part_nslots(p); /* before top: a raised count's tables are published first */
+    m.top = __atomic_load_n(&p->chunks, __ATOMIC_ACQUIRE);
+    if (!m.top)
+        m.n = 0;
+    return m;
+}
+
+/* The state of a slot (NULL: free). Outside a quiet index, use the state
+ * only within the read-side section the map was loaded in. */
+static inline wstate *slotmap_ws(slotmap m, uint32_t slot)
+{
+    if (slot >= m.n)
+        return NULL;
+    wstate **c = __atomic_load_n(&m.top[slot / SLOT_CHUNK], __ATOMIC_ACQUIRE);
+    return c ? __atomic_load_n(&c[slot % SLOT_CHUNK], __ATOMIC_ACQUIRE) : NULL;
+}
+
 static inline wstate *slot_ws(const part *p, uint32_t slot)
 {
-    if (slot >= part_nslots(p))
-        return NULL;
-    wstate ***top = __atomic_load_n(&p->chunks, __ATOMIC_ACQUIRE);
-    if (!top)
-        return NULL;
-    wstate **c = __atomic_load_n(&top[slot / SLOT_CHUNK], __ATOMIC_ACQUIRE);
-    return c ? __atomic_load_n(&c[slot % SLOT_CHUNK], __ATOMIC_ACQUIRE) : NULL;
+    return slotmap_ws(slots_of(p), slot);
 }
 
 static inline int ws_active(const wstate *w)

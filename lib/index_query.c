@@ -261,9 +261,10 @@ static int query_part_rcu(part *p, const uint64_t *local, uint64_t *canon, size_
     srun *r = NULL; /* the current run */
     int mixed = 0;  /* a run past RUNS_MAX took another length */
     size_t ns = 0;
+    slotmap sm = slots_of(p);
     for (size_t i = 0; i < hits.n; i++) {
         const kvix_qhit *h = &hits.v[i];
-        wstate *w = h->blocks ? slot_ws(p, h->slot) : NULL;
+        wstate *w = h->blocks ? slotmap_ws(sm, h->slot) : NULL;
         if (!w)
             continue;
         if (!r || h->blocks != r->blocks) {
