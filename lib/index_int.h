@@ -73,6 +73,9 @@ typedef struct kvix_qhits {
 } kvix_qhits;
 
 int kvix_qhits_push(kvix_qhits *h, const kvix_qhit *hit, kvix_err *err);
+/* Room for n more hits past h->n (the backend then writes them and adds n
+ * to h->n). */
+int kvix_qhits_reserve(kvix_qhits *h, size_t n, kvix_err *err);
 
 /* A canonical block as a backend node keeps it, given to add and read back
  * through the node's handle (kvix_backend_ops.info). */

@@ -763,10 +763,17 @@ static inline pnode *probe(qctx *c, uint32_t pos)
     return be_find(c->be, pos, kvix_canon_at(c->q, pos));
 }
 
+/* The slots of v all matched `blocks` blocks (on gpu until tiers are
+ * counted): one reservation, then plain stores. */
 static void push_list(qctx *c, const uint32_t *v, uint32_t n, uint32_t blocks)
 {
-    for (uint32_t k = 0; k < n && c->rc == KVIX_OK; k++)
-        c->rc = kvix_hit_push(c->out, v[k], blocks, c->err);
+    if (!n || c->rc != KVIX_OK || (c->rc = kvix_qhits_reserve(c->out, n, c->err)))
+        return;
+    kvix_qhit *h = c->out->v + c->out->n;
+    for (uint32_t k = 0; k < n; k++)
+        h[k] = (kvix_qhit){.slot = v[k], .blocks = blocks,
+                           .tier_blocks = {[KVIX_MEDIUM_GPU] = blocks}};
+    c->out->n += n;
 }
 
 /* Reorder v[0..n): the holders of node nd first; returns how many. The set

@@ -19,6 +19,21 @@ void kvix_answer_release(kvix_answer *ans)
     kvix_answer_init(ans);
 }
 
+int kvix_qhits_reserve(kvix_qhits *h, size_t n, kvix_err *err)
+{
+    if (h->cap - h->n >= n)
+        return KVIX_OK;
+    size_t cap = h->cap ? h->cap : 16;
+    while (cap - h->n < n)
+        cap *= 2;
+    kvix_qhit *v = realloc(h->v, cap * sizeof *v);
+    if (!v)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for query hits");
+    h->v = v;
+    h->cap = cap;
+    return KVIX_OK;
+}
+
 int kvix_qhits_push(kvix_qhits *h, const kvix_qhit *hit, kvix_err *err)
 {
     if (h->n == h->cap) {
