@@ -435,7 +435,7 @@ void handle_flags(kvi *k, kvix_reader *r)
             load_workers(k, 0);
     }
     /* the subscriptions' thread wakes us when they have applied enough */
-    if (k->feed && !k->mid_message && save_due(k, feed_applied(k)))
+    if (k->save_every_events && k->feed && !k->mid_message && save_due(k, feed_applied(k)))
         save(k, "event count");
     if (sig_tick) {
         sig_tick = 0;
@@ -501,7 +501,8 @@ void apply(kvi *k, const char *name, uint64_t pos, size_t file, const kvix_event
     }
     k->dirty = 1;
     __atomic_add_fetch(&k->since_save, 1, __ATOMIC_RELAXED);
-    if (!k->mid_message && save_due(k, feed_applied(k)))
+    /* save_every_events first: the feed's counts take its lock, not for every record */
+    if (k->save_every_events && !k->mid_message && save_due(k, feed_applied(k)))
         save(k, "event count");
 }
 
