@@ -184,10 +184,14 @@ static void warn_unknown(kvi *k, const char *name, uint64_t pos, const kvix_even
     if (k->nunknown == UNKNOWN_WARN_MAX)
         return;
     char **v = realloc(k->unknown, (k->nunknown + 1) * sizeof *v);
-    char *dup = strdup(key);
-    if (!v || !dup)
-        cli_die(KVIX_EXIT_SYS, "out of memory");
-    k->unknown = v;
+    if (v)
+        k->unknown = v;
+    char *dup = v ? strdup(key) : NULL;
+    if (!dup) { /* saved and freed as any out of memory: nothing left unreachable */
+        kvix_err e;
+        kvix_err_set(&e, KVIX_ENOMEM, "out of memory");
+        die_sys(k, &e);
+    }
     v[k->nunknown++] = dup;
     clear_progress(k);
     if (model)
