@@ -98,8 +98,8 @@ static const cli_opt options[] = {
     {O_STREAM_DUP_WINDOW, 0, "stream-dup-window", "SECONDS", NULL,
      "stream created: a batch published again within SECONDS is dropped (default 120)"},
     {O_NATS_WINDOW, 0, "nats-window", "N", NULL,
-     "--nats: batches awaiting the server's acknowledgement at most (default 256; 1: each "
-     "before the next)"},
+     "--nats: batches awaiting the server's acknowledgement at most, one per worker "
+     "(default 256; 1: each before the next)"},
     {0, 0, NULL, NULL, NULL, NULL},
 };
 
@@ -165,7 +165,7 @@ static void out_flush(void)
 }
 
 /* The batch gathered to the publisher's window (kvix/natslog.h: sent at
- * once, acknowledged later, in order). A window full of batches the server
+ * once, acknowledged later, in order for each worker). A window full of batches the server
  * has not acknowledged (the server away) is waited for; only a stop while
  * it is away loses the batch, and that is an error. */
 static void nats_flush(void)

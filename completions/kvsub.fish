@@ -24,7 +24,7 @@ complete -c kvsub -l stream-max-age -x -d 'stream created: drop messages older t
 complete -c kvsub -l stream-max-bytes -x -d 'stream created: keep at most BYTES, oldest dropped first (default 0: no limit)'
 complete -c kvsub -l stream-replicas -x -d 'stream created: N copies in a NATS cluster (default 1)'
 complete -c kvsub -l stream-dup-window -x -d 'stream created: a batch published again within SECONDS is dropped (default 120)'
-complete -c kvsub -l nats-window -x -d '--nats: batches awaiting the server\'s acknowledgement at most (default 256; 1: each before the next)'
+complete -c kvsub -l nats-window -x -d '--nats: batches awaiting the server\'s acknowledgement at most, one per worker (default 256; 1: each before the next)'
 complete -c kvsub -s h -l help -d 'print this help and exit'
 complete -c kvsub -s V -l version -d 'print the version and exit'
 complete -c kvsub -f

@@ -35,6 +35,7 @@ typedef struct natslog_pub {
     size_t inflight;         /* NB_FLIGHT among them */
     int failed;              /* some NB_FAILED: resend before anything new */
     char why[KVIX_ERR_MSG_MAX];
+    char next_subj[sizeof(((natslog_batch *)0)->subj)]; /* of the batch waiting to go */
     kvix_natslog_pubstats st;
 } natslog_pub;
 

@@ -3,9 +3,10 @@
  *
  * nats.c sends each batch at once and calls on_ack from its own thread when
  * the server answers (or the answer's time ran out); the ring, under pub.mu,
- * is where the two threads meet. Only our thread sends, and it sends nothing
- * new while a failed batch waits to be sent again, so the stream's order is
- * the order the batches were taken in. */
+ * is where the two threads meet. Only our thread sends, it sends nothing
+ * new while a failed batch waits to be sent again, and a worker's next batch
+ * only once its last is acknowledged, so the stream holds each worker's
+ * batches in the order they were taken in. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
@@ -147,12 +148,18 @@ static int build_payload(kvix_natslog *l, const char *data, size_t len, kvix_for
     return rc;
 }
 
-/* Subject and id of the batch in l->pay (its first record in l->ev). */
-static void name_batch(kvix_natslog *l, natslog_batch *b)
+/* The subject of the batch in l->pay (its first record in l->ev). */
+static void subject_of(kvix_natslog *l, char *dst, size_t cap)
 {
     char model[KVIX_NAME_MAX];
     put_token(model, sizeof model, l->ev.model);
-    snprintf(b->subj, sizeof b->subj, "%s.%s.%" PRIu64, l->subject, model, l->ev.worker);
+    snprintf(dst, cap, "%s.%s.%" PRIu64, l->subject, model, l->ev.worker);
+}
+
+/* Subject and id of the batch in l->pay (its first record in l->ev). */
+static void name_batch(kvix_natslog *l, natslog_batch *b)
+{
+    subject_of(l, b->subj, sizeof b->subj);
     b->has_id = l->ev.has_eid;
     if (!b->has_id)
         return;
@@ -245,10 +252,24 @@ static int none_in_flight(natslog_pub *p)
     return p->inflight == 0;
 }
 
+/* Room for the next batch, or a failure to settle first. A subject (one
+ * worker's batches) has one batch in flight at a time: the server may refuse
+ * a batch (a restart, a stream not yet loaded) and store the next one sent
+ * behind it, which the resend would then follow. Other workers' batches
+ * overlap: a worker's blocks never depend on another's. Under mu. */
 static int room_or_failed(natslog_pub *p)
 {
     pop_done(p);
-    return p->count < p->cap || p->failed;
+    if (p->failed)
+        return 1;
+    if (p->count >= p->cap)
+        return 0;
+    for (size_t i = 0; i < p->count; i++) {
+        const natslog_batch *b = at(p, i);
+        if (b->state == NB_FLIGHT && strcmp(b->subj, p->next_subj) == 0)
+            return 0;
+    }
+    return 1;
 }
 
 /* A failure in the window: once nothing is in flight, the failed batches
@@ -277,9 +298,10 @@ static int resend_failed(kvix_natslog *l, const struct timespec *dl, kvix_err *e
         natsStatus s = js_Publish(&pa, l->js, b->subj, b->pay.data, (int)b->pay.len, &po, &je);
         if (s != NATS_OK)
             return natslog_fail(err, KVIX_EIO, b->subj, s, je);
-        uint64_t later = 0; /* a later batch of the window the stream holds before it */
+        uint64_t later = 0; /* a later batch of its worker the stream holds before it */
         for (size_t j = i + 1; j < n && !pa->Duplicate && !later; j++)
-            if (at(p, j)->state == NB_DONE && at(p, j)->seq < pa->Sequence)
+            if (at(p, j)->state == NB_DONE && at(p, j)->seq < pa->Sequence &&
+                strcmp(at(p, j)->subj, b->subj) == 0)
                 later = 1;
         pthread_mutex_lock(&p->mu);
         b->state = NB_DONE;
@@ -306,6 +328,7 @@ int kvix_natslog_publish(kvix_natslog *l, const char *data, size_t len, kvix_for
     if (rc)
         return rc;
     struct timespec dl = deadline(l->o.timeout_ms);
+    subject_of(l, p->next_subj, sizeof p->next_subj); /* read only by this thread */
     for (;;) {
         pthread_mutex_lock(&p->mu);
         int room = wait_until(p, &dl, room_or_failed);
