@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MIN_CAP 8
 
 void kvix_hmap_init(kvix_hmap *m, unsigned key_words, size_t value_size)
 {
@@ -31,8 +30,6 @@ static inline uint64_t key_hash(const kvix_hmap *m, const uint64_t *k)
     return h;
 }
 
-static inline uint8_t tag_of(uint64_t h) { return (uint8_t)(0x80 | (h >> 57)); }
-
 static inline unsigned char *entry(const kvix_hmap *m, size_t i) { return m->ent + i * m->esize; }
 
 static inline uint64_t load64(const unsigned char *p)
@@ -59,7 +56,7 @@ static size_t find(const kvix_hmap *m, const uint64_t *key, uint64_t h)
     if (!m->cap)
         return (size_t)-1;
     size_t mask = m->cap - 1, i = h & mask;
-    uint8_t tag = tag_of(h);
+    uint8_t tag = kvix_hm_tag(h);
     for (;;) {
         uint8_t c = m->ctrl[i];
         if (!c)
@@ -86,10 +83,8 @@ static int resize(kvix_hmap *m, size_t cap)
         uint64_t k[2];
         key_load(m, entry(m, j), k);
         uint64_t h = key_hash(m, k);
-        size_t i = h & mask;
-        while (ctrl[i])
-            i = (i + 1) & mask;
-        ctrl[i] = tag_of(h);
+        size_t i = kvix_hm_free_slot(ctrl, mask, h);
+        ctrl[i] = kvix_hm_tag(h);
         memcpy(ent + i * m->esize, entry(m, j), m->esize);
     }
     free(m->ctrl);
@@ -102,12 +97,9 @@ static int resize(kvix_hmap *m, size_t cap)
 
 int kvix_hmap_reserve(kvix_hmap *m, size_t n)
 {
-    size_t cap = m->cap ? m->cap : MIN_CAP;
-    while (n * 5 > cap * 4) { /* the same 80% load put keeps */
-        if (cap > SIZE_MAX / 4 / m->esize)
-            return -1;
-        cap *= 2;
-    }
+    size_t cap = kvix_hm_cap_for(m->cap, n, m->esize);
+    if (!cap)
+        return -1;
     return cap == m->cap ? 0 : resize(m, cap);
 }
 
@@ -126,17 +118,10 @@ void *kvix_hmap_put(kvix_hmap *m, const uint64_t *key, int *inserted)
             *inserted = 0;
         return entry(m, i) + 8 * m->kw;
     }
-    if ((m->n + 1) * 5 > m->cap * 4) { /* keep load <= 80% */
-        if (m->cap > SIZE_MAX / 4 / m->esize)
-            return NULL;
-        if (resize(m, m->cap ? m->cap * 2 : MIN_CAP))
-            return NULL;
-    }
-    size_t mask = m->cap - 1;
-    i = h & mask;
-    while (m->ctrl[i])
-        i = (i + 1) & mask;
-    m->ctrl[i] = tag_of(h);
+    if (kvix_hmap_reserve(m, m->n + 1))
+        return NULL;
+    i = kvix_hm_free_slot(m->ctrl, m->cap - 1, h);
+    m->ctrl[i] = kvix_hm_tag(h);
     unsigned char *e = entry(m, i);
     memset(e, 0, m->esize);
     memcpy(e, key, 8 * m->kw);
@@ -161,7 +146,7 @@ int kvix_hmap_del(kvix_hmap *m, const uint64_t *key)
         uint64_t k[2];
         key_load(m, entry(m, j), k);
         size_t home = key_hash(m, k) & mask;
-        if (((j - home) & mask) >= ((j - i) & mask)) {
+        if (kvix_hm_fills_hole(i, j, home, mask)) {
             m->ctrl[i] = m->ctrl[j];
             memcpy(entry(m, i), entry(m, j), m->esize);
             i = j;
@@ -171,7 +156,7 @@ int kvix_hmap_del(kvix_hmap *m, const uint64_t *key)
     m->n--;
     if (m->n == 0) {
         kvix_hmap_release(m);
-    } else if (m->cap > 64 && m->n * 10 < m->cap) {
+    } else if (kvix_hm_shrinks(m->n, m->cap)) {
         (void)resize(m, m->cap / 2); /* on failure keep the larger table */
     }
     return 1;

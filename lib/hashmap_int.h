@@ -61,4 +61,45 @@ static inline uint64_t kvix_mix64(uint64_t k)
     return k;
 }
 
+/* The table policy kvix_hmap and the front end's keyless blocks map
+ * (index_bmap.c) share: a control byte a slot (0 empty, else 0x80 | the
+ * hash's top 7 bits), linear probing, load at most 80%, capacity doubled
+ * from KVIX_HM_MIN_CAP, halved below 10% past 64 slots, and backward-shift
+ * deletion. */
+#define KVIX_HM_MIN_CAP 8
+
+static inline uint8_t kvix_hm_tag(uint64_t h) { return (uint8_t)(0x80 | (h >> 57)); }
+
+/* The capacity holding n entries, doubled from cur (0: none yet), or 0 when
+ * a table of esize-byte entries that large could overflow. */
+static inline size_t kvix_hm_cap_for(size_t cur, size_t n, size_t esize)
+{
+    size_t cap = cur ? cur : KVIX_HM_MIN_CAP;
+    while (n * 5 > cap * 4) {
+        if (cap > SIZE_MAX / 4 / esize)
+            return 0;
+        cap *= 2;
+    }
+    return cap;
+}
+
+/* The empty slot hash h probes to first (the table has one). */
+static inline size_t kvix_hm_free_slot(const uint8_t *ctrl, size_t mask, uint64_t h)
+{
+    size_t i = h & mask;
+    while (ctrl[i])
+        i = (i + 1) & mask;
+    return i;
+}
+
+/* Backward shift: the entry at j, whose home slot is home, moves into the
+ * hole at i when the hole lies between its home and where it sits. */
+static inline int kvix_hm_fills_hole(size_t i, size_t j, size_t home, size_t mask)
+{
+    return ((j - home) & mask) >= ((j - i) & mask);
+}
+
+/* A table of cap slots holding n (after a removal, n > 0) is halved. */
+static inline int kvix_hm_shrinks(size_t n, size_t cap) { return cap > 64 && n * 10 < cap; }
+
 #endif

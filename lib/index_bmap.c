@@ -17,10 +17,6 @@
 
 #include "index_front_int.h"
 
-#define MIN_CAP 8
-
-static inline uint8_t tag_of(uint64_t h) { return (uint8_t)(0x80 | (h >> 57)); }
-
 static inline uint64_t slot_engine(const bmap *m, size_t i)
 {
     return kvix_ix_node_engine(bent_node(m->v[i]), m->eoff);
@@ -50,7 +46,7 @@ static size_t find(const bmap *m, uint64_t engine, uint64_t h)
     if (!m->cap)
         return (size_t)-1;
     size_t mask = m->cap - 1, i = h & mask;
-    uint8_t tag = tag_of(h);
+    uint8_t tag = kvix_hm_tag(h);
     for (;;) {
         uint8_t c = m->ctrl[i];
         if (!c)
@@ -83,10 +79,8 @@ static int resize(bmap *m, size_t cap)
         if (!m->ctrl[j])
             continue;
         uint64_t h = kvix_mix64(slot_engine(m, j));
-        size_t i = h & mask;
-        while (ctrl[i])
-            i = (i + 1) & mask;
-        ctrl[i] = tag_of(h);
+        size_t i = kvix_hm_free_slot(ctrl, mask, h);
+        ctrl[i] = kvix_hm_tag(h);
         v[i] = m->v[j];
     }
     free(m->ctrl);
@@ -99,12 +93,9 @@ static int resize(bmap *m, size_t cap)
 
 int kvix_ix_bm_reserve(bmap *m, size_t n)
 {
-    size_t cap = m->cap ? m->cap : MIN_CAP;
-    while (n * 5 > cap * 4) { /* the 80% load add keeps */
-        if (cap > SIZE_MAX / 4 / sizeof(bent))
-            return -1;
-        cap *= 2;
-    }
+    size_t cap = kvix_hm_cap_for(m->cap, n, sizeof(bent));
+    if (!cap)
+        return -1;
     return cap == m->cap ? 0 : resize(m, cap);
 }
 
@@ -117,17 +108,11 @@ bent *kvix_ix_bm_add(bmap *m, uint64_t engine, bent v)
             *e = v;
         return e;
     }
-    if ((m->n + 1) * 5 > m->cap * 4) { /* keep load <= 80% */
-        if (m->cap > SIZE_MAX / 4 / sizeof(bent))
-            return NULL;
-        if (resize(m, m->cap ? m->cap * 2 : MIN_CAP))
-            return NULL;
-    }
+    if (kvix_ix_bm_reserve(m, m->n + 1))
+        return NULL;
     uint64_t h = kvix_mix64(engine);
-    size_t mask = m->cap - 1, i = h & mask;
-    while (m->ctrl[i])
-        i = (i + 1) & mask;
-    m->ctrl[i] = tag_of(h);
+    size_t i = kvix_hm_free_slot(m->ctrl, m->cap - 1, h);
+    m->ctrl[i] = kvix_hm_tag(h);
     m->v[i] = v;
     m->n++;
     return &m->v[i];
@@ -147,7 +132,7 @@ void kvix_ix_bm_del(bmap *m, uint64_t engine)
         if (!m->ctrl[j])
             break;
         size_t home = kvix_mix64(slot_engine(m, j)) & mask;
-        if (((j - home) & mask) >= ((j - i) & mask)) {
+        if (kvix_hm_fills_hole(i, j, home, mask)) {
             m->ctrl[i] = m->ctrl[j];
             m->v[i] = m->v[j];
             i = j;
@@ -161,7 +146,7 @@ void kvix_ix_bm_del(bmap *m, uint64_t engine)
         m->ctrl = NULL;
         m->v = NULL;
         m->cap = 0;
-    } else if (m->cap > 64 && m->n * 10 < m->cap) {
+    } else if (kvix_hm_shrinks(m->n, m->cap)) {
         (void)resize(m, m->cap / 2); /* on failure keep the larger table */
     }
 }
