@@ -185,6 +185,12 @@ pids+=("$sub")
 cat rest.ndjson >rest.fifo # the scan reads it: three more publishers
 has_lines() { [ "$(wc -l <"$1")" = "$2" ]; }
 wait_for 20 has_lines workers 4 || fail "map file not completed: $(cat workers)"
+# The map file is complete before the scan reaches the FIFO's end: a writer
+# opening it while the scan still holds it would be read by the scan, and the
+# replay would wait for a third. Once the scan let it go, the replay's open
+# waits for this writer.
+scan_done() { ! ls -l "/proc/$pub/fd" 2>/dev/null | grep -q 'rest\.fifo$'; }
+wait_for 20 scan_done || fail "the scan still holds the FIFO"
 cat rest.ndjson >rest.fifo # the replay reads it
 wait "$pub"
 assert_eq "$?" 0 "kvreplay exit status"
