@@ -64,7 +64,10 @@ UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 UNIT_SUPPORT := $(filter-out $(UNIT_SRC),$(wildcard tests/unit/*.c))
 UNIT_SUPPORT_OBJ := $(UNIT_SUPPORT:%.c=$(BUILD)/obj/%.o)
-BENCH_SRC := $(wildcard bench/*.c)
+# bench/kvbench_PART.c are parts of kvbench (bench/kvbench.h), not benchmarks
+KVBENCH_PART_SRC := $(wildcard bench/kvbench_*.c)
+KVBENCH_PART_OBJ := $(KVBENCH_PART_SRC:%.c=$(BUILD)/obj/%.o)
+BENCH_SRC := $(filter-out $(KVBENCH_PART_SRC),$(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 LIBKVIX := $(BUILD)/libkvix.a
 # The shared library has objects of its own (-fPIC): the tools keep linking the
@@ -127,6 +130,10 @@ $(FAILALLOC): $(KVINDEX_OBJ) $(BUILD)/obj/tests/failalloc/failalloc.o $(CLI_OBJ)
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBKVIX)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LIBKVIX) $(LIBS)
+
+$(BUILD)/bench/kvbench: $(BUILD)/obj/bench/kvbench.o $(KVBENCH_PART_OBJ) $(LIBKVIX)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIBKVIX) $(LIBS)
 
 deps:
 	@sh .ci/deps

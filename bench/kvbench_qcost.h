@@ -1,6 +1,6 @@
 /* kvbench --query-cost: each query's latency with its scored workers and its
  * matched blocks (the answer's longest match), grouped by powers of two of
- * both, written as gnuplot data (bench/plot_fleet.gp). Included by kvbench.c
+ * both, written as gnuplot data (bench/plot_fleet.gp). Included by kvbench_replay.c
  * only; it has a replay of its own (in the parent process, after the timed
  * runs), so the timed runs never record a sample. */
 #ifndef KVBENCH_QCOST_H
