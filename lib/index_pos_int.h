@@ -1,0 +1,200 @@
+/* libkvix private: the positional backend's parts (lib/index_positional.c:
+ * the design, the backend ops, writers' add/del, orphan counts;
+ * lib/index_pos_store.c: the shard tables and node storage;
+ * lib/index_pos_query.c: the jump search). The design and its concurrency
+ * are described at the top of lib/index_positional.c.
+ */
+#ifndef KVIX_INDEX_POS_INT_H
+#define KVIX_INDEX_POS_INT_H
+
+#include <sched.h>
+#include <stddef.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "hset_int.h"
+#include "index_int.h"
+#include "rcu_int.h"
+
+#define SHARD_BITS 6
+#define NSHARD (1u << SHARD_BITS)
+#define TABLE_MIN 8u
+#define JUMP_DEFAULT 32u /* bench_index jump sweep: fewest instructions, best median */
+#define JUMP_MAX 1024u
+#define ORPH_CHUNK 256u
+#define TOMB UINT64_C(1) /* a table slot's word for a removed entry */
+#define LIMBO_BATCH 1024
+#define POOL_MIN 32
+
+/* ---- shard locks: held for a few hundred instructions, so a spinlock
+ * (yielding when the holder is descheduled) beats a mutex's two calls ---- */
+
+typedef _Atomic int spin_t;
+
+static inline int spin_trylock(spin_t *l)
+{
+    return !atomic_load_explicit(l, memory_order_relaxed) &&
+           !atomic_exchange_explicit(l, 1, memory_order_acquire);
+}
+
+static inline void spin_lock(spin_t *l)
+{
+    for (unsigned n = 0; !spin_trylock(l); n++) {
+        if (n < 100) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        } else {
+            sched_yield();
+        }
+    }
+}
+
+static inline void spin_unlock(spin_t *l)
+{
+    atomic_store_explicit(l, 0, memory_order_release);
+}
+
+/* ---- nodes and shard tables ---- */
+
+typedef struct pnode pnode;
+struct pnode {
+    /* writer side, under the node's shard lock */
+    pnode *parent; /* node of (pos - 1, parent canon); NULL at 0 or for a ghost */
+    pnode *next;   /* next sibling (under the parent's shard lock); in limbo: next retired */
+    union {
+        struct {
+            pnode *kids; /* nodes whose parent this is */
+            pnode *prev; /* previous sibling */
+        };
+        /* a retired node has no kids and no siblings, and readers never look
+         * at either: the limbo batch's grace period reuses their bytes */
+        struct rcu_head rcu;
+    };
+    uint32_t nkids;
+    /* read side */
+    uint32_t pos;
+    uint64_t canon;
+    kvix_hset h;
+    uint64_t engine; /* made under (the front end's key): fixed for life */
+    uint64_t local;  /* set when the node becomes held */
+};
+
+/* A table slot is one word: 0 never used (ends a probe), TOMB removed, else
+ * 16 bits of the key's hash above the node's address (user-space addresses
+ * fit in 48 bits: node_new refuses one that does not), so most mismatches
+ * never touch the node, a slot costs 8 bytes rather than 16, and a reader
+ * loads the tag and the node together. */
+typedef _Atomic uint64_t pslot;
+#define PTR_BITS 48
+#define PTR_MASK ((UINT64_C(1) << PTR_BITS) - 1)
+
+static inline uint64_t slot_tag(uint64_t h)
+{
+    return (h >> 24) & 0xffff; /* not the top bits: they pick the shard */
+}
+
+static inline uint64_t slot_word(uint64_t h, const pnode *n)
+{
+    return slot_tag(h) << PTR_BITS | (uint64_t)(uintptr_t)n;
+}
+
+static inline pnode *slot_node(uint64_t w)
+{
+    return (pnode *)(uintptr_t)(w & PTR_MASK);
+}
+
+typedef struct ptable {
+    struct rcu_head rcu;
+    uint64_t mask;
+    pslot s[];
+} ptable;
+
+typedef struct pshard {
+    spin_t mu;
+    _Atomic(ptable *) t;
+    size_t used, tomb;
+} __attribute__((aligned(64))) pshard;
+
+typedef struct pos_be {
+    kvix_bmem mem;
+    unsigned jump;
+    int binsearch;
+    _Atomic uint32_t nw;       /* words covering the highest slot seen */
+    _Atomic long unique;       /* nodes with holders */
+    _Atomic long nuntrusted;   /* slots with orphans */
+    _Atomic(uint32_t *) orph[KVIX_SLOTS_MAX / ORPH_CHUNK]; /* per-slot orphan counts */
+    kvix_aword untrusted[KVIX_SLOTS_MAX / 64];             /* bit: slot has orphans */
+    /* retired nodes wait in limbo for one grace period per batch, then are
+     * reused (malloc and call_rcu per block cost more than the rest of an add) */
+    _Atomic(pnode *) limbo;
+    _Atomic long nlimbo;
+    _Atomic long pending; /* limbo batches waiting for their grace period */
+    spin_t poolmu;
+    size_t npool;
+    _Atomic(pnode *) pool; /* retired nodes to reuse; peeked without the lock */
+    pshard shard[NSHARD];
+} pos_be;
+
+static inline uint64_t key_hash(uint32_t pos, uint64_t canon)
+{
+    uint64_t h = canon ^ ((uint64_t)pos * UINT64_C(0x9E3779B97F4A7C15));
+    h ^= h >> 33;
+    h *= UINT64_C(0xff51afd7ed558ccd);
+    h ^= h >> 33;
+    h *= UINT64_C(0xc4ceb9fe1a85ec53);
+    h ^= h >> 33;
+    return h ? h : 1;
+}
+
+static inline unsigned shard_of(uint64_t h)
+{
+    return (unsigned)(h >> (64 - SHARD_BITS));
+}
+
+static inline pnode *table_find(const ptable *t, uint64_t h, uint32_t pos, uint64_t canon)
+{
+    uint64_t tag = slot_tag(h);
+    for (uint64_t i = h & t->mask;; i = (i + 1) & t->mask) {
+        uint64_t w = atomic_load_explicit(&t->s[i], memory_order_acquire);
+        if (!w)
+            return NULL;
+        if (w >> PTR_BITS == tag && w != TOMB) {
+            pnode *n = slot_node(w);
+            if (n->canon == canon && n->pos == pos)
+                return n;
+        }
+    }
+}
+
+/* Lock-free lookup (inside a read-side section, or under the shard lock). */
+static inline pnode *be_find(pos_be *be, uint32_t pos, uint64_t canon)
+{
+    uint64_t h = key_hash(pos, canon);
+    ptable *t = atomic_load_explicit(&be->shard[shard_of(h)].t, memory_order_acquire);
+    return table_find(t, h, pos, canon);
+}
+
+/* ---- lib/index_pos_store.c: shard tables and node storage ---- */
+
+ptable *kvix_pos_table_new(uint64_t cap, kvix_bmem *mem);
+/* Under the shard's lock. insert: KVIX_OK or KVIX_ENOMEM (nothing changed). */
+int kvix_pos_shard_insert(pshard *sh, uint64_t h, pnode *n, kvix_bmem *mem);
+void kvix_pos_shard_remove(pshard *sh, uint64_t h, pnode *n, kvix_bmem *mem);
+/* A fresh node (no links, empty holder set), or NULL (out of memory). */
+pnode *kvix_pos_node_new(pos_be *be, uint32_t pos, uint64_t canon, uint64_t engine);
+/* A node no reader ever saw (never published). */
+void kvix_pos_node_free(pos_be *be, pnode *n);
+/* n is out of the table: readers may still see it until a grace period. */
+void kvix_pos_node_retire(pos_be *be, pnode *n);
+/* Hand a full batch of retired nodes (or all, when the index is empty) to
+ * one grace period. */
+void kvix_pos_limbo_drain(pos_be *be);
+/* Free every node, table and retired node (quiet backend, no pending batch). */
+void kvix_pos_store_free(pos_be *be);
+
+/* ---- lib/index_pos_query.c ---- */
+
+int kvix_pos_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err);
+
+#endif
