@@ -30,6 +30,7 @@ enum {
     O_UNTIL_CAUGHT_UP,
     O_LISTEN,
     O_HTTP_THREADS,
+    O_HTTP_NICE,
     O_PEERS,
     O_WORKERS_FILE,
     O_MODEL,
@@ -67,6 +68,9 @@ static const cli_opt options[] = {
     {O_LISTEN, 0, "listen", "[ADDR:]PORT", NULL,
      "serve the HTTP API on ADDR (default 127.0.0.1) and PORT (0: any) until SIGTERM"},
     {O_HTTP_THREADS, 0, "http-threads", "N", NULL, "HTTP server threads (default 2)"},
+    {O_HTTP_NICE, 0, "http-nice", "N", NULL,
+     "lower the HTTP threads' scheduling priority by N (0-19, default 0), so that ingest keeps "
+     "its share of the CPU under a query load"},
     {O_PEERS, 0, "peers", "URL,...", NULL,
      "start from the first peer whose GET /snapshot or GET /dump answers, after holding the "
      "input back 1 s (else from the snapshot); --nats: a new replica, or one the stream left "
@@ -170,6 +174,7 @@ int main(int argc, char **argv)
         case O_HTTP_THREADS:
             http_threads = (unsigned)cli_parse_uint(arg, 1, 256, "thread count");
             break;
+        case O_HTTP_NICE: k.http_nice = (int)cli_parse_uint(arg, 0, 19, "nice value"); break;
         case O_PEERS: npeers += add_peers(k.peers, arg); break;
         case 'w':
             if (!(wargs = realloc(wargs, (nw + 1) * sizeof *wargs)))

@@ -39,6 +39,7 @@ typedef struct kvi {
     const char *snap;
     int query_only, strict, quiet, verbose, progress;
     unsigned threads;
+    int http_nice; /* --http-nice */
     uint64_t save_every_events;
     double save_every_secs;
     const char **names;     /* input names, by file index (for rejections from threads) */

@@ -276,6 +276,7 @@ void start_service(kvi *k, const char *listen, unsigned http_threads)
         .nreasons = R_COUNT,
         .peers = k->peers,
         .stream = k->nopt.url ? k->nopt.stream : NULL,
+        .server_nice = k->http_nice,
     };
     kvix_err err;
     int rc = kvix_service_new(&k->svc, &so, &err);

@@ -15,6 +15,7 @@ _kvindex() {
     --stream) return ;;
     --listen) return ;;
     --http-threads) return ;;
+    --http-nice) return ;;
     --peers) return ;;
     -w|--worker) return ;;
     --workers-file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -23,7 +24,7 @@ _kvindex() {
     --block-size) return ;;
     esac
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--snapshot -s --query-only -q --format -f --backend --jump --threads -t --strict --save-every-seconds --save-every-events --quiet --verbose -v --nats --stream --reset-on-gap --until-caught-up --listen --http-threads --peers --worker -w --workers-file --model --tenant --block-size --help -h --version -V" -- "$cur"))
+        COMPREPLY=($(compgen -W "--snapshot -s --query-only -q --format -f --backend --jump --threads -t --strict --save-every-seconds --save-every-events --quiet --verbose -v --nats --stream --reset-on-gap --until-caught-up --listen --http-threads --http-nice --peers --worker -w --workers-file --model --tenant --block-size --help -h --version -V" -- "$cur"))
         return
     fi
     COMPREPLY=($(compgen -f -- "$cur"))

@@ -16,6 +16,7 @@ complete -c kvindex -l reset-on-gap -d '--nats: when the stream no longer holds 
 complete -c kvindex -l until-caught-up -d '--nats: stop (and save) once the stream\'s last message at start is applied'
 complete -c kvindex -l listen -x -d 'serve the HTTP API on ADDR (default 127.0.0.1) and PORT (0: any) until SIGTERM'
 complete -c kvindex -l http-threads -x -d 'HTTP server threads (default 2)'
+complete -c kvindex -l http-nice -x -d 'lower the HTTP threads\' scheduling priority by N (0-19, default 0), so that ingest keeps its share of the CPU under a query load'
 complete -c kvindex -l peers -x -d 'start from the first peer whose GET /snapshot or GET /dump answers, after holding the input back 1 s (else from the snapshot); --nats: a new replica, or one the stream left behind, takes a peer\'s /snapshot and its stream position'
 complete -c kvindex -s w -l worker -x -d 'subscribe to a worker\'s event endpoint and apply its events (repeatable)'
 complete -c kvindex -l workers-file -r -F -d 'subscribe to the ID[:DP]=ENDPOINT [replay=ENDPOINT] lines of FILE; re-read on SIGHUP'

@@ -1,11 +1,13 @@
 /* The service behind libmicrohttpd: a pool of server threads, each request's
  * body gathered (up to the ceiling) and handed to kvix_service_handle. */
+#define _GNU_SOURCE /* gettid */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,6 +33,21 @@ static void conn_done(kvix_service *s)
     s->inflight--;
     pthread_cond_broadcast(&s->inflight_cv);
     pthread_mutex_unlock(&s->inflight_mu);
+}
+
+/* Once per server thread. A failure leaves the thread as it was: lowering
+ * one's own priority is always allowed, and the service works either way. */
+static void lower_priority(int by)
+{
+    static __thread int done;
+    if (done)
+        return;
+    done = 1;
+    id_t tid = (id_t)gettid();
+    errno = 0;
+    int cur = getpriority(PRIO_PROCESS, tid);
+    if (errno == 0)
+        (void)setpriority(PRIO_PROCESS, tid, cur + by > 19 ? 19 : cur + by);
 }
 
 static enum MHD_Result send_response(struct MHD_Connection *c, kvix_service_response *r)
@@ -66,6 +83,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     (void)version;
     conn *k = *ctx;
     if (!k) { /* first call: headers only */
+        if (s->o.server_nice > 0)
+            lower_priority(s->o.server_nice);
         k = calloc(1, sizeof *k);
         if (!k)
             return MHD_NO;

@@ -60,6 +60,11 @@ typedef struct kvix_service_opts {
     /* Non-NULL: the NATS stream the index consumes; GET /snapshot then
      * records it with the sequence set by kvix_service_set_stream_seq. */
     const char *stream;
+    /* 0..19: each server thread lowers its own scheduling priority by this
+     * much (nice; Linux sets it per thread) before its first request, so that
+     * the writers keep their share of the CPU under a query load. 0: as the
+     * process. */
+    int server_nice;
 } kvix_service_opts;
 
 /* *out is owned by the caller: kvix_service_free. opts is copied. */

@@ -227,6 +227,23 @@ run kvindex -q -s s.kvix --peers http://x </dev/null
 expect_rc 2
 end
 
+begin "kvindex --http-nice: the HTTP thread runs at the lower priority, the ingest thread as before"
+printf '{"type":"stored","worker":1,"bs":4,"blocks":[{"local":"01","seq":"02"}]}\n' >in
+serve --http-threads 1 --http-nice 7
+req GET /health
+assert_eq "$st" 200 "/health status"
+kp=$(tr -d " " </proc/"$KPID"/task/"$KPID"/children) # kvindex, under timeout
+# field 19 of /proc/PID/task/TID/stat: the thread's nice value
+nices=$(for t in /proc/"$kp"/task/*; do awk -v t="${t##*/}" '{ print t, $19 }' "$t/stat"; done)
+assert_eq "$(awk -v p="$kp" '$1 == p { print $2 }' <<<"$nices")" 0 "main (ingest) thread nice"
+assert_eq "$(awk '$2 == 7' <<<"$nices" | wc -l)" 1 "threads at nice 7 (the one HTTP thread)"
+stop
+assert_eq "$rc" 0 "exit status"
+run kvindex --listen 127.0.0.1:0 --http-nice 20 </dev/null
+expect_rc 2
+assert_grep "nice value" err
+end
+
 begin "kvindex --listen: SIGTERM stops accepting, finishes the request in flight, saves, exits 0"
 "$PY" "$HC" gen 11 ev.ndjson model.json q.json
 mkfifo in
