@@ -95,17 +95,6 @@ static inline uint64_t key_field(const kvix_score *x, unsigned field)
                         : (uint64_t)(uint32_t)~x->blocks;
 }
 
-static inline void keybits_add(keybits *kb, const kvix_score *x)
-{
-    uint64_t dp = x->dp, w = x->worker, nb = (uint32_t)~x->blocks;
-    kb->or_[0] |= dp;
-    kb->and_[0] &= dp;
-    kb->or_[1] |= w;
-    kb->and_[1] &= w;
-    kb->or_[2] |= nb;
-    kb->and_[2] &= nb;
-}
-
 static void insertion_sort_scores(kvix_score *v, size_t n)
 {
     for (size_t i = 1; i < n; i++) {
@@ -175,53 +164,106 @@ static kvix_score *sort_scores(kvix_score *v, kvix_score *tmp, size_t n, const k
 
 /* Backends report their hits in runs of equal match length (the positional
  * one: one run per drop position; most of an answer drops at one). When the
- * scores form few runs, each of a different length, the answer is the runs
- * in descending length, each sorted by (worker, dp): a run is sorted
- * straight into its place in the other half (one pass for worker ids that
- * differ in one byte), and no pass sorts by length. Otherwise the LSD sort
- * above sorts the whole answer. */
+ * hits come in few runs, each of a different length, the answer is the runs
+ * in descending length, each ordered by (worker, dp), and nothing sorts by
+ * length. A long run is read once into entries (the hit and its slot's
+ * state) while the low byte of each worker id is counted; when that byte is
+ * all that differs across the run (fleets number their workers densely: 256
+ * workers differ in the low byte), each score is then written once, straight
+ * into its place (one counting pass). Otherwise the run's scores are written
+ * in hit order and sorted by the LSD sort above. More runs than RUNS_MAX, or
+ * one length in two runs: the whole answer goes through the LSD sort. */
 #define RUNS_MAX 32
 
-typedef struct srun {
-    uint32_t start, n, blocks;
-    keybits kb;
-} srun;
+typedef struct hrun {
+    const kvix_qhit *h, *end; /* the run's hits */
+    uint32_t blocks;
+} hrun;
 
-/* Sort src[0..n) (all of one length) into dst by (worker, dp); src is
- * scratch. */
-static void sort_run(kvix_score *src, kvix_score *dst, size_t n, const keybits *kb)
+typedef struct qent {
+    const wstate *w;
+    const kvix_qhit *h;
+} qent;
+
+static inline void score_set(kvix_score *s, const wstate *w, const kvix_qhit *h,
+                             uint32_t blocks)
 {
-    if (n < RADIX_MIN) {
-        insertion_sort_scores(src, n);
-        memcpy(dst, src, n * sizeof *dst);
-        return;
-    }
-    static const unsigned bytes[2] = {4, 8};
-    uint8_t field[12], shift[12];
-    unsigned np = 0;
-    for (unsigned f = 0; f < 2; f++)
-        for (unsigned b = 0; b < bytes[f]; b++)
-            if (((kb->or_[f] ^ kb->and_[f]) >> (8 * b)) & 0xff) {
-                field[np] = (uint8_t)f;
-                shift[np++] = (uint8_t)(8 * b);
-            }
-    kvix_score *a = src, *b = dst;
-    for (unsigned k = 0; k < np; k++) {
-        radix_pass(a, b, n, field[k], shift[k]);
-        kvix_score *t = a;
-        a = b;
-        b = t;
-    }
-    if (a != dst)
-        memcpy(dst, a, n * sizeof *dst);
+    s->worker = w->worker;
+    s->dp = w->dp;
+    s->blocks = blocks;
+    s->held = __atomic_load_n(&w->held, __ATOMIC_RELAXED);
+    memcpy(s->tier_blocks, h->tier_blocks, sizeof s->tier_blocks);
 }
 
-/* Sort v[0..ns) by runs (see above) into tmp; returns tmp, or NULL when the
- * runs do not allow it (v is untouched then). */
-static kvix_score *sort_runs(kvix_score *v, kvix_score *tmp, srun *runs, unsigned nr)
+/* Write run r's scores (mapped through sm; hits of gone slots skipped) into
+ * v in (worker, dp) order; e: scratch for as many entries as the run has
+ * hits, tmp: for as many scores (they may overlap: e is read before tmp is
+ * written). Returns how many. */
+static size_t emit_run(const hrun *r, slotmap sm, kvix_score *v, qent *e, kvix_score *tmp)
 {
-    for (unsigned i = 1; i < nr; i++) { /* longest first */
-        srun x = runs[i];
+    size_t n = 0;
+    if (r->end - r->h < RADIX_MIN) {
+        for (const kvix_qhit *h = r->h; h < r->end; h++) {
+            const wstate *w = slotmap_ws(sm, h->slot);
+            if (w)
+                score_set(&v[n++], w, h, r->blocks);
+        }
+        insertion_sort_scores(v, n);
+        return n;
+    }
+    uint32_t c[256] = {0};
+    uint64_t or_dp = 0, and_dp = ~UINT64_C(0), or_w = 0, and_w = ~UINT64_C(0);
+    for (const kvix_qhit *h = r->h; h < r->end; h++) {
+        const wstate *w = slotmap_ws(sm, h->slot);
+        if (!w)
+            continue;
+        uint64_t wk = w->worker, dp = w->dp;
+        e[n++] = (qent){w, h};
+        c[wk & 0xff]++;
+        or_dp |= dp;
+        and_dp &= dp;
+        or_w |= wk;
+        and_w &= wk;
+    }
+    if (or_dp == and_dp && ((or_w ^ and_w) >> 8) == 0) {
+        uint32_t sum = 0;
+        for (unsigned b = 0; b < 256; b++) {
+            uint32_t x = c[b];
+            c[b] = sum;
+            sum += x;
+        }
+        for (size_t i = 0; i < n; i++)
+            score_set(&v[c[e[i].w->worker & 0xff]++], e[i].w, e[i].h, r->blocks);
+        return n;
+    }
+    for (size_t i = 0; i < n; i++)
+        score_set(&v[i], e[i].w, e[i].h, r->blocks);
+    uint64_t nb = (uint32_t)~r->blocks;
+    keybits kb = {{or_dp, or_w, nb}, {and_dp, and_w, nb}};
+    kvix_score *s = sort_scores(v, tmp, n, &kb);
+    if (s != v)
+        memcpy(v, s, n * sizeof *v);
+    return n;
+}
+
+/* The hits' runs, longest first, into runs (RUNS_MAX); 0 when they do not
+ * allow the answer by runs (see above). */
+static unsigned find_runs(const kvix_qhit *h, const kvix_qhit *end, hrun *runs)
+{
+    unsigned nr = 0;
+    while (h < end) {
+        const kvix_qhit *re = h + 1;
+        while (re < end && re->blocks == h->blocks)
+            re++;
+        if (h->blocks) {
+            if (nr == RUNS_MAX)
+                return 0;
+            runs[nr++] = (hrun){h, re, h->blocks};
+        }
+        h = re;
+    }
+    for (unsigned i = 1; i < nr; i++) {
+        hrun x = runs[i];
         unsigned j = i;
         while (j > 0 && runs[j - 1].blocks < x.blocks) {
             runs[j] = runs[j - 1];
@@ -231,13 +273,8 @@ static kvix_score *sort_runs(kvix_score *v, kvix_score *tmp, srun *runs, unsigne
     }
     for (unsigned i = 1; i < nr; i++)
         if (runs[i].blocks == runs[i - 1].blocks)
-            return NULL; /* one length in two runs: the whole sort */
-    size_t pos = 0;
-    for (unsigned i = 0; i < nr; i++) {
-        sort_run(v + runs[i].start, tmp + pos, runs[i].n, &runs[i].kb);
-        pos += runs[i].n;
-    }
-    return tmp;
+            return 0;
+    return nr ? nr : 1; /* no hit with a block: one empty run */
 }
 
 /* The blocks of an n-block query that can match at all. */
@@ -259,9 +296,11 @@ static int query_part_rcu(part *p, const uint64_t *local, uint64_t *canon, size_
     int rc = p->ops->query(be, &q, &hits, err);
     ans->hits = hits.v;
     ans->hits_cap = hits.cap;
-    if (rc)
+    if (rc || !hits.n)
         return rc;
-    /* Twice the scores: the sort goes back and forth between the halves. */
+    /* Twice the scores: the answer in the lower half, entries or the sort's
+     * other half in the upper. */
+    _Static_assert(sizeof(qent) <= sizeof(kvix_score), "entries fit the upper half");
     if (2 * hits.n > ans->cap) {
         kvix_score *s = realloc(ans->scores_buf, 2 * hits.n * sizeof *s);
         if (!s)
@@ -269,51 +308,35 @@ static int query_part_rcu(part *p, const uint64_t *local, uint64_t *canon, size_
         ans->scores_buf = s;
         ans->cap = 2 * hits.n;
     }
-    kvix_score *v = ans->scores_buf;
+    kvix_score *v = ans->scores_buf, *up = v + hits.n;
     ans->scores = v;
-    srun runs[RUNS_MAX];
-    unsigned nr = 0;
-    srun *r = NULL; /* the current run */
-    int mixed = 0;  /* a run past RUNS_MAX took another length */
-    size_t ns = 0;
     slotmap sm = slots_of(p);
-    for (size_t i = 0; i < hits.n; i++) {
-        const kvix_qhit *h = &hits.v[i];
-        wstate *w = h->blocks ? slotmap_ws(sm, h->slot) : NULL;
+    hrun runs[RUNS_MAX];
+    unsigned nr = find_runs(hits.v, hits.v + hits.n, runs);
+    size_t ns = 0;
+    if (nr) {
+        for (unsigned i = 0; i < nr; i++)
+            ns += emit_run(&runs[i], sm, v + ns, (qent *)(void *)up, up);
+        ans->nscores = ns;
+        return KVIX_OK;
+    }
+    keybits kb = {{0, 0, 0}, {~UINT64_C(0), ~UINT64_C(0), ~UINT64_C(0)}};
+    for (const kvix_qhit *h = hits.v; h < hits.v + hits.n; h++) {
+        const wstate *w = h->blocks ? slotmap_ws(sm, h->slot) : NULL;
         if (!w)
             continue;
-        if (!r || h->blocks != r->blocks) {
-            if (nr < RUNS_MAX) {
-                r = &runs[nr++];
-                *r = (srun){(uint32_t)ns, 0, h->blocks,
-                            {{0, 0, 0}, {~UINT64_C(0), ~UINT64_C(0), ~UINT64_C(0)}}};
-            } else {
-                mixed = 1;
-            }
-        }
         kvix_score *s = &v[ns++];
-        s->worker = w->worker;
-        s->dp = w->dp;
-        s->blocks = h->blocks;
-        s->held = __atomic_load_n(&w->held, __ATOMIC_RELAXED);
-        memcpy(s->tier_blocks, h->tier_blocks, sizeof s->tier_blocks);
-        keybits_add(&r->kb, s);
-        r->n++;
+        score_set(s, w, h, h->blocks);
+        uint64_t dp = s->dp, wk = s->worker, nb = (uint32_t)~s->blocks;
+        kb.or_[0] |= dp;
+        kb.and_[0] &= dp;
+        kb.or_[1] |= wk;
+        kb.and_[1] &= wk;
+        kb.or_[2] |= nb;
+        kb.and_[2] &= nb;
     }
     ans->nscores = ns;
-    if (ns <= 1) /* scores may still be NULL: no arithmetic on it */
-        return KVIX_OK;
-    kvix_score *sorted = ns >= RADIX_MIN && !mixed ? sort_runs(v, v + ns, runs, nr) : NULL;
-    if (!sorted) {
-        keybits kb = runs[0].kb;
-        for (unsigned i = 1; i < nr; i++)
-            for (unsigned f = 0; f < 3; f++) {
-                kb.or_[f] |= runs[i].kb.or_[f];
-                kb.and_[f] &= runs[i].kb.and_[f];
-            }
-        sorted = sort_scores(v, v + ns, ns, &kb);
-    }
-    ans->scores = sorted;
+    ans->scores = ns > 1 ? sort_scores(v, v + ns, ns, &kb) : v;
     return KVIX_OK;
 }
 

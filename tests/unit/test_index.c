@@ -623,6 +623,61 @@ TEST(many_lengths_are_sorted)
     }
 }
 
+/* Long runs of one length in each key shape the answer assembly treats
+ * apart: worker ids differing in the low byte only (scores placed by one
+ * count), in two bytes, far apart, and with dp differing too; each against
+ * a brute-force sort. */
+static int exp_cmp(const void *a, const void *b)
+{
+    const kvix_score *x = a, *y = b;
+    if (x->blocks != y->blocks)
+        return x->blocks > y->blocks ? -1 : 1;
+    if (x->worker != y->worker)
+        return x->worker < y->worker ? -1 : 1;
+    return x->dp < y->dp ? -1 : x->dp > y->dp;
+}
+
+TEST(long_runs_in_every_key_shape)
+{
+    static const struct {
+        uint64_t base, step;
+        unsigned nw, ndp;
+    } shape[] = {{0x1200, 1, 200, 1}, {0, 1, 300, 1}, {7, 1000, 150, 1}, {0x1200, 1, 100, 3}};
+    uint64_t chain[3] = {2001, 2002, 2003};
+    static kvix_score want[300];
+    for (unsigned sh = 0; sh < sizeof shape / sizeof shape[0]; sh++) {
+        FOR_BACKENDS(idx, 0) {
+            size_t n = 0;
+            for (unsigned k = 0; k < shape[sh].nw; k++) {
+                uint64_t w = shape[sh].base + (uint64_t)((k * 7) % shape[sh].nw) * shape[sh].step;
+                for (uint32_t dp = 0; dp < shape[sh].ndp; dp++) {
+                    uint32_t len = 1 + (uint32_t)((k + dp) % 3);
+                    CHECK(store(idx, "default", w, dp, 0, 4, NULL, chain, len, 0, NULL) ==
+                          KVIX_OK);
+                    want[n++] = (kvix_score){.worker = w, .dp = dp, .blocks = len};
+                }
+            }
+            /* a (worker, dp) gone before the query leaves every run */
+            kvix_err err;
+            CHECK(kvix_index_remove_worker(idx, shape[sh].base, NULL, &err) == KVIX_OK);
+            size_t m = 0;
+            for (size_t i = 0; i < n; i++)
+                if (want[i].worker != shape[sh].base)
+                    want[m++] = want[i];
+            qsort(want, m, sizeof *want, exp_cmp);
+            query(idx, "default", chain, 3);
+            CHECK_U64(ans.nscores, m);
+            for (size_t i = 0; i < ans.nscores && i < m; i++) {
+                CHECK_U64(ans.scores[i].worker, want[i].worker);
+                CHECK_U64(ans.scores[i].dp, want[i].dp);
+                CHECK_U64(ans.scores[i].blocks, want[i].blocks);
+                CHECK_U64(ans.scores[i].tier_blocks[KVIX_MEDIUM_GPU], want[i].blocks);
+                CHECK_U64(ans.scores[i].held, want[i].blocks);
+            }
+        }
+    }
+}
+
 TEST(foreach_order_and_eids)
 {
     FOR_BACKENDS(idx, 0) {
