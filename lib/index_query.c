@@ -377,23 +377,32 @@ static int unknown_reason(const kvix_index *idx, const char *model)
     return why;
 }
 
-int kvix_index_query(kvix_index *idx, const char *model, const char *tenant,
-                     const uint64_t *local, size_t n, kvix_answer *ans, kvix_err *err)
+/* A query by local hashes in partition p (NULL: unknown, found by the
+ * caller under model). */
+static int query_hashes(kvix_index *idx, part *p, const char *model, const uint64_t *local,
+                        size_t n, kvix_answer *ans, kvix_err *err)
 {
     answer_reset(ans);
     if (n > KVIX_INDEX_DEPTH_MAX)
         return kvix_err_set(err, KVIX_ELIMIT, "query of %zu blocks (limit %u)", n,
                             KVIX_INDEX_DEPTH_MAX);
     ans->query_blocks = (uint32_t)n;
-    part *p = kvix_ix_part_find(idx, model ? model : "default", tenant ? tenant : "default");
     if (!p) {
-        ans->unknown = unknown_reason(idx, model ? model : "default");
+        ans->unknown = unknown_reason(idx, model);
         return KVIX_OK;
     }
     ans->bs = p->bs;
     n = query_depth(p, n);
     int rc = scratch_reserve(ans, n, err);
     return rc ? rc : query_part(p, local, ans->scratch, n, ans, err);
+}
+
+int kvix_index_query(kvix_index *idx, const char *model, const char *tenant,
+                     const uint64_t *local, size_t n, kvix_answer *ans, kvix_err *err)
+{
+    model = model ? model : "default";
+    part *p = kvix_ix_part_find(idx, model, tenant ? tenant : "default");
+    return query_hashes(idx, p, model, local, n, ans, err);
 }
 
 static int query_tokens_bs(kvix_index *idx, const char *model, const char *tenant,
@@ -454,7 +463,7 @@ int kvix_index_query_event(kvix_index *idx, const kvix_event *q, kvix_answer *an
         answer_reset(ans);
         return kvix_ix_bs_mismatch(p, q->bs, err);
     }
-    return kvix_index_query(idx, q->model, q->tenant, q->hashes, q->nhashes, ans, err);
+    return query_hashes(idx, p, q->model, q->hashes, q->nhashes, ans, err); /* p found once */
 }
 
 uint32_t kvix_index_block_size(const kvix_index *idx, const char *model, const char *tenant)
