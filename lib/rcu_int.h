@@ -14,6 +14,14 @@
  *
  * The runtime (registration, deferred free) is lib/rcu.c.
  *
+ * rcu_read_lock/unlock stay calls into liburcu (about four per query, two
+ * per event): inlining them takes _LGPL_SOURCE, which liburcu's README
+ * allows "only if your code is LGPL or GPL compatible", and kvix declares
+ * no licence yet. URCU_INLINE_SMALL_FUNCTIONS, allowed under any licence,
+ * inlines only urcu/pointer.h's helpers, not the read-side lock. Once kvix
+ * has an LGPL- or GPL-compatible licence, define _LGPL_SOURCE before
+ * <urcu.h> here.
+ *
  * ThreadSanitizer does not see liburcu's grace periods (the library is not
  * instrumented), so under TSan each read-side unlock releases, and each RCU
  * free callback acquires, one synchronisation address: the happens-before
