@@ -2,17 +2,18 @@
  * the fleet (the nodes of the positional and radix backends).
  *
  * Most blocks have one holder; the first blocks of shared prompts have
- * thousands. So a set holds up to KVIX_HS_INLINE slot ids inline and is
- * promoted, on the next add, to a bitset (kvix_wset) as wide as the
+ * thousands. So a set holds up to KVIX_HS_INLINE slot ids inline (16 bits
+ * each) and is promoted, on the next add, to a bitset as wide as the
  * backend's slots, published by RCU. A promoted set stays a bitset until
  * its node is freed: a reader that loaded "not promoted" just before a
  * promotion then reads inline ids frozen at the promotion, a state of the set
  * within its read; demoting in place would let it see a mix that never was.
- * Per-tier sets (kvix_tset) exist only once a non-gpu tier holds the block.
+ * Per-tier sets exist only once a non-gpu tier holds the block. The bitset
+ * and the tier sets share one out-of-line record (kvix_wset), so an inline
+ * set costs 16 bytes: the record's pointer and four ids.
  *
- * Inline ids: KVIX_HS_NONE marks a free entry; an add fills the first free
- * entry, a delete frees its entry, so a slot is in at most one entry at any
- * time (a reader that sees it twice, across a delete and a re-add, dedups).
+ * Inline ids: an add fills the first free entry, a delete frees its entry;
+ * the four share one word, so a reader sees each holder once.
  * Writers change a set only under its node's lock; readers load lock-free.
  */
 #ifndef KVIX_HSET_INT_H
@@ -36,21 +37,21 @@ typedef struct kvix_bmem {
     _Atomic long tiered; /* nodes with per-tier sets: queries count tiers only when > 0 */
 } kvix_bmem;
 
-/* A promoted any-tier set: a bitset over slots. rcu first: freed with
- * kvix_rcu_free. */
+/* A set's out-of-line record, published by RCU and replaced whole (copy on
+ * write) when its shape changes, so a node pays one pointer for both:
+ *  - big: w[0..nw) is the any-tier set, a bitset over slots (else the
+ *    holders are the inline ids);
+ *  - tiered: tier t's bitset is w[tw + t * nw ..) with tw = big ? nw : 0.
+ * rcu first: freed with kvix_rcu_free. */
 typedef struct kvix_wset {
     struct rcu_head rcu;
-    uint32_t nw, pad;
+    uint32_t nw;
+    uint32_t count;  /* holders in any tier while big (writer side) */
+    uint32_t nongpu; /* bits set in non-gpu tiers (writer side): the tiers go at 0 */
+    uint8_t big, tiered;
     kvix_aword w[];
 } kvix_wset;
-
-/* Per-tier sets: tier t's words are w[t * nw .. t * nw + nw). */
-typedef struct kvix_tset {
-    struct rcu_head rcu;
-    uint32_t nw;
-    uint32_t nongpu; /* bits set in non-gpu tiers; the set goes when this reaches 0 */
-    kvix_aword w[];
-} kvix_tset;
+typedef kvix_wset kvix_tset; /* a record seen for its tier sets */
 
 static inline uint64_t kvix_ld(const kvix_aword *w)
 {
@@ -62,37 +63,44 @@ static inline void kvix_st(kvix_aword *w, uint64_t v)
     atomic_store_explicit(w, v, memory_order_relaxed);
 }
 
-/* Does s hold the block in tier t? (s is known to hold it in some tier.) */
+static inline kvix_aword *kvix_tset_word(const kvix_tset *r, unsigned t, uint32_t wi)
+{
+    return (kvix_aword *)&r->w[(r->big ? r->nw : 0) + t * r->nw + wi];
+}
+
+/* Does s hold the block in tier t? (s is known to hold it in some tier;
+ * ts: kvix_hs_tset's answer, NULL when every holder holds it on gpu.) */
 static inline int kvix_tset_has(const kvix_tset *ts, uint32_t s, unsigned t)
 {
     if (!ts)
         return t == KVIX_MEDIUM_GPU;
-    return s / 64 < ts->nw && (kvix_ld(&ts->w[t * ts->nw + s / 64]) >> (s % 64) & 1);
+    return s / 64 < ts->nw && (kvix_ld(kvix_tset_word(ts, t, s / 64)) >> (s % 64) & 1);
 }
 
-static inline kvix_tset *kvix_tset_new(uint32_t nw, kvix_bmem *mem)
+static inline size_t kvix_wset_size(uint32_t nw, int big, int tiered)
 {
-    size_t sz = sizeof(kvix_tset) + (size_t)KVIX_MEDIUM_COUNT * nw * sizeof(uint64_t);
-    kvix_tset *ts = calloc(1, sz);
-    if (ts) {
-        ts->nw = nw;
+    return sizeof(kvix_wset) +
+           ((big ? 1u : 0u) + (tiered ? KVIX_MEDIUM_COUNT : 0u)) * (size_t)nw * sizeof(uint64_t);
+}
+
+static inline kvix_wset *kvix_wset_new(uint32_t nw, int big, int tiered, kvix_bmem *mem)
+{
+    size_t sz = kvix_wset_size(nw, big, tiered);
+    kvix_wset *r = calloc(1, sz);
+    if (r) {
+        r->nw = nw;
+        r->big = (uint8_t)big;
+        r->tiered = (uint8_t)tiered;
         atomic_fetch_add_explicit(&mem->bytes, (long)sz, memory_order_relaxed);
     }
-    return ts;
+    return r;
 }
 
-static inline void kvix_tset_retire(kvix_tset *ts, kvix_bmem *mem)
+static inline void kvix_wset_retire(kvix_wset *r, kvix_bmem *mem)
 {
-    size_t sz = sizeof(kvix_tset) + (size_t)KVIX_MEDIUM_COUNT * ts->nw * sizeof(uint64_t);
-    atomic_fetch_sub_explicit(&mem->bytes, (long)sz, memory_order_relaxed);
-    kvix_rcu_free(&ts->rcu);
-}
-
-static inline void kvix_wset_retire(kvix_wset *e, kvix_bmem *mem)
-{
-    atomic_fetch_sub_explicit(&mem->bytes, (long)(sizeof *e + e->nw * sizeof(uint64_t)),
+    atomic_fetch_sub_explicit(&mem->bytes, (long)kvix_wset_size(r->nw, r->big, r->tiered),
                               memory_order_relaxed);
-    kvix_rcu_free(&e->rcu);
+    kvix_rcu_free(&r->rcu);
 }
 
 /* Append a hit of `blocks` blocks (all on gpu until tiers are counted) for
@@ -115,28 +123,38 @@ static inline int kvix_hit_push(kvix_qhits *out, uint32_t s, uint32_t blocks, kv
     return kvix_qhits_push(out, &hit, err);
 }
 
-#define KVIX_HS_INLINE 3
-#define KVIX_HS_NONE UINT32_MAX
+/* Inline ids: four 16-bit lanes of one word (slots are below KVIX_SLOTS_MAX
+ * = 2^16), so a reader loads all four at once, a state of the set. A free
+ * lane is 0xffff, so slot 0xffff is never kept inline (a set it joins goes
+ * big). */
+#define KVIX_HS_INLINE 4
+#define KVIX_HS_FREE16 UINT64_C(0xffff)
+#define KVIX_HS_LANES UINT64_C(0x0001000100010001)
+#define KVIX_HS_EMPTY UINT64_MAX
 
 typedef struct kvix_hset {
-    _Atomic(kvix_wset *) big;   /* NULL: the holders are the inline ids */
-    _Atomic(kvix_tset *) tiers; /* NULL: every holder holds the block on gpu */
-    _Atomic uint32_t id[KVIX_HS_INLINE];
-    uint32_t count; /* holders in any tier (writer side) */
+    _Atomic(kvix_wset *) rec; /* NULL: inline holders, every one on gpu */
+    _Atomic uint64_t ids;     /* the inline ids, KVIX_HS_FREE16 in a free lane */
 } kvix_hset;
 
 static inline void kvix_hs_init(kvix_hset *h)
 {
-    atomic_init(&h->big, NULL);
-    atomic_init(&h->tiers, NULL);
-    for (unsigned i = 0; i < KVIX_HS_INLINE; i++)
-        atomic_init(&h->id[i], KVIX_HS_NONE);
-    h->count = 0;
+    atomic_init(&h->rec, NULL);
+    atomic_init(&h->ids, KVIX_HS_EMPTY);
 }
 
-static inline uint32_t kvix_hs_id(const kvix_hset *h, unsigned i)
+/* The inline ids word: load it once per look at the set. */
+static inline uint64_t kvix_hs_ids(const kvix_hset *h)
 {
-    return atomic_load_explicit(&h->id[i], memory_order_relaxed);
+    return atomic_load_explicit(&h->ids, memory_order_relaxed);
+}
+
+/* Is s one of the inline ids of word w? (SWAR: a lane equal to s becomes 0,
+ * and a zero lane borrows into its top bit.) */
+static inline int kvix_ids_have(uint64_t w, uint32_t s)
+{
+    uint64_t x = w ^ (s * KVIX_HS_LANES);
+    return ((x - KVIX_HS_LANES) & ~x & (KVIX_HS_LANES << 15)) != 0 && s != KVIX_HS_FREE16;
 }
 
 static inline int kvix_wset_has(const kvix_wset *e, uint32_t s)
@@ -144,22 +162,47 @@ static inline int kvix_wset_has(const kvix_wset *e, uint32_t s)
     return s / 64 < e->nw && (kvix_ld(&e->w[s / 64]) >> (s % 64) & 1);
 }
 
-static inline int kvix_hs_has(const kvix_hset *h, uint32_t s)
-{
-    kvix_wset *e = atomic_load_explicit(&h->big, memory_order_acquire);
-    if (e)
-        return kvix_wset_has(e, s);
-    for (unsigned i = 0; i < KVIX_HS_INLINE; i++)
-        if (kvix_hs_id(h, i) == s)
-            return 1;
-    return 0;
-}
-
 /* The bitset of a promoted set, or NULL (the inline ids): load it once and
  * pass it to kvix_hs_list, so the room and the list agree. */
 static inline kvix_wset *kvix_hs_big(const kvix_hset *h)
 {
-    return atomic_load_explicit(&h->big, memory_order_acquire);
+    kvix_wset *r = atomic_load_explicit(&h->rec, memory_order_acquire);
+    return r && r->big ? r : NULL;
+}
+
+/* The per-tier sets, or NULL when every holder holds the block on gpu. */
+static inline kvix_tset *kvix_hs_tset(const kvix_hset *h)
+{
+    kvix_wset *r = atomic_load_explicit(&h->rec, memory_order_acquire);
+    return r && r->tiered ? r : NULL;
+}
+
+static inline int kvix_hs_has(const kvix_hset *h, uint32_t s)
+{
+    kvix_wset *e = kvix_hs_big(h);
+    if (e)
+        return kvix_wset_has(e, s);
+    return kvix_ids_have(kvix_hs_ids(h), s);
+}
+
+/* No holder in any tier (writer side). */
+static inline int kvix_hs_empty(const kvix_hset *h)
+{
+    kvix_wset *r = atomic_load_explicit(&h->rec, memory_order_relaxed);
+    return r && r->big ? r->count == 0 : kvix_hs_ids(h) == KVIX_HS_EMPTY;
+}
+
+/* Holders in any tier (writer side). */
+static inline uint32_t kvix_hs_count(const kvix_hset *h)
+{
+    kvix_wset *r = atomic_load_explicit(&h->rec, memory_order_relaxed);
+    if (r && r->big)
+        return r->count;
+    uint32_t n = 0;
+    uint64_t w = kvix_hs_ids(h);
+    for (unsigned i = 0; i < KVIX_HS_INLINE; i++, w >>= 16)
+        n += (w & KVIX_HS_FREE16) != KVIX_HS_FREE16;
+    return n;
 }
 
 /* Ids kvix_hs_list may write for big (from kvix_hs_big). */
@@ -180,122 +223,159 @@ static inline uint32_t kvix_hs_list(const kvix_hset *h, const kvix_wset *big, ui
                 out[n++] = wi * 64 + (uint32_t)__builtin_ctzll(v);
         return n;
     }
-    for (unsigned i = 0; i < KVIX_HS_INLINE; i++) {
-        uint32_t s = kvix_hs_id(h, i);
-        int dup = s == KVIX_HS_NONE;
-        for (uint32_t j = 0; j < n && !dup; j++)
-            dup = out[j] == s;
-        if (!dup)
-            out[n++] = s;
-    }
+    uint64_t w = kvix_hs_ids(h); /* one state of the set: each id once */
+    for (unsigned i = 0; i < KVIX_HS_INLINE; i++, w >>= 16)
+        if ((w & KVIX_HS_FREE16) != KVIX_HS_FREE16)
+            out[n++] = (uint32_t)(w & KVIX_HS_FREE16);
     return n;
 }
 
-static inline kvix_wset *kvix_wset_new(uint32_t nw, kvix_bmem *mem)
+static inline void kvix_bit_set(kvix_aword *w, uint32_t s)
 {
-    kvix_wset *e = calloc(1, sizeof *e + nw * sizeof(uint64_t));
-    if (e) {
-        e->nw = nw;
-        atomic_fetch_add_explicit(&mem->bytes, (long)(sizeof *e + nw * sizeof(uint64_t)),
-                                  memory_order_relaxed);
-    }
-    return e;
+    kvix_st(&w[s / 64], kvix_ld(&w[s / 64]) | UINT64_C(1) << (s % 64));
 }
 
-/* Per-tier sets holding at least nw words, made on first need with gpu = the
- * any-tier set (until now every holder held the block on gpu). */
-static inline kvix_tset *kvix_hs_tiers(kvix_hset *h, uint32_t nw, kvix_bmem *mem)
+/* Set the bits of the inline ids of w (the bitset covers them). */
+static inline void kvix_ids_to_bits(uint64_t w, kvix_aword *bits)
 {
-    kvix_tset *ts = atomic_load_explicit(&h->tiers, memory_order_relaxed);
-    if (ts && ts->nw >= nw)
-        return ts;
-    kvix_wset *e = atomic_load_explicit(&h->big, memory_order_relaxed);
-    if (e && e->nw > nw)
-        nw = e->nw;
-    if (!e)
-        for (unsigned i = 0; i < KVIX_HS_INLINE; i++)
-            if (kvix_hs_id(h, i) != KVIX_HS_NONE && kvix_hs_id(h, i) / 64 + 1 > nw)
-                nw = kvix_hs_id(h, i) / 64 + 1;
-    if (ts && ts->nw > nw)
-        nw = ts->nw;
-    kvix_tset *n = kvix_tset_new(nw, mem);
+    for (unsigned i = 0; i < KVIX_HS_INLINE; i++, w >>= 16)
+        if ((w & KVIX_HS_FREE16) != KVIX_HS_FREE16)
+            kvix_bit_set(bits, (uint32_t)(w & KVIX_HS_FREE16));
+}
+
+/* The words covering the inline ids of w (at least nw). */
+static inline uint32_t kvix_ids_nw(uint64_t w, uint32_t nw)
+{
+    for (unsigned i = 0; i < KVIX_HS_INLINE; i++, w >>= 16)
+        if ((w & KVIX_HS_FREE16) != KVIX_HS_FREE16 && (w & KVIX_HS_FREE16) / 64 + 1 > nw)
+            nw = (uint32_t)(w & KVIX_HS_FREE16) / 64 + 1;
+    return nw;
+}
+
+/* Publish n in place of r (NULL allowed on either side). */
+static inline void kvix_hs_publish(kvix_hset *h, kvix_wset *r, kvix_wset *n, kvix_bmem *mem)
+{
+    atomic_store_explicit(&h->rec, n, memory_order_release);
+    if (r)
+        kvix_wset_retire(r, mem);
+}
+
+/* A copy of the set's record reshaped: nw words (at least r's), big and
+ * tiered as asked. A new any-tier bitset gets the inline holders, new tier
+ * sets get gpu = the any-tier set (until now every holder held it on gpu). */
+static inline kvix_wset *kvix_hs_reshape(const kvix_hset *h, uint32_t nw, int big, int tiered,
+                                         kvix_bmem *mem)
+{
+    kvix_wset *r = atomic_load_explicit(&h->rec, memory_order_relaxed);
+    if (r && r->nw > nw)
+        nw = r->nw;
+    kvix_wset *n = kvix_wset_new(nw, big, tiered, mem);
     if (!n)
         return NULL;
-    kvix_aword *gpu = &n->w[KVIX_MEDIUM_GPU * nw];
-    if (ts) {
-        n->nongpu = ts->nongpu;
-        for (unsigned t = 0; t < KVIX_MEDIUM_COUNT; t++)
-            for (uint32_t i = 0; i < ts->nw; i++)
-                kvix_st(&n->w[t * nw + i], kvix_ld(&ts->w[t * ts->nw + i]));
-    } else if (e) {
-        for (uint32_t i = 0; i < e->nw; i++)
-            kvix_st(&gpu[i], kvix_ld(&e->w[i]));
-        atomic_fetch_add_explicit(&mem->tiered, 1, memory_order_relaxed);
-    } else {
-        for (unsigned i = 0; i < KVIX_HS_INLINE; i++) {
-            uint32_t s = kvix_hs_id(h, i);
-            if (s != KVIX_HS_NONE)
-                kvix_st(&gpu[s / 64], kvix_ld(&gpu[s / 64]) | UINT64_C(1) << (s % 64));
+    int rbig = r && r->big;
+    if (big) {
+        if (rbig) {
+            for (uint32_t i = 0; i < r->nw; i++)
+                kvix_st(&n->w[i], kvix_ld(&r->w[i]));
+            n->count = r->count;
+        } else {
+            n->count = kvix_hs_count(h);
+            kvix_ids_to_bits(kvix_hs_ids(h), n->w);
         }
-        atomic_fetch_add_explicit(&mem->tiered, 1, memory_order_relaxed);
     }
-    atomic_store_explicit(&h->tiers, n, memory_order_release);
-    if (ts)
-        kvix_tset_retire(ts, mem);
+    if (tiered) {
+        if (r && r->tiered) {
+            n->nongpu = r->nongpu;
+            for (unsigned t = 0; t < KVIX_MEDIUM_COUNT; t++)
+                for (uint32_t i = 0; i < r->nw; i++)
+                    kvix_st(kvix_tset_word(n, t, i), kvix_ld(kvix_tset_word(r, t, i)));
+        } else {
+            kvix_aword *gpu = kvix_tset_word(n, KVIX_MEDIUM_GPU, 0);
+            if (rbig) {
+                for (uint32_t i = 0; i < r->nw; i++)
+                    kvix_st(&gpu[i], kvix_ld(&r->w[i]));
+            } else {
+                kvix_ids_to_bits(kvix_hs_ids(h), gpu);
+            }
+        }
+    }
     return n;
 }
 
-/* The any-tier set gains s (not a holder): inline, or in a bitset of at least
- * hint_nw words (grown or promoted to, published by RCU). */
+/* The set's record with per-tier sets of at least nw words (made or grown,
+ * published), or NULL (out of memory: nothing changed). */
+static inline kvix_tset *kvix_hs_tiers(kvix_hset *h, uint32_t nw, kvix_bmem *mem)
+{
+    kvix_wset *r = atomic_load_explicit(&h->rec, memory_order_relaxed);
+    if (r && r->tiered && r->nw >= nw)
+        return r;
+    if (!(r && r->big))
+        nw = kvix_ids_nw(kvix_hs_ids(h), nw);
+    kvix_wset *n = kvix_hs_reshape(h, nw, r && r->big, 1, mem);
+    if (!n)
+        return NULL;
+    if (!(r && r->tiered))
+        atomic_fetch_add_explicit(&mem->tiered, 1, memory_order_relaxed);
+    kvix_hs_publish(h, r, n, mem);
+    return n;
+}
+
+/* No holder holds the block in a non-gpu tier any more: the tier sets go
+ * (when a copy without them cannot be made, they stay, still exact). */
+static inline void kvix_hs_untier(kvix_hset *h, kvix_bmem *mem)
+{
+    kvix_wset *r = atomic_load_explicit(&h->rec, memory_order_relaxed);
+    kvix_wset *n = NULL;
+    if (r->big && !(n = kvix_hs_reshape(h, r->nw, 1, 0, mem)))
+        return;
+    atomic_fetch_sub_explicit(&mem->tiered, 1, memory_order_relaxed);
+    kvix_hs_publish(h, r, n, mem);
+}
+
+/* The any-tier set gains s (not a holder): inline, or in a bitset of at
+ * least hint_nw words (grown or promoted to, published by RCU). */
 static inline int kvix_hs_insert(kvix_hset *h, uint32_t s, uint32_t hint_nw, kvix_bmem *mem)
 {
     uint32_t need = s / 64 + 1;
-    kvix_wset *e = atomic_load_explicit(&h->big, memory_order_relaxed);
-    if (!e) {
-        for (unsigned i = 0; i < KVIX_HS_INLINE; i++)
-            if (kvix_hs_id(h, i) == KVIX_HS_NONE) {
-                atomic_store_explicit(&h->id[i], s, memory_order_relaxed);
+    kvix_wset *r = atomic_load_explicit(&h->rec, memory_order_relaxed);
+    if (!(r && r->big) && s != KVIX_HS_FREE16) {
+        uint64_t w = kvix_hs_ids(h);
+        for (unsigned sh = 0; sh < 64; sh += 16)
+            if ((w >> sh & KVIX_HS_FREE16) == KVIX_HS_FREE16) {
+                atomic_store_explicit(&h->ids, (w & ~(KVIX_HS_FREE16 << sh)) | (uint64_t)s << sh,
+                                      memory_order_relaxed);
                 return KVIX_OK;
             }
     }
-    if (!e || e->nw < need) {
+    if (!(r && r->big) || r->nw < need) {
         uint32_t nw = hint_nw > need ? hint_nw : need;
-        if (e && e->nw > nw)
-            nw = e->nw;
-        kvix_wset *n = kvix_wset_new(nw, mem);
+        kvix_wset *n = kvix_hs_reshape(h, nw, 1, r && r->tiered, mem);
         if (!n)
             return KVIX_ENOMEM;
-        if (e) {
-            for (uint32_t i = 0; i < e->nw; i++)
-                kvix_st(&n->w[i], kvix_ld(&e->w[i]));
-        } else {
-            for (unsigned i = 0; i < KVIX_HS_INLINE; i++) {
-                uint32_t x = kvix_hs_id(h, i); /* all taken: the set was full */
-                if (x / 64 >= nw)
-                    continue; /* cannot happen: hint covers every slot seen */
-                kvix_st(&n->w[x / 64], kvix_ld(&n->w[x / 64]) | UINT64_C(1) << (x % 64));
-            }
-        }
-        kvix_st(&n->w[s / 64], kvix_ld(&n->w[s / 64]) | UINT64_C(1) << (s % 64));
-        atomic_store_explicit(&h->big, n, memory_order_release);
-        if (e)
-            kvix_wset_retire(e, mem);
+        kvix_bit_set(n->w, s);
+        n->count++;
+        kvix_hs_publish(h, r, n, mem);
         return KVIX_OK;
     }
-    kvix_st(&e->w[s / 64], kvix_ld(&e->w[s / 64]) | UINT64_C(1) << (s % 64));
+    kvix_bit_set(r->w, s);
+    r->count++;
     return KVIX_OK;
 }
 
 static inline void kvix_hs_remove(kvix_hset *h, uint32_t s)
 {
-    kvix_wset *e = atomic_load_explicit(&h->big, memory_order_relaxed);
-    if (e) {
+    kvix_wset *e = atomic_load_explicit(&h->rec, memory_order_relaxed);
+    if (e && e->big) {
         kvix_st(&e->w[s / 64], kvix_ld(&e->w[s / 64]) & ~(UINT64_C(1) << (s % 64)));
+        e->count--;
         return;
     }
-    for (unsigned i = 0; i < KVIX_HS_INLINE; i++)
-        if (kvix_hs_id(h, i) == s)
-            atomic_store_explicit(&h->id[i], KVIX_HS_NONE, memory_order_relaxed);
+    uint64_t w = kvix_hs_ids(h);
+    for (unsigned sh = 0; sh < 64; sh += 16)
+        if ((w >> sh & KVIX_HS_FREE16) == s) {
+            atomic_store_explicit(&h->ids, w | KVIX_HS_FREE16 << sh, memory_order_relaxed);
+            return;
+        }
 }
 
 /* Slot s now holds the block in tier t: KVIX_OK, or 1 when it held it in
@@ -308,11 +388,11 @@ static inline int kvix_hs_add(kvix_hset *h, uint32_t s, unsigned t, uint32_t hin
     *any_new = 0;
     kvix_aword *tw = NULL;
     uint64_t bit = UINT64_C(1) << (s % 64);
-    if (t != KVIX_MEDIUM_GPU || atomic_load_explicit(&h->tiers, memory_order_relaxed)) {
+    if (t != KVIX_MEDIUM_GPU || kvix_hs_tset(h)) {
         kvix_tset *ts = kvix_hs_tiers(h, s / 64 + 1, mem);
         if (!ts)
             return KVIX_ENOMEM;
-        tw = &ts->w[t * ts->nw + s / 64];
+        tw = kvix_tset_word(ts, t, s / 64);
         uint64_t v = kvix_ld(tw);
         if (v & bit)
             return 1; /* already held in that tier: nothing changes */
@@ -323,18 +403,15 @@ static inline int kvix_hs_add(kvix_hset *h, uint32_t s, unsigned t, uint32_t hin
     if (kvix_hs_has(h, s))
         return tw ? KVIX_OK : 1; /* untiered: the any-tier set is the gpu set */
     if (kvix_hs_insert(h, s, hint_nw, mem) < 0) {
-        if (tw) { /* undo the tier bit: the front end will not count this add */
-            kvix_tset *ts = atomic_load_explicit(&h->tiers, memory_order_relaxed);
+        if (tw) { /* undo the tier bit (the record was not replaced): the front
+                   * end will not count this add */
+            kvix_tset *ts = atomic_load_explicit(&h->rec, memory_order_relaxed);
             kvix_st(tw, kvix_ld(tw) & ~bit);
-            if (t != KVIX_MEDIUM_GPU && --ts->nongpu == 0) {
-                atomic_store_explicit(&h->tiers, NULL, memory_order_release);
-                atomic_fetch_sub_explicit(&mem->tiered, 1, memory_order_relaxed);
-                kvix_tset_retire(ts, mem);
-            }
+            if (t != KVIX_MEDIUM_GPU && --ts->nongpu == 0)
+                kvix_hs_untier(h, mem);
         }
         return KVIX_ENOMEM;
     }
-    h->count++;
     *any_new = 1;
     return KVIX_OK;
 }
@@ -348,11 +425,11 @@ static inline void kvix_hs_del(kvix_hset *h, uint32_t s, unsigned t, kvix_bmem *
     if (!kvix_hs_has(h, s))
         return;
     uint64_t bit = UINT64_C(1) << (s % 64);
-    kvix_tset *ts = atomic_load_explicit(&h->tiers, memory_order_relaxed);
+    kvix_tset *ts = kvix_hs_tset(h);
     if (ts) {
         if (!kvix_tset_has(ts, s, t))
             return;
-        kvix_aword *tw = &ts->w[t * ts->nw + s / 64];
+        kvix_aword *tw = kvix_tset_word(ts, t, s / 64);
         kvix_st(tw, kvix_ld(tw) & ~bit);
         if (t != KVIX_MEDIUM_GPU)
             ts->nongpu--;
@@ -360,38 +437,30 @@ static inline void kvix_hs_del(kvix_hset *h, uint32_t s, unsigned t, kvix_bmem *
         for (unsigned u = 0; u < KVIX_MEDIUM_COUNT; u++)
             if (kvix_tset_has(ts, s, u))
                 *any_gone = 0;
-        if (ts->nongpu == 0) { /* gpu only again: the any-tier set says it all */
-            atomic_store_explicit(&h->tiers, NULL, memory_order_release);
-            atomic_fetch_sub_explicit(&mem->tiered, 1, memory_order_relaxed);
-            kvix_tset_retire(ts, mem);
-        }
+        if (ts->nongpu == 0) /* gpu only again: the any-tier set says it all */
+            kvix_hs_untier(h, mem);
     } else {
         if (t != KVIX_MEDIUM_GPU)
             return;
         *any_gone = 1;
     }
-    if (*any_gone) {
+    if (*any_gone)
         kvix_hs_remove(h, s);
-        h->count--;
-    }
 }
 
-/* Free the out-of-line sets now (quiet backend) or after a grace period. */
+/* Free the out-of-line record now (quiet backend) or after a grace period. */
 static inline void kvix_hs_free(kvix_hset *h)
 {
-    free(atomic_load_explicit(&h->big, memory_order_relaxed));
-    free(atomic_load_explicit(&h->tiers, memory_order_relaxed));
+    free(atomic_load_explicit(&h->rec, memory_order_relaxed));
 }
 
 static inline void kvix_hs_retire(kvix_hset *h, kvix_bmem *mem)
 {
-    kvix_wset *e = atomic_load_explicit(&h->big, memory_order_relaxed);
-    kvix_tset *ts = atomic_load_explicit(&h->tiers, memory_order_relaxed);
-    if (e)
-        kvix_wset_retire(e, mem);
-    if (ts) {
-        atomic_fetch_sub_explicit(&mem->tiered, 1, memory_order_relaxed);
-        kvix_tset_retire(ts, mem);
+    kvix_wset *r = atomic_load_explicit(&h->rec, memory_order_relaxed);
+    if (r) {
+        if (r->tiered)
+            atomic_fetch_sub_explicit(&mem->tiered, 1, memory_order_relaxed);
+        kvix_wset_retire(r, mem);
     }
 }
 

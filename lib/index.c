@@ -56,7 +56,7 @@ static void tier_unref(wstate *w, void *node, unsigned tier)
     struct part *p = w->p;
     if (kvix_hmap_size(&w->extra)) {
         kvix_binfo b;
-        p->ops->info(node, &b);
+        p->ops->info(part_be(p), node, &b);
         uint64_t key[2] = {b.pos, b.canon};
         cref *c = kvix_hmap_get(&w->extra, key);
         if (c && c->n[tier]) {
@@ -129,7 +129,7 @@ int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local
     bent *e = kvix_ix_bm_get(&w->blocks, engine);
     if (e) {
         kvix_binfo o;
-        ops->info(bent_node(*e), &o);
+        ops->info(part_be(w->p), bent_node(*e), &o);
         if (o.pos == pos && o.canon == canon) { /* the same block: the canon says it */
             if (bent_tiers(*e) & (1u << tier)) {
                 r->duplicate++;
@@ -231,7 +231,7 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
                                 " dp %" PRIu32,
                                 ev->parent, ev->worker, ev->dp);
         kvix_binfo pb;
-        p->ops->info(bent_node(*pe), &pb);
+        p->ops->info(part_be(p), bent_node(*pe), &pb);
         pos0 = pb.pos + 1;
         prev = pb.canon;
         parent = ev->parent;

@@ -117,8 +117,9 @@ typedef struct kvix_backend_ops {
     /* slot no longer holds node in tier; it did before (so node is valid). */
     void (*del)(void *be, void *node, uint32_t slot, unsigned tier);
     /* The block of a node some slot holds; writer side (no lock: what it
-     * reads does not change while the node is held). */
-    void (*info)(const void *node, kvix_binfo *out);
+     * reads does not change while the node is held). be: the node's backend
+     * (a node may link to others by their number in its backend). */
+    void (*info)(void *be, const void *node, kvix_binfo *out);
     /* Append one hit per slot with at least one matched block (any order). */
     int (*query)(void *be, kvix_qchain *q, kvix_qhits *out, kvix_err *err);
     size_t (*memory)(void *be);        /* bytes held */

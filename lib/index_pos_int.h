@@ -24,7 +24,6 @@
 #define ORPH_CHUNK 256u
 #define TOMB UINT64_C(1) /* a table slot's word for a removed entry */
 #define LIMBO_BATCH 1024
-#define POOL_MIN 32
 
 /* ---- shard locks: held for a few hundred instructions, so a spinlock
  * (yielding when the holder is descheduled) beats a mutex's two calls ---- */
@@ -57,28 +56,55 @@ static inline void spin_unlock(spin_t *l)
 
 /* ---- nodes and shard tables ---- */
 
+/* Nodes live in a slab per backend (lib/index_pos_store.c) and link to each
+ * other by 32-bit numbers in it, not by pointers: a node costs what the
+ * index needs of it, not three words of links. A number is (chunk << 12 |
+ * place); chunk k holds min(16 << k, 4096) nodes and never moves while the
+ * backend holds a node, so the shard tables and the front end keep node
+ * addresses. 0 is no node. */
+typedef uint32_t pidx;
+#define PNIL 0u
+#define SLAB_SHIFT 12
+#define SLAB_CHUNK (1u << SLAB_SHIFT)
+#define SLAB_FIRST 16u
+
+typedef struct pos_be pos_be;
 typedef struct pnode pnode;
 struct pnode {
-    /* writer side, under the node's shard lock */
-    pnode *parent; /* node of (pos - 1, parent canon); NULL at 0 or for a ghost */
-    pnode *next;   /* next sibling (under the parent's shard lock); in limbo: next retired */
+    /* read side: queries may look at a retired node until a grace period */
+    uint64_t canon;
+    uint32_t pos;
+    pidx self; /* this node's number: set when its place is first handed out */
     union {
         struct {
-            pnode *kids; /* nodes whose parent this is */
-            pnode *prev; /* previous sibling */
+            uint64_t engine; /* made under (the front end's key): fixed for life */
+            uint64_t local;  /* set when the node becomes held */
         };
-        /* a retired node has no kids and no siblings, and readers never look
-         * at either: the limbo batch's grace period reuses their bytes */
+        /* a retired node's are read by no one: the limbo batch's grace
+         * period (the batch's first node) reuses their bytes */
         struct rcu_head rcu;
     };
-    uint32_t nkids;
-    /* read side */
-    uint32_t pos;
-    uint64_t canon;
+    /* writer side, under the node's shard lock */
+    union {
+        struct {
+            pidx parent; /* node of (pos - 1, parent canon); PNIL at 0 or for a ghost */
+            pidx prev;   /* previous sibling */
+        };
+        pos_be *be; /* a limbo batch's first node: its backend */
+    };
+    pidx kids; /* nodes whose parent this is */
+    pidx next; /* next sibling (under the parent's shard lock); retired: next in limbo */
     kvix_hset h;
-    uint64_t engine; /* made under (the front end's key): fixed for life */
-    uint64_t local;  /* set when the node becomes held */
 };
+
+/* node handles keep a tier mask in their low bits */
+_Static_assert(sizeof(pnode) % KVIX_NODE_ALIGN == 0, "pnode size breaks handle alignment");
+
+typedef struct pdir {
+    struct pdir *prev; /* the directory this one replaced: a writer may be reading it */
+    uint32_t cap;
+    pnode *c[];
+} pdir;
 
 /* A table slot is one word: 0 never used (ends a probe), TOMB removed, else
  * 16 bits of the key's hash above the node's address (user-space addresses
@@ -116,7 +142,7 @@ typedef struct pshard {
     size_t used, tomb;
 } __attribute__((aligned(64))) pshard;
 
-typedef struct pos_be {
+struct pos_be {
     kvix_bmem mem;
     unsigned jump;
     int binsearch;
@@ -125,16 +151,28 @@ typedef struct pos_be {
     _Atomic long nuntrusted;   /* slots with orphans */
     _Atomic(uint32_t *) orph[KVIX_SLOTS_MAX / ORPH_CHUNK]; /* per-slot orphan counts */
     kvix_aword untrusted[KVIX_SLOTS_MAX / 64];             /* bit: slot has orphans */
-    /* retired nodes wait in limbo for one grace period per batch, then are
-     * reused (malloc and call_rcu per block cost more than the rest of an add) */
-    _Atomic(pnode *) limbo;
+    /* retired nodes wait in limbo for one grace period per batch, then go
+     * back to the slab's free list */
+    _Atomic pidx limbo;
     _Atomic long nlimbo;
     _Atomic long pending; /* limbo batches waiting for their grace period */
-    spin_t poolmu;
-    size_t npool;
-    _Atomic(pnode *) pool; /* retired nodes to reuse; peeked without the lock */
+    /* the slab, under slabmu (dir is also read by writers without it) */
+    spin_t slabmu;
+    _Atomic(pdir *) dir;
+    uint32_t nchunk;     /* chunks made */
+    pidx bump, bump_end; /* next never used place, end of the last chunk */
+    pidx free;           /* places to reuse, linked by next */
+    size_t nlive;        /* places handed out and not back on the free list */
     pshard shard[NSHARD];
-} pos_be;
+};
+
+/* The node numbered i (i != PNIL, a node the caller may use: held, linked
+ * from one it holds the lock of, or its own new one). */
+static inline pnode *pn(const pos_be *be, pidx i)
+{
+    const pdir *d = atomic_load_explicit(&be->dir, memory_order_acquire);
+    return &d->c[i >> SLAB_SHIFT][i & (SLAB_CHUNK - 1)];
+}
 
 static inline uint64_t key_hash(uint32_t pos, uint64_t canon)
 {
@@ -181,7 +219,8 @@ ptable *kvix_pos_table_new(uint64_t cap, kvix_bmem *mem);
 /* Under the shard's lock. insert: KVIX_OK or KVIX_ENOMEM (nothing changed). */
 int kvix_pos_shard_insert(pshard *sh, uint64_t h, pnode *n, kvix_bmem *mem);
 void kvix_pos_shard_remove(pshard *sh, uint64_t h, pnode *n, kvix_bmem *mem);
-/* A fresh node (no links, empty holder set), or NULL (out of memory). */
+/* A fresh node (no links, empty holder set), or NULL (out of memory, or
+ * 2^32 nodes). */
 pnode *kvix_pos_node_new(pos_be *be, uint32_t pos, uint64_t canon, uint64_t engine);
 /* A node no reader ever saw (never published). */
 void kvix_pos_node_free(pos_be *be, pnode *n);
@@ -190,7 +229,7 @@ void kvix_pos_node_retire(pos_be *be, pnode *n);
 /* Hand a full batch of retired nodes (or all, when the index is empty) to
  * one grace period. */
 void kvix_pos_limbo_drain(pos_be *be);
-/* Free every node, table and retired node (quiet backend, no pending batch). */
+/* Free every node, table and the slab (quiet backend, no pending batch). */
 void kvix_pos_store_free(pos_be *be);
 
 /* ---- lib/index_pos_query.c ---- */

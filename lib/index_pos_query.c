@@ -56,15 +56,10 @@ static uint32_t split(pnode *nd, uint32_t *v, uint32_t n)
             }
         return k;
     }
-    uint32_t id[KVIX_HS_INLINE];
-    for (unsigned j = 0; j < KVIX_HS_INLINE; j++)
-        id[j] = kvix_hs_id(&nd->h, j); /* KVIX_HS_NONE matches no slot */
+    uint64_t ids = kvix_hs_ids(&nd->h);
     for (uint32_t i = 0; i < n; i++) {
         uint32_t s = v[i];
-        int has = 0;
-        for (unsigned j = 0; j < KVIX_HS_INLINE; j++)
-            has |= s == id[j];
-        if (has) {
+        if (kvix_ids_have(ids, s)) {
             v[i] = v[k];
             v[k++] = s;
         }
@@ -113,7 +108,7 @@ static void count_tiers(qctx *c, size_t first)
             maxlen = out->v[k].blocks;
     for (uint32_t pos = 0; pos < maxlen; pos++) {
         pnode *n = probe(c, pos);
-        kvix_tset *ts = n ? atomic_load_explicit(&n->h.tiers, memory_order_acquire) : NULL;
+        kvix_tset *ts = n ? kvix_hs_tset(&n->h) : NULL;
         if (!ts)
             continue;
         for (size_t k = first; k < out->n; k++) {

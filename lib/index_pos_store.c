@@ -98,107 +98,167 @@ void kvix_pos_shard_remove(pshard *sh, uint64_t h, pnode *n, kvix_bmem *mem)
         (void)shard_rebuild(sh, sh->used, mem); /* shrinking is optional: ENOMEM keeps it */
 }
 
+/* ---- the slab ---- */
+
+static uint32_t chunk_cap(uint32_t c)
+{
+    return c < 8 ? SLAB_FIRST << c : SLAB_CHUNK;
+}
+
+/* A new chunk at the slab's end (under slabmu). */
+static int slab_grow(pos_be *be)
+{
+    uint32_t c = be->nchunk;
+    if (c >= (UINT32_MAX >> SLAB_SHIFT) + 1)
+        return KVIX_ENOMEM; /* 2^32 node numbers */
+    pdir *d = atomic_load_explicit(&be->dir, memory_order_relaxed);
+    if (!d || d->cap == c) {
+        uint32_t cap = d ? d->cap * 2 : 8;
+        pdir *nd = malloc(sizeof *nd + cap * sizeof(pnode *));
+        if (!nd)
+            return KVIX_ENOMEM;
+        nd->prev = d;
+        nd->cap = cap;
+        for (uint32_t k = 0; k < c; k++)
+            nd->c[k] = d->c[k];
+        atomic_fetch_add_explicit(&be->mem.bytes, (long)(sizeof *nd + cap * sizeof(pnode *)),
+                                  memory_order_relaxed);
+        atomic_store_explicit(&be->dir, nd, memory_order_release);
+        d = nd;
+    }
+    size_t sz = chunk_cap(c) * sizeof(pnode);
+    pnode *ch = aligned_alloc(64, sz);
+    if (!ch)
+        return KVIX_ENOMEM;
+    if (((uintptr_t)ch + sz) >> PTR_BITS) { /* no room for a table slot's tag */
+        free(ch);
+        return KVIX_ENOMEM;
+    }
+    atomic_fetch_add_explicit(&be->mem.bytes, (long)sz, memory_order_relaxed);
+    /* a writer that is given a number in it got it after this store */
+    d->c[c] = ch;
+    be->nchunk = c + 1;
+    be->bump = (c << SLAB_SHIFT) + (c == 0); /* number 0 is no node */
+    be->bump_end = (c << SLAB_SHIFT) + chunk_cap(c);
+    return KVIX_OK;
+}
+
+/* Give every chunk and directory back (under slabmu, no node handed out:
+ * no writer holds a number, no reader a node). */
+static void slab_release(pos_be *be)
+{
+    pdir *d = atomic_load_explicit(&be->dir, memory_order_relaxed);
+    if (!d)
+        return;
+    long bytes = 0;
+    for (uint32_t c = 0; c < be->nchunk; c++) {
+        bytes += (long)(chunk_cap(c) * sizeof(pnode));
+        free(d->c[c]);
+    }
+    while (d) {
+        pdir *prev = d->prev;
+        bytes += (long)(sizeof *d + d->cap * sizeof(pnode *));
+        free(d);
+        d = prev;
+    }
+    atomic_fetch_sub_explicit(&be->mem.bytes, bytes, memory_order_relaxed);
+    atomic_store_explicit(&be->dir, NULL, memory_order_relaxed);
+    be->nchunk = 0;
+    be->bump = be->bump_end = 0;
+    be->free = PNIL;
+}
+
 pnode *kvix_pos_node_new(pos_be *be, uint32_t pos, uint64_t canon, uint64_t engine)
 {
-    pnode *n = NULL;
-    if (atomic_load_explicit(&be->pool, memory_order_relaxed)) {
-        spin_lock(&be->poolmu); /* the peek may be stale: the lock decides */
-        if ((n = atomic_load_explicit(&be->pool, memory_order_relaxed))) {
-            atomic_store_explicit(&be->pool, n->next, memory_order_relaxed);
-            be->npool--;
-        }
-        spin_unlock(&be->poolmu);
-    }
-    if (!n) {
-        if (!(n = malloc(sizeof *n)))
-            return NULL;
-        if ((uintptr_t)n >> PTR_BITS) { /* no room for a table slot's tag */
-            free(n);
+    pnode *n;
+    spin_lock(&be->slabmu);
+    pidx i = be->free;
+    if (i != PNIL) {
+        n = pn(be, i);
+        be->free = n->next;
+    } else {
+        if (be->bump == be->bump_end && slab_grow(be) < 0) {
+            spin_unlock(&be->slabmu);
             return NULL;
         }
-        atomic_fetch_add_explicit(&be->mem.bytes, (long)sizeof *n, memory_order_relaxed);
+        i = be->bump++;
+        n = pn(be, i);
+        n->self = i;
     }
-    memset(n, 0, offsetof(pnode, pos));
-    n->pos = pos;
+    be->nlive++;
+    spin_unlock(&be->slabmu);
     n->canon = canon;
+    n->pos = pos;
     n->engine = engine;
+    n->local = 0;
+    n->parent = n->prev = n->kids = n->next = PNIL;
     kvix_hs_init(&n->h);
     return n;
 }
 
 void kvix_pos_node_free(pos_be *be, pnode *n)
 {
-    atomic_fetch_sub_explicit(&be->mem.bytes, (long)sizeof *n, memory_order_relaxed);
-    free(n);
+    spin_lock(&be->slabmu);
+    n->next = be->free;
+    be->free = n->self;
+    be->nlive--;
+    spin_unlock(&be->slabmu);
 }
 
-/* n is out of the table: readers may still see it until a grace period. */
 void kvix_pos_node_retire(pos_be *be, pnode *n)
 {
     kvix_hs_retire(&n->h, &be->mem);
-    pnode *head = atomic_load_explicit(&be->limbo, memory_order_relaxed);
+    pidx head = atomic_load_explicit(&be->limbo, memory_order_relaxed);
     do
         n->next = head;
-    while (!atomic_compare_exchange_weak_explicit(&be->limbo, &head, n, memory_order_release,
-                                                  memory_order_relaxed));
+    while (!atomic_compare_exchange_weak_explicit(&be->limbo, &head, n->self,
+                                                  memory_order_release, memory_order_relaxed));
     atomic_fetch_add_explicit(&be->nlimbo, 1, memory_order_relaxed);
 }
 
-/* After the grace period of a limbo batch (call_rcu thread): its nodes go to
- * the pool (kept at most 1/8 of the live nodes) or back to malloc. The batch's
- * first node carries the backend in its (retired, unused) parent field. */
+/* After the grace period of a limbo batch (call_rcu thread): its nodes go
+ * back to the free list; when no node is left, the slab goes too (memory
+ * follows the index down to nothing; short of that the slab keeps its
+ * high-water mark and hands places out again). */
 static void limbo_cb(struct rcu_head *head)
 {
     KVIX_RCU_TSAN_ACQUIRE();
     pnode *n = (pnode *)(void *)((char *)head - offsetof(pnode, rcu));
-    pos_be *be = (pos_be *)(void *)n->parent;
-    size_t cap = (size_t)atomic_load_explicit(&be->unique, memory_order_relaxed) / 8;
-    if (cap < POOL_MIN)
-        cap = POOL_MIN;
-    spin_lock(&be->poolmu);
-    while (n) {
-        pnode *next = n->next;
-        if (be->npool < cap) {
-            n->next = atomic_load_explicit(&be->pool, memory_order_relaxed);
-            atomic_store_explicit(&be->pool, n, memory_order_relaxed);
-            be->npool++;
-        } else {
-            kvix_pos_node_free(be, n);
-        }
-        n = next;
+    pos_be *be = n->be;
+    spin_lock(&be->slabmu);
+    for (pidx i = n->self; i != PNIL;) {
+        pnode *k = pn(be, i);
+        pidx next = k->next;
+        k->next = be->free;
+        be->free = i;
+        be->nlive--;
+        i = next;
     }
-    /* the index shrank: let the pool go with it */
-    while (atomic_load_explicit(&be->pool, memory_order_relaxed) && be->npool > cap) {
-        pnode *k = atomic_load_explicit(&be->pool, memory_order_relaxed);
-        atomic_store_explicit(&be->pool, k->next, memory_order_relaxed);
-        be->npool--;
-        kvix_pos_node_free(be, k);
-    }
-    spin_unlock(&be->poolmu);
+    if (be->nlive == 0)
+        slab_release(be);
+    spin_unlock(&be->slabmu);
     atomic_fetch_sub_explicit(&be->pending, 1, memory_order_release);
 }
 
-/* After a batch of retirements (or when the index is empty), hand the limbo
- * to one call_rcu: one grace period per batch, and writers never wait. */
 void kvix_pos_limbo_drain(pos_be *be)
 {
     long nl = atomic_load_explicit(&be->nlimbo, memory_order_relaxed);
     if (nl < LIMBO_BATCH && !(nl > 0 && atomic_load_explicit(&be->unique, memory_order_relaxed) == 0))
         return;
-    pnode *n = atomic_exchange_explicit(&be->limbo, NULL, memory_order_acquire);
-    if (!n)
+    pidx first = atomic_exchange_explicit(&be->limbo, PNIL, memory_order_acquire);
+    if (first == PNIL)
         return;
     long taken = 0;
-    for (pnode *k = n; k; k = k->next)
+    for (pidx i = first; i != PNIL; i = pn(be, i)->next)
         taken++;
     atomic_fetch_sub_explicit(&be->nlimbo, taken, memory_order_relaxed);
-    n->parent = (pnode *)(void *)be;
+    pnode *n = pn(be, first);
+    n->be = be;
     atomic_fetch_add_explicit(&be->pending, 1, memory_order_relaxed);
     kvix_rcu_writer();
     KVIX_RCU_TSAN_RELEASE();
     call_rcu(&n->rcu, limbo_cb);
 }
-
 
 void kvix_pos_store_free(pos_be *be)
 {
@@ -206,20 +266,10 @@ void kvix_pos_store_free(pos_be *be)
         ptable *t = atomic_load(&be->shard[i].t);
         for (uint64_t j = 0; j <= t->mask; j++) {
             uint64_t w = atomic_load(&t->s[j]);
-            pnode *n = slot_node(w);
-            if (w && w != TOMB) {
-                kvix_hs_free(&n->h);
-                free(n);
-            }
+            if (w && w != TOMB)
+                kvix_hs_free(&slot_node(w)->h);
         }
         free(t);
     }
-    for (pnode *n = atomic_load(&be->limbo), *next; n; n = next) {
-        next = n->next;
-        free(n);
-    }
-    for (pnode *n = atomic_load(&be->pool), *next; n; n = next) {
-        next = n->next;
-        free(n);
-    }
+    slab_release(be);
 }

@@ -32,8 +32,16 @@
  * a shared system prompt) checks each child, O(children); a per-slot count of
  * held children on high-fanout nodes would make that O(1).
  *
+ * Memory. A node is 64 bytes (lib/index_pos_int.h): its key, the engine and
+ * local hashes, 32-bit links (parent, siblings, first child) into the
+ * backend's slab instead of pointers, and a 16-byte holder set (four inline
+ * slot ids, one pointer to a bitset and tier sets when needed). At thousands
+ * of workers most blocks have one holder, so the node is paid almost per
+ * (worker, block) pair.
+ *
  * Concurrency. Readers are lock-free under RCU (rcu_int.h): shard tables and
- * nodes are published with release stores and freed after a grace period.
+ * nodes are published with release stores; removed nodes go back to the slab
+ * (tables are freed) after a grace period.
  * Writers lock the shard of the node they change (two shards, in index order,
  * when a parent is involved); a shard's table is rebuilt (grown, cleaned or
  * shrunk) under its lock into a fresh table that readers switch to, so no
@@ -47,30 +55,27 @@
 
 static inline int node_removable(const pnode *n)
 {
-    return n->h.count == 0 && n->nkids == 0 &&
-           !atomic_load_explicit(&n->h.tiers, memory_order_relaxed);
+    return kvix_hs_empty(&n->h) && n->kids == PNIL && !kvix_hs_tset(&n->h);
 }
 
-static void kid_link(pnode *p, pnode *k)
+static void kid_link(pos_be *be, pnode *p, pnode *k)
 {
-    k->parent = p;
-    k->prev = NULL;
+    k->parent = p->self;
+    k->prev = PNIL;
     k->next = p->kids;
-    if (p->kids)
-        p->kids->prev = k;
-    p->kids = k;
-    p->nkids++;
+    if (p->kids != PNIL)
+        pn(be, p->kids)->prev = k->self;
+    p->kids = k->self;
 }
 
-static void kid_unlink(pnode *p, pnode *k)
+static void kid_unlink(pos_be *be, pnode *p, pnode *k)
 {
-    if (k->prev)
-        k->prev->next = k->next;
+    if (k->prev != PNIL)
+        pn(be, k->prev)->next = k->next;
     else
         p->kids = k->next;
-    if (k->next)
-        k->next->prev = k->prev;
-    p->nkids--;
+    if (k->next != PNIL)
+        pn(be, k->next)->prev = k->prev;
 }
 
 static void lock2(pos_be *be, unsigned a, unsigned b)
@@ -206,13 +211,13 @@ static void reclaim(pos_be *be, uint32_t pos, uint64_t canon)
             spin_unlock(&be->shard[si].mu);
             return;
         }
-        pnode *p = n->parent;
-        if (!p) {
+        if (n->parent == PNIL) {
             kvix_pos_shard_remove(&be->shard[si], h, n, &be->mem);
             spin_unlock(&be->shard[si].mu);
             kvix_pos_node_retire(be, n);
             return;
         }
+        pnode *p = pn(be, n->parent);
         uint64_t hp = key_hash(p->pos, p->canon);
         pi = shard_of(hp);
         if (pi > si) {
@@ -223,14 +228,14 @@ static void reclaim(pos_be *be, uint32_t pos, uint64_t canon)
             n = table_find(atomic_load_explicit(&be->shard[si].t, memory_order_relaxed), h, pos,
                            canon);
             /* n's parent never changes once set; a re-made n may have a re-made
-             * parent at the same address, with the same key: still right */
-            if (!n || !node_removable(n) || n->parent != p) {
+             * parent at the same number, with the same key: still right */
+            if (!n || !node_removable(n) || n->parent != p->self) {
                 unlock2(be, si, pi);
                 return;
             }
         }
         kvix_pos_shard_remove(&be->shard[si], h, n, &be->mem);
-        kid_unlink(p, n);
+        kid_unlink(be, p, n);
         int more = node_removable(p);
         pos = p->pos;
         canon = p->canon;
@@ -259,7 +264,7 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
     pshard *sh = &be->shard[si];
     spin_lock(&sh->mu);
     pnode *n = table_find(atomic_load_explicit(&sh->t, memory_order_relaxed), h, pos, canon);
-    if (!n || (pos > 0 && !n->parent)) {
+    if (!n || (pos > 0 && n->parent == PNIL)) {
         /* a new node (or a ghost learning its parent): lock the parent's shard
          * too, in index order, or by trylock to keep the one we hold */
         uint64_t hp = 0;
@@ -285,7 +290,7 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
             }
             made = 1;
         }
-        if (pos > 0 && !n->parent) {
+        if (pos > 0 && n->parent == PNIL) {
             pshard *ps = &be->shard[pi];
             pnode *p = table_find(atomic_load_explicit(&ps->t, memory_order_relaxed), hp, pos - 1,
                                   parent_canon);
@@ -300,14 +305,14 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
                     return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
                 }
             }
-            kid_link(p, n);
+            kid_link(be, p, n);
         }
         if (pi != si)
             spin_unlock(&be->shard[pi].mu);
     }
     /* n's shard lock held; n->parent (if any) is pinned by n */
     int any_new;
-    uint32_t before = n->h.count;
+    int was_empty = kvix_hs_empty(&n->h);
     int held = kvix_hs_add(&n->h, slot, tier, atomic_load_explicit(&be->nw, memory_order_relaxed),
                            &be->mem, &any_new);
     if (held < 0) {
@@ -317,18 +322,18 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
     }
     if (any_new) {
         uint32_t o_before = *orph;
-        if (pos > 0 && !node_has(n->parent, slot))
+        if (pos > 0 && !node_has(pn(be, n->parent), slot))
             orph_change(be, orph, slot, +1);
         if (o_before > 0)
-            for (pnode *k = n->kids; k; k = k->next)
-                if (node_has(k, slot))
+            for (pidx k = n->kids; k != PNIL; k = pn(be, k)->next)
+                if (node_has(pn(be, k), slot))
                     orph_change(be, orph, slot, -1);
-        if (before == 0) {
+        if (was_empty) {
             atomic_fetch_add_explicit(&be->unique, 1, memory_order_relaxed);
             n->local = b->local; /* nobody held it: no front end reads it */
         }
     }
-    b->parent_engine = pos ? n->parent->engine : 0;
+    b->parent_engine = pos ? pn(be, n->parent)->engine : 0;
     spin_unlock(&sh->mu);
     *node = n;
     return held; /* 1: held in that tier already */
@@ -350,13 +355,13 @@ static void pos_del(void *vbe, void *node, uint32_t slot, unsigned tier)
     if (gone) {
         uint32_t *orph = orph_slot(be, slot); /* exists: the slot added this block */
         if (orph) {
-            if (pos > 0 && (!n->parent || !node_has(n->parent, slot)))
+            if (pos > 0 && (n->parent == PNIL || !node_has(pn(be, n->parent), slot)))
                 orph_change(be, orph, slot, -1);
-            for (pnode *k = n->kids; k; k = k->next)
-                if (node_has(k, slot))
+            for (pidx k = n->kids; k != PNIL; k = pn(be, k)->next)
+                if (node_has(pn(be, k), slot))
                     orph_change(be, orph, slot, +1);
         }
-        if (n->h.count == 0)
+        if (kvix_hs_empty(&n->h))
             atomic_fetch_sub_explicit(&be->unique, 1, memory_order_relaxed);
     }
     int rm = node_removable(n);
@@ -381,14 +386,19 @@ static size_t pos_unique(void *vbe)
     return u > 0 ? (size_t)u : 0;
 }
 
-static void pos_info(const void *node, kvix_binfo *out)
+static void pos_info(void *vbe, const void *node, kvix_binfo *out)
 {
     const pnode *n = node;
     out->pos = n->pos;
     out->local = n->local;
     out->canon = n->canon;
-    out->parent_canon = n->pos ? n->parent->canon : 0; /* a held node has its parent */
-    out->parent_engine = n->pos ? n->parent->engine : 0;
+    if (n->pos) { /* a held node has its parent */
+        const pnode *p = pn(vbe, n->parent);
+        out->parent_canon = p->canon;
+        out->parent_engine = p->engine;
+    } else {
+        out->parent_canon = out->parent_engine = 0;
+    }
 }
 
 const kvix_backend_ops kvix_backend_positional_ops = {

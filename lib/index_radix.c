@@ -240,8 +240,8 @@ static void kids_del(radix_be *be, rnode *p, rnode *n)
 
 static inline int node_removable(const rnode *n)
 {
-    return n->pos != ROOT_POS && n->h.count == 0 && n->nkids == 0 &&
-           !atomic_load_explicit(&n->h.tiers, memory_order_relaxed);
+    return n->pos != ROOT_POS && kvix_hs_empty(&n->h) && n->nkids == 0 &&
+           !kvix_hs_tset(&n->h);
 }
 
 /* Remove n and every ancestor it leaves empty; under be->mu. */
@@ -347,14 +347,14 @@ static int radix_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, voi
         }
     }
     int any_new;
-    uint32_t before = n->h.count;
+    int was_empty = kvix_hs_empty(&n->h);
     int held = kvix_hs_add(&n->h, slot, tier, atomic_load_explicit(&be->nw, memory_order_relaxed),
                            &be->mem, &any_new);
     if (held < 0) {
         reclaim(be, n);
         goto out;
     }
-    if (any_new && before == 0) {
+    if (any_new && was_empty) {
         atomic_store_explicit(&be->unique_pub, ++be->unique, memory_order_relaxed);
         n->local = b->local; /* nobody held it: no front end reads it */
     }
@@ -376,14 +376,15 @@ static void radix_del(void *vbe, void *node, uint32_t slot, unsigned tier)
     pthread_mutex_lock(&be->mu);
     int gone;
     kvix_hs_del(&n->h, slot, tier, &be->mem, &gone);
-    if (gone && n->h.count == 0)
+    if (gone && kvix_hs_empty(&n->h))
         atomic_store_explicit(&be->unique_pub, --be->unique, memory_order_relaxed);
     reclaim(be, n);
     pthread_mutex_unlock(&be->mu);
 }
 
-static void radix_info(const void *node, kvix_binfo *out)
+static void radix_info(void *be, const void *node, kvix_binfo *out)
 {
+    (void)be;
     const rnode *n = node;
     out->pos = n->pos;
     out->local = n->local;
@@ -474,7 +475,7 @@ static int radix_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err
         for (size_t h = first; h < out->n; h++) {
             kvix_qhit *hit = &out->v[h];
             for (uint32_t pos = 0; pos < hit->blocks; pos++) {
-                kvix_tset *ts = atomic_load_explicit(&path[pos]->h.tiers, memory_order_acquire);
+                kvix_tset *ts = kvix_hs_tset(&path[pos]->h);
                 if (!ts)
                     continue;
                 if (!kvix_tset_has(ts, hit->slot, KVIX_MEDIUM_GPU))

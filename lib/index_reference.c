@@ -170,8 +170,9 @@ static void ref_del(void *be, void *node, uint32_t slot, unsigned tier)
     pthread_rwlock_unlock(&r->lock);
 }
 
-static void ref_info(const void *node, kvix_binfo *out)
+static void ref_info(void *be, const void *node, kvix_binfo *out)
 {
+    (void)be;
     *out = ((const refnode *)node)->b;
 }
 

@@ -75,7 +75,7 @@ int kvix_index_foreach(kvix_index *idx, kvix_foreach_fn fn, void *ctx)
             while ((e = kvix_ix_bm_next(&w->blocks, &it, &engine))) {
                 kvix_block_info *b = &info[k++];
                 kvix_binfo nd;
-                p->ops->info(bent_node(*e), &nd);
+                p->ops->info(part_be(p), bent_node(*e), &nd);
                 b->position = nd.pos;
                 b->local = nd.local;
                 b->engine = engine;
