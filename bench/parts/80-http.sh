@@ -8,8 +8,12 @@
 #                 the ingest rate over the same window
 #   queries only  the feed stopped: requests/s and latency alone
 #   /health only  GET /health: what a request costs before any work (the floor)
-# Each run starts a fresh kvindex; medians of RUNS runs. Markdown on stdout,
-# progress on stderr.
+# then, on a second kvindex with --http-nice NICE, ingest only and both again
+# (the HTTP threads at a lower priority: the CPU share ingest keeps). Then at
+# 8192 workers (the trace copied 32 times side by side, `--copies 32 --limit
+# 600`, its events applied once): POST /query_by_hash and POST /query (token
+# ids of the stored prompts) alone. Each run starts fresh kvindexes; medians
+# of RUNS runs. Markdown on stdout, progress on stderr.
 set -euo pipefail
 BUILD=${BUILD:?BUILD must name the build directory}
 ROOT=${ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -19,6 +23,7 @@ D=${KVIX_BENCH_HTTP_SECONDS:-5}
 CONNS=${KVIX_BENCH_HTTP_CONNS:-32}
 WRK_THREADS=${KVIX_BENCH_WRK_THREADS:-1}
 HTTP_THREADS=${KVIX_BENCH_HTTP_THREADS:-2}
+NICE=${KVIX_BENCH_HTTP_NICE:-10}
 PY=/usr/bin/python3
 command -v wrk >/dev/null || { echo "80-http: wrk is not installed (apt-get install wrk)" >&2; exit 1; }
 for f in "$B/kvindex" "$B/kvreplay"; do
@@ -43,6 +48,38 @@ with open(sys.argv[1]) as f, open(sys.argv[2], "w") as out:
                               "model_name": q["model"]}, separators=(",", ":")) + "\n")
 PYEOF
 NQ=$(wc -l <"$tmp/bodies")
+echo "80-http: the log at 8192 workers" >&2
+MC=(--mooncake "$ROOT/tests/fixtures/mooncake/conversation_trace.jsonl.xz" --copies 32 --limit 600)
+"$B/kvreplay" -q "${MC[@]}" >"$tmp/log8k"
+grep -v '"type":"query"' "$tmp/log8k" >"$tmp/events8k"
+NEV8=$(wc -l <"$tmp/events8k")
+"$PY" - "$tmp/log8k" "$tmp/bodies8k" <<'PYEOF'
+import json, sys
+with open(sys.argv[1]) as f, open(sys.argv[2], "w") as out:
+    for line in f:
+        if '"type":"query"' not in line:
+            continue
+        q = json.loads(line)
+        out.write(json.dumps({"block_hashes": [int(h, 16) for h in q["local"]],
+                              "model_name": q["model"]}, separators=(",", ":")) + "\n")
+PYEOF
+# /query: the token ids of prompts stored from the root (the same trace with
+# --tokens), the first 200 (tens of KB of JSON each)
+"$B/kvreplay" -q --tokens "${MC[@]}" | "$PY" -c '
+import json, sys
+n = 0
+with open(sys.argv[1], "w") as out:
+    for line in sys.stdin:
+        if n == 200 or "\"parent\":null" not in line or "\"stored\"" not in line:
+            continue
+        e = json.loads(line)
+        out.write(json.dumps({"token_ids": [t for b in e["tokens"] for t in b],
+                              "model_name": e["model"]}, separators=(",", ":")) + "\n")
+        n += 1
+' "$tmp/tokens8k"
+NQ8=$(wc -l <"$tmp/bodies8k")
+NT8=$(wc -l <"$tmp/tokens8k")
+TOKAVG=$(awk '{ n += gsub(/,/, ",") } END { printf "%.0f", n / NR }' "$tmp/tokens8k")
 # every request formatted once, in init: wrk shares the 2 cores, and a
 # wrk.format per request cost it a third more CPU per request
 cat >"$tmp/post.lua" <<'LUAEOF'
@@ -50,7 +87,7 @@ local reqs = {}
 local i = 0
 init = function(args)
     for line in io.lines(os.getenv("KVIX_BODIES")) do
-        reqs[#reqs + 1] = wrk.format("POST", "/query_by_hash",
+        reqs[#reqs + 1] = wrk.format("POST", os.getenv("KVIX_PATH"),
                                      {["Content-Type"] = "application/json"}, line)
     end
     i = math.random(#reqs)
@@ -60,7 +97,7 @@ request = function()
     return reqs[i]
 end
 LUAEOF
-export KVIX_BODIES=$tmp/bodies
+export KVIX_BODIES=$tmp/bodies KVIX_PATH=/query_by_hash
 
 applied() { # events taken so far (applied + rejected), from /metrics
     curl -s "$URL/metrics" | awk '/^kvix_events_(applied|rejected)_total/ { s += $2 } END { print s + 0 }'
@@ -95,15 +132,23 @@ wrk_run() {
                      kv / tick * 1e6 / n, wt * 1e6 / n }' "$tmp/wrk.out" >"$1"
 }
 
-for run in $(seq "$RUNS"); do
-    echo "80-http: run $run of $RUNS" >&2
+# start_kv EVENTS NEV LOOP [ARGS...]: a fresh kvindex --listen ARGS fed EVENTS
+# (over and over when LOOP is 1), once it applied a pass (NEV events); sets
+# kpid, fpid, URL
+start_kv() {
+    local events=$1 nev=$2 loop=$3 i
+    shift 3
     rm -f "$tmp/feed"
     mkfifo "$tmp/feed"
-    "$B/kvindex" --listen 127.0.0.1:0 --http-threads "$HTTP_THREADS" <"$tmp/feed" \
+    "$B/kvindex" --listen 127.0.0.1:0 --http-threads "$HTTP_THREADS" "$@" <"$tmp/feed" \
         2>"$tmp/kv.err" &
     kpid=$!
     pids+=("$kpid")
-    (while :; do cat "$tmp/events" || exit 0; done) >"$tmp/feed" &
+    if [ "$loop" = 1 ]; then
+        (while :; do cat "$events" || exit 0; done) >"$tmp/feed" &
+    else
+        (cat "$events"; exec sleep 3600) >"$tmp/feed" &
+    fi
     fpid=$!
     pids+=("$fpid")
     URL=""
@@ -113,23 +158,47 @@ for run in $(seq "$RUNS"); do
         URL=$(sed -n 's/^kvindex: listening on \(http:.*\)$/\1/p' "$tmp/kv.err")
     done
     [ -n "$URL" ] || { echo "80-http: kvindex did not listen" >&2; cat "$tmp/kv.err" >&2; exit 1; }
-    # warm: one pass of the log in the index
-    for i in $(seq 600); do [ "$(applied)" -ge "$NEV" ] && break; sleep 0.1; done
+    for i in $(seq 1200); do [ "$(applied)" -ge "$nev" ] && break; sleep 0.1; done
+}
+
+stop_kv() {
+    kill "$fpid" 2>/dev/null || true
+    wait "$fpid" 2>/dev/null || true
+    kill -TERM "$kpid"
+    wait "$kpid" || true
+}
+
+# ingest_rate OUT [wrk_run ARGS...]: events/s over D seconds (or the wrk run)
+ingest_rate() {
+    local out=$1 a0 a1 t0 t1
+    shift
     a0=$(applied) t0=$EPOCHREALTIME
-    sleep "$D"
+    if [ $# -gt 0 ]; then "$@"; else sleep "$D"; fi
     a1=$(applied) t1=$EPOCHREALTIME
-    echo "$a0 $a1 $t0 $t1" | awk '{ printf "%.0f\n", ($2 - $1) / ($4 - $3) }' >>"$tmp/ingest_alone"
-    a0=$(applied) t0=$EPOCHREALTIME
-    wrk_run "$tmp/both.$run"
-    a1=$(applied) t1=$EPOCHREALTIME
-    echo "$a0 $a1 $t0 $t1" | awk '{ printf "%.0f\n", ($2 - $1) / ($4 - $3) }' >>"$tmp/ingest_loaded"
+    echo "$a0 $a1 $t0 $t1" | awk '{ printf "%.0f\n", ($2 - $1) / ($4 - $3) }' >>"$out"
+}
+
+for run in $(seq "$RUNS"); do
+    echo "80-http: run $run of $RUNS" >&2
+    export KVIX_BODIES=$tmp/bodies KVIX_PATH=/query_by_hash
+    start_kv "$tmp/events" "$NEV" 1
+    ingest_rate "$tmp/ingest_alone"
+    ingest_rate "$tmp/ingest_loaded" wrk_run "$tmp/both.$run"
     kill "$fpid" 2>/dev/null || true
     wait "$fpid" 2>/dev/null || true
     sleep 0.5 # the pipe drained
     wrk_run "$tmp/alone.$run"
     wrk_run "$tmp/health.$run" /health
-    kill -TERM "$kpid"
-    wait "$kpid" || true
+    stop_kv
+    start_kv "$tmp/events" "$NEV" 1 --http-nice "$NICE"
+    ingest_rate "$tmp/nice_alone"
+    ingest_rate "$tmp/nice_loaded" wrk_run "$tmp/nice.$run"
+    stop_kv
+    start_kv "$tmp/events8k" "$NEV8" 0
+    wrk_run "$tmp/hash8k.$run"
+    export KVIX_BODIES=$tmp/tokens8k KVIX_PATH=/query
+    wrk_run "$tmp/query8k.$run"
+    stop_kv
 done
 
 col() { # col N FILES...: the median of column N
@@ -141,6 +210,12 @@ ia=$(median <"$tmp/ingest_alone")
 il=$(median <"$tmp/ingest_loaded")
 bpe=$(awk -v b="$NBLK" -v e="$NEV" 'BEGIN { printf "%.1f", b / e }')
 slow=$(awk -v a="$ia" -v l="$il" 'BEGIN { printf "%.0f", (1 - l / a) * 100 }')
+na=$(median <"$tmp/nice_alone")
+nl=$(median <"$tmp/nice_loaded")
+nslow=$(awk -v a="$na" -v l="$nl" 'BEGIN { printf "%.0f", (1 - l / a) * 100 }')
+row() { # row LABEL FILE-PREFIX INGEST: a table row of medians
+    echo "| $1 | $(col 1 "$2".*) | $(col 2 "$2".*) ms | $(col 3 "$2".*) ms | $(col 4 "$2".*) ms | $3 | $(col 5 "$2".*) us | $(col 6 "$2".*) us |"
+}
 
 cat <<EOF
 ## kvindex --listen under load: wrk on loopback (bench/parts/80-http.sh)
@@ -154,12 +229,19 @@ thread share the machine's $(nproc) cores. Medians of $RUNS runs, each on a fres
 | phase | requests/s | p50 | p99 | max | events/s ingested | kvindex CPU/request | wrk CPU/request |
 |---|---:|---:|---:|---:|---:|---:|---:|
 | ingest only | - | - | - | - | $ia | - | - |
-| queries while ingesting | $(col 1 "$tmp"/both.*) | $(col 2 "$tmp"/both.*) ms | $(col 3 "$tmp"/both.*) ms | $(col 4 "$tmp"/both.*) ms | $il | $(col 5 "$tmp"/both.*) us | $(col 6 "$tmp"/both.*) us |
-| queries only | $(col 1 "$tmp"/alone.*) | $(col 2 "$tmp"/alone.*) ms | $(col 3 "$tmp"/alone.*) ms | $(col 4 "$tmp"/alone.*) ms | - | $(col 5 "$tmp"/alone.*) us | $(col 6 "$tmp"/alone.*) us |
-| GET /health only (the floor: libmicrohttpd, the kernel) | $(col 1 "$tmp"/health.*) | $(col 2 "$tmp"/health.*) ms | $(col 3 "$tmp"/health.*) ms | $(col 4 "$tmp"/health.*) ms | - | $(col 5 "$tmp"/health.*) us | $(col 6 "$tmp"/health.*) us |
+$(row "queries while ingesting" "$tmp/both" "$il")
+$(row "queries only" "$tmp/alone" -)
+$(row "GET /health only (the floor: libmicrohttpd, the kernel)" "$tmp/health" -)
+| --http-nice $NICE: ingest only | - | - | - | - | $na | - | - |
+$(row "--http-nice $NICE: queries while ingesting" "$tmp/nice" "$nl")
+$(row "8192 workers: POST /query_by_hash only" "$tmp/hash8k" -)
+$(row "8192 workers: POST /query only ($TOKAVG token ids a body)" "$tmp/query8k" -)
 
-Ingest slowed by $slow % under the query load (target: < 30 %; queries: >= 50 000/s with
-p99 <= 1 ms on 2 cores). CPU per request: kvindex's (all its threads, ingest included
+Ingest slowed by $slow % under the query load, by $nslow % with the HTTP threads at nice
+$NICE (target: < 30 %; queries: >= 50 000/s with p99 <= 1 ms on 2 cores). 8192 workers:
+\`kvreplay --mooncake ... --copies 32 --limit 600\` ($NEV8 events applied once, then
+queries only): $NQ8 prompts as /query_by_hash, $NT8 prompts stored from the root as
+/query token ids. CPU per request: kvindex's (all its threads, ingest included
 while it ingests) and wrk's, user + system, over the wrk run. The machine's ceiling for
 a request is 2 cores over their sum: wrk's part alone is what a router's own client would
 pay elsewhere.
