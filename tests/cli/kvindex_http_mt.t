@@ -227,11 +227,19 @@ run kvindex -q -s s.kvix --peers http://x </dev/null
 expect_rc 2
 end
 
-begin "kvindex --http-nice: the HTTP thread runs at the lower priority, the ingest thread as before"
+begin "kvindex --http-nice: the HTTP thread runs at the lower priority, the ingest thread as before; a body over the connection's 8 KiB buffer, headers past it"
 printf '{"type":"stored","worker":1,"bs":4,"blocks":[{"local":"01","seq":"02"}]}\n' >in
 serve --http-threads 1 --http-nice 7
 req GET /health
 assert_eq "$st" 200 "/health status"
+# ~40 KB: the body arrives in pieces of the connection's buffer
+"$PY" -c 'import json; print(json.dumps({"model_name": "default", "block_hashes": [1] + [2**64 - 1] * 1999}))' >long.json
+req POST /query_by_hash long.json
+assert_eq "$st $(cat body)" '200 {"scores":{"1":{"0":4}},"frequencies":[],"tree_sizes":{"1":{"0":1}}}' "a 40 KB body"
+st=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Pad: $(head -c 6000 /dev/zero | tr '\0' a)" "$URL/health")
+assert_eq "$st" 200 "6000 bytes of headers"
+st=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Pad: $(head -c 9000 /dev/zero | tr '\0' a)" "$URL/health")
+assert_eq "$st" 431 "9000 bytes of headers"
 kp=$(tr -d " " </proc/"$KPID"/task/"$KPID"/children) # kvindex, under timeout
 # field 19 of /proc/PID/task/TID/stat: the thread's nice value
 nices=$(for t in /proc/"$kp"/task/*; do awk -v t="${t##*/}" '{ print t, $19 }' "$t/stat"; done)
