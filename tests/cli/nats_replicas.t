@@ -249,8 +249,11 @@ begin "kvsub --nats: batches the frozen server never acknowledged are sent again
 PORT=$(free_port)
 URL=nats://127.0.0.1:$PORT
 server_start 1
+# the engine holds its batches after the first round until the server is
+# frozen: on a loaded machine it could otherwise publish them all, and kvsub
+# have them acknowledged, before the freeze (nothing would be resent)
 timeout 120 "$PY" "$FE" publish --pub "ipc://$T/pub" --dps 0,1 --batches 60 --expect exp.json \
-    --seed 9 --linger 1 2>engine.err &
+    --seed 9 --linger 1 --pause-at "1:$T/frozen" 2>engine.err &
 epid=$!
 timeout --foreground 120 kvsub -w "1=ipc://$T/pub" --nats "$URL" --stream FRZ --subject frz \
     --nats-window 8 >events.ndjson 2>sub.err &
@@ -260,6 +263,7 @@ for i in $(seq 100); do grep -q "created stream FRZ" sub.err && break; sleep 0.1
 # the server frozen (it takes the bytes, answers nothing) while batches are
 # published; kvsub's acknowledgements time out after 5 s (the default)
 kill -STOP "$SPID"
+touch "$T/frozen"
 for i in $(seq 300); do [ -s events.ndjson ] && break; sleep 0.1; done
 sleep 7
 kill -CONT "$SPID"
