@@ -100,6 +100,11 @@ struct pnode {
 /* node handles keep a tier mask in their low bits */
 _Static_assert(sizeof(pnode) % KVIX_NODE_ALIGN == 0, "pnode size breaks handle alignment");
 
+typedef struct porph {
+    uint32_t n[ORPH_CHUNK];                 /* orphans (the slot's own writer) */
+    kvix_aword untrusted[ORPH_CHUNK / 64];  /* bit: the slot has orphans */
+} porph;
+
 typedef struct pdir {
     struct pdir *prev; /* the directory this one replaced: a writer may be reading it */
     uint32_t cap;
@@ -138,7 +143,7 @@ typedef struct ptable {
 
 typedef struct pshard {
     spin_t mu;
-    _Atomic(ptable *) t;
+    _Atomic(ptable *) t; /* NULL until the shard's first node */
     size_t used, tomb;
 } __attribute__((aligned(64))) pshard;
 
@@ -149,8 +154,10 @@ struct pos_be {
     _Atomic uint32_t nw;       /* words covering the highest slot seen */
     _Atomic long unique;       /* nodes with holders */
     _Atomic long nuntrusted;   /* slots with orphans */
-    _Atomic(uint32_t *) orph[KVIX_SLOTS_MAX / ORPH_CHUNK]; /* per-slot orphan counts */
-    kvix_aword untrusted[KVIX_SLOTS_MAX / 64];             /* bit: slot has orphans */
+    /* per-slot orphan counts and untrusted bits, a chunk made when one of
+     * its slots first adds a block (a small partition pays for its slots,
+     * not for KVIX_SLOTS_MAX) */
+    _Atomic(porph *) orph[KVIX_SLOTS_MAX / ORPH_CHUNK];
     /* retired nodes wait in limbo for one grace period per batch, then go
      * back to the slab's free list */
     _Atomic pidx limbo;
@@ -190,8 +197,11 @@ static inline unsigned shard_of(uint64_t h)
     return (unsigned)(h >> (64 - SHARD_BITS));
 }
 
+/* t may be NULL: a shard that never held a node has no table. */
 static inline pnode *table_find(const ptable *t, uint64_t h, uint32_t pos, uint64_t canon)
 {
+    if (!t)
+        return NULL;
     uint64_t tag = slot_tag(h);
     for (uint64_t i = h & t->mask;; i = (i + 1) & t->mask) {
         uint64_t w = atomic_load_explicit(&t->s[i], memory_order_acquire);
@@ -215,7 +225,6 @@ static inline pnode *be_find(pos_be *be, uint32_t pos, uint64_t canon)
 
 /* ---- lib/index_pos_store.c: shard tables and node storage ---- */
 
-ptable *kvix_pos_table_new(uint64_t cap, kvix_bmem *mem);
 /* Under the shard's lock. insert: KVIX_OK or KVIX_ENOMEM (nothing changed). */
 int kvix_pos_shard_insert(pshard *sh, uint64_t h, pnode *n, kvix_bmem *mem);
 void kvix_pos_shard_remove(pshard *sh, uint64_t h, pnode *n, kvix_bmem *mem);

@@ -125,7 +125,10 @@ static void count_tiers(qctx *c, size_t first)
 
 static inline int untrusted(pos_be *be, uint32_t s)
 {
-    return atomic_load_explicit(&be->untrusted[s / 64], memory_order_relaxed) >> (s % 64) & 1;
+    /* a slot with orphans has its chunk */
+    const porph *c = atomic_load_explicit(&be->orph[s / ORPH_CHUNK], memory_order_acquire);
+    return c && atomic_load_explicit(&c->untrusted[s % ORPH_CHUNK / 64], memory_order_relaxed) >>
+                        (s % 64) & 1;
 }
 
 #define QSTACK 512

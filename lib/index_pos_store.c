@@ -6,7 +6,7 @@
 
 #include "index_pos_int.h"
 
-ptable *kvix_pos_table_new(uint64_t cap, kvix_bmem *mem)
+static ptable *table_new(uint64_t cap, kvix_bmem *mem)
 {
     size_t sz = sizeof(ptable) + cap * sizeof(pslot);
     ptable *t = calloc(1, sz);
@@ -42,10 +42,10 @@ static int shard_rebuild(pshard *sh, size_t want, kvix_bmem *mem)
     while (cap < want * 2)
         cap *= 2;
     ptable *old = atomic_load_explicit(&sh->t, memory_order_relaxed);
-    ptable *t = kvix_pos_table_new(cap, mem);
+    ptable *t = table_new(cap, mem);
     if (!t)
         return KVIX_ENOMEM;
-    for (uint64_t i = 0; i <= old->mask; i++) {
+    for (uint64_t i = 0; old && i <= old->mask; i++) {
         uint64_t w = atomic_load_explicit(&old->s[i], memory_order_relaxed);
         if (w && w != TOMB) { /* the slot keeps 16 bits of the hash: rehash */
             pnode *n = slot_node(w);
@@ -54,14 +54,15 @@ static int shard_rebuild(pshard *sh, size_t want, kvix_bmem *mem)
     }
     atomic_store_explicit(&sh->t, t, memory_order_release);
     sh->tomb = 0;
-    table_retire(old, mem);
+    if (old)
+        table_retire(old, mem);
     return KVIX_OK;
 }
 
 int kvix_pos_shard_insert(pshard *sh, uint64_t h, pnode *n, kvix_bmem *mem)
 {
     ptable *t = atomic_load_explicit(&sh->t, memory_order_relaxed);
-    if ((sh->used + sh->tomb + 1) * 4 > (t->mask + 1) * 3) {
+    if (!t || (sh->used + sh->tomb + 1) * 4 > (t->mask + 1) * 3) {
         if (shard_rebuild(sh, sh->used + 1, mem) < 0)
             return KVIX_ENOMEM;
         t = atomic_load_explicit(&sh->t, memory_order_relaxed);
@@ -264,7 +265,7 @@ void kvix_pos_store_free(pos_be *be)
 {
     for (unsigned i = 0; i < NSHARD; i++) {
         ptable *t = atomic_load(&be->shard[i].t);
-        for (uint64_t j = 0; j <= t->mask; j++) {
+        for (uint64_t j = 0; t && j <= t->mask; j++) {
             uint64_t w = atomic_load(&t->s[j]);
             if (w && w != TOMB)
                 kvix_hs_free(&slot_node(w)->h);

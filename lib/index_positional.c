@@ -99,36 +99,37 @@ static void unlock2(pos_be *be, unsigned a, unsigned b)
 
 /* ---- per-slot orphan counts (written only by the slot's own writer) ---- */
 
-static uint32_t *orph_slot(pos_be *be, uint32_t s)
+static porph *orph_chunk(pos_be *be, uint32_t s)
 {
-    _Atomic(uint32_t *) *cp = &be->orph[s / ORPH_CHUNK];
-    uint32_t *c = atomic_load_explicit(cp, memory_order_acquire);
+    _Atomic(porph *) *cp = &be->orph[s / ORPH_CHUNK];
+    porph *c = atomic_load_explicit(cp, memory_order_acquire);
     if (!c) {
-        uint32_t *n = calloc(ORPH_CHUNK, sizeof *n);
+        porph *n = calloc(1, sizeof *n);
         if (!n)
             return NULL;
         if (atomic_compare_exchange_strong_explicit(cp, &c, n, memory_order_acq_rel,
                                                     memory_order_acquire)) {
-            atomic_fetch_add_explicit(&be->mem.bytes, (long)(ORPH_CHUNK * sizeof *n),
-                                      memory_order_relaxed);
+            atomic_fetch_add_explicit(&be->mem.bytes, (long)sizeof *n, memory_order_relaxed);
             c = n;
         } else {
             free(n);
         }
     }
-    return &c[s % ORPH_CHUNK];
+    return c;
 }
 
-static void orph_change(pos_be *be, uint32_t *o, uint32_t s, int delta)
+static void orph_change(pos_be *be, porph *c, uint32_t s, int delta)
 {
+    uint32_t *o = &c->n[s % ORPH_CHUNK];
     uint32_t before = *o;
     *o = (uint32_t)((int64_t)before + delta);
     uint64_t bit = UINT64_C(1) << (s % 64);
+    kvix_aword *w = &c->untrusted[s % ORPH_CHUNK / 64];
     if (before == 0 && *o > 0) {
-        atomic_fetch_or_explicit(&be->untrusted[s / 64], bit, memory_order_relaxed);
+        atomic_fetch_or_explicit(w, bit, memory_order_relaxed);
         atomic_fetch_add_explicit(&be->nuntrusted, 1, memory_order_relaxed);
     } else if (before > 0 && *o == 0) {
-        atomic_fetch_and_explicit(&be->untrusted[s / 64], ~bit, memory_order_relaxed);
+        atomic_fetch_and_explicit(w, ~bit, memory_order_relaxed);
         atomic_fetch_sub_explicit(&be->nuntrusted, 1, memory_order_relaxed);
     }
 }
@@ -153,17 +154,6 @@ static void *pos_create(const kvix_index_opts *opts, kvix_err *err)
         be->jump = JUMP_MAX;
     be->binsearch = opts ? opts->binsearch : 1;
     atomic_store(&be->mem.bytes, (long)sizeof *be);
-    for (unsigned i = 0; i < NSHARD; i++) {
-        ptable *t = kvix_pos_table_new(TABLE_MIN, &be->mem);
-        if (!t) {
-            for (unsigned j = 0; j < i; j++)
-                free(atomic_load(&be->shard[j].t));
-            free(be);
-            kvix_err_set(err, KVIX_ENOMEM, "out of memory");
-            return NULL;
-        }
-        atomic_store(&be->shard[i].t, t);
-    }
     kvix_rcu_writer();
     return be;
 }
@@ -255,7 +245,7 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
     if (slot >= KVIX_SLOTS_MAX || tier >= KVIX_MEDIUM_COUNT)
         return kvix_err_set(err, KVIX_ERANGE, "slot %u or tier %u out of range", slot, tier);
     kvix_rcu_writer();
-    uint32_t *orph = orph_slot(be, slot);
+    porph *orph = orph_chunk(be, slot);
     if (!orph)
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
     note_slot(be, slot);
@@ -321,7 +311,7 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
     }
     if (any_new) {
-        uint32_t o_before = *orph;
+        uint32_t o_before = orph->n[slot % ORPH_CHUNK];
         if (pos > 0 && !node_has(pn(be, n->parent), slot))
             orph_change(be, orph, slot, +1);
         if (o_before > 0)
@@ -353,7 +343,7 @@ static void pos_del(void *vbe, void *node, uint32_t slot, unsigned tier)
     int gone;
     kvix_hs_del(&n->h, slot, tier, &be->mem, &gone);
     if (gone) {
-        uint32_t *orph = orph_slot(be, slot); /* exists: the slot added this block */
+        porph *orph = orph_chunk(be, slot); /* exists: the slot added this block */
         if (orph) {
             if (pos > 0 && (n->parent == PNIL || !node_has(pn(be, n->parent), slot)))
                 orph_change(be, orph, slot, -1);
