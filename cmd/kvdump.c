@@ -135,7 +135,7 @@ static void out_jstr(const char *s)
  * return the library status. */
 static int open_snap(const char *path, kvix_snapshot **s, int quiet)
 {
-    kvix_err err = {0, ""};
+    kvix_err err = {0, "", KVIX_REASON_OTHER};
     int rc = strcmp(path, "-") == 0 ? kvix_snapshot_open_fd(s, STDIN_FILENO, "<stdin>", &err)
                                     : kvix_snapshot_open(s, path, &err);
     if (rc && !quiet)

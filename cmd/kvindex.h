@@ -19,12 +19,6 @@
 #include "kvix/stream.h"
 
 
-/* Why records were rejected, for the summary. */
-enum {
-    R_JSON, R_MSGPACK, R_MISSING, R_TYPE, R_HASH, R_VALUE, R_RANGE, R_LIMIT, R_BS, R_PARENT,
-    R_QONLY, R_OTHER, R_COUNT
-};
-
 /* Tags given to kvix_index_submit: event type, input file, position. */
 #define TAG_POS_BITS 44
 #define TAG_FILE_BITS 16
@@ -52,7 +46,7 @@ typedef struct kvi {
     int save_failed; /* the last save failed: its exit code, else 0 */
     /* rejections: also written by writer threads */
     pthread_mutex_t mu;
-    uint64_t rejected, reasons[R_COUNT], rejected_type[KVIX_EV_QUERY + 1];
+    uint64_t rejected, reasons[KVIX_REASON_COUNT] /* by kvix_reason */, rejected_type[KVIX_EV_QUERY + 1];
     int strict_hit;
     int progress_shown;
     uint64_t input_size;  /* what is left of a regular file when its reading began, else 0 */

@@ -20,39 +20,6 @@
 #include "kvindex.h"
 #include "kvix/snapshot.h"
 
-/* Why records were rejected, for the summary. */
-static const char *const reason_names[R_COUNT] = {
-    "malformed json", "malformed msgpack", "missing field", "wrong type", "bad hash",
-    "bad value", "out of range", "over a limit", "block size mismatch", "unknown parent",
-    "event in query-only mode", "invalid",
-};
-
-static int classify(const kvix_err *e)
-{
-    const char *m = e->msg;
-    switch (e->code) {
-    case KVIX_EBLOCKSIZE: return R_BS;
-    case KVIX_EPARENT: return R_PARENT;
-    case KVIX_ELIMIT: return R_LIMIT;
-    case KVIX_ERANGE: return R_RANGE;
-    }
-    if (strncmp(m, "malformed json", 14) == 0)
-        return R_JSON;
-    if (strstr(m, "msgpack"))
-        return R_MSGPACK;
-    if (strncmp(m, "missing ", 8) == 0 || strncmp(m, "query has neither", 17) == 0)
-        return R_MISSING;
-    if (strncmp(m, "bad hash", 8) == 0)
-        return R_HASH;
-    if (strstr(m, " is not ") || strncmp(m, "record is ", 10) == 0)
-        return R_TYPE;
-    if (strncmp(m, "event in query-only", 19) == 0)
-        return R_QONLY;
-    if (e->code == KVIX_EINVAL)
-        return R_VALUE;
-    return R_OTHER;
-}
-
 /* Distinct unknown names warned about; past this many, no more warnings. */
 #define UNKNOWN_WARN_MAX 1024
 
@@ -130,7 +97,7 @@ void reject_from(kvi *k, const char *what, const char *name, uint64_t pos, int t
     clear_progress(k);
     cli_warn("bad %s at %s:%" PRIu64 ": %s", what, name, pos, e->msg);
     k->rejected++;
-    int reason = classify(e);
+    int reason = e->reason >= 0 && e->reason < KVIX_REASON_COUNT ? e->reason : KVIX_REASON_OTHER;
     k->reasons[reason]++;
     if (k->svc)
         kvix_service_note_event(k->svc, type, reason);
@@ -276,10 +243,10 @@ void summary(kvi *k)
     if (k->rejected) {
         char line[512];
         size_t n = 0;
-        for (int r = 0; r < R_COUNT; r++)
+        for (int r = 0; r < KVIX_REASON_COUNT; r++)
             if (k->reasons[r] && n < sizeof line)
                 n += (size_t)snprintf(line + n, sizeof line - n, "%s%" PRIu64 " %s",
-                                      n ? ", " : "", k->reasons[r], reason_names[r]);
+                                      n ? ", " : "", k->reasons[r], kvix_reason_name(r));
         cli_warn("rejected %" PRIu64 " records: %s", k->rejected, line);
     } else {
         cli_warn("rejected 0 records");
@@ -479,7 +446,8 @@ void apply(kvi *k, const char *name, uint64_t pos, size_t file, const kvix_event
     kvix_err err;
     k->submitted[ev->type]++;
     if (k->query_only) {
-        kvix_err_set(&err, KVIX_EINVAL, "event in query-only mode (-q)");
+        kvix_err_set_reason(&err, KVIX_EINVAL, KVIX_REASON_QUERYONLY,
+                            "event in query-only mode (-q)");
         reject(k, "event", name, pos, ev->type, &err);
         answer_error(k, ev, &err);
         return;

@@ -259,11 +259,9 @@ void serve(kvi *k)
 
 void start_service(kvi *k, const char *listen, unsigned http_threads)
 {
-    static const char *const reasons[R_COUNT] = {
-        "malformed_json", "malformed_msgpack", "missing_field", "wrong_type", "bad_hash",
-        "bad_value", "out_of_range", "over_limit", "block_size_mismatch", "unknown_parent",
-        "query_only", "invalid",
-    };
+    static const char *reasons[KVIX_REASON_COUNT];
+    for (int r = 0; r < KVIX_REASON_COUNT; r++)
+        reasons[r] = kvix_reason_key(r);
     char addr[128];
     unsigned port;
     parse_listen(listen, addr, sizeof addr, &port);
@@ -273,7 +271,7 @@ void start_service(kvi *k, const char *listen, unsigned http_threads)
         .writer_threads = k->threads > 0,
         .tmpdir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
         .reject_reasons = reasons,
-        .nreasons = R_COUNT,
+        .nreasons = KVIX_REASON_COUNT,
         .peers = k->peers,
         .stream = k->nopt.url ? k->nopt.stream : NULL,
         .server_nice = k->http_nice,

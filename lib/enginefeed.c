@@ -160,7 +160,7 @@ int kvix_enginefeed_start(kvix_enginefeed *f, bool hold, kvix_err *err)
 {
     if (f->running)
         return KVIX_OK;
-    kvix_err first = {0, ""};
+    kvix_err first = {0, "", KVIX_REASON_OTHER};
     int opened = kvix_enginesub_apply(f->sub, &first);
     f->held = hold;
     int e = pthread_create(&f->thread, NULL, run, f);

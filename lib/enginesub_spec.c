@@ -209,7 +209,7 @@ int kvix_enginesub_file_read(const char *path, bool bind, kvix_enginesub_spec **
     size_t n = 0, cap = 0, lineno = 0;
     char line[KVIX_ENGINESUB_FILE_LINE_MAX];
     int rc = KVIX_OK;
-    kvix_err e = {0, ""};
+    kvix_err e = {0, "", KVIX_REASON_OTHER};
     while (fgets(line, sizeof line, fp)) {
         lineno++;
         size_t len = strlen(line);

@@ -94,7 +94,7 @@ static void cb_deliver(void *ctx, uint64_t seq, void *it)
                             b->spec.block_size ? b->spec.block_size : s->cfg.block_size,
                             s->cfg.keep_tokens};
     kvix_wire_counts cnt = {0, 0, b->spec.dp};
-    kvix_err err = {0, ""};
+    kvix_err err = {0, "", KVIX_REASON_OTHER};
     s->cur = b;
     s->cur_drop = 0;
     int rc = kvix_wire_decode(x->data, x->len, seq, &src, on_wire_event, s, &cnt, &err);

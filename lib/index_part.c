@@ -361,7 +361,7 @@ static int check_name(const char *s, const char *what, kvix_err *err)
 static int check_new_name(const char *s, const char *what, kvix_err *err)
 {
     if (!kvix_utf8_valid(s, strlen(s)))
-        return kvix_err_set(err, KVIX_EINVAL, "%s name is not valid utf-8", what);
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "%s name is not valid utf-8", what);
     return KVIX_OK;
 }
 

@@ -25,7 +25,7 @@ static void *writer_main(void *arg)
         size_t i = q->head % q->cap;
         pthread_mutex_unlock(&q->mu);
         /* The slot at head is the writer's until head moves on. */
-        kvix_err err = {0, ""};
+        kvix_err err = {0, "", KVIX_REASON_OTHER};
         kvix_event *ev = &q->ring[i];
         if (kvix_index_apply(q->idx, ev, NULL, &err))
             reject(q->idx, q->tags[i], &err);
@@ -126,7 +126,7 @@ static int queue_copy(kvix_event *dst, const kvix_event *src, kvix_err *err)
 
 int kvix_index_submit(kvix_index *idx, const kvix_event *ev, uint64_t tag, kvix_err *err)
 {
-    kvix_err e = {0, ""};
+    kvix_err e = {0, "", KVIX_REASON_OTHER};
     int rc;
     if (!idx->nq) {
         rc = kvix_index_apply(idx, ev, NULL, &e);

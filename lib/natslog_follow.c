@@ -91,7 +91,7 @@ int kvix_natslog_next_record(kvix_natslog *l, int timeout_ms, kvix_event *ev, ui
     size_t used = 0;
     int rc = kvix_event_from_msgpack(l->f.data + l->f.off, l->f.len - l->f.off, &used, ev, err);
     if (!rc && used == 0)
-        rc = kvix_err_set(err, KVIX_EINVAL, "empty msgpack record");
+        rc = kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_MSGPACK, "empty msgpack record");
     if (rc) { /* the rest of the message cannot be framed */
         end_message(l);
         return rc;

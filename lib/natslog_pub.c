@@ -125,7 +125,7 @@ static int build_payload(kvix_natslog *l, const char *data, size_t len, kvix_for
                 rc = kvix_buf_append(&l->pay, data + off, used, err);
             off += used;
             if (!rc && used == 0)
-                rc = kvix_err_set(err, KVIX_EINVAL, "empty msgpack record");
+                rc = kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_MSGPACK, "empty msgpack record");
         } else {
             const char *nl = memchr(data + off, '\n', len - off);
             size_t n = nl ? (size_t)(nl - (data + off)) : len - off;

@@ -145,7 +145,7 @@ int kvix_snapshot_replace(kvix_snapshot *s, kvix_index *idx, kvix_err *err)
     if (rc)
         return rc;
     kvix_snapshot_rewind(s);
-    loader one = {s, idx, 0, 1, KVIX_OK, {0, ""}};
+    loader one = {s, idx, 0, 1, KVIX_OK, {0, "", KVIX_REASON_OTHER}};
     load_part(&one);
     if (one.rc && err)
         *err = one.err;
@@ -185,7 +185,7 @@ int kvix_snapshot_apply_threads(kvix_snapshot *s, kvix_index *idx, unsigned thre
     int started[LOAD_THREADS_MAX] = {0};
     int rc = KVIX_OK;
     for (unsigned i = 0; i < n; i++) {
-        l[i] = (loader){kvix_snapshot_cursor(s, err), idx, i, n, KVIX_OK, {0, ""}};
+        l[i] = (loader){kvix_snapshot_cursor(s, err), idx, i, n, KVIX_OK, {0, "", KVIX_REASON_OTHER}};
         if (!l[i].cur) {
             while (i--)
                 kvix_snapshot_close(l[i].cur);

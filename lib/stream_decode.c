@@ -67,7 +67,7 @@ static int get_uint(const sv *v, const char *what, uint64_t min, uint64_t max, u
         return kvix_err_set(err, KVIX_ERANGE, "%s out of range (%" PRIu64 " to %" PRIu64 ")",
                             what, min, max);
     if (v->kind != SV_UINT)
-        return kvix_err_set(err, KVIX_EINVAL, "%s is not an integer", what);
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "%s is not an integer", what);
     *out = v->u;
     return KVIX_OK;
 }
@@ -75,14 +75,14 @@ static int get_uint(const sv *v, const char *what, uint64_t min, uint64_t max, u
 static int get_name(const sv *v, const char *what, char dst[KVIX_NAME_MAX], kvix_err *err)
 {
     if (v->kind != SV_STR)
-        return kvix_err_set(err, KVIX_EINVAL, "%s is not a string", what);
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "%s is not a string", what);
     if (v->len >= KVIX_NAME_MAX)
         return kvix_err_set(err, KVIX_ELIMIT, "%s longer than %d bytes", what,
                             KVIX_NAME_MAX - 1);
     if (memchr(v->s, '\0', v->len))
         return kvix_err_set(err, KVIX_EINVAL, "%s contains a NUL byte", what);
     if (!kvix_utf8_valid(v->s, v->len))
-        return kvix_err_set(err, KVIX_EINVAL, "%s is not valid utf-8", what);
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "%s is not valid utf-8", what);
     memcpy(dst, v->s, v->len);
     dst[v->len] = '\0';
     return KVIX_OK;
@@ -126,15 +126,15 @@ static int get_hash(const sv *v, const char *what, uint64_t *out, kvix_err *err)
             return KVIX_OK;
         char ex[40];
         excerpt(v->s, v->len, ex);
-        return kvix_err_set(err, KVIX_EINVAL, "bad hash \"%s\" in %s", ex, what);
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_HASH, "bad hash \"%s\" in %s", ex, what);
     }
-    return kvix_err_set(err, KVIX_EINVAL, "%s is not a hash (%s)", what, kind_word(v->kind));
+    return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "%s is not a hash (%s)", what, kind_word(v->kind));
 }
 
 static int get_array(const sv *v, const char *what, kvix_err *err)
 {
     if (v->kind != SV_ARRAY)
-        return kvix_err_set(err, KVIX_EINVAL, "%s is not an array", what);
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "%s is not an array", what);
     return KVIX_OK;
 }
 
@@ -146,7 +146,7 @@ static int get_token(const sv *v, const char *what, size_t i, uint32_t *out, kvi
     }
     if (v->kind == SV_UINT || v->kind == SV_NEG)
         return kvix_err_set(err, KVIX_ERANGE, "%s[%zu] out of range (0 to 4294967295)", what, i);
-    return kvix_err_set(err, KVIX_EINVAL, "%s[%zu] is not a token id", what, i);
+    return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "%s[%zu] is not a token id", what, i);
 }
 
 /* An array of hashes into ev->hashes. */
@@ -200,7 +200,7 @@ static int get_blocks(const sv *v, kvix_event *ev, kvix_err *err)
         sv b;
         v->ops->item(v, i, &b);
         if (b.kind != SV_MAP)
-            return kvix_err_set(err, KVIX_EINVAL, "\"blocks\"[%zu] is not an object", i);
+            return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "\"blocks\"[%zu] is not an object", i);
         int seen = 0;
         const char *k;
         size_t kl;
@@ -222,9 +222,9 @@ static int get_blocks(const sv *v, kvix_event *ev, kvix_err *err)
             seen |= which;
         }
         if (!(seen & 1))
-            return kvix_err_set(err, KVIX_EINVAL, "missing \"local\" in \"blocks\"[%zu]", i);
+            return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_MISSING, "missing \"local\" in \"blocks\"[%zu]", i);
         if (!(seen & 2))
-            return kvix_err_set(err, KVIX_EINVAL, "missing \"seq\" in \"blocks\"[%zu]", i);
+            return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_MISSING, "missing \"seq\" in \"blocks\"[%zu]", i);
     }
     ev->nblocks = v->n;
     return KVIX_OK;
@@ -273,7 +273,7 @@ static int decode_type(const sv *v, kvix_event *ev, kvix_err *err)
         return KVIX_OK;
     }
     if (v->kind != SV_STR)
-        return kvix_err_set(err, KVIX_EINVAL, "\"type\" is not a string");
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "\"type\" is not a string");
     static const int types[] = {KVIX_EV_STORED, KVIX_EV_REMOVED, KVIX_EV_CLEARED, KVIX_EV_QUERY};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         const char *n = kvix_event_type_name(types[i]);
@@ -305,7 +305,7 @@ static int decode_common(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
     if (f[K_MEDIUM] && f[K_MEDIUM]->kind != SV_NIL) {
         const sv *m = f[K_MEDIUM];
         if (m->kind != SV_STR)
-            return kvix_err_set(err, KVIX_EINVAL, "\"medium\" is not a string");
+            return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "\"medium\" is not a string");
         if (kvix_medium_parse(m->s, m->len, &ev->medium) != KVIX_OK) {
             char ex[40];
             excerpt(m->s, m->len, ex);
@@ -326,7 +326,7 @@ static int decode_common(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
         else if (t->kind == SV_NEG)
             ev->ts = (double)t->i;
         else
-            return kvix_err_set(err, KVIX_EINVAL, "\"ts\" is not a number");
+            return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "\"ts\" is not a number");
         ev->has_ts = 1;
     }
     if (f[K_BS] && f[K_BS]->kind != SV_NIL) {
@@ -367,7 +367,7 @@ static int decode_event(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
     int rc;
     uint64_t u;
     if (!f[K_WORKER] || f[K_WORKER]->kind == SV_NIL)
-        return kvix_err_set(err, KVIX_EINVAL, "missing \"worker\"");
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_MISSING, "missing \"worker\"");
     if ((rc = get_uint(f[K_WORKER], "\"worker\"", 0, KVIX_WORKER_MAX, &ev->worker, err)))
         return rc;
     if (f[K_DP] && f[K_DP]->kind != SV_NIL) {
@@ -378,7 +378,7 @@ static int decode_event(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
     switch (ev->type) {
     case KVIX_EV_STORED:
         if (!f[K_BS] || f[K_BS]->kind == SV_NIL)
-            return kvix_err_set(err, KVIX_EINVAL, "missing \"bs\"");
+            return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_MISSING, "missing \"bs\"");
         if (f[K_PARENT] && f[K_PARENT]->kind != SV_NIL) {
             if ((rc = get_hash(f[K_PARENT], "\"parent\"", &ev->parent, err)))
                 return rc;
@@ -387,7 +387,7 @@ static int decode_event(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
         if ((rc = decode_parent_at(f, ev, err)))
             return rc;
         if (!f[K_BLOCKS])
-            return kvix_err_set(err, KVIX_EINVAL, "missing \"blocks\"");
+            return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_MISSING, "missing \"blocks\"");
         if ((rc = get_blocks(f[K_BLOCKS], ev, err)))
             return rc;
         if (f[K_TOKENS] && f[K_TOKENS]->kind != SV_NIL)
@@ -395,7 +395,7 @@ static int decode_event(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
         return KVIX_OK;
     case KVIX_EV_REMOVED:
         if (!f[K_HASHES])
-            return kvix_err_set(err, KVIX_EINVAL, "missing \"hashes\"");
+            return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_MISSING, "missing \"hashes\"");
         return get_hashes(f[K_HASHES], "\"hashes\"", ev, err);
     }
     return KVIX_OK; /* cleared */
@@ -418,7 +418,7 @@ static int decode_query(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
         which = k;
     }
     if (which < 0)
-        return kvix_err_set(err, KVIX_EINVAL, "query has neither \"tokens\" nor \"local\"");
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_MISSING, "query has neither \"tokens\" nor \"local\"");
     char what[24];
     snprintf(what, sizeof what, "\"%s\"", key_names[which]);
     if (which != K_LOCAL)
@@ -446,7 +446,7 @@ int kvix_stream_decode(const sv *root, kvix_event *ev, kvix_err *err)
         return get_tokens_flat(root, "\"tokens\"", ev, err);
     }
     if (root->kind != SV_MAP)
-        return kvix_err_set(err, KVIX_EINVAL, "record is %s, not an object",
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "record is %s, not an object",
                             kind_word(root->kind));
     sv vals[K_COUNT];
     sv *f[K_COUNT] = {0};

@@ -254,7 +254,7 @@ static int token_line(const char *p, const char *end, kvix_event *ev, kvix_err *
         if (*s == '-' && p - s > 1 && s[1] >= '0' && s[1] <= '9')
             return kvix_err_set(err, KVIX_ERANGE, "token '%s' is negative", q);
         if (d == s || (d < p && (*d < '0' || *d > '9')))
-            return kvix_err_set(err, KVIX_EINVAL, "token '%s' is not a number", q);
+            return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "token '%s' is not a number", q);
         if (v > UINT32_MAX)
             return kvix_err_set(err, KVIX_ERANGE, "token '%s' is out of range (max 4294967295)", q);
         ev->tokens[n++] = (uint32_t)v;
@@ -363,9 +363,10 @@ static int decode_line(const char *line, size_t len, kvix_event *ev, kvix_err *e
         }
     }
     if (!root)
-        return kvix_err_set(err, json_error_code(&jerr) == json_error_out_of_memory
-                                     ? KVIX_ENOMEM : KVIX_EINVAL,
-                            "malformed json at column %d: %s", jerr.column, jerr.text);
+        return kvix_err_set_reason(err, json_error_code(&jerr) == json_error_out_of_memory
+                                            ? KVIX_ENOMEM : KVIX_EINVAL,
+                                   KVIX_REASON_JSON, "malformed json at column %d: %s",
+                                   jerr.column, jerr.text);
     int rc;
     if (!depth_ok(root, 1)) {
         rc = kvix_err_set(err, KVIX_ELIMIT, "nested deeper than %d levels", KVIX_JSON_DEPTH_MAX);
@@ -454,7 +455,7 @@ static int app_str(kvix_buf *b, const char *prefix, const char *s, kvix_err *err
     }
     json_t *j = json_stringn(s, len);
     if (!j)
-        return kvix_err_set(err, KVIX_EINVAL, "name is not valid utf-8");
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "name is not valid utf-8");
     size_t need = json_dumpb(j, NULL, 0, JSON_ENCODE_ANY);
     if ((rc = kvix_buf_reserve(b, need, err)) == KVIX_OK) {
         json_dumpb(j, b->data + b->len, need, JSON_ENCODE_ANY);

@@ -351,12 +351,12 @@ static int json_form(const msgpack_object *o, const char *in, kvix_err *err)
         if (o->via.str.size && memchr(o->via.str.ptr, '\0', o->via.str.size))
             return kvix_err_set(err, KVIX_EINVAL, "a string contains a NUL byte%s", in);
         if (!kvix_utf8_valid(o->via.str.ptr, o->via.str.size))
-            return kvix_err_set(err, KVIX_EINVAL, "a string is not valid utf-8%s", in);
+            return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "a string is not valid utf-8%s", in);
         return KVIX_OK;
     case MSGPACK_OBJECT_FLOAT32:
     case MSGPACK_OBJECT_FLOAT64:
         return isfinite(o->via.f64) ? KVIX_OK
-                                    : kvix_err_set(err, KVIX_EINVAL, "a number is not finite%s", in);
+                                    : kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "a number is not finite%s", in);
     case MSGPACK_OBJECT_BIN:
     case MSGPACK_OBJECT_EXT:
         return kvix_err_set(err, KVIX_EINVAL, "binary data has no json form%s", in);
@@ -373,7 +373,7 @@ static int json_form(const msgpack_object *o, const char *in, kvix_err *err)
         for (uint32_t i = 0; i < m->size; i++) {
             const msgpack_object *k = &m->ptr[i].key;
             if (k->type != MSGPACK_OBJECT_STR)
-                return kvix_err_set(err, KVIX_EINVAL, "a map key is not a string%s", in);
+                return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "a map key is not a string%s", in);
             int rc = json_form(k, in, err);
             if (rc)
                 return rc;
@@ -420,7 +420,7 @@ int kvix_mp_decode_record(kvix_mp_framer *f, const char *rec, size_t len, kvix_e
     if (r == KVIX_MPB_NOMEM)
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory decoding a %zu-byte record", len);
     /* the framing pass said this is one whole record: anything else is a bug */
-    return kvix_err_set(err, KVIX_EINVAL, "malformed msgpack record");
+    return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_MSGPACK, "malformed msgpack record");
 }
 
 int kvix_event_from_msgpack(const char *buf, size_t len, size_t *used, kvix_event *ev,
@@ -443,14 +443,14 @@ int kvix_event_from_msgpack(const char *buf, size_t len, size_t *used, kvix_even
             rc = kvix_mp_decode_record(f, buf, off, ev, err);
         break;
     case 0:
-        rc = kvix_err_set(err, KVIX_EINVAL, "truncated msgpack record");
+        rc = kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_MSGPACK, "truncated msgpack record");
         break;
     case -2:
         rc = kvix_err_set(err, KVIX_ELIMIT, "msgpack record nested deeper than %d levels",
                           MSGPACK_EMBED_STACK_SIZE);
         break;
     default:
-        rc = kvix_err_set(err, KVIX_EINVAL, "malformed msgpack");
+        rc = kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_MSGPACK, "malformed msgpack");
         break;
     }
     kvix_mp_framer_free(f);
@@ -532,7 +532,7 @@ static int pack_id(msgpack_packer *pk, const char *id, kvix_err *err)
     json_error_t jerr;
     json_t *j = json_loads(id, JSON_DECODE_ANY, &jerr);
     if (!j)
-        return kvix_err_set(err, KVIX_EINVAL, "query id is not json: %s", jerr.text);
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "query id is not json: %s", jerr.text);
     pk_str(pk, "id");
     pack_json(pk, j);
     json_decref(j);

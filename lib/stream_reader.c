@@ -253,7 +253,11 @@ static int mp_fail(kvix_reader *r, int code, kvix_event *ev, kvix_err *err, cons
     r->pos++;
     r->start = r->end; /* nothing after this can be framed */
     kvix_event_reset(ev);
-    return kvix_err_set(err, code, "%s%s", msg, r->eof ? "" : " (the rest of the input cannot be framed)");
+    return kvix_err_set_reason(err, code,
+                               code == KVIX_EINVAL ? KVIX_REASON_MSGPACK
+                                                   : kvix_reason_of_status(code),
+                               "%s%s", msg,
+                               r->eof ? "" : " (the rest of the input cannot be framed)");
 }
 
 static int next_msgpack(kvix_reader *r, kvix_event *ev, kvix_err *err)

@@ -47,7 +47,7 @@ static int parse(const char *payload, size_t len, msgpack_zone *z, msgpack_objec
     case KVIX_MPB_MALFORMED:
         break;
     }
-    return kvix_err_set(err, KVIX_EINVAL, "malformed msgpack at byte %zu", off);
+    return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_MSGPACK, "malformed msgpack at byte %zu", off);
 }
 
 /* ---- the engine's fields ------------------------------------------------ */
@@ -204,7 +204,7 @@ typedef struct wsize {
 static int check_hashes(const msgpack_object *o, size_t i, const char *what, kvix_err *err)
 {
     if (!o || o->type != MSGPACK_OBJECT_ARRAY)
-        return kvix_err_set(err, KVIX_EINVAL, "event %zu: %s is not an array", i, what);
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "event %zu: %s is not an array", i, what);
     if (o->via.array.size > KVIX_EVENT_BLOCKS_MAX)
         return kvix_err_set(err, KVIX_ELIMIT, "event %zu: %u block hashes (limit %d)", i,
                             o->via.array.size, KVIX_EVENT_BLOCKS_MAX);
@@ -222,7 +222,7 @@ static int check_medium(wview *v, size_t i, kvix_err *err)
     if (is_nil(m))
         return KVIX_OK;
     if (m->type != MSGPACK_OBJECT_STR)
-        return kvix_err_set(err, KVIX_EINVAL, "event %zu: medium is not a string", i);
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "event %zu: medium is not a string", i);
     v->medium = kvix_wire_medium(m->via.str.ptr, m->via.str.size);
     return KVIX_OK;
 }
@@ -232,13 +232,13 @@ static int check_extra(const msgpack_object *x, size_t i, uint32_t nblocks, kvix
     if (is_nil(x))
         return KVIX_OK;
     if (x->type != MSGPACK_OBJECT_ARRAY)
-        return kvix_err_set(err, KVIX_EINVAL, "event %zu: extra_keys is not an array", i);
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "event %zu: extra_keys is not an array", i);
     for (uint32_t b = 0; b < x->via.array.size && b < nblocks; b++) {
         const msgpack_object *keys = &x->via.array.ptr[b];
         if (is_nil(keys))
             continue;
         if (keys->type != MSGPACK_OBJECT_ARRAY)
-            return kvix_err_set(err, KVIX_EINVAL, "event %zu: extra_keys[%u] is not a list",
+            return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "event %zu: extra_keys[%u] is not a list",
                                 i, b);
         size_t nmm = 0;
         uint64_t h;
@@ -286,7 +286,7 @@ static int check_stored(wview *v, size_t i, const kvix_wire_source *src, wsize *
         return kvix_err_set(err, KVIX_EINVAL, "event %zu: bad parent_block_hash", i);
     const msgpack_object *t = v->f[F_TOKENS];
     if (!t || t->type != MSGPACK_OBJECT_ARRAY)
-        return kvix_err_set(err, KVIX_EINVAL, "event %zu: token_ids is not an array", i);
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "event %zu: token_ids is not an array", i);
     size_t need = (size_t)nblocks * v->bs;
     if (need > KVIX_TOKENS_MAX)
         return kvix_err_set(err, KVIX_ELIMIT, "event %zu: %zu tokens (limit %u)", i, need,
@@ -302,7 +302,7 @@ static int check_stored(wview *v, size_t i, const kvix_wire_source *src, wsize *
     const msgpack_object *l = v->f[F_LORA];
     if (!is_nil(l) && l->type != MSGPACK_OBJECT_MAP) { /* a map: SGLang's {cache_salt} */
         if (l->type != MSGPACK_OBJECT_STR)
-            return kvix_err_set(err, KVIX_EINVAL, "event %zu: lora_name is not a string", i);
+            return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "event %zu: lora_name is not a string", i);
         if (l->via.str.size >= KVIX_NAME_MAX)
             return kvix_err_set(err, KVIX_ELIMIT, "event %zu: lora_name of %u bytes (limit %d)",
                                 i, l->via.str.size, KVIX_NAME_MAX - 1);
@@ -312,7 +312,7 @@ static int check_stored(wview *v, size_t i, const kvix_wire_source *src, wsize *
         /* it becomes the event's lora: a name kvix's records could not carry
          * would make kvix write what its own reader refuses */
         if (!kvix_utf8_valid(l->via.str.ptr, l->via.str.size))
-            return kvix_err_set(err, KVIX_EINVAL, "event %zu: lora_name is not valid UTF-8", i);
+            return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "event %zu: lora_name is not valid UTF-8", i);
     }
     if ((rc = check_medium(v, i, err)) || (rc = check_extra(v->f[F_EXTRA], i, nblocks, err)))
         return rc;
@@ -363,7 +363,7 @@ static int check_name(const char *s, const char *what, kvix_err *err)
         return kvix_err_set(err, KVIX_ELIMIT, "%s name longer than %d bytes", what,
                             KVIX_NAME_MAX - 1);
     if (s && !kvix_utf8_valid(s, strlen(s)))
-        return kvix_err_set(err, KVIX_EINVAL, "%s name is not valid UTF-8", what);
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "%s name is not valid UTF-8", what);
     return KVIX_OK;
 }
 
@@ -467,7 +467,7 @@ static int decode_batch(const msgpack_object *root, uint64_t seq, const kvix_wir
                         msgpack_zone *z, kvix_err *err)
 {
     if (root->type != MSGPACK_OBJECT_ARRAY || root->via.array.size < 2)
-        return kvix_err_set(err, KVIX_EINVAL, "batch is not an array [ts, events, dp]");
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "batch is not an array [ts, events, dp]");
     const msgpack_object *ts = &root->via.array.ptr[0], *evs = &root->via.array.ptr[1];
     double t = 0;
     bool has_ts = true;
@@ -477,10 +477,10 @@ static int decode_batch(const msgpack_object *root, uint64_t seq, const kvix_wir
     case MSGPACK_OBJECT_POSITIVE_INTEGER: t = (double)ts->via.u64; break;
     case MSGPACK_OBJECT_NEGATIVE_INTEGER: t = (double)ts->via.i64; break;
     case MSGPACK_OBJECT_NIL: has_ts = false; break;
-    default: return kvix_err_set(err, KVIX_EINVAL, "batch timestamp is not a number");
+    default: return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "batch timestamp is not a number");
     }
     if (has_ts && !isfinite(t))
-        return kvix_err_set(err, KVIX_EINVAL, "batch timestamp is not finite");
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "batch timestamp is not finite");
     uint32_t dp = src->dp;
     if (root->via.array.size >= 3) {
         const msgpack_object *d = &root->via.array.ptr[2];

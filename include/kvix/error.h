@@ -31,15 +31,48 @@ typedef enum kvix_status {
 
 #define KVIX_ERR_MSG_MAX 256
 
+/* Why a record (an event or a query) was refused: a finer cut than the
+ * status, for counters and metrics. The order is the order tools list
+ * them in. */
+typedef enum kvix_reason {
+    KVIX_REASON_JSON,      /* not parseable as JSON */
+    KVIX_REASON_MSGPACK,   /* not parseable as msgpack (or not framed) */
+    KVIX_REASON_MISSING,   /* a required field is absent */
+    KVIX_REASON_TYPE,      /* a field (or the record) has the wrong type */
+    KVIX_REASON_HASH,      /* a hash string that is not one */
+    KVIX_REASON_VALUE,     /* any other invalid value */
+    KVIX_REASON_RANGE,     /* a value out of its range */
+    KVIX_REASON_LIMIT,     /* a ceiling was hit */
+    KVIX_REASON_BLOCKSIZE, /* block size differs from the partition's */
+    KVIX_REASON_PARENT,    /* a stored event's parent is not held */
+    KVIX_REASON_QUERYONLY, /* an event given to a reader of queries only */
+    KVIX_REASON_OTHER,     /* none of the above */
+    KVIX_REASON_COUNT
+} kvix_reason;
+
 typedef struct kvix_err {
     int code;                    /* a kvix_status */
     char msg[KVIX_ERR_MSG_MAX];  /* lowercase, no full stop, no tool name */
+    int reason;                  /* a kvix_reason; kvix_err_set derives it from code */
 } kvix_err;
 
 /* Fill err (if non-NULL) with code and a printf-style message; returns code,
  * so callers can write `return kvix_err_set(err, KVIX_EINVAL, "...")`. */
 int kvix_err_set(kvix_err *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* As kvix_err_set, with a reason other than the one code implies. */
+int kvix_err_set_reason(kvix_err *err, int code, int reason, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* The reason a status implies when no finer one is known: EBLOCKSIZE,
+ * EPARENT, ELIMIT, ERANGE their own, EINVAL "bad value", others "other". */
+int kvix_reason_of_status(int code);
+
+/* Names of a reason: for people ("malformed json") and for metrics labels
+ * ("malformed_json"). Static strings; "invalid" / "invalid" out of range. */
+const char *kvix_reason_name(int reason);
+const char *kvix_reason_key(int reason);
 
 /* A short fixed name for a status ("invalid input", "limit exceeded", ...).
  * Returns a static string; never NULL. */

@@ -203,7 +203,7 @@ TEST(every_error_message)
     kvix_event ev;
     kvix_event_init(&ev);
     for (size_t i = 0; i < sizeof bad_lines / sizeof bad_lines[0]; i++) {
-        kvix_err err = {0, ""};
+        kvix_err err = {0, "", KVIX_REASON_OTHER};
         int rc = from_json(bad_lines[i].line, &ev, &err);
         if (!CHECK(rc == bad_lines[i].code))
             fprintf(stderr, "#   line %zu: %s -> %d %s\n", i, bad_lines[i].line, rc, err.msg);

@@ -172,7 +172,7 @@ TEST(fixtures_decode_to_cases_json)
             continue;
         }
         sink s;
-        kvix_err err = {0, ""};
+        kvix_err err = {0, "", KVIX_REASON_OTHER};
         kvix_wire_counts cnt = {0, 0, 0};
         int rc = decode(buf, len, &src, &s, &cnt, &err);
         if (!strncmp(file, "bad-", 4)) {
