@@ -1,5 +1,10 @@
 /* kvindex: apply kvix events read from stdin (or files) to the index, keep it
- * in a snapshot file, and answer the queries met in the input.
+ * in a snapshot file, and answer the queries met in the input; with
+ * --listen, serve the HTTP API; with -w and --workers-file, subscribe to the
+ * engines; with --peers, start from a peer's state. The index's writers'
+ * side (records applied, refusals counted, saves, subscriptions, recovery)
+ * is the library's kvix_ingest; this file parses options, moves bytes and
+ * chooses messages and exit codes.
  *
  * Signals only set flags and write a byte to a self-pipe that the reader
  * polls with its input, so a blocked read wakes at once and every decision
@@ -7,15 +12,26 @@
  * handler. */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
-#include "kvindex.h"
+#include "kvix/follow.h"
+#include "kvix/ingest.h"
+#include "kvix/natslog.h"
+#include "kvix/peers.h"
+#include "kvix/service.h"
 #include "kvix/snapshot.h"
+#include "kvix/stream.h"
 
 enum {
     O_BACKEND = 0x100,
@@ -94,6 +110,615 @@ static const cli_tool tool = {
     "file",
     .exits = "01234567",
 };
+
+typedef struct kvi {
+    kvix_ingest *g;
+    const char *snap;
+    int query_only, strict, quiet, verbose, progress;
+    unsigned threads; /* writer threads (0 with -q) */
+    int http_nice;    /* --http-nice */
+    uint64_t save_every_events;
+    double save_every_secs;
+    const char **names;     /* source names, by number (kvix_ingest_opts.sources) */
+    size_t feed_file;       /* the names[] slot of the subscriptions' rejections */
+    double last_save, started;
+    int io_error;
+    int save_failed; /* the last save failed: its exit code, else 0 */
+    pthread_mutex_t mu; /* stderr: the progress line and other threads' messages */
+    int progress_shown;
+    uint64_t input_size;  /* what is left of a regular file when its reading began, else 0 */
+    double input_started;
+    /* --nats: every message up to seq is applied */
+    kvix_natslog_opts nopt;
+    int reset_on_gap, until_caught_up, gone;
+    uint64_t seq;
+    kvix_follow *follow;  /* --nats, while it runs */
+    kvix_natslog_lag lag;
+    kvix_reader *reader;  /* the input being read */
+    kvix_service *svc; /* --listen: the HTTP API (the ingest's) */
+    const char *workers_file;
+    kvix_peers *peers;    /* --peers and POST /register_peer */
+} kvi;
+
+/* ---- signals ------------------------------------------------------------------ */
+
+/* Set by the signal handlers; wake[0] becomes readable on every signal. */
+static volatile sig_atomic_t sig_stop, sig_save, sig_summary, sig_tick;
+static int wake[2] = {-1, -1};
+
+static void on_signal(int s)
+{
+    int saved = errno;
+    if (s == SIGTERM || s == SIGINT)
+        sig_stop = 1;
+    else if (s == SIGHUP)
+        sig_save = 1;
+    else if (s == SIGUSR1)
+        sig_summary = 1;
+    else if (s == SIGALRM)
+        sig_tick = 1;
+    ssize_t w = write(wake[1], "", 1); /* a full pipe is fine: a wake-up is pending */
+    (void)w;
+    errno = saved;
+}
+
+static void install_signals(int with_timer)
+{
+    if (pipe(wake) != 0)
+        cli_die(KVIX_EXIT_SYS, "cannot create a pipe: %s", strerror(errno));
+    for (int i = 0; i < 2; i++) {
+        fcntl(wake[i], F_SETFL, fcntl(wake[i], F_GETFL) | O_NONBLOCK);
+        fcntl(wake[i], F_SETFD, FD_CLOEXEC);
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART; /* stdout writes restart; the reader wakes via the pipe */
+    sigemptyset(&sa.sa_mask);
+    int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGALRM};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        sigaction(sigs[i], &sa, NULL);
+    /* A reader of our answers that goes away must not kill us before we save. */
+    signal(SIGPIPE, SIG_IGN);
+    if (with_timer) {
+        struct itimerval it = {{1, 0}, {1, 0}};
+        setitimer(ITIMER_REAL, &it, NULL);
+    }
+}
+
+static void drain_wake(void)
+{
+    char b[64];
+    while (read(wake[0], b, sizeof b) > 0)
+        ;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- messages ----------------------------------------------------------------- */
+
+static void clear_progress(kvi *k)
+{
+    if (k->progress_shown) {
+        fputs("\r\033[K", stderr);
+        k->progress_shown = 0;
+    }
+}
+
+/* The ingest's callbacks, on any thread. */
+static void on_reject(void *ctx, const kvix_ingest_reject *r)
+{
+    kvi *k = ctx;
+    pthread_mutex_lock(&k->mu);
+    clear_progress(k);
+    cli_warn("bad %s at %s:%" PRIu64 ": %s", r->what, r->source, r->pos, r->err->msg);
+    pthread_mutex_unlock(&k->mu);
+}
+
+static void on_wake(void *ctx)
+{
+    (void)ctx;
+    ssize_t w = write(wake[1], "", 1); /* a full pipe is fine: a wake-up is pending */
+    (void)w;
+}
+
+#define NOTE_WARN_MAX 20 /* warnings of one kind of rejected input before they are only counted */
+
+/* As kvsub reports them: losses, restarts and removals always, rejected
+ * input the first few times of each kind. */
+static void on_note(void *ctx, const kvix_enginesub_note *n)
+{
+    kvi *k = ctx;
+    int always = n->kind == KVIX_ENGINESUB_LOSS || n->kind == KVIX_ENGINESUB_RESTART ||
+                 n->kind == KVIX_ENGINESUB_REMOVED || n->kind == KVIX_ENGINESUB_FAILED ||
+                 n->kind == KVIX_ENGINESUB_DISCONNECT;
+    if (k->quiet || (!always && n->repeat > NOTE_WARN_MAX))
+        return;
+    pthread_mutex_lock(&k->mu);
+    clear_progress(k);
+    cli_warn("%s", n->msg);
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* One warning per unknown name: a query for a model or tenant the index
+ * has never seen answers like a cache miss, with "unknown" saying why. */
+static void warn_unknown(kvi *k, const char *name, uint64_t pos, const kvix_event *q, int why)
+{
+    clear_progress(k);
+    if (why == KVIX_UNKNOWN_MODEL)
+        cli_warn("unknown model \"%s\" at %s:%" PRIu64 ": the index has never seen it "
+                 "(answered with \"unknown\":\"model\")",
+                 q->model, name, pos);
+    else
+        cli_warn("unknown tenant \"%s\" of model \"%s\" at %s:%" PRIu64
+                 ": the index has never seen it (answered with \"unknown\":\"tenant\")",
+                 q->tenant, q->model, name, pos);
+}
+
+static void human_bytes(uint64_t b, char out[32])
+{
+    if (b < 10240)
+        snprintf(out, 32, "%" PRIu64 " bytes", b);
+    else if (b < 10u << 20)
+        snprintf(out, 32, "%.1f KiB", (double)b / 1024);
+    else
+        snprintf(out, 32, "%.1f MiB", (double)b / 1048576);
+}
+
+static void summary(kvi *k)
+{
+    kvix_ingest_counts c;
+    kvix_ingest_counts_get(k->g, &c);
+    kvix_index_stats st;
+    kvix_index_stats_get(kvix_ingest_index(k->g), &st);
+    pthread_mutex_lock(&k->mu);
+    clear_progress(k);
+    uint64_t ap[KVIX_EV_QUERY + 1];
+    uint64_t events = 0;
+    for (int t = KVIX_EV_STORED; t <= KVIX_EV_CLEARED; t++) {
+        ap[t] = c.submitted[t] - c.refused[t];
+        events += ap[t];
+    }
+    cli_warn("applied %" PRIu64 " events: %" PRIu64 " stored, %" PRIu64 " removed, %" PRIu64
+             " cleared",
+             events, ap[KVIX_EV_STORED], ap[KVIX_EV_REMOVED], ap[KVIX_EV_CLEARED]);
+    cli_warn("blocks: %" PRIu64 " stored, %" PRIu64 " duplicate, %" PRIu64 " removed, %" PRIu64
+             " unknown removals",
+             c.blocks.stored, c.blocks.duplicate, c.blocks.removed, c.blocks.unknown);
+    cli_warn("answered %" PRIu64 " of %" PRIu64 " queries", c.answered, c.queries);
+    if (c.rejected) {
+        char line[512];
+        size_t n = 0;
+        for (int r = 0; r < KVIX_REASON_COUNT; r++)
+            if (c.reasons[r] && n < sizeof line)
+                n += (size_t)snprintf(line + n, sizeof line - n, "%s%" PRIu64 " %s",
+                                      n ? ", " : "", c.reasons[r], kvix_reason_name(r));
+        cli_warn("rejected %" PRIu64 " records: %s", c.rejected, line);
+    } else {
+        cli_warn("rejected 0 records");
+    }
+    char mem[32];
+    human_bytes(st.bytes, mem);
+    cli_warn("index: %zu partitions, %zu workers, %zu blocks, %zu unique blocks, %s",
+             st.partitions, st.workers, st.blocks, st.unique_blocks, mem);
+    kvix_enginefeed *feed = kvix_ingest_feed(k->g);
+    if (feed) {
+        kvix_enginefeed_counts f;
+        kvix_enginefeed_counts_get(feed, &f);
+        cli_warn("subscriptions: %" PRIu64 " now, %" PRIu64 " batches, %" PRIu64
+                 " events applied; %" PRIu64 " gaps, %" PRIu64 " replays, %" PRIu64
+                 " losses, %" PRIu64 " restarts",
+                 f.sub.subscriptions, f.sub.batches, f.applied, f.sub.seq.gaps,
+                 f.sub.seq.replays, f.sub.seq.losses, f.sub.seq.restarts);
+    }
+    pthread_mutex_unlock(&k->mu);
+}
+
+static void show_progress(kvi *k, kvix_reader *r)
+{
+    double el = now() - k->started;
+    char eta[48];
+    cli_progress_eta(kvix_reader_offset(r), k->input_size, now() - k->input_started, eta);
+    uint64_t rejected = kvix_ingest_rejected(k->g), records = kvix_ingest_records(k->g);
+    pthread_mutex_lock(&k->mu);
+    fprintf(stderr, "\r%s: %s:%s %" PRIu64 " records, %.0f/s, %.1f MB read, %" PRIu64
+                    " rejected\033[K",
+            cli_name(), kvix_reader_name(r), eta, records,
+            el > 0 ? (double)records / el : 0.0, (double)kvix_reader_offset(r) / 1e6,
+            rejected);
+    k->progress_shown = 1;
+    pthread_mutex_unlock(&k->mu);
+}
+
+static void load_workers(kvi *k, int initial);
+static void handle_flags(kvi *k, kvix_reader *r);
+
+/* ---- the snapshot ------------------------------------------------------------- */
+
+static int save(kvi *k, const char *why)
+{
+    if (!k->snap || k->query_only)
+        return KVIX_OK;
+    kvix_snapshot_info info;
+    kvix_err err;
+    int rc = kvix_ingest_save(k->g, k->snap, k->nopt.url ? k->nopt.stream : NULL, k->seq, &info,
+                              &err);
+    if (rc == 1) /* mid-message: later */
+        return KVIX_OK;
+    pthread_mutex_lock(&k->mu);
+    clear_progress(k);
+    pthread_mutex_unlock(&k->mu);
+    if (rc) {
+        cli_warn("cannot save %s: %s", k->snap, err.msg);
+        /* out of memory is 6 like everywhere else, whatever failed is 3 */
+        k->save_failed = rc == KVIX_ENOMEM || rc == KVIX_ESYS ? KVIX_EXIT_SYS : KVIX_EXIT_IO;
+        return rc;
+    }
+    k->save_failed = 0;
+    k->last_save = now();
+    if (k->verbose && k->nopt.url)
+        cli_warn("saved %s (%s): %" PRIu64 " blocks, %" PRIu64 " bytes, stream %s at %" PRIu64,
+                 k->snap, why, info.blocks, info.bytes, k->nopt.stream, k->seq);
+    else if (k->verbose)
+        cli_warn("saved %s (%s): %" PRIu64 " blocks, %" PRIu64 " bytes", k->snap, why,
+                 info.blocks, info.bytes);
+    return KVIX_OK;
+}
+
+/* Out of memory (or threads) mid-run: save what was applied, as on any stop
+ * (nothing acknowledged is lost), stop the service and the subscriptions
+ * that read and write the index, free it (a leak checker sees the pointers
+ * the backends keep tagged as lost), exit 6. Called on the main thread. */
+static _Noreturn void die_sys(kvi *k, const kvix_err *err)
+{
+    save(k, "failure");
+    kvix_ingest_free(k->g); /* the service, the subscriptions, the index */
+    k->g = NULL;
+    cli_die(KVIX_EXIT_SYS, "%s", err->msg);
+}
+
+/* 1 if the snapshot was there and loaded. A failed load leaves part of
+ * the file in the index, unusable: it is freed before the exit (the
+ * positional backend's slots hide their node pointers from LeakSanitizer,
+ * which would call the loaded blocks leaked). */
+static int load(kvi *k)
+{
+    kvix_snapshot_info info;
+    kvix_err err;
+    int rc = kvix_snapshot_load(kvix_ingest_index(k->g), k->snap, &info, &err);
+    if (rc == KVIX_ENOTFOUND && !k->query_only) {
+        if (k->verbose)
+            cli_warn("no snapshot %s yet: starting empty", k->snap);
+        return 0;
+    }
+    int wrong = !rc && k->nopt.url && (!info.has_stream || strcmp(info.stream, k->nopt.stream));
+    if (rc || wrong) {
+        kvix_ingest_free(k->g);
+        k->g = NULL;
+    }
+    if (rc == KVIX_ECORRUPT)
+        cli_die(KVIX_EXIT_CORRUPT, "cannot load %s: %s (the file is left as it is)", k->snap,
+                err.msg);
+    if (rc)
+        cli_die(cli_exit_for(rc) == KVIX_EXIT_REJECTED ? KVIX_EXIT_IO : cli_exit_for(rc),
+                "cannot load %s: %s", k->snap, err.msg);
+    if (k->verbose)
+        cli_warn("loaded %s: %" PRIu64 " partitions, %" PRIu64 " blocks", k->snap,
+                 info.partitions, info.blocks);
+    if (wrong && !info.has_stream)
+        cli_die(KVIX_EXIT_USAGE, "%s records no stream position: it was not made by kvindex --nats",
+                k->snap);
+    if (wrong)
+        cli_die(KVIX_EXIT_USAGE, "%s reflects stream %s, not %s", k->snap, info.stream,
+                k->nopt.stream);
+    k->seq = info.has_stream ? info.stream_seq : 0;
+    if (k->verbose && info.has_stream)
+        cli_warn("%s: stream %s applied up to sequence %" PRIu64, k->snap, info.stream, k->seq);
+    return 1;
+}
+
+/* ---- peers, subscriptions, service -------------------------------------------- */
+
+/* Start from the first peer that answers; 1 if one did. With --nats only
+ * a snapshot of that stream is taken, and its position with it. */
+static int recover(kvi *k)
+{
+    kvix_ingest_recovery rec;
+    kvix_err err;
+    int rc = kvix_ingest_recover(k->g, k->peers, k->nopt.url ? k->nopt.stream : NULL, &rec, &err);
+    if (rc == KVIX_ENOTFOUND) {
+        cli_warn("no peer answered (%s): starting from %s", err.msg,
+                 k->snap ? "the snapshot" : "empty");
+        return 0;
+    }
+    if (rc == KVIX_ENOMEM && !rec.peer[0])
+        cli_die(KVIX_EXIT_SYS, "out of memory");
+    if (rc)
+        cli_die(cli_exit_for(rc), "cannot recover from %s: %s", rec.peer, err.msg);
+    if (rec.from_snapshot && rec.info.has_stream && k->nopt.url)
+        k->seq = rec.info.stream_seq;
+    if (!k->quiet && rec.from_snapshot && k->nopt.url)
+        cli_warn("recovered from %s/snapshot: stream %s at %" PRIu64 ", %" PRIu64 " blocks",
+                 rec.peer, k->nopt.stream, k->seq, rec.info.blocks);
+    else if (!k->quiet && rec.from_snapshot)
+        cli_warn("recovered from %s/snapshot: %" PRIu64 " blocks", rec.peer, rec.info.blocks);
+    else if (!k->quiet)
+        cli_warn("recovered from %s/dump: %" PRIu64 " events applied, %" PRIu64
+                 " rejected (blocks below a removed parent)",
+                 rec.peer, rec.applied, rec.rejected);
+    return 1;
+}
+
+/* Peer recovery of a replica fed by its input and its subscriptions: both
+ * are held back (the input waits in its pipe, the engines' messages in the
+ * sockets of a held feed) about 1 s so a peer's state has moved past the
+ * moment the feed connected; then the first peer that answers wins, and
+ * what was held drains after it through the sequence checks. A signal cuts
+ * the wait short. */
+static int recover_held(kvi *k)
+{
+    double until = now() + 1.0;
+    while (!sig_stop && now() < until) {
+        struct pollfd p = {wake[0], POLLIN, 0};
+        poll(&p, 1, (int)((until - now()) * 1000) + 1);
+        drain_wake();
+    }
+    return !sig_stop && recover(k);
+}
+
+/* --workers-file: the whole file or nothing (kept as it was on SIGHUP). */
+static void load_workers(kvi *k, int initial)
+{
+    size_t added, removed;
+    kvix_err err;
+    int rc = kvix_ingest_feed_load(k->g, k->workers_file, &added, &removed, &err);
+    if (rc && initial)
+        cli_die(rc == KVIX_EINVAL || rc == KVIX_ELIMIT ? KVIX_EXIT_USAGE : KVIX_EXIT_IO, "%s",
+                err.msg);
+    pthread_mutex_lock(&k->mu);
+    clear_progress(k);
+    if (rc)
+        cli_warn("%s: keeping the workers of %s as they were", err.msg, k->workers_file);
+    else if (!initial && !k->quiet)
+        cli_warn("reloaded %s: %zu added, %zu removed", k->workers_file, added, removed);
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* The subscriber, its -w and --workers-file subscriptions, each (worker,
+ * dp) the index holds an eid for resumed after it. Started by start_feed. */
+static void make_feed(kvi *k, const kvix_enginesub_config *cfg, const char **wargs, size_t nw)
+{
+    kvix_err err;
+    int rc = kvix_ingest_feed_new(k->g, cfg, &err);
+    if (rc)
+        cli_die(cli_exit_for(rc), "%s", err.msg);
+    for (size_t i = 0; i < nw; i++)
+        if (kvix_ingest_feed_add(k->g, wargs[i], &err))
+            cli_usage_error("%s", err.msg);
+    if (k->workers_file)
+        load_workers(k, 1);
+}
+
+static void start_feed(kvi *k, bool hold)
+{
+    kvix_err err;
+    int rc = kvix_ingest_feed_start(k->g, hold, &err);
+    if (rc)
+        cli_die(cli_exit_for(rc), "%s", err.msg);
+}
+
+/* --listen [ADDR:]PORT; an IPv6 address in brackets: [::1]:8090. */
+static void parse_listen(const char *arg, char *addr, size_t cap, unsigned *port)
+{
+    const char *p = arg;
+    snprintf(addr, cap, "127.0.0.1");
+    if (arg[0] == '[') {
+        const char *end = strchr(arg, ']');
+        if (!end || end[1] != ':' || (size_t)(end - arg - 1) >= cap)
+            cli_usage_error("bad --listen '%s' (expected [ADDR:]PORT, IPv6 as [ADDR]:PORT)", arg);
+        snprintf(addr, cap, "%.*s", (int)(end - arg - 1), arg + 1);
+        p = end + 2;
+    } else if (strrchr(arg, ':')) {
+        const char *c = strrchr(arg, ':');
+        if ((size_t)(c - arg) >= cap || c == arg)
+            cli_usage_error("bad --listen '%s' (expected [ADDR:]PORT)", arg);
+        snprintf(addr, cap, "%.*s", (int)(c - arg), arg);
+        p = c + 1;
+    }
+    *port = (unsigned)cli_parse_uint(p, 0, 65535, "port");
+}
+
+static void start_service(kvi *k, const char *listen, unsigned http_threads)
+{
+    char addr[128];
+    kvix_ingest_serve_opts so = {
+        .addr = addr,
+        .threads = http_threads,
+        .tmpdir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+        .peers = k->peers,
+        .stream = k->nopt.url ? k->nopt.stream : NULL,
+        .seq = k->seq,
+        .nice = k->http_nice,
+    };
+    parse_listen(listen, addr, sizeof addr, &so.port);
+    kvix_err err;
+    int rc = kvix_ingest_serve(k->g, &so, &err);
+    if (rc == KVIX_EINVAL || rc == KVIX_ERANGE)
+        cli_usage_error("%s", err.msg);
+    if (rc)
+        cli_die(rc == KVIX_ENOMEM ? KVIX_EXIT_SYS : KVIX_EXIT_IO, "%s", err.msg);
+    k->svc = kvix_ingest_service(k->g);
+    if (!k->quiet)
+        cli_warn("listening on http://%s%s%s:%u", strchr(addr, ':') ? "[" : "", addr,
+                 strchr(addr, ':') ? "]" : "", kvix_service_port(k->svc));
+}
+
+/* --listen or subscriptions, once input is done: serve until told to stop. */
+static void serve(kvi *k)
+{
+    while (!sig_stop && !kvix_ingest_stopped(k->g)) {
+        handle_flags(k, NULL);
+        struct pollfd p = {wake[0], POLLIN, 0};
+        poll(&p, 1, -1);
+        drain_wake();
+    }
+}
+
+/* ---- the input ---------------------------------------------------------------- */
+
+/* What signals and timers asked for, between two records. */
+static void handle_flags(kvi *k, kvix_reader *r)
+{
+    /* from every source: the subscriptions' thread wakes us when they
+     * have applied enough */
+    if (k->save_every_events && kvix_ingest_save_due(k->g))
+        save(k, "event count");
+    if (sig_summary) {
+        sig_summary = 0;
+        summary(k);
+    }
+    if (sig_save) {
+        sig_save = 0;
+        save(k, "SIGHUP");
+        if (k->workers_file)
+            load_workers(k, 0);
+    }
+    if (sig_tick) {
+        sig_tick = 0;
+        if (k->save_every_secs > 0 && kvix_ingest_changed(k->g) &&
+            now() - k->last_save >= k->save_every_secs)
+            save(k, "timer");
+        if (k->progress && r)
+            show_progress(k, r);
+    }
+}
+
+/* The reading loops' callbacks (kvix_ingest_loop). */
+static int stopping(void *ctx)
+{
+    (void)ctx;
+    return sig_stop;
+}
+
+static void between(void *ctx)
+{
+    kvi *k = ctx;
+    if (k->follow)
+        k->seq = kvix_follow_seq(k->follow);
+    handle_flags(k, k->reader);
+}
+
+static void on_answer(void *ctx, const char *data, size_t len)
+{
+    (void)ctx;
+    fwrite(data, 1, len, stdout);
+}
+
+static void on_unknown(void *ctx, size_t src, uint64_t pos, const kvix_event *q, int why)
+{
+    kvi *k = ctx;
+    warn_unknown(k, k->names[src], pos, q, why);
+}
+
+static kvix_ingest_loop loop_of(kvi *k)
+{
+    kvix_ingest_loop lp = {wake[0], stopping, between, on_answer, on_unknown, k};
+    return lp;
+}
+
+/* Read one input to its end (or until told to stop). */
+static void run_input(kvi *k, int fd, size_t file, kvix_format fmt)
+{
+    kvix_err err;
+    if (kvix_reader_new(&k->reader, fd, k->names[file], fmt, &err))
+        die_sys(k, &err);
+    kvix_reader *r = k->reader;
+    kvix_reader_set_wakeup_fd(r, wake[0]);
+    /* a regular file (named, or redirected to stdin) has a known size: the
+     * progress line gives a percentage and an estimate of the time left */
+    struct stat st;
+    off_t at = lseek(fd, 0, SEEK_CUR);
+    k->input_size = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && at >= 0 && st.st_size > at
+                        ? (uint64_t)(st.st_size - at) : 0;
+    k->input_started = now();
+    kvix_ingest_loop lp = loop_of(k);
+    int rc = kvix_ingest_run(k->g, r, file, &lp, &err);
+    if (rc == KVIX_ENOMEM || rc == KVIX_ESYS)
+        die_sys(k, &err);
+    clear_progress(k);
+    if (rc == KVIX_EOF && sig_stop && kvix_reader_pending(r))
+        cli_warn("stopped with %zu bytes of an incomplete record from %s left unread",
+                 kvix_reader_pending(r), kvix_reader_name(r));
+    if (rc == KVIX_EIO) {
+        cli_warn("%s", err.msg);
+        k->io_error = 1;
+    }
+    if (k->progress) { /* the last figures, also for an input read in under a second */
+        show_progress(k, r);
+        clear_progress(k);
+    }
+    kvix_reader_free(r);
+    k->reader = NULL;
+}
+
+/* ---- --nats ------------------------------------------------------------------- */
+
+static void on_follow_note(void *ctx, const kvix_follow_note *n)
+{
+    kvi *k = ctx;
+    if (n->kind == KVIX_FOLLOW_NOT_FROM_STREAM)
+        cli_warn("%s: %s", k->snap ? k->snap : "the index", n->msg);
+    else if (n->kind != KVIX_FOLLOW_BOOTSTRAPPED || !k->quiet)
+        cli_warn("%s", n->msg);
+}
+
+static void lag_summary(kvi *k)
+{
+    if (!k->nopt.url)
+        return;
+    if (!k->lag.messages) {
+        cli_warn("stream %s: applied up to sequence %" PRIu64, k->nopt.stream, k->seq);
+        return;
+    }
+    cli_warn("stream %s: applied up to sequence %" PRIu64 "; lag from stored to applied: "
+             "p50 %.3f ms, p99 %.3f ms, max %.3f ms over %" PRIu64 " messages",
+             k->nopt.stream, k->seq, k->lag.p50_ms, k->lag.p99_ms, k->lag.max_ms,
+             k->lag.messages);
+}
+
+/* The stream instead of stdin, from the snapshot's position on. */
+static void run_nats(kvi *k)
+{
+    kvix_follow_opts fo = {
+        .nats = &k->nopt,
+        .peers = k->peers,
+        .reset_on_gap = k->reset_on_gap,
+        .until_caught_up = k->until_caught_up,
+        .seq = k->seq,
+        .on_note = on_follow_note,
+        .ctx = k,
+    };
+    kvix_err err;
+    if (kvix_follow_new(&k->follow, k->g, &fo, &err))
+        cli_die(err.code == KVIX_EINVAL ? KVIX_EXIT_USAGE : KVIX_EXIT_SYS, "%s", err.msg);
+    kvix_ingest_loop lp = loop_of(k);
+    int rc = kvix_follow_run(k->follow, 0, &lp, &err);
+    k->seq = kvix_follow_seq(k->follow);
+    if (rc == KVIX_ENOTFOUND)
+        k->gone = 1;
+    else if (rc == KVIX_ENOMEM && !kvix_follow_lost(k->follow))
+        die_sys(k, &err);
+    else if (rc && rc != KVIX_EOF)
+        cli_die(cli_exit_for(rc), "%s", err.msg);
+    kvix_follow_lag(k->follow, &k->lag);
+    kvix_follow_free(k->follow);
+    k->follow = NULL;
+}
 
 /* --peers URL,...: into the set; the number given. */
 static size_t add_peers(kvix_peers *set, const char *list)
@@ -228,14 +853,23 @@ int main(int argc, char **argv)
         k.names[0] = k.nopt.url ? label : "<stdin>";
     k.names[k.feed_file] = "<engines>";
 
-    io.threads = k.query_only ? 0 : k.threads;
-    k.threads = io.threads;
-    io.on_reject = on_reject;
-    io.reject_ctx = &k;
+    k.threads = io.threads = k.query_only ? 0 : k.threads;
     io.model_no_colon = listen != NULL; /* one rule for every source: see /register */
+    kvix_ingest_opts go = {
+        .index = io,
+        .query_only = k.query_only,
+        .strict = k.strict,
+        .save_every_events = k.save_every_events,
+        .sources = k.names,
+        .nsources = k.feed_file + 1,
+        .feed_source = k.feed_file,
+        .on_reject = on_reject,
+        .on_wake = on_wake,
+        .on_note = on_note,
+        .ctx = &k,
+    };
     kvix_err err;
-    k.io = io;
-    int rc = kvix_index_new(&k.idx, &io, &err);
+    int rc = kvix_ingest_new(&k.g, &go, &err);
     if (rc)
         cli_die(cli_exit_for(rc), "%s", err.msg);
     k.progress = !k.quiet && cli_draws_progress();
@@ -260,7 +894,7 @@ int main(int argc, char **argv)
             make_feed(&k, &cfg, wargs, nw);
         if (listen)
             start_service(&k, listen, http_threads);
-        if (k.feed)
+        if (kvix_ingest_feed(k.g))
             start_feed(&k, true);
         if (!recover_held(&k) && k.snap) {
             if (k.svc)
@@ -269,33 +903,29 @@ int main(int argc, char **argv)
             if (k.svc)
                 kvix_service_write_end(k.svc);
         }
-        kvix_index_totals(k.idx, &k.base);
-        if (k.feed)
-            kvix_enginefeed_release(k.feed);
+        kvix_ingest_rebase(k.g);
+        if (kvix_ingest_feed(k.g))
+            kvix_ingest_feed_release(k.g);
     } else {
         /* --nats: a replica resumes from its own snapshot (exact); a new
          * one takes a peer's; one the stream left behind bootstraps in
          * run_nats */
         if (!(k.snap && load(&k)) && npeers && !recover(&k))
             cli_warn("stream %s: starting empty from its first message", k.nopt.stream);
-        kvix_index_totals(k.idx, &k.base);
+        kvix_ingest_rebase(k.g);
         if (feeding)
             make_feed(&k, &cfg, wargs, nw);
         if (listen)
             start_service(&k, listen, http_threads);
-        if (k.feed)
+        if (kvix_ingest_feed(k.g))
             start_feed(&k, false);
     }
     free(wargs);
     k.started = k.last_save = now();
-    kvix_buf_init(&k.out);
-    kvix_answer_init(&k.ans);
-
-    kvix_event ev;
-    kvix_event_init(&ev);
     if (k.nopt.url)
-        run_nats(&k, &ev);
-    for (int i = 0; i < (nfiles ? nfiles : 1) && !k.nopt.url && !sig_stop && !k.strict_hit; i++) {
+        run_nats(&k);
+    for (int i = 0; i < (nfiles ? nfiles : 1) && !k.nopt.url && !sig_stop && !kvix_ingest_stopped(k.g);
+         i++) {
         int fd = STDIN_FILENO;
         if (nfiles && strcmp(argv[optind + i], "-") != 0) {
             fd = open(argv[optind + i], O_RDONLY | O_CLOEXEC);
@@ -305,24 +935,26 @@ int main(int argc, char **argv)
                 continue;
             }
         }
-        run_input(&k, fd, (size_t)i, fmt, &ev);
+        run_input(&k, fd, (size_t)i, fmt);
         if (fd != STDIN_FILENO)
             close(fd);
     }
-    sync_writers(&k);
-    if ((k.svc || subscribing) && !sig_stop && !k.strict_hit) {
+    kvix_ingest_sync(k.g);
+    int strict_hit = kvix_ingest_stopped(k.g);
+    if ((k.svc || subscribing) && !sig_stop && !strict_hit) {
         if (k.snap && !k.query_only)
             save(&k, "end of input");
         serve(&k);
     }
     if (k.svc) /* stop accepting, let the requests in flight finish */
         kvix_service_shutdown(k.svc, 10000);
-    if (k.feed && kvix_enginefeed_stop(k.feed, &err)) {
+    if (kvix_ingest_feed_stop(k.g, &err)) {
         cli_warn("engine subscriptions stopped: %s", err.msg);
         k.io_error = 1;
     }
+    strict_hit = kvix_ingest_stopped(k.g);
     if (k.snap && !k.query_only)
-        save(&k, sig_stop ? "signal" : k.strict_hit ? "--strict" : "end of input");
+        save(&k, sig_stop ? "signal" : strict_hit ? "--strict" : "end of input");
     if (!k.quiet) {
         summary(&k);
         lag_summary(&k);
@@ -330,22 +962,14 @@ int main(int argc, char **argv)
 
     /* A service counts rejected records in its metrics; only --strict, a
      * failed read or a failed save change its exit status. */
-    int code = k.rejected && !k.svc ? KVIX_EXIT_REJECTED : KVIX_EXIT_OK;
-    if (k.strict_hit)
+    int code = kvix_ingest_rejected(k.g) && !k.svc ? KVIX_EXIT_REJECTED : KVIX_EXIT_OK;
+    if (strict_hit)
         code = KVIX_EXIT_STRICT;
     if (k.io_error || k.save_failed)
         code = k.save_failed ? k.save_failed : KVIX_EXIT_IO;
     if (k.gone)
         code = KVIX_EXIT_GONE;
-    kvix_event_release(&ev);
-    kvix_answer_release(&k.ans);
-    kvix_buf_release(&k.out);
-    kvix_service_free(k.svc);
-    kvix_enginefeed_free(k.feed);
-    kvix_index_free(k.idx);
-    for (size_t i = 0; i < k.nunknown; i++)
-        free(k.unknown[i]);
-    free(k.unknown);
+    kvix_ingest_free(k.g);
     free(k.names);
     kvix_peers_free(k.peers);
     code = cli_finish(code);
