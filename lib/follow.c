@@ -101,13 +101,6 @@ uint64_t kvix_follow_seq(const kvix_follow *f)
     return f->seq;
 }
 
-int kvix_follow_waiting(const kvix_follow *f, kvix_err *why)
-{
-    if (f->waiting && why)
-        *why = f->why;
-    return f->waiting;
-}
-
 void kvix_follow_lag(kvix_follow *f, kvix_natslog_lag *out)
 {
     kvix_natslog_lag_get(f->l, out);

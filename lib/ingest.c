@@ -166,14 +166,16 @@ void kvix_ingest_sync(kvix_ingest *g)
     }
 }
 
-void kvix_ingest_quiet_begin(kvix_ingest *g)
+/* Every writer (the feed's too) held and synced: for a save, a replace, the
+ * counters. */
+static void quiet_begin(kvix_ingest *g)
 {
     lock_writes(g);
     if (g->o.index.threads)
         kvix_index_sync(g->idx);
 }
 
-void kvix_ingest_quiet_end(kvix_ingest *g)
+static void quiet_end(kvix_ingest *g)
 {
     unlock_writes(g);
 }
@@ -344,13 +346,13 @@ uint64_t kvix_ingest_rejected(kvix_ingest *g)
 
 void kvix_ingest_counts_get(kvix_ingest *g, kvix_ingest_counts *c)
 {
-    kvix_ingest_quiet_begin(g);
+    quiet_begin(g);
     pthread_mutex_lock(&g->mu);
     *c = g->c;
     pthread_mutex_unlock(&g->mu);
     kvix_apply_result tot;
     kvix_index_totals(g->idx, &tot);
-    kvix_ingest_quiet_end(g);
+    quiet_end(g);
     c->blocks.stored = tot.stored - g->base.stored;
     c->blocks.duplicate = tot.duplicate - g->base.duplicate;
     c->blocks.removed = tot.removed - g->base.removed;
@@ -453,10 +455,10 @@ int kvix_ingest_save(kvix_ingest *g, const char *path, const char *stream, uint6
     double t0 = seconds(CLOCK_MONOTONIC);
     if (g->svc)
         kvix_service_quiet_begin(g->svc); /* no /dump or /snapshot walks the index meanwhile */
-    kvix_ingest_quiet_begin(g);
+    quiet_begin(g);
     int rc = kvix_snapshot_save_at(g->idx, path, stream, seq, info ? info : &tmp, err);
     uint64_t fed = feed_count(g, 1), fed_applied = feed_count(g, 0);
-    kvix_ingest_quiet_end(g);
+    quiet_end(g);
     if (g->svc)
         kvix_service_quiet_end(g->svc);
     if (rc)
@@ -475,9 +477,9 @@ int kvix_ingest_replace(kvix_ingest *g, kvix_snapshot *s, uint64_t seq, kvix_err
 {
     if (g->svc)
         kvix_service_quiet_begin(g->svc);
-    kvix_ingest_quiet_begin(g);
+    quiet_begin(g);
     int rc = kvix_snapshot_replace(s, g->idx, err);
-    kvix_ingest_quiet_end(g);
+    quiet_end(g);
     if (g->svc) {
         kvix_service_set_stream_seq(g->svc, seq);
         kvix_service_quiet_end(g->svc);

@@ -78,9 +78,6 @@ int kvix_follow_lost(const kvix_follow *f);
 /* The last message wholly taken (or taken from a peer): the sequence the
  * index reflects. */
 uint64_t kvix_follow_seq(const kvix_follow *f);
-/* 1 while waiting for the server or the stream to be there, with why (may
- * be NULL). */
-int kvix_follow_waiting(const kvix_follow *f, kvix_err *why);
 /* The lag from stored to handed out (kvix_natslog_lag_get). */
 void kvix_follow_lag(kvix_follow *f, kvix_natslog_lag *out);
 

@@ -193,10 +193,6 @@ void kvix_ingest_counts_get(kvix_ingest *g, kvix_ingest_counts *c);
 
 /* Wait until every event submitted to the writer threads is applied. */
 void kvix_ingest_sync(kvix_ingest *g);
-/* Hold every writer (the feed's too) and sync: for a caller that replaces
- * or walks the index whole. Pairs with _quiet_end. */
-void kvix_ingest_quiet_begin(kvix_ingest *g);
-void kvix_ingest_quiet_end(kvix_ingest *g);
 
 /* opts.save_every_events applied since the last save, from every source
  * (the subscriptions' included). */
