@@ -55,11 +55,10 @@ LIB_SRC := $(wildcard lib/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_SRC := $(wildcard cmd/cli*.c)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
-# cmd/TOOL.c is a tool, cmd/TOOL_PART.c one of its parts (tool names have no '_')
-PART_SRC := $(wildcard cmd/*_*.c)
-TOOL_SRC := $(filter-out $(CLI_SRC) $(PART_SRC),$(wildcard cmd/*.c))
+# cmd/TOOL.c is a tool, one file each (its logic lives in lib/)
+TOOL_SRC := $(filter-out $(CLI_SRC),$(wildcard cmd/*.c))
 TOOLS := $(TOOL_SRC:cmd/%.c=$(BUILD)/bin/%)
-KVINDEX_OBJ = $(BUILD)/obj/cmd/kvindex.o $(call tool_parts,kvindex)
+KVINDEX_OBJ = $(BUILD)/obj/cmd/kvindex.o
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 UNIT_SUPPORT := $(filter-out $(UNIT_SRC),$(wildcard tests/unit/*.c))
@@ -109,11 +108,7 @@ $(LIBKVIX_SO): $(LIB_PIC_OBJ) $(BUILD)/kvix.map
 	$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=$(BUILD)/kvix.map \
 	    -o $@ $(LIB_PIC_OBJ) $(LIBS)
 
-# a tool's parts (a function: a '%' written in a pattern rule's prerequisites
-# would be taken for the stem); $$* is the tool's name in the second expansion
-tool_parts = $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard cmd/$(1)_*.c))
-.SECONDEXPANSION:
-$(BUILD)/bin/%: $(BUILD)/obj/cmd/%.o $$(call tool_parts,$$*) $(CLI_OBJ) $(LIBKVIX)
+$(BUILD)/bin/%: $(BUILD)/obj/cmd/%.o $(CLI_OBJ) $(LIBKVIX)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIBKVIX) $(LIBS)
 

@@ -7,20 +7,25 @@
  * each record's ts: the first record with a ts starts the clock; a record
  * without ts, or one recorded earlier than the clock, goes out at once.
  * Filters (--worker, --since/--until, --since-eid/--until-eid) drop records
- * before timing, so a filtered stretch costs no waiting. */
+ * before timing, so a filtered stretch costs no waiting. The player (the
+ * record path, the pace, the publishers) is the library's kvix_player: this
+ * file parses options, opens the inputs, draws the progress line and
+ * chooses messages and exit codes. */
 #define _GNU_SOURCE /* strptime, timegm */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "kvix/enginepub.h"
-#include "kvreplay.h"
+#include "kvix/player.h"
 
 enum {
     O_FAST = 0x100, O_SINCE, O_UNTIL, O_SINCE_EID, O_UNTIL_EID, O_NO_QUERIES, O_STRICT,
@@ -80,8 +85,26 @@ static const cli_tool tool = {
     .exits = "0123456",
 };
 
+/* One run: the player, and what the progress line and messages need. */
+typedef struct replay {
+    kvix_player *p;
+    int quiet, progress;
+    int opened; /* the last input could be opened */
+    const char *map_file;
+    const char *wf_given[KVIX_FILTER_WORKERS_MAX]; /* --worker as given, for the warning */
+    struct timespec last_progress;
+    /* input read so far, for the percentage and eta: the logs' sizes (0 when
+     * one is not a regular file), the bytes of the logs done, and a dup of
+     * the open log's descriptor whose offset is how far it is read (the
+     * compressed bytes for a compressed log) */
+    uint64_t in_total, in_before;
+    int pos_fd;
+    const char *in_name;
+    double in_started;
+} replay;
+
 /* SIGINT / SIGTERM: stop reading, flush what is pending, report, exit. */
-volatile sig_atomic_t interrupted;
+static volatile sig_atomic_t interrupted;
 
 static void on_signal(int sig)
 {
@@ -89,16 +112,227 @@ static void on_signal(int sig)
     interrupted = 1;
 }
 
-double now_s(void)
+static double now_s(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
+/* ---- the player's callbacks ------------------------------------------------ */
+
+static int stopping(void *ctx)
+{
+    (void)ctx;
+    return interrupted;
+}
+
+static void on_note(void *ctx, const kvix_player_note *n)
+{
+    replay *r = ctx;
+    if (n->kind == KVIX_PLAYER_BOUND && (r->map_file || r->quiet))
+        return;
+    if ((n->kind == KVIX_PLAYER_UNSUBSCRIBED || n->kind == KVIX_PLAYER_HOLDING) && r->quiet)
+        return;
+    cli_warn("%s", n->msg);
+}
+
+static uint64_t input_done(const replay *r)
+{
+    off_t at = r->pos_fd >= 0 ? lseek(r->pos_fd, 0, SEEK_CUR) : 0;
+    return r->in_before + (at > 0 ? (uint64_t)at : 0);
+}
+
+static void progress(replay *r, int final)
+{
+    if (!r->progress)
+        return;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+    double dt = (double)(t.tv_sec - r->last_progress.tv_sec) +
+                (double)(t.tv_nsec - r->last_progress.tv_nsec) / 1e9;
+    if (!final && dt < 0.25)
+        return;
+    r->last_progress = t;
+    kvix_player_counts c;
+    kvix_player_counts_get(r->p, &c);
+    double el = kvix_player_elapsed(r->p);
+    char eta[48];
+    cli_progress_eta(input_done(r), r->in_total, now_s() - r->in_started, eta);
+    fprintf(stderr, "\r%s: %s:%s %" PRIu64 " read, %" PRIu64 " written, %.0f/s%s", cli_name(),
+            r->in_name ? r->in_name : "", eta, c.in, c.written,
+            el > 0 ? (double)c.written / el : 0.0, final ? "\033[K\r" : "\033[K");
+    if (final)
+        fputs("\r\033[K", stderr);
+}
+
+static void on_record(void *ctx)
+{
+    progress(ctx, 0);
+}
+
+/* The publishers' errors: a base that makes no endpoint is a usage error;
+ * so is the player's stop for good (a socket, memory: their own codes). */
+static _Noreturn void pub_die(const kvix_err *e)
+{
+    if (e->code == KVIX_EINVAL || e->code == KVIX_ERANGE)
+        cli_usage_error("%s", e->msg);
+    cli_die(e->code == KVIX_ELIMIT ? KVIX_EXIT_USAGE : cli_exit_for(e->code), "%s", e->msg);
+}
+
+/* ---- inputs ---------------------------------------------------------------- */
+
+/* The size of a regular file, 0 for anything else (a pipe, a terminal). */
+static uint64_t file_size(int fd)
+{
+    struct stat st;
+    return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 ? (uint64_t)st.st_size
+                                                                         : 0;
+}
+
+/* The sum of the inputs' sizes, or 0 when one of them has no size known. */
+static uint64_t inputs_size(char *const *paths, int n)
+{
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        struct stat st;
+        int ok = strcmp(paths[i], "-") == 0 ? fstat(STDIN_FILENO, &st) == 0
+                                            : stat(paths[i], &st) == 0;
+        if (!ok || !S_ISREG(st.st_mode))
+            return 0;
+        total += (uint64_t)st.st_size;
+    }
+    return total;
+}
+
+/* Play one log (or a trace, with m) from path: an exit code (0 ok). */
+static int play(replay *r, const char *path, bool scan, kvix_mooncake *m)
+{
+    const char *name = strcmp(path, "-") == 0 ? "<stdin>" : path;
+    int fd = strcmp(path, "-") == 0 ? dup(STDIN_FILENO) : open(path, O_RDONLY | O_CLOEXEC);
+    r->opened = fd >= 0;
+    if (fd < 0) {
+        cli_warn("cannot open %s: %s", path, strerror(errno));
+        return KVIX_EXIT_IO;
+    }
+    r->in_name = name;
+    if (r->progress && file_size(fd))
+        r->pos_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0); /* shares the offset: how far it is read */
+    kvix_err err;
+    int rc = m ? kvix_player_play_mooncake(r->p, m, fd, name, &err)
+               : kvix_player_play_log(r->p, fd, name, scan, &err);
+    if (r->pos_fd >= 0) {
+        r->in_before += file_size(r->pos_fd);
+        close(r->pos_fd);
+        r->pos_fd = -1;
+    }
+    if (kvix_player_ended(r->p) == KVIX_PLAYER_FAILED)
+        pub_die(kvix_player_error(r->p));
+    if (rc)
+        cli_warn("%s", err.msg);
+    return rc ? cli_exit_for(rc) : 0;
+}
+
+/* ---- report ---------------------------------------------------------------- */
+
+/* Filters that matched nothing are said (even with --quiet): an empty
+ * output would otherwise look like an empty log. */
+static void warn_empty_filters(const replay *r, const kvix_player_counts *c)
+{
+    if (!c->in)
+        return;
+    const kvix_filter *f = kvix_player_filter(r->p);
+    for (size_t i = 0; i < f->nworkers; i++)
+        if (!f->workers[i].hits)
+            cli_warn("--worker %s matched no event of the %" PRIu64 " records read",
+                     r->wf_given[i], c->in);
+    if (!c->kept && kvix_filter_active(f))
+        cli_warn("the filters kept none of the %" PRIu64 " records read", c->in);
+}
+
+static void report(const replay *r, int pub)
+{
+    kvix_player_counts c;
+    kvix_player_counts_get(r->p, &c);
+    warn_empty_filters(r, &c);
+    if (r->quiet)
+        return;
+    if (pub)
+        cli_warn("%" PRIu64 " records read, %" PRIu64 " events published in %" PRIu64
+                 " batches by %zu publishers (%" PRIu64 " stored, %" PRIu64 " removed, %" PRIu64
+                 " cleared), %" PRIu64 " queries not published, %" PRIu64 " filtered, %" PRIu64
+                 " rejected",
+                 c.in, c.written, c.batches, c.publishers, c.by_type[KVIX_EV_STORED],
+                 c.by_type[KVIX_EV_REMOVED], c.by_type[KVIX_EV_CLEARED], c.pub_skipped,
+                 c.filtered, c.rejected);
+    else
+        cli_warn("%" PRIu64 " records read, %" PRIu64 " written (%" PRIu64 " stored, %" PRIu64
+                 " removed, %" PRIu64 " cleared, %" PRIu64 " queries), %" PRIu64
+                 " filtered, %" PRIu64 " rejected",
+                 c.in, c.written, c.by_type[KVIX_EV_STORED], c.by_type[KVIX_EV_REMOVED],
+                 c.by_type[KVIX_EV_CLEARED], c.by_type[KVIX_EV_QUERY], c.filtered,
+                 c.rejected);
+}
+
+/* ---- --mooncake -------------------------------------------------------------- */
+
+typedef struct mooncake_args {
+    const char *trace;
+    kvix_mooncake_opts o;
+    const char *final_state;
+} mooncake_args;
+
+/* The trace played as engines would; an exit code. */
+static int run_mooncake(replay *r, mooncake_args *a, int pub)
+{
+    kvix_err err;
+    kvix_mooncake *m;
+    if (kvix_mooncake_new(&m, &a->o, &err))
+        cli_usage_error("%s", err.msg);
+    if (pub) {
+        for (uint32_t w = 0; w < a->o.workers * a->o.copies; w++)
+            if (kvix_player_bind(r->p, w, 0, &err))
+                pub_die(&err);
+        if (kvix_player_start(r->p, &err))
+            pub_die(&err);
+    }
+    char *trace[] = {(char *)a->trace};
+    r->in_total = inputs_size(trace, 1);
+    r->in_started = now_s();
+    int code = play(r, a->trace, false, m);
+    if (!r->opened) {
+        kvix_mooncake_free(m);
+        return code;
+    }
+    if (a->final_state) {
+        FILE *f = fopen(a->final_state, "w");
+        if (!f)
+            cli_die(KVIX_EXIT_IO, "cannot write %s: %s", a->final_state, strerror(errno));
+        int rc = kvix_mooncake_state_write(m, f, &err);
+        if (rc == KVIX_ENOMEM)
+            cli_die(cli_exit_for(rc), "%s", err.msg);
+        if (rc || fflush(f) != 0 || ferror(f) | fclose(f))
+            cli_die(KVIX_EXIT_IO, "cannot write %s: %s", a->final_state, strerror(errno));
+    }
+    if (!r->quiet) {
+        kvix_mooncake_stats s;
+        kvix_mooncake_stats_get(m, &s);
+        cli_warn("mooncake: %" PRIu64 " requests (%" PRIu64 " skipped), %" PRIu64
+                 " blocks asked, %" PRIu64 " hit (%.1f%%), %" PRIu64 " stored in %" PRIu64
+                 " events, %" PRIu64 " removed in %" PRIu64 " events, %" PRIu64
+                 " cached at the end (%" PRIu64 " partial, %" PRIu64 " past capacity)",
+                 s.requests, s.skipped, s.query_blocks, s.hit_blocks,
+                 s.query_blocks ? 100.0 * (double)s.hit_blocks / (double)s.query_blocks : 0.0,
+                 s.stored_blocks, s.stored_events, s.removed_blocks, s.removed_events,
+                 s.cached_blocks, s.partial_blocks, s.truncated_blocks);
+    }
+    kvix_mooncake_free(m);
+    return code;
+}
+
 /* ---- option parsing ------------------------------------------------------ */
 
-static void parse_worker(replay *r, const char *s)
+static void parse_worker(kvix_filter *f, const char **given, const char *s)
 {
     char buf[64];
     snprintf(buf, sizeof buf, "%s", s);
@@ -109,9 +343,9 @@ static void parse_worker(replay *r, const char *s)
         dp = (uint32_t)cli_parse_uint(colon + 1, 0, UINT32_MAX, "--worker dp rank");
     }
     uint64_t worker = cli_parse_uint(buf, 0, UINT64_MAX, "--worker id");
-    r->wf_given[r->filter.nworkers] = s;
+    given[f->nworkers] = s;
     kvix_err err;
-    if (kvix_filter_worker_add(&r->filter, worker, dp, colon == NULL, &err))
+    if (kvix_filter_worker_add(f, worker, dp, colon == NULL, &err))
         cli_usage_error("at most %d --worker filters", KVIX_FILTER_WORKERS_MAX);
 }
 
@@ -145,42 +379,6 @@ static void parse_time(kvix_filter_time *b, const char *s, const char *what)
 
 /* ---- main ------------------------------------------------------------------ */
 
-/* Filters that matched nothing are said (even with --quiet): an empty
- * output would otherwise look like an empty log. */
-static void warn_empty_filters(const replay *r)
-{
-    if (!r->in)
-        return;
-    for (size_t i = 0; i < r->filter.nworkers; i++)
-        if (!r->filter.workers[i].hits)
-            cli_warn("--worker %s matched no event of the %" PRIu64 " records read",
-                     r->wf_given[i], r->in);
-    if (!r->kept && kvix_filter_active(&r->filter))
-        cli_warn("the filters kept none of the %" PRIu64 " records read", r->in);
-}
-
-static void report(const replay *r)
-{
-    warn_empty_filters(r);
-    if (r->quiet)
-        return;
-    if (r->pub)
-        cli_warn("%" PRIu64 " records read, %" PRIu64 " events published in %" PRIu64
-                 " batches by %zu publishers (%" PRIu64 " stored, %" PRIu64 " removed, %" PRIu64
-                 " cleared), %" PRIu64 " queries not published, %" PRIu64 " filtered, %" PRIu64
-                 " rejected",
-                 r->in, r->written, r->batches, r->npubs, r->by_type[KVIX_EV_STORED],
-                 r->by_type[KVIX_EV_REMOVED], r->by_type[KVIX_EV_CLEARED], r->pub_skipped,
-                 r->filtered, r->rejected);
-    else
-        cli_warn("%" PRIu64 " records read, %" PRIu64 " written (%" PRIu64 " stored, %" PRIu64
-                 " removed, %" PRIu64 " cleared, %" PRIu64 " queries), %" PRIu64
-                 " filtered, %" PRIu64 " rejected",
-                 r->in, r->written, r->by_type[KVIX_EV_STORED], r->by_type[KVIX_EV_REMOVED],
-                 r->by_type[KVIX_EV_CLEARED], r->by_type[KVIX_EV_QUERY], r->filtered,
-                 r->rejected);
-}
-
 int main(int argc, char **argv)
 {
     cli_init(&tool);
@@ -191,11 +389,21 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     static replay r;
-    r.fmt = KVIX_FMT_NDJSON;
-    r.speed = 1;
-    r.pub_wait = 1;
-    r.wire = KVIX_WIRE_MAP;
     r.pos_fd = -1;
+    kvix_player_opts po = {
+        .fmt = KVIX_FMT_NDJSON,
+        .out = stdout,
+        .pub_wait = 1,
+        .stopping = stopping,
+        .on_note = on_note,
+        .on_record = on_record,
+        .ctx = &r,
+    };
+    kvix_filter_init(&po.filter);
+    kvix_pubset_config pc;
+    kvix_pubset_config_init(&pc);
+    pc.wire = KVIX_WIRE_MAP;
+    double speed = 1, rate = 0;
     mooncake_args mc = {0};
     kvix_mooncake_opts_init(&mc.o);
     int timing_set = 0, mooncake_only = 0;
@@ -206,54 +414,54 @@ int main(int argc, char **argv)
     while ((c = cli_next(argc, argv, &arg)) != -1) {
         switch (c) {
         case 'f':
-            if (kvix_format_parse(arg, &r.fmt) || r.fmt == KVIX_FMT_AUTO)
+            if (kvix_format_parse(arg, &po.fmt) || po.fmt == KVIX_FMT_AUTO)
                 cli_usage_error("bad %s: '%s' (ndjson or msgpack)", cli_opt_given(), arg);
             break;
-        case O_FAST: r.timing = KVIX_PACE_FAST; timing_set = 1; timing_opt[0] = "--fast"; break;
+        case O_FAST: po.timing = KVIX_PACE_FAST; timing_set = 1; timing_opt[0] = "--fast"; break;
         case 'x':
-            r.speed = cli_parse_double(arg, 1e-6, 1e9, "--speed");
-            r.timing = KVIX_PACE_RECORDED;
+            speed = cli_parse_double(arg, 1e-6, 1e9, "--speed");
+            po.timing = KVIX_PACE_RECORDED;
             timing_set = 1;
             timing_opt[1] = "--speed";
             break;
         case 'r':
-            r.rate = cli_parse_double(arg, 1e-6, 1e12, "--rate");
-            r.timing = KVIX_PACE_RATE;
+            rate = cli_parse_double(arg, 1e-6, 1e12, "--rate");
+            po.timing = KVIX_PACE_RATE;
             timing_set = 1;
             timing_opt[2] = "--rate";
             break;
-        case O_SINCE: parse_time(&r.filter.since, arg, "--since"); since_arg = arg; break;
-        case O_UNTIL: parse_time(&r.filter.until, arg, "--until"); until_arg = arg; break;
+        case O_SINCE: parse_time(&po.filter.since, arg, "--since"); since_arg = arg; break;
+        case O_UNTIL: parse_time(&po.filter.until, arg, "--until"); until_arg = arg; break;
         case O_SINCE_EID:
-            r.filter.since_eid = cli_parse_uint(arg, 0, UINT64_MAX, "--since-eid");
-            r.filter.has_since_eid = 1;
+            po.filter.since_eid = cli_parse_uint(arg, 0, UINT64_MAX, "--since-eid");
+            po.filter.has_since_eid = 1;
             break;
         case O_UNTIL_EID:
-            r.filter.until_eid = cli_parse_uint(arg, 0, UINT64_MAX, "--until-eid");
-            r.filter.has_until_eid = 1;
+            po.filter.until_eid = cli_parse_uint(arg, 0, UINT64_MAX, "--until-eid");
+            po.filter.has_until_eid = 1;
             break;
-        case 'w': parse_worker(&r, arg); break;
-        case O_NO_QUERIES: r.filter.no_queries = 1; break;
-        case 'n': r.limit = cli_parse_uint(arg, 1, UINT64_MAX, "--limit"); break;
-        case O_STRICT: r.strict = 1; break;
+        case 'w': parse_worker(&po.filter, r.wf_given, arg); break;
+        case O_NO_QUERIES: po.filter.no_queries = 1; break;
+        case 'n': po.limit = cli_parse_uint(arg, 1, UINT64_MAX, "--limit"); break;
+        case O_STRICT: po.strict = 1; break;
         case 'q': r.quiet = 1; break;
-        case O_PUB: r.pub = arg; break;
-        case O_MAP_FILE: r.map_file = arg; break;
-        case O_REPLAY_EP: r.replay_ep = arg; break;
+        case O_PUB: pc.pub = arg; break;
+        case O_MAP_FILE: pc.map_file = r.map_file = arg; break;
+        case O_REPLAY_EP: pc.replay = arg; break;
         case O_REPLAY_BUFFER:
-            r.replay_buffer = cli_parse_uint(arg, 1, KVIX_ENGINEPUB_BUFFER_MAX, "--replay-buffer");
+            pc.replay_buffer = cli_parse_uint(arg, 1, KVIX_ENGINEPUB_BUFFER_MAX, "--replay-buffer");
             break;
         case O_WIRE:
             if (strcmp(arg, "map") == 0)
-                r.wire = KVIX_WIRE_MAP;
+                pc.wire = KVIX_WIRE_MAP;
             else if (strcmp(arg, "array") == 0)
-                r.wire = KVIX_WIRE_ARRAY;
+                pc.wire = KVIX_WIRE_ARRAY;
             else
                 cli_usage_error("bad %s: '%s' (map or array)", cli_opt_given(), arg);
             break;
-        case O_TOPIC: r.topic = arg; break;
-        case O_PUB_WAIT: r.pub_wait = cli_parse_double(arg, 0, 86400, "--pub-wait"); break;
-        case O_PUB_HOLD: r.pub_hold = cli_parse_double(arg, 0, 86400, "--pub-hold"); break;
+        case O_TOPIC: pc.topic = arg; break;
+        case O_PUB_WAIT: po.pub_wait = cli_parse_double(arg, 0, 86400, "--pub-wait"); break;
+        case O_PUB_HOLD: po.pub_hold = cli_parse_double(arg, 0, 86400, "--pub-hold"); break;
         case O_MOONCAKE: mc.trace = arg; break;
         case O_WORKERS:
             mc.o.workers = (uint32_t)cli_parse_uint(arg, 1, KVIX_MOONCAKE_WORKERS_MAX, "--workers");
@@ -291,7 +499,7 @@ int main(int argc, char **argv)
                         timing_opt[1] ? timing_opt[1] : "",
                         timing_opt[1] && timing_opt[2] ? " and " : "",
                         timing_opt[2] ? timing_opt[2] : "");
-    const kvix_filter *fl = &r.filter;
+    const kvix_filter *fl = &po.filter;
     if (fl->since.set && fl->until.set && fl->since.relative == fl->until.relative &&
         fl->since.v > fl->until.v)
         cli_usage_error("--since %s is after --until %s: nothing would be kept", since_arg,
@@ -304,31 +512,33 @@ int main(int argc, char **argv)
                         "--final-state and --copies need --mooncake");
     if (mc.trace && optind < argc)
         cli_usage_error("--mooncake reads a trace, not logs: '%s'", argv[optind]);
-    if ((r.map_file || r.replay_ep || r.topic || r.replay_buffer) && !r.pub)
+    if ((pc.map_file || pc.replay || pc.topic || pc.replay_buffer) && !pc.pub)
         cli_usage_error("--map-file, --replay-endpoint, --replay-buffer and --topic need --pub");
-    if (r.pub && r.fmt == KVIX_FMT_MSGPACK)
+    if (pc.pub && po.fmt == KVIX_FMT_MSGPACK)
         cli_usage_error("--format applies to stdout, not to --pub");
-    if (r.pub)
-        open_pubs(&r); /* endpoints checked before any log is read */
+    int pub = pc.pub != NULL;
     if (mc.trace && !timing_set)
-        r.timing = KVIX_PACE_FAST; /* a generator: an hour of trace should not take an hour */
-    if (mc.trace && r.pub)
+        po.timing = KVIX_PACE_FAST; /* a generator: an hour of trace should not take an hour */
+    if (mc.trace && pub)
         mc.o.tokens = 1; /* engines send token ids */
     /* one progress line per terminal: kvreplay draws it when its output goes
      * down a pipe (or to publishers), not when it shares the terminal */
-    r.progress = !r.quiet && isatty(STDERR_FILENO) && (r.pub || !isatty(STDOUT_FILENO));
-    kvix_buf_init(&r.out);
-    kvix_pace_init(&r.pace, r.timing, r.timing == KVIX_PACE_RATE ? r.rate : r.speed);
+    r.progress = !r.quiet && isatty(STDERR_FILENO) && (pub || !isatty(STDOUT_FILENO));
+    po.factor = po.timing == KVIX_PACE_RATE ? rate : speed;
+    po.pub = pub ? &pc : NULL;
+    kvix_err err;
+    if (kvix_player_new(&r.p, &po, &err)) /* endpoints checked before any log is read */
+        pub_die(&err);
 
     int code = 0;
     if (mc.trace) {
-        code = run_mooncake(&r, &mc);
+        code = run_mooncake(&r, &mc, pub);
     } else {
         static char dash[] = "-";
         char *stdin_only[] = {dash};
         char **logs = optind < argc ? argv + optind : stdin_only;
         int nlogs = optind < argc ? argc - optind : 1;
-        if (r.pub) {
+        if (pub) {
             /* Publishers are bound before the first batch (subscribers must
              * know them all up front), so the logs are read twice; each is
              * bound, and the map file written, as soon as the first read
@@ -337,36 +547,44 @@ int main(int argc, char **argv)
                 if (strcmp(logs[i], "-") == 0)
                     cli_usage_error("--pub reads its logs twice: give files, not standard input");
             for (int i = 0; i < nlogs && !code && !interrupted; i++)
-                code = read_log(&r, logs[i], collect_pub, 1);
-            if (code || kvix_pubset_count(r.ps) == 0) {
+                code = play(&r, logs[i], true, NULL);
+            kvix_player_counts pc0;
+            kvix_player_counts_get(r.p, &pc0);
+            if (code || pc0.publishers == 0) {
                 if (!code && !r.quiet)
                     cli_warn("no events to publish");
-                r.pub_hold = 0;
-                stop_pubs(&r);
+                kvix_player_free(r.p); /* no --pub-hold: nothing was sent */
                 return cli_finish(code);
             }
-            start_pubs(&r);
+            if (kvix_player_start(r.p, &err))
+                pub_die(&err);
         }
         r.in_total = inputs_size(logs, nlogs);
         r.in_before = 0; /* the replay's read, after the publishers' scan */
         r.in_started = now_s();
-        for (int i = 0; i < nlogs && !r.stop && !r.fatal && !interrupted; i++) {
-            int c2 = read_log(&r, logs[i], emit_record, 0);
+        for (int i = 0; i < nlogs && !kvix_player_ended(r.p) && !interrupted; i++) {
+            int c2 = play(&r, logs[i], false, NULL);
             if (c2 && !code)
                 code = c2;
-            if (code == KVIX_EXIT_STRICT)
-                break;
         }
-        if (r.ps)
-            flush_batch(&r);
     }
+    kvix_player_end end = kvix_player_ended(r.p);
+    if (end == KVIX_PLAYER_WRITE_ERROR)
+        cli_warn("%s", kvix_player_error(r.p)->msg);
     progress(&r, 1);
-    stop_pubs(&r);
-    report(&r);
-    if (r.fatal && !code)
-        code = r.fatal;
-    if (!code && r.rejected)
+    kvix_player_finish(r.p); /* the last batch, --pub-hold */
+    if (kvix_player_ended(r.p) == KVIX_PLAYER_FAILED)
+        pub_die(kvix_player_error(r.p));
+    end = kvix_player_ended(r.p);
+    report(&r, pub);
+    kvix_player_counts cnt;
+    kvix_player_counts_get(r.p, &cnt);
+    if (!code && end == KVIX_PLAYER_STRICT)
+        code = KVIX_EXIT_STRICT;
+    if (!code && end == KVIX_PLAYER_WRITE_ERROR)
+        code = KVIX_EXIT_IO;
+    if (!code && cnt.rejected)
         code = KVIX_EXIT_REJECTED;
-    kvix_buf_release(&r.out);
+    kvix_player_free(r.p);
     return cli_finish(code);
 }
