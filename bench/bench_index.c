@@ -522,7 +522,7 @@ static void run_backend(const kvix_backend_ops *ops, unsigned jump, int bsearch,
         if (op_->type != KVIX_EV_QUERY)
             continue;
         kvix_qchain q = {W.qlocal + op_->off, canon, op_->n, 0};
-        hits.n = 0;
+        kvix_qhits_clear(&hits);
         double t0 = now();
         ops->query(be, &q, &hits, &err);
         double dt = now() - t0;
@@ -537,7 +537,7 @@ static void run_backend(const kvix_backend_ops *ops, unsigned jump, int bsearch,
     r->p999 = pct(&l, 0.999);
     r->max = l.n ? l.v[l.n - 1] : 0;
     free(l.v);
-    free(hits.v);
+    kvix_qhits_release(&hits);
     free(canon);
     ops->destroy(be);
 }

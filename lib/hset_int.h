@@ -103,26 +103,6 @@ static inline void kvix_wset_retire(kvix_wset *r, kvix_bmem *mem)
     kvix_rcu_free(&r->rcu);
 }
 
-/* Append a hit of `blocks` blocks (all on gpu until tiers are counted) for
- * slot s: in place while there is room, through kvix_qhits_push to grow. */
-static inline int kvix_hit_push(kvix_qhits *out, uint32_t s, uint32_t blocks, kvix_err *err)
-{
-    if (__builtin_expect(out->n < out->cap, 1)) {
-        kvix_qhit *h = &out->v[out->n++];
-        memset(h, 0, sizeof *h);
-        h->slot = s;
-        h->blocks = blocks;
-        h->tier_blocks[KVIX_MEDIUM_GPU] = blocks;
-        return KVIX_OK;
-    }
-    kvix_qhit hit;
-    memset(&hit, 0, sizeof hit);
-    hit.slot = s;
-    hit.blocks = blocks;
-    hit.tier_blocks[KVIX_MEDIUM_GPU] = blocks;
-    return kvix_qhits_push(out, &hit, err);
-}
-
 /* Inline ids: four 16-bit lanes of one word (slots are below KVIX_SLOTS_MAX
  * = 2^16), so a reader loads all four at once, a state of the set. A free
  * lane is 0xffff, so slot 0xffff is never kept inline (a set it joins goes

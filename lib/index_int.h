@@ -58,24 +58,43 @@ static inline uint64_t kvix_qchain_at(kvix_qchain *q, size_t i)
     return q->canon[i];
 }
 
-/* One matched slot of a query. */
+/* One matched slot of a query: its matched contiguous prefix, any tier. */
 typedef struct kvix_qhit {
     uint32_t slot;
-    uint32_t blocks;                         /* matched contiguous prefix, any tier */
-    uint32_t tier_blocks[KVIX_MEDIUM_COUNT]; /* of those, held per tier */
+    uint32_t blocks;
 } kvix_qhit;
 
 /* Where a backend writes its hits; owned by the caller, grown by the backend
- * through kvix_qhits_push. */
+ * through kvix_qhits_push / _reserve. Per-tier counts exist only when the
+ * backend has a block held off gpu (kvix_qhits_tiers): else every hit holds
+ * its blocks on gpu, and nothing per hit is written or read for tiers. */
 typedef struct kvix_qhits {
     kvix_qhit *v;
     size_t n, cap;
+    /* NULL: every hit on gpu. Else hit i's blocks per tier, tier[i] (room
+     * for cap hits); points into tbuf. */
+    uint32_t (*tier)[KVIX_MEDIUM_COUNT];
+    void *tbuf; /* the per-tier counts' buffer, kept across queries */
+    size_t tcap;
 } kvix_qhits;
 
-int kvix_qhits_push(kvix_qhits *h, const kvix_qhit *hit, kvix_err *err);
+/* Append a hit (on gpu, or tier[] = {blocks on gpu} when counts exist). */
+int kvix_qhits_push(kvix_qhits *h, uint32_t slot, uint32_t blocks, kvix_err *err);
 /* Room for n more hits past h->n (the backend then writes them and adds n
- * to h->n). */
+ * to h->n; with counts, their tier rows too). */
 int kvix_qhits_reserve(kvix_qhits *h, size_t n, kvix_err *err);
+/* Per-tier counts from now on: each hit so far gets {blocks on gpu}. */
+int kvix_qhits_tiers(kvix_qhits *h, kvix_err *err);
+/* Before each query on reused hits: none, and no per-tier counts. */
+static inline void kvix_qhits_clear(kvix_qhits *h)
+{
+    h->n = 0;
+    h->tier = NULL;
+}
+
+/* Free what the hits hold (tests, benchmarks; the index's answers keep
+ * theirs across queries). */
+void kvix_qhits_release(kvix_qhits *h);
 
 /* A canonical block as a backend node keeps it, given to add and read back
  * through the node's handle (kvix_backend_ops.info). */

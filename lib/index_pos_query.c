@@ -33,8 +33,7 @@ static void push_list(qctx *c, const uint32_t *v, uint32_t n, uint32_t blocks)
         return;
     kvix_qhit *h = c->out->v + c->out->n;
     for (uint32_t k = 0; k < n; k++)
-        h[k] = (kvix_qhit){.slot = v[k], .blocks = blocks,
-                           .tier_blocks = {[KVIX_MEDIUM_GPU] = blocks}};
+        h[k] = (kvix_qhit){v[k], blocks};
     c->out->n += n;
 }
 
@@ -102,6 +101,8 @@ static void scan(qctx *c, uint32_t *d, uint32_t nd, uint32_t lo, uint32_t hi)
 static void count_tiers(qctx *c, size_t first)
 {
     kvix_qhits *out = c->out;
+    if ((c->rc = kvix_qhits_tiers(out, c->err)))
+        return;
     uint32_t maxlen = 0;
     for (size_t k = first; k < out->n; k++)
         if (out->v[k].blocks > maxlen)
@@ -112,13 +113,14 @@ static void count_tiers(qctx *c, size_t first)
         if (!ts)
             continue;
         for (size_t k = first; k < out->n; k++) {
-            kvix_qhit *hit = &out->v[k];
+            const kvix_qhit *hit = &out->v[k];
+            uint32_t *tb = out->tier[k];
             if (hit->blocks <= pos)
                 continue;
             if (!kvix_tset_has(ts, hit->slot, KVIX_MEDIUM_GPU))
-                hit->tier_blocks[KVIX_MEDIUM_GPU]--;
+                tb[KVIX_MEDIUM_GPU]--;
             for (unsigned t = 1; t < KVIX_MEDIUM_COUNT; t++)
-                hit->tier_blocks[t] += (uint32_t)kvix_tset_has(ts, hit->slot, t);
+                tb[t] += (uint32_t)kvix_tset_has(ts, hit->slot, t);
         }
     }
 }

@@ -16,36 +16,73 @@ void kvix_answer_release(kvix_answer *ans)
     free(ans->scores_buf);
     free(ans->scratch);
     free(ans->hits);
+    free(ans->hit_tiers);
     kvix_answer_init(ans);
+}
+
+/* Room for cap hits' tier rows (copying the n in use). */
+static int tiers_grow(kvix_qhits *h, size_t cap, kvix_err *err)
+{
+    if (h->tcap >= cap) {
+        h->tier = h->tbuf;
+        return KVIX_OK;
+    }
+    void *t = realloc(h->tbuf, cap * sizeof *h->tier);
+    if (!t)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for query hits");
+    h->tbuf = t;
+    h->tcap = cap;
+    h->tier = t;
+    return KVIX_OK;
 }
 
 int kvix_qhits_reserve(kvix_qhits *h, size_t n, kvix_err *err)
 {
-    if (h->cap - h->n >= n)
-        return KVIX_OK;
-    size_t cap = h->cap ? h->cap : 16;
-    while (cap - h->n < n)
-        cap *= 2;
-    kvix_qhit *v = realloc(h->v, cap * sizeof *v);
-    if (!v)
-        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for query hits");
-    h->v = v;
-    h->cap = cap;
-    return KVIX_OK;
-}
-
-int kvix_qhits_push(kvix_qhits *h, const kvix_qhit *hit, kvix_err *err)
-{
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 16;
+    if (h->cap - h->n < n) {
+        size_t cap = h->cap ? h->cap : 16;
+        while (cap - h->n < n)
+            cap *= 2;
         kvix_qhit *v = realloc(h->v, cap * sizeof *v);
         if (!v)
             return kvix_err_set(err, KVIX_ENOMEM, "out of memory for query hits");
         h->v = v;
         h->cap = cap;
     }
-    h->v[h->n++] = *hit;
+    return h->tier ? tiers_grow(h, h->cap, err) : KVIX_OK;
+}
+
+int kvix_qhits_push(kvix_qhits *h, uint32_t slot, uint32_t blocks, kvix_err *err)
+{
+    if (h->n == h->cap || (h->tier && h->tcap <= h->n)) {
+        int rc = kvix_qhits_reserve(h, 1, err);
+        if (rc)
+            return rc;
+    }
+    if (h->tier)
+        memcpy(h->tier[h->n], (uint32_t[KVIX_MEDIUM_COUNT]){[KVIX_MEDIUM_GPU] = blocks},
+               sizeof h->tier[h->n]);
+    h->v[h->n++] = (kvix_qhit){slot, blocks};
     return KVIX_OK;
+}
+
+int kvix_qhits_tiers(kvix_qhits *h, kvix_err *err)
+{
+    if (h->tier)
+        return KVIX_OK;
+    int rc = tiers_grow(h, h->cap ? h->cap : 16, err);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < h->n; i++)
+        memcpy(h->tier[i], (uint32_t[KVIX_MEDIUM_COUNT]){[KVIX_MEDIUM_GPU] = h->v[i].blocks},
+               sizeof h->tier[i]);
+    return KVIX_OK;
+}
+
+void kvix_qhits_release(kvix_qhits *h)
+{
+    free(h->v);
+    free(h->tbuf);
+    memset(h, 0, sizeof *h);
 }
 
 static int scratch_reserve(kvix_answer *ans, size_t n, kvix_err *err)
@@ -185,28 +222,40 @@ typedef struct qent {
     const kvix_qhit *h;
 } qent;
 
-static inline void score_set(kvix_score *s, const wstate *w, const kvix_qhit *h,
+static inline void score_set(kvix_score *s, const wstate *w, const uint32_t *tier,
                              uint32_t blocks)
 {
     s->worker = w->worker;
     s->dp = w->dp;
     s->blocks = blocks;
     s->held = __atomic_load_n(&w->held, __ATOMIC_RELAXED);
-    memcpy(s->tier_blocks, h->tier_blocks, sizeof s->tier_blocks);
+    memcpy(s->tier_blocks, tier, sizeof s->tier_blocks);
+}
+
+/* Hit h's per-tier counts: its row, or gpu (all its blocks on gpu) when the
+ * backend counted none; tiered is a constant where it is inlined. */
+static inline const uint32_t *hit_tier(const kvix_qhits *hs, const kvix_qhit *h,
+                                       const uint32_t *gpu, const int tiered)
+{
+    return tiered ? hs->tier[h - hs->v] : gpu;
 }
 
 /* Write run r's scores (mapped through sm; hits of gone slots skipped) into
  * v in (worker, dp) order; e: scratch for as many entries as the run has
  * hits, tmp: for as many scores (they may overlap: e is read before tmp is
  * written). Returns how many. */
-static size_t emit_run(const hrun *r, slotmap sm, kvix_score *v, qent *e, kvix_score *tmp)
+static inline __attribute__((always_inline)) size_t
+emit_run_t(const hrun *r, const kvix_qhits *hs, slotmap sm, kvix_score *v, qent *e,
+           kvix_score *tmp, const int tiered)
 {
+    uint32_t gpu[KVIX_MEDIUM_COUNT] = {0};
+    gpu[KVIX_MEDIUM_GPU] = r->blocks;
     size_t n = 0;
     if (r->end - r->h < RADIX_MIN) {
         for (const kvix_qhit *h = r->h; h < r->end; h++) {
             const wstate *w = slotmap_ws(sm, h->slot);
             if (w)
-                score_set(&v[n++], w, h, r->blocks);
+                score_set(&v[n++], w, hit_tier(hs, h, gpu, tiered), r->blocks);
         }
         insertion_sort_scores(v, n);
         return n;
@@ -233,17 +282,23 @@ static size_t emit_run(const hrun *r, slotmap sm, kvix_score *v, qent *e, kvix_s
             sum += x;
         }
         for (size_t i = 0; i < n; i++)
-            score_set(&v[c[e[i].w->worker & 0xff]++], e[i].w, e[i].h, r->blocks);
+            score_set(&v[c[e[i].w->worker & 0xff]++], e[i].w, hit_tier(hs, e[i].h, gpu, tiered), r->blocks);
         return n;
     }
     for (size_t i = 0; i < n; i++)
-        score_set(&v[i], e[i].w, e[i].h, r->blocks);
+        score_set(&v[i], e[i].w, hit_tier(hs, e[i].h, gpu, tiered), r->blocks);
     uint64_t nb = (uint32_t)~r->blocks;
     keybits kb = {{or_dp, or_w, nb}, {and_dp, and_w, nb}};
     kvix_score *s = sort_scores(v, tmp, n, &kb);
     if (s != v)
         memcpy(v, s, n * sizeof *v);
     return n;
+}
+
+static size_t emit_run(const hrun *r, const kvix_qhits *hs, slotmap sm, kvix_score *v, qent *e,
+                       kvix_score *tmp)
+{
+    return hs->tier ? emit_run_t(r, hs, sm, v, e, tmp, 1) : emit_run_t(r, hs, sm, v, e, tmp, 0);
 }
 
 /* The hits' runs, longest first, into runs (RUNS_MAX); 0 when they do not
@@ -292,10 +347,12 @@ static int query_part_rcu(part *p, const uint64_t *local, uint64_t *canon, size_
     if (!n || !be)
         return KVIX_OK;
     kvix_qchain q = {local, canon, n, 0};
-    kvix_qhits hits = {ans->hits, 0, ans->hits_cap};
+    kvix_qhits hits = {ans->hits, 0, ans->hits_cap, NULL, ans->hit_tiers, ans->hit_tiers_cap};
     int rc = p->ops->query(be, &q, &hits, err);
     ans->hits = hits.v;
     ans->hits_cap = hits.cap;
+    ans->hit_tiers = hits.tbuf;
+    ans->hit_tiers_cap = hits.tcap;
     if (rc || !hits.n)
         return rc;
     /* Twice the scores: the answer in the lower half, entries or the sort's
@@ -316,7 +373,7 @@ static int query_part_rcu(part *p, const uint64_t *local, uint64_t *canon, size_
     size_t ns = 0;
     if (nr) {
         for (unsigned i = 0; i < nr; i++)
-            ns += emit_run(&runs[i], sm, v + ns, (qent *)(void *)up, up);
+            ns += emit_run(&runs[i], &hits, sm, v + ns, (qent *)(void *)up, up);
         ans->nscores = ns;
         return KVIX_OK;
     }
@@ -326,7 +383,9 @@ static int query_part_rcu(part *p, const uint64_t *local, uint64_t *canon, size_
         if (!w)
             continue;
         kvix_score *s = &v[ns++];
-        score_set(s, w, h, h->blocks);
+        uint32_t gpu[KVIX_MEDIUM_COUNT] = {0};
+        gpu[KVIX_MEDIUM_GPU] = h->blocks;
+        score_set(s, w, hits.tier ? hits.tier[h - hits.v] : gpu, h->blocks);
         uint64_t dp = s->dp, wk = s->worker, nb = (uint32_t)~s->blocks;
         kb.or_[0] |= dp;
         kb.and_[0] &= dp;

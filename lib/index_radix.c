@@ -397,7 +397,7 @@ static int push_list(kvix_qhits *out, const uint32_t *v, uint32_t n, uint32_t bl
                      kvix_err *err)
 {
     for (uint32_t k = 0; k < n; k++) {
-        int rc = kvix_hit_push(out, v[k], blocks, err);
+        int rc = kvix_qhits_push(out, v[k], blocks, err);
         if (rc < 0)
             return rc;
     }
@@ -471,17 +471,20 @@ static int radix_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err
     /* the rest matched up to where the tree or the query ended */
     if ((rc = push_list(out, cand, nc, i, err)) < 0)
         goto done;
-    if (tiered) {
+    if (tiered && out->n > first) {
+        if ((rc = kvix_qhits_tiers(out, err)) < 0)
+            goto done;
         for (size_t h = first; h < out->n; h++) {
-            kvix_qhit *hit = &out->v[h];
+            const kvix_qhit *hit = &out->v[h];
+            uint32_t *tb = out->tier[h];
             for (uint32_t pos = 0; pos < hit->blocks; pos++) {
                 kvix_tset *ts = kvix_hs_tset(&path[pos]->h);
                 if (!ts)
                     continue;
                 if (!kvix_tset_has(ts, hit->slot, KVIX_MEDIUM_GPU))
-                    hit->tier_blocks[KVIX_MEDIUM_GPU]--;
+                    tb[KVIX_MEDIUM_GPU]--;
                 for (unsigned t = 1; t < KVIX_MEDIUM_COUNT; t++)
-                    hit->tier_blocks[t] += (uint32_t)kvix_tset_has(ts, hit->slot, t);
+                    tb[t] += (uint32_t)kvix_tset_has(ts, hit->slot, t);
             }
         }
     }

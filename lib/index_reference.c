@@ -176,11 +176,11 @@ static void ref_info(void *be, const void *node, kvix_binfo *out)
     *out = ((const refnode *)node)->b;
 }
 
-static void count_tiers(kvix_qhit *hit, uint32_t tiers)
+static void count_tiers(uint32_t *tb, uint32_t tiers)
 {
     for (unsigned t = 0; t < KVIX_MEDIUM_COUNT; t++)
         if (tiers & (1u << t))
-            hit->tier_blocks[t]++;
+            tb[t]++;
 }
 
 static int ref_query(void *be, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
@@ -194,14 +194,15 @@ static int ref_query(void *be, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
     uint64_t key[2] = {0, kvix_qchain_at(q, 0)};
     refnode *const *np = kvix_hmap_get(&r->map, key);
     const holders *h = np ? &(*np)->h : NULL;
+    /* Counts per tier always: the reference is the model, not the fast path. */
+    if (h && h->n && (rc = kvix_qhits_tiers(out, err)))
+        goto out;
     for (uint32_t i = 0; h && i < h->n; i++) {
-        kvix_qhit hit;
-        memset(&hit, 0, sizeof hit);
-        hit.slot = h->v[i].slot;
-        hit.blocks = 1;
-        count_tiers(&hit, h->v[i].tiers);
-        if ((rc = kvix_qhits_push(out, &hit, err)))
+        if ((rc = kvix_qhits_push(out, h->v[i].slot, 1, err)))
             goto out;
+        uint32_t *tb = out->tier[out->n - 1];
+        memset(tb, 0, sizeof out->tier[0]);
+        count_tiers(tb, h->v[i].tiers);
     }
     /* A hit is still extending while its blocks equal the position reached. */
     for (size_t pos = 1; pos < q->n && out->n > base; pos++) {
@@ -219,7 +220,7 @@ static int ref_query(void *be, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
             uint32_t i = hfind(h, hit->slot);
             if (i < h->n && h->v[i].slot == hit->slot) {
                 hit->blocks++;
-                count_tiers(hit, h->v[i].tiers);
+                count_tiers(out->tier[j], h->v[i].tiers);
                 alive++;
             }
         }

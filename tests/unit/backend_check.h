@@ -150,6 +150,40 @@ static int bc_hit_cmp(const void *a, const void *b)
     return x->slot < y->slot ? -1 : x->slot > y->slot;
 }
 
+/* A hit with its per-tier counts (kvix_qhits keeps them apart, and only
+ * when the backend has blocks off gpu). */
+typedef struct bc_hit {
+    uint32_t slot, blocks;
+    uint32_t tier_blocks[KVIX_MEDIUM_COUNT];
+} bc_hit;
+
+static int bc_row_cmp(const void *a, const void *b)
+{
+    const bc_hit *x = a, *y = b;
+    return x->slot < y->slot ? -1 : x->slot > y->slot;
+}
+
+static inline void bc_hit_get(const kvix_qhits *hs, size_t i, bc_hit *out)
+{
+    out->slot = hs->v[i].slot;
+    out->blocks = hs->v[i].blocks;
+    memset(out->tier_blocks, 0, sizeof out->tier_blocks);
+    if (hs->tier)
+        memcpy(out->tier_blocks, hs->tier[i], sizeof out->tier_blocks);
+    else
+        out->tier_blocks[KVIX_MEDIUM_GPU] = out->blocks;
+}
+
+/* The hits as rows, sorted by slot (caller frees). */
+static inline bc_hit *bc_rows(const kvix_qhits *hs)
+{
+    bc_hit *r = calloc(hs->n + 1, sizeof *r);
+    for (size_t i = 0; i < hs->n; i++)
+        bc_hit_get(hs, i, &r[i]);
+    qsort(r, hs->n, sizeof *r, bc_row_cmp);
+    return r;
+}
+
 /* Run the query on the backend and on the model; 1 when they agree. */
 static inline int bc_query_check(const kvix_backend_ops *ops, void *be, const bc_model *m,
                                  const uint64_t *local, size_t n, const char *what)
@@ -159,8 +193,7 @@ static inline int bc_query_check(const kvix_backend_ops *ops, void *be, const bc
     kvix_qhits hits = {0};
     kvix_err err;
     int ok = ops->query(be, &q, &hits, &err) == KVIX_OK;
-    if (hits.n)
-        qsort(hits.v, hits.n, sizeof *hits.v, bc_hit_cmp);
+    bc_hit *rows = bc_rows(&hits);
     int *at = malloc((n + 1) * sizeof *at);
     for (size_t i = 0; i < n; i++)
         at[i] = bc_find(m, (uint32_t)i, kvix_qchain_at(&q, i));
@@ -176,19 +209,19 @@ static inline int bc_query_check(const kvix_backend_ops *ops, void *be, const bc
             len++;
         }
         if (len == 0) {
-            if (hi < hits.n && hits.v[hi].slot == (uint32_t)s) {
+            if (hi < hits.n && rows[hi].slot == (uint32_t)s) {
                 printf("#   %s: slot %d: backend says %u blocks, model 0\n", what, s,
-                       hits.v[hi].blocks);
+                       rows[hi].blocks);
                 ok = 0;
             }
             continue;
         }
-        if (hi >= hits.n || hits.v[hi].slot != (uint32_t)s) {
+        if (hi >= hits.n || rows[hi].slot != (uint32_t)s) {
             printf("#   %s: slot %d: backend has no hit, model %u blocks\n", what, s, len);
             ok = 0;
             continue;
         }
-        const kvix_qhit *h = &hits.v[hi++];
+        const bc_hit *h = &rows[hi++];
         if (h->blocks != len ||
             memcmp(h->tier_blocks, tiers, sizeof tiers) != 0) {
             printf("#   %s: slot %d: backend %u blocks (%u/%u/%u/%u), model %u (%u/%u/%u/%u)\n",
@@ -201,7 +234,8 @@ static inline int bc_query_check(const kvix_backend_ops *ops, void *be, const bc
         printf("#   %s: %zu extra hits\n", what, hits.n - hi);
         ok = 0;
     }
-    free(hits.v);
+    free(rows);
+    kvix_qhits_release(&hits);
     free(canon);
     free(at);
     return ok;
@@ -338,7 +372,7 @@ static inline void bc_scenario_collision(const kvix_backend_ops *ops, unsigned j
         CHECK_U64(hits.v[1].slot, 2);
         CHECK_U64(hits.v[1].blocks, 1);
     }
-    free(hits.v);
+    kvix_qhits_release(&hits);
     ops->destroy(be);
 }
 
@@ -511,7 +545,7 @@ static void *bc_mt_reader(void *arg)
             n = bc_path(t->m, (int)(bc_rand(&rng) % (uint64_t)t->m->nnodes), local, 600, 2, &rng);
         }
         kvix_qchain q = {local, canon, n, 0};
-        hits.n = 0;
+        kvix_qhits_clear(&hits);
         if (t->ops->query(t->be, &q, &hits, &err) != KVIX_OK) {
             atomic_fetch_add(t->bad, 1);
             continue;
@@ -519,7 +553,9 @@ static void *bc_mt_reader(void *arg)
         atomic_fetch_add(t->queries, 1);
         int found0 = 0;
         for (size_t i = 0; i < hits.n; i++) {
-            const kvix_qhit *h = &hits.v[i];
+            bc_hit row;
+            bc_hit_get(&hits, i, &row);
+            const bc_hit *h = &row;
             uint32_t sum = 0;
             for (unsigned u = 0; u < KVIX_MEDIUM_COUNT; u++)
                 sum += h->tier_blocks[u];
@@ -540,7 +576,7 @@ static void *bc_mt_reader(void *arg)
         if (stable && !found0)
             atomic_fetch_add(t->bad, 1);
     } while (atomic_load(t->writers_left) > 0);
-    free(hits.v);
+    kvix_qhits_release(&hits);
     free(seen);
     return NULL;
 }
