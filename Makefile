@@ -122,9 +122,10 @@ $(FAILALLOC): $(KVINDEX_OBJ) $(BUILD)/obj/tests/failalloc/failalloc.o $(CLI_OBJ)
 	    $(KVINDEX_OBJ) $(BUILD)/obj/tests/failalloc/failalloc.o $(CLI_OBJ) \
 	    $(LIBKVIX) $(LIBS)
 
-$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBKVIX)
+# benches parse their numbers with the tools' checked parsers (cmd/cli.h)
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(CLI_OBJ) $(LIBKVIX)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(LIBKVIX) $(LIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(CLI_OBJ) $(LIBKVIX) $(LIBS)
 
 $(BUILD)/bench/kvbench: $(BUILD)/obj/bench/kvbench.o $(KVBENCH_PART_OBJ) $(LIBKVIX)
 	@mkdir -p $(dir $@)

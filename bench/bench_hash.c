@@ -12,6 +12,7 @@
 #include <time.h>
 #include <xxhash.h>
 
+#include "../cmd/cli.h"
 #include "kvix/hash.h"
 
 static double now(void)
@@ -35,14 +36,18 @@ static double median(double *v, int n)
 
 static volatile uint64_t sink; /* keeps the hashing from being optimised away */
 
+static const cli_tool tool = {.name = "bench_hash"}; /* messages only */
+
 int main(int argc, char **argv)
 {
-    size_t ntok = (size_t)(argc > 1 ? atof(argv[1]) : 16) * 1000000;
-    int runs = argc > 2 ? atoi(argv[2]) : 7;
-    if (ntok < 1024 || runs < 1 || runs > 101) {
+    cli_init(&tool);
+    if (argc > 3) {
         fprintf(stderr, "usage: bench_hash [MTOKENS >= 0.001] [RUNS 1..101]\n");
         return 2;
     }
+    size_t ntok = (size_t)(argc > 1 ? cli_parse_double(argv[1], 0.001, 1024, "MTOKENS") : 16) *
+                  1000000;
+    int runs = argc > 2 ? (int)cli_parse_uint(argv[2], 1, 101, "RUNS") : 7;
     uint32_t *tok = malloc(ntok * sizeof *tok);
     uint64_t *local = malloc((ntok / 16 + 1) * sizeof *local);
     uint64_t *seq = malloc((ntok / 16 + 1) * sizeof *seq);

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../cmd/cli.h"
 #include "index_int.h"
 #include "kvix/hash.h"
 #include "kvix/index.h"
@@ -552,17 +553,20 @@ static void run_backend(const kvix_backend_ops *ops, unsigned jump, int bsearch,
         median(v_, (n));                                                      \
     })
 
+static const cli_tool tool = {.name = "bench_index"}; /* messages only */
+
 int main(int argc, char **argv)
 {
+    cli_init(&tool);
     int runs = 5, opt, profile = 0, pjump = 0, pbs = 1;
     size_t requests = 200000;
     while ((opt = getopt(argc, argv, "r:n:qp:j:s:")) != -1) {
         switch (opt) {
-        case 'j': pjump = atoi(optarg); break;
-        case 's': pbs = atoi(optarg); break;
-        case 'p': profile = atoi(optarg); break;
-        case 'r': runs = atoi(optarg); break;
-        case 'n': requests = strtoull(optarg, NULL, 10); break;
+        case 'j': pjump = (int)cli_parse_uint(optarg, 0, 65536, "-j"); break;
+        case 's': pbs = (int)cli_parse_uint(optarg, 0, 1, "-s"); break;
+        case 'p': profile = (int)cli_parse_uint(optarg, 1, 6, "-p"); break;
+        case 'r': runs = (int)cli_parse_uint(optarg, 1, 64, "-r"); break;
+        case 'n': requests = cli_parse_uint(optarg, 1, UINT32_MAX, "-n"); break;
         case 'q': requests = 30000; break;
         default:
             fprintf(stderr, "usage: bench_index [-r RUNS] [-n REQUESTS] [-q] [-p 1..6 [-j JUMP] [-s 0|1]]\n");

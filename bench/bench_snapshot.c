@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../cmd/cli.h"
 #include "kvix/snapshot.h"
 #include "../tests/unit/snapshot_gen.h"
 
@@ -138,8 +139,11 @@ static double replay(kvix_snapshot *s, kvix_backend be, size_t *blocks, double *
     return t;
 }
 
+static const cli_tool tool = {.name = "bench_snapshot"}; /* messages only */
+
 int main(int argc, char **argv)
 {
+    cli_init(&tool);
     size_t entries = 10000000;
     int runs = 3;
     const char *dir = "/tmp", *keep = NULL;
@@ -147,8 +151,8 @@ int main(int argc, char **argv)
     int c;
     while ((c = getopt(argc, argv, "n:r:d:b:k:")) != -1) {
         switch (c) {
-        case 'n': entries = strtoull(optarg, NULL, 10); break;
-        case 'r': runs = atoi(optarg); break;
+        case 'n': entries = cli_parse_uint(optarg, 1, UINT32_MAX, "-n"); break;
+        case 'r': runs = (int)cli_parse_uint(optarg, 1, 101, "-r"); break;
         case 'd': dir = optarg; break;
         case 'k': keep = optarg; break;
         case 'b':

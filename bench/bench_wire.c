@@ -17,6 +17,7 @@
 #include <time.h>
 #include <zmq.h>
 
+#include "../cmd/cli.h"
 #include "kvix/buf.h"
 #include "kvix/event.h"
 #include "kvix/stream.h"
@@ -185,8 +186,11 @@ static int run_pub(const char *endpoint)
     return 0;
 }
 
+static const cli_tool tool = {.name = "bench_wire"}; /* messages only */
+
 int main(int argc, char **argv)
 {
+    cli_init(&tool);
     if (argc < 2) {
         fprintf(stderr, "usage: bench_wire decode|pub [ENDPOINT] [-n N] [-e E] [-k K] [-b BS] "
                         "[-s map|array]\n");
@@ -199,13 +203,13 @@ int main(int argc, char **argv)
     for (; i + 1 < argc; i += 2) {
         const char *o = argv[i], *v = argv[i + 1];
         if (!strcmp(o, "-n"))
-            nbatches = strtoull(v, NULL, 10);
+            nbatches = cli_parse_uint(v, 1, UINT32_MAX, "-n");
         else if (!strcmp(o, "-e"))
-            nevents = strtoull(v, NULL, 10);
+            nevents = cli_parse_uint(v, 1, 65536, "-e");
         else if (!strcmp(o, "-k"))
-            nblocks = strtoull(v, NULL, 10);
+            nblocks = cli_parse_uint(v, 1, 65536, "-k");
         else if (!strcmp(o, "-b"))
-            bs = strtoull(v, NULL, 10);
+            bs = cli_parse_uint(v, 1, 65536, "-b");
         else if (!strcmp(o, "-s"))
             style = !strcmp(v, "array") ? KVIX_WIRE_ARRAY : KVIX_WIRE_MAP;
     }
