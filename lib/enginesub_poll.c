@@ -236,33 +236,32 @@ static void close_frames(zmq_msg_t *f, int nf)
         zmq_msg_close(&f[i]);
 }
 
-static void bad_live(kvix_enginesub *s, sub *b, zmq_msg_t *f, int nf)
+/* A message not framed as the wire says: counted and noted, with the frame
+ * count (seq NULL) or the size of its seq frame. */
+static void bad_frames(kvix_enginesub *s, sub *b, const char *kind, int nf, const char *frames,
+                       const zmq_msg_t *seq)
 {
     s->c.bad_frames++;
-    if (nf != 3)
+    if (!seq)
         esub_note(s, KVIX_ENGINESUB_BAD_FRAMES, b,
-             "worker %" PRIu64 ": message of %d frames from %s dropped (expected topic, seq, "
-             "payload)",
-             b->spec.worker, nf, b->spec.endpoint);
+                  "worker %" PRIu64 ": %smessage of %d frames from %s dropped (expected %s)",
+                  b->spec.worker, kind, nf, b->spec.endpoint, frames);
     else
         esub_note(s, KVIX_ENGINESUB_BAD_FRAMES, b,
-             "worker %" PRIu64 ": message from %s dropped: seq frame of %zu bytes (expected 8)",
-             b->spec.worker, b->spec.endpoint, zmq_msg_size(&f[1]));
+                  "worker %" PRIu64 ": %smessage from %s dropped: seq frame of %zu bytes "
+                  "(expected 8)",
+                  b->spec.worker, kind, b->spec.endpoint, zmq_msg_size((zmq_msg_t *)seq));
+}
+
+static void bad_live(kvix_enginesub *s, sub *b, zmq_msg_t *f, int nf)
+{
+    bad_frames(s, b, "", nf, "topic, seq, payload", nf != 3 ? NULL : &f[1]);
 }
 
 static void bad_reply(kvix_enginesub *s, sub *b, zmq_msg_t *f, int nf)
 {
-    s->c.bad_frames++;
-    if ((nf != 3 && nf != 4) || zmq_msg_size(&f[0]) != 0)
-        esub_note(s, KVIX_ENGINESUB_BAD_FRAMES, b,
-             "worker %" PRIu64 ": replay message of %d frames from %s dropped (expected \"\", "
-             "[topic,] seq, payload)",
-             b->spec.worker, nf, b->spec.endpoint);
-    else
-        esub_note(s, KVIX_ENGINESUB_BAD_FRAMES, b,
-             "worker %" PRIu64 ": replay message from %s dropped: seq frame of %zu bytes "
-             "(expected 8)",
-             b->spec.worker, b->spec.endpoint, zmq_msg_size(&f[nf - 2]));
+    int framed = (nf == 3 || nf == 4) && zmq_msg_size(&f[0]) == 0;
+    bad_frames(s, b, "replay ", nf, "\"\", [topic,] seq, payload", framed ? &f[nf - 2] : NULL);
 }
 
 static int on_live(kvix_enginesub *s, sub *b, zmq_msg_t *f, int nf, uint64_t now)

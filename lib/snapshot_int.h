@@ -4,6 +4,7 @@
 #ifndef KVIX_SNAPSHOT_INT_H
 #define KVIX_SNAPSHOT_INT_H
 
+#include <endian.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -24,46 +25,32 @@
 
 /* ---- little-endian fields --------------------------------------------- */
 
+/* endian.h's conversions are no-ops on a little-endian host, and the
+ * memcpy is one load or store there */
 static inline void put32(unsigned char *p, uint32_t v)
 {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = htole32(v);
     memcpy(p, &v, 4);
-#else
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-#endif
 }
 
 static inline void put64(unsigned char *p, uint64_t v)
 {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = htole64(v);
     memcpy(p, &v, 8);
-#else
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-#endif
 }
 
 static inline uint32_t get32(const unsigned char *p)
 {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     uint32_t v;
     memcpy(&v, p, 4);
-    return v;
-#else
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-#endif
+    return le32toh(v);
 }
 
 static inline uint64_t get64(const unsigned char *p)
 {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     uint64_t v;
     memcpy(&v, p, 8);
-    return v;
-#else
-    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-#endif
+    return le64toh(v);
 }
 
 /* ---- shared checks (snapshot.c) ------------------------------------------ */
