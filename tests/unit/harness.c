@@ -1,5 +1,7 @@
+#define _GNU_SOURCE
 #include "harness.h"
 
+#include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +56,14 @@ uint64_t th_seed(void)
     return s ? strtoull(s, NULL, 0) : UINT64_C(0x6b766978);
 }
 
+uint64_t th_splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
 double th_scale(void)
 {
     const char *s = getenv("KVIX_TEST_SCALE");
@@ -81,6 +91,37 @@ const char *th_fixture_dir(void)
     return "tests/fixtures";
 }
 
+static char scratch[PATH_MAX];
+
+const char *th_dir(void)
+{
+    if (!scratch[0]) {
+        const char *t = getenv("TMPDIR");
+        snprintf(scratch, sizeof scratch, "%s/kvix-unit.XXXXXX", t && *t ? t : "/tmp");
+        if (!mkdtemp(scratch)) {
+            perror("harness: mkdtemp");
+            abort();
+        }
+    }
+    return scratch;
+}
+
+const char *th_path(const char *name)
+{
+    static __thread char p[4][PATH_MAX];
+    static __thread int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", th_dir(), name);
+    return p[k];
+}
+
+static int drop_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int passed = 0, failed = 0;
@@ -99,6 +140,10 @@ int main(int argc, char **argv)
         }
         fflush(stdout);
     }
+    if (scratch[0] && !failed)
+        nftw(scratch, drop_one, 16, FTW_DEPTH | FTW_PHYS);
+    else if (scratch[0])
+        printf("# scratch kept: %s\n", scratch);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -19,6 +19,15 @@ int th_check_str(const char *a, const char *b, const char *ea, const char *eb,
 uint64_t th_seed(void);
 /* Scale for randomized test sizes (KVIX_TEST_SCALE, default 1.0). */
 double th_scale(void);
+/* splitmix64: the next number of the generator whose state is *s (the
+ * tests' one reproducible generator) */
+uint64_t th_splitmix(uint64_t *s);
+/* The test binary's scratch folder ($TMPDIR or /tmp, kvix-unit.XXXXXX),
+ * made on first use and removed with its contents after the last test when
+ * every test passed (kept, and named, when one failed). The string is static. */
+const char *th_dir(void);
+/* th_dir()/name, in one of four rotating buffers of the calling thread. */
+const char *th_path(const char *name);
 /* The repository's tests/fixtures directory (found by walking up from the test
  * binary to the directory holding include/kvix), or "tests/fixtures" relative
  * to the working directory when that fails. The string is static. */

@@ -1034,13 +1034,7 @@ TEST(partition_ceiling)
  * index answers every call with a status, never crashes, and what it holds
  * stays self-consistent (a reload through foreach walks the same). */
 static uint64_t g_rng;
-static uint64_t grnd(void)
-{
-    uint64_t z = (g_rng += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
+static uint64_t grnd(void) { return th_splitmix(&g_rng); }
 
 static int reload_visit(void *ctx, const char *model, const char *tenant, uint32_t bs,
                         uint64_t worker, uint32_t dp, int has_eid, uint64_t eid,

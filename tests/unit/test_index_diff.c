@@ -26,13 +26,7 @@ static const uint32_t part_bs[NPART] = {4, 16};
 static const uint64_t worker_id[NWORK] = {3, 1, 42, UINT64_C(1) << 40, 7};
 
 static uint64_t rng_s;
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_s += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return th_splitmix(&rng_s); }
 static unsigned below(unsigned n) { return (unsigned)(rnd() % n); }
 
 /* ---- the model -------------------------------------------------------- */

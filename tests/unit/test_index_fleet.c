@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "index_events.h"
 #include "kvix/hash.h"
 #include "kvix/index.h"
 
@@ -23,35 +24,15 @@ static uint64_t local[NP][DEPTH], canon[NP][DEPTH];
 static uint64_t rng_s;
 static long bad;
 
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_s += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return th_splitmix(&rng_s); }
 
 static unsigned below(unsigned n) { return (unsigned)(rnd() % n); }
 
 static uint64_t worker_id(unsigned w) { return (uint64_t)w * 7919 + 11; }
 
-static void set_name(char *dst, const char *s) { kvix_event_set_name(dst, s, strlen(s), NULL); }
+static void event(kvix_event *ev, int type, unsigned w) { ie_event(ev, type, worker_id(w), 0); }
 
-static void event(kvix_event *ev, int type, unsigned w)
-{
-    kvix_event_reset(ev);
-    ev->type = type;
-    set_name(ev->model, "default");
-    ev->worker = worker_id(w);
-    ev->medium = KVIX_MEDIUM_GPU;
-}
-
-static void apply(kvix_index *idx, kvix_event *ev, long op)
-{
-    kvix_err err;
-    if (kvix_index_apply(idx, ev, NULL, &err) && bad++ < 5)
-        printf("#   op %ld: rejected: %s\n", op, err.msg);
-}
+static void apply(kvix_index *idx, kvix_event *ev, long op) { ie_apply(idx, ev, &bad, "op", op); }
 
 static void store(kvix_index *idx, kvix_event *ev, unsigned w, unsigned p, unsigned to, long op)
 {
@@ -140,10 +121,7 @@ static void run(kvix_backend b)
     rng_s = th_seed();
     bad = 0;
     for (unsigned p = 0; p < NP; p++)
-        for (unsigned i = 0; i < DEPTH; i++) {
-            local[p][i] = rnd();
-            canon[p][i] = i ? kvix_hash_seq_next(canon[p][i - 1], local[p][i]) : local[p][i];
-        }
+        ie_chain(local[p], canon[p], DEPTH, &rng_s);
     kvix_event ev;
     kvix_event_init(&ev);
     kvix_answer ans;
@@ -203,7 +181,7 @@ static int store_one(kvix_index *idx, kvix_event *ev, uint64_t worker, kvix_err 
 {
     kvix_event_reset(ev);
     ev->type = KVIX_EV_STORED;
-    set_name(ev->model, "m");
+    ie_set_name(ev->model, "m");
     ev->worker = worker;
     ev->bs = 16;
     kvix_event_reserve_blocks(ev, 1, NULL);

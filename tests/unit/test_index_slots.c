@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "index_events.h"
 #include "kvix/hash.h"
 #include "kvix/index.h"
 
@@ -22,36 +23,15 @@ static uint64_t local[NP][DEPTH], canon[NP][DEPTH];
 static uint64_t rng_s;
 static long bad;
 
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_s += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return th_splitmix(&rng_s); }
 
 /* Pair k: worker k / 2, dp k % 2 (so removing a worker takes its two dp). */
 static uint64_t worker_of(long k) { return (uint64_t)(k / 2) * 7 + 3; }
 static uint32_t dp_of(long k) { return (uint32_t)(k % 2); }
 
-static void set_name(char *dst, const char *s) { kvix_event_set_name(dst, s, strlen(s), NULL); }
+static void event(kvix_event *ev, int type, long k) { ie_event(ev, type, worker_of(k), dp_of(k)); }
 
-static void event(kvix_event *ev, int type, long k)
-{
-    kvix_event_reset(ev);
-    ev->type = type;
-    set_name(ev->model, "default");
-    ev->worker = worker_of(k);
-    ev->dp = dp_of(k);
-    ev->medium = KVIX_MEDIUM_GPU;
-}
-
-static void apply(kvix_index *idx, kvix_event *ev, long k)
-{
-    kvix_err err;
-    if (kvix_index_apply(idx, ev, NULL, &err) && bad++ < 5)
-        printf("#   pair %ld: rejected: %s\n", k, err.msg);
-}
+static void apply(kvix_index *idx, kvix_event *ev, long k) { ie_apply(idx, ev, &bad, "pair", k); }
 
 static void arrive(kvix_index *idx, kvix_event *ev, long k)
 {
@@ -145,10 +125,7 @@ static void run(kvix_backend b, long npairs)
     rng_s = th_seed();
     bad = 0;
     for (unsigned p = 0; p < NP; p++)
-        for (unsigned i = 0; i < DEPTH; i++) {
-            local[p][i] = rnd();
-            canon[p][i] = i ? kvix_hash_seq_next(canon[p][i - 1], local[p][i]) : local[p][i];
-        }
+        ie_chain(local[p], canon[p], DEPTH, &rng_s);
     kvix_event ev;
     kvix_event_init(&ev);
     kvix_answer ans;

@@ -630,13 +630,7 @@ typedef struct sim {
     int bad;
 } sim;
 
-static uint64_t rnd(sim *m)
-{
-    uint64_t z = (m->rng += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
+static uint64_t rnd(sim *m) { return th_splitmix(&m->rng); }
 
 static int pct(sim *m, unsigned p) { return rnd(m) % 100 < p; }
 

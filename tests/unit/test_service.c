@@ -231,9 +231,58 @@ TEST(dump_reads_back_into_an_equal_index)
     kvix_index_free(b);
 }
 
-/* Dynamo's answer lists workers in ascending order, each worker's ranks
- * together and ascending, whatever order they arrived in (3000 (worker, dp)
- * pairs: every gap of the answer's sort), and prints ids near 2^63 exactly. */
+/* A service over idx (default options). */
+static kvix_service *new_service(kvix_index *idx)
+{
+    kvix_service *s = NULL;
+    kvix_service_opts so = {.idx = idx};
+    kvix_err e;
+    CHECK(kvix_service_new(&s, &so, &e) == 0);
+    return s;
+}
+
+/* want: "{"scores":{ENTRIES},"frequencies":[],"tree_sizes":{ENTRIES}}", the
+ * entries of each half printed by entry(want, part, ctx), part 0 the scores. */
+static void want_answer(kvix_buf *want, void (*entry)(kvix_buf *, int, const void *),
+                        const void *ctx)
+{
+    want->len = 0;
+    CHECK(kvix_buf_append(want, "{\"scores\":{", 11, NULL) == 0);
+    for (int part = 0; part < 2; part++) {
+        entry(want, part, ctx);
+        CHECK(kvix_buf_printf(want, NULL, "%s",
+                              part ? "}}" : "},\"frequencies\":[],\"tree_sizes\":{") == 0);
+    }
+}
+
+/* POST q to /query_by_hash: 200 and the body want, byte for byte. */
+static void expect_answer(kvix_service *s, const char *q, kvix_service_response *r,
+                          const kvix_buf *want)
+{
+    kvix_service_handle(s, "POST", "/query_by_hash", q, strlen(q), r);
+    CHECK_U64((uint64_t)r->status, 200);
+    int same = r->body.len == want->len && memcmp(r->body.data, want->data, want->len) == 0;
+    CHECK(same);
+    if (!same)
+        fprintf(stderr, "got  %.300s\nwant %.300s\n", r->body.data, want->data);
+}
+
+struct merge_want {
+    const uint64_t *ids;
+    unsigned n, bs;
+};
+
+static void merge_entries(kvix_buf *want, int part, const void *ctx)
+{
+    const struct merge_want *m = ctx;
+    for (unsigned i = 0; i < m->n; i++) {
+        unsigned k = (i * 3) % 5 + 1;
+        CHECK(kvix_buf_printf(want, NULL, "%s\"%llu\":{\"%u\":%u}", i ? "," : "",
+                              (unsigned long long)m->ids[i], i % 2 ? 10000u : 7u,
+                              part ? k : k * m->bs) == 0);
+    }
+}
+
 /* Workers matching 1 to 5 blocks: the index answers them by blocks, so the
  * service merges five runs back into worker order (few scores, sorted in
  * place by the index; many, sorted by radix into either half of its buffer);
@@ -243,10 +292,7 @@ static void merge_case(const uint64_t *ids, unsigned n)
 {
     enum { BS = 999 };
     kvix_index *idx = new_index();
-    kvix_service *s = NULL;
-    kvix_service_opts so = {.idx = idx};
-    kvix_err e;
-    CHECK(kvix_service_new(&s, &so, &e) == 0);
+    kvix_service *s = new_service(idx);
     char line[1024];
     for (unsigned i = 0; i < n; i++) {
         unsigned k = (i * 3) % 5 + 1; /* blocks held: scattered over 1..5 */
@@ -264,27 +310,13 @@ static void merge_case(const uint64_t *ids, unsigned n)
     kvix_service_response r;
     kvix_service_response_init(&r);
     const char *q = "{\"model_name\":\"m\",\"block_hashes\":[160,161,162,163,164]}";
-    for (int twice = 0; twice < 2; twice++) { /* the answer's buffers reused */
-        kvix_service_handle(s, "POST", "/query_by_hash", q, strlen(q), &r);
-        CHECK_U64((uint64_t)r.status, 200);
-        kvix_buf want;
-        kvix_buf_init(&want);
-        CHECK(kvix_buf_append(&want, "{\"scores\":{", 11, NULL) == 0);
-        for (int part = 0; part < 2; part++) {
-            for (unsigned i = 0; i < n; i++) {
-                unsigned k = (i * 3) % 5 + 1;
-                CHECK(kvix_buf_printf(&want, NULL, "%s\"%llu\":{\"%u\":%u}", i ? "," : "",
-                                      (unsigned long long)ids[i], i % 2 ? 10000u : 7u,
-                                      part ? k : k * BS) == 0);
-            }
-            CHECK(kvix_buf_printf(&want, NULL, "%s",
-                                  part ? "}}" : "},\"frequencies\":[],\"tree_sizes\":{") == 0);
-        }
-        CHECK(r.body.len == want.len && memcmp(r.body.data, want.data, want.len) == 0);
-        if (r.body.len != want.len || memcmp(r.body.data, want.data, want.len) != 0)
-            fprintf(stderr, "got  %.300s\nwant %.300s\n", r.body.data, want.data);
-        kvix_buf_release(&want);
-    }
+    kvix_buf want;
+    kvix_buf_init(&want);
+    struct merge_want m = {ids, n, BS};
+    want_answer(&want, merge_entries, &m);
+    for (int twice = 0; twice < 2; twice++) /* the answer's buffers reused */
+        expect_answer(s, q, &r, &want);
+    kvix_buf_release(&want);
     kvix_service_response_release(&r);
     kvix_service_free(s);
     kvix_index_free(idx);
@@ -303,14 +335,27 @@ TEST(answer_merges_runs_and_prints_every_width)
     merge_case(many, MANY);
 }
 
+enum { W = 1000, D = 3 };
+
+/* ascending workers (the 2^63-1 one last), ranks 0,1,2 each */
+static void sorted_entries(kvix_buf *want, int part, const void *ctx)
+{
+    (void)ctx;
+    for (unsigned w = 1; w <= W; w++) {
+        uint64_t worker = w == W ? UINT64_C(9223372036854775807) : (uint64_t)w * 1000003u;
+        CHECK(kvix_buf_printf(want, NULL, "%s\"%llu\":{\"0\":%d,\"1\":%d,\"2\":%d}",
+                              w > 1 ? "," : "", (unsigned long long)worker, part ? 1 : 4,
+                              part ? 1 : 4, part ? 1 : 4) == 0);
+    }
+}
+
+/* Dynamo's answer lists workers in ascending order, each worker's ranks
+ * together and ascending, whatever order they arrived in (3000 (worker, dp)
+ * pairs: every gap of the answer's sort), and prints ids near 2^63 exactly. */
 TEST(answer_sorted_by_worker_and_rank)
 {
     kvix_index *idx = new_index();
-    kvix_service *s = NULL;
-    kvix_service_opts so = {.idx = idx};
-    kvix_err e;
-    CHECK(kvix_service_new(&s, &so, &e) == 0);
-    enum { W = 1000, D = 3 };
+    kvix_service *s = new_service(idx);
     char line[256];
     for (unsigned i = 0; i < W * D; i++) { /* workers in a scattered order, ranks descending */
         unsigned w = (i * 7919u) % W, d = (W * D - 1 - i) % D;
@@ -324,25 +369,10 @@ TEST(answer_sorted_by_worker_and_rank)
     kvix_service_response r;
     kvix_service_response_init(&r);
     const char *q = "{\"model_name\":\"m\",\"block_hashes\":[170]}";
-    kvix_service_handle(s, "POST", "/query_by_hash", q, strlen(q), &r);
-    CHECK_U64((uint64_t)r.status, 200);
-    /* expected: ascending workers (the 2^63-1 one last), ranks 0,1,2 each */
     kvix_buf want;
     kvix_buf_init(&want);
-    CHECK(kvix_buf_append(&want, "{\"scores\":{", 11, NULL) == 0);
-    for (int part = 0; part < 2; part++) {
-        for (unsigned w = 1; w <= W; w++) {
-            uint64_t worker = w == W ? UINT64_C(9223372036854775807) : (uint64_t)w * 1000003u;
-            CHECK(kvix_buf_printf(&want, NULL, "%s\"%llu\":{\"0\":%d,\"1\":%d,\"2\":%d}",
-                                  w > 1 ? "," : "", (unsigned long long)worker,
-                                  part ? 1 : 4, part ? 1 : 4, part ? 1 : 4) == 0);
-        }
-        CHECK(kvix_buf_printf(&want, NULL, "%s",
-                              part ? "}}" : "},\"frequencies\":[],\"tree_sizes\":{") == 0);
-    }
-    CHECK(r.body.len == want.len && memcmp(r.body.data, want.data, want.len) == 0);
-    if (r.body.len != want.len || memcmp(r.body.data, want.data, want.len) != 0)
-        fprintf(stderr, "got  %.200s\nwant %.200s\n", r.body.data, want.data);
+    want_answer(&want, sorted_entries, NULL);
+    expect_answer(s, q, &r, &want);
     kvix_buf_release(&want);
     kvix_service_response_release(&r);
     kvix_service_free(s);

@@ -132,21 +132,6 @@ static void check_equal(kvix_snapshot *snap, const state *s)
     CHECK_U64(i, s->n);
 }
 
-static char tmpdir[256];
-
-static const char *tmp_path(const char *name)
-{
-    static char p[512];
-    if (!tmpdir[0]) {
-        snprintf(tmpdir, sizeof tmpdir, "%s/kvix-snap.XXXXXX",
-                 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-        if (!mkdtemp(tmpdir))
-            abort();
-    }
-    snprintf(p, sizeof p, "%s/%s", tmpdir, name);
-    return p;
-}
-
 static unsigned char *slurp(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
@@ -184,7 +169,7 @@ TEST(round_trip_file)
     state s;
     small_state(&s, 0);
     kvix_snapshot_info wi, ri;
-    const char *path = tmp_path("rt.kvix");
+    const char *path = th_path("rt.kvix");
     CHECK(write_state(&s, path, &wi) == KVIX_OK);
     CHECK_U64(wi.partitions, 3);
     CHECK_U64(wi.groups, 5);
@@ -215,7 +200,7 @@ TEST(round_trip_pipe_and_memory)
 {
     state s;
     small_state(&s, 0);
-    const char *path = tmp_path("pipe.kvix");
+    const char *path = th_path("pipe.kvix");
     CHECK(write_state(&s, path, NULL) == KVIX_OK);
     size_t len;
     unsigned char *b = slurp(path, &len);
@@ -268,7 +253,7 @@ TEST(foreach_matches_next)
 {
     state s;
     small_state(&s, 0);
-    const char *path = tmp_path("fe.kvix");
+    const char *path = th_path("fe.kvix");
     CHECK(write_state(&s, path, NULL) == KVIX_OK);
     kvix_snapshot *snap;
     kvix_err err;
@@ -289,15 +274,15 @@ TEST(deterministic_bytes)
 {
     state s;
     small_state(&s, 0);
-    CHECK(write_state(&s, tmp_path("d1.kvix"), NULL) == KVIX_OK);
+    CHECK(write_state(&s, th_path("d1.kvix"), NULL) == KVIX_OK);
     /* Parents at position 0 are meaningless: garbage there must not show. */
     for (size_t i = 0; i < s.n; i++)
         for (size_t j = 0; j < s.g[i].n; j++)
             if (s.g[i].blocks[j].position == 0)
                 s.g[i].blocks[j].parent = s.g[i].blocks[j].parent_canon = 0xdeadbeef;
-    CHECK(write_state(&s, tmp_path("d2.kvix"), NULL) == KVIX_OK);
+    CHECK(write_state(&s, th_path("d2.kvix"), NULL) == KVIX_OK);
     size_t l1, l2;
-    unsigned char *a = slurp(tmp_path("d1.kvix"), &l1), *b = slurp(tmp_path("d2.kvix"), &l2);
+    unsigned char *a = slurp(th_path("d1.kvix"), &l1), *b = slurp(th_path("d2.kvix"), &l2);
     CHECK(a && b && l1 == l2 && memcmp(a, b, l1) == 0);
     free(a);
     free(b);
@@ -308,11 +293,11 @@ TEST(empty_index_snapshot)
 {
     state s = {.n = 0};
     kvix_snapshot_info info;
-    CHECK(write_state(&s, tmp_path("empty.kvix"), &info) == KVIX_OK);
+    CHECK(write_state(&s, th_path("empty.kvix"), &info) == KVIX_OK);
     CHECK_U64(info.bytes, 56);
     kvix_snapshot *snap;
     kvix_err err;
-    CHECK(kvix_snapshot_open(&snap, tmp_path("empty.kvix"), &err) == KVIX_OK);
+    CHECK(kvix_snapshot_open(&snap, th_path("empty.kvix"), &err) == KVIX_OK);
     if (snap) {
         kvix_snapshot_group g;
         CHECK(kvix_snapshot_next(snap, &g, &err) == KVIX_EOF);
@@ -325,7 +310,7 @@ TEST(empty_index_snapshot)
 TEST(commit_replaces_abort_keeps)
 {
     char dir[600];
-    snprintf(dir, sizeof dir, "%s", tmp_path("atomic"));
+    snprintf(dir, sizeof dir, "%s", th_path("atomic"));
     CHECK(mkdir(dir, 0755) == 0);
     char path[700];
     snprintf(path, sizeof path, "%s/index.kvix", dir);
@@ -378,39 +363,39 @@ TEST(writer_refuses_inconsistent_input)
     };
     kvix_snapshot_writer *w;
     kvix_err err;
-    CHECK(kvix_snapshot_writer_open(&w, tmp_path("bad.kvix"), &err) == KVIX_OK);
+    CHECK(kvix_snapshot_writer_open(&w, th_path("bad.kvix"), &err) == KVIX_OK);
     CHECK(kvix_snapshot_writer_add(w, "m", "t", 16, 1, 0, 0, 0, blk, 3, &err) == KVIX_EINVAL);
     CHECK(strstr(err.msg, "tier mask") != NULL);
     CHECK(kvix_snapshot_writer_commit(w, NULL, &err) == KVIX_EINVAL);
-    CHECK(access(tmp_path("bad.kvix"), F_OK) != 0);
+    CHECK(access(th_path("bad.kvix"), F_OK) != 0);
 
-    CHECK(kvix_snapshot_writer_open(&w, tmp_path("bad.kvix"), &err) == KVIX_OK);
+    CHECK(kvix_snapshot_writer_open(&w, th_path("bad.kvix"), &err) == KVIX_OK);
     CHECK(kvix_snapshot_writer_add(w, "m", "t", 16, 2, 0, 0, 0, blk, 2, &err) == KVIX_OK);
     CHECK(kvix_snapshot_writer_add(w, "m", "t", 16, 1, 0, 0, 0, blk, 2, &err) == KVIX_EINVAL);
     kvix_snapshot_writer_abort(w);
 
-    CHECK(kvix_snapshot_writer_open(&w, tmp_path("bad.kvix"), &err) == KVIX_OK);
+    CHECK(kvix_snapshot_writer_open(&w, th_path("bad.kvix"), &err) == KVIX_OK);
     CHECK(kvix_snapshot_writer_add(w, "n", "t", 16, 1, 0, 0, 0, blk, 2, &err) == KVIX_OK);
     CHECK(kvix_snapshot_writer_add(w, "m", "t", 16, 1, 0, 0, 0, blk, 2, &err) == KVIX_EINVAL);
     kvix_snapshot_writer_abort(w);
 
-    CHECK(kvix_snapshot_writer_open(&w, tmp_path("bad.kvix"), &err) == KVIX_OK);
+    CHECK(kvix_snapshot_writer_open(&w, th_path("bad.kvix"), &err) == KVIX_OK);
     CHECK(kvix_snapshot_writer_add(w, "m", "t", 16, 1, 0, 0, 0, blk, 2, &err) == KVIX_OK);
     CHECK(kvix_snapshot_writer_add(w, "m", "t", 8, 2, 0, 0, 0, blk, 2, &err) == KVIX_EINVAL);
     kvix_snapshot_writer_abort(w);
 
     kvix_block_info swapped[2] = {blk[1], blk[0]};
     kvix_block_info badtier[1] = {{0, 1, 2, 0, 0, 1, 0}};
-    CHECK(kvix_snapshot_writer_open(&w, tmp_path("bad.kvix"), &err) == KVIX_OK);
+    CHECK(kvix_snapshot_writer_open(&w, th_path("bad.kvix"), &err) == KVIX_OK);
     CHECK(kvix_snapshot_writer_add(w, "m", "t", 16, 1, 0, 0, 0, swapped, 2, &err) == KVIX_EINVAL);
     kvix_snapshot_writer_abort(w);
-    CHECK(kvix_snapshot_writer_open(&w, tmp_path("bad.kvix"), &err) == KVIX_OK);
+    CHECK(kvix_snapshot_writer_open(&w, th_path("bad.kvix"), &err) == KVIX_OK);
     CHECK(kvix_snapshot_writer_add(w, "m", "t", 16, 1, 0, 0, 0, badtier, 1, &err) == KVIX_EINVAL);
     kvix_snapshot_writer_abort(w);
-    CHECK(kvix_snapshot_writer_open(&w, tmp_path("bad.kvix"), &err) == KVIX_OK);
+    CHECK(kvix_snapshot_writer_open(&w, th_path("bad.kvix"), &err) == KVIX_OK);
     CHECK(kvix_snapshot_writer_add(w, "m", "t", 0, 1, 0, 0, 0, blk, 1, &err) == KVIX_EINVAL);
     kvix_snapshot_writer_abort(w);
-    CHECK(access(tmp_path("bad.kvix"), F_OK) != 0);
+    CHECK(access(th_path("bad.kvix"), F_OK) != 0);
 }
 
 static int open_bytes(const unsigned char *b, size_t len, kvix_err *err);
@@ -423,13 +408,13 @@ TEST(stream_position_round_trip)
     small_state(&a, 0);
     kvix_snapshot_info i1, i2;
     char p1[600];
-    snprintf(p1, sizeof p1, "%s", tmp_path("v1.kvix"));
+    snprintf(p1, sizeof p1, "%s", th_path("v1.kvix"));
     CHECK(write_state(&a, p1, &i1) == KVIX_OK);
     CHECK_U64(i1.version, 1);
     kvix_snapshot_writer *w;
     kvix_err err;
     char p2[600];
-    snprintf(p2, sizeof p2, "%s", tmp_path("v2.kvix"));
+    snprintf(p2, sizeof p2, "%s", th_path("v2.kvix"));
     CHECK(kvix_snapshot_writer_open(&w, p2, &err) == KVIX_OK);
     CHECK(kvix_snapshot_writer_set_stream(w, "", 1, &err) == KVIX_EINVAL);
     CHECK(kvix_snapshot_writer_set_stream(w, "a.b", 1, &err) == KVIX_EINVAL);
@@ -465,7 +450,7 @@ TEST(stream_position_round_trip)
         kvix_snapshot_close(snap);
     }
     /* Too late once a record is written. */
-    CHECK(kvix_snapshot_writer_open(&w, tmp_path("late.kvix"), &err) == KVIX_OK);
+    CHECK(kvix_snapshot_writer_open(&w, th_path("late.kvix"), &err) == KVIX_OK);
     const grp *g = &a.g[0];
     CHECK(kvix_snapshot_writer_add(w, g->model, g->tenant, g->bs, g->worker, g->dp, g->has_eid,
                                    g->eid, g->blocks, g->n, &err) == KVIX_OK);
@@ -507,7 +492,7 @@ static unsigned char *small_file(size_t *len)
 {
     state s;
     small_state(&s, 0);
-    const char *path = tmp_path("small.kvix");
+    const char *path = th_path("small.kvix");
     CHECK(write_state(&s, path, NULL) == KVIX_OK);
     state_free(&s);
     return slurp(path, len);
@@ -717,19 +702,19 @@ TEST(writer_refuses_an_engine_hash_twice)
     };
     kvix_snapshot_writer *w;
     kvix_err err;
-    CHECK(kvix_snapshot_writer_open(&w, tmp_path("dup.kvix"), &err) == KVIX_OK);
+    CHECK(kvix_snapshot_writer_open(&w, th_path("dup.kvix"), &err) == KVIX_OK);
     CHECK(kvix_snapshot_writer_add(w, "m", "t", 16, 1, 0, 0, 0, blk, 2, &err) == KVIX_EINVAL);
     CHECK(strstr(err.msg, "repeats engine hash") != NULL);
     kvix_snapshot_writer_abort(w);
-    CHECK(access(tmp_path("dup.kvix"), F_OK) != 0);
+    CHECK(access(th_path("dup.kvix"), F_OK) != 0);
     /* engine hash 0 is a hash like any other */
     blk[0].engine = blk[1].engine = 0;
     blk[1].parent = 0;
-    CHECK(kvix_snapshot_writer_open(&w, tmp_path("dup.kvix"), &err) == KVIX_OK);
+    CHECK(kvix_snapshot_writer_open(&w, th_path("dup.kvix"), &err) == KVIX_OK);
     CHECK(kvix_snapshot_writer_add(w, "m", "t", 16, 1, 0, 0, 0, blk, 2, &err) == KVIX_EINVAL);
     kvix_snapshot_writer_abort(w);
     blk[1].engine = 1;
-    CHECK(kvix_snapshot_writer_open(&w, tmp_path("dup.kvix"), &err) == KVIX_OK);
+    CHECK(kvix_snapshot_writer_open(&w, th_path("dup.kvix"), &err) == KVIX_OK);
     CHECK(kvix_snapshot_writer_add(w, "m", "t", 16, 1, 0, 0, 0, blk, 2, &err) == KVIX_OK);
     kvix_snapshot_writer_abort(w);
 }
@@ -738,7 +723,7 @@ TEST(missing_file_and_garbage)
 {
     kvix_snapshot *snap;
     kvix_err err;
-    CHECK(kvix_snapshot_open(&snap, tmp_path("does-not-exist"), &err) == KVIX_ENOTFOUND);
+    CHECK(kvix_snapshot_open(&snap, th_path("does-not-exist"), &err) == KVIX_ENOTFOUND);
     CHECK(snap == NULL);
     CHECK(open_bytes((const unsigned char *)"", 0, &err) == KVIX_ECORRUPT);
     const char *text = "{\"type\":\"stored\"}\n";

@@ -42,21 +42,6 @@ static const char *any_backend(void)
     return "reference";
 }
 
-static char dir[256];
-
-static const char *path_of(const char *name)
-{
-    static char p[512];
-    if (!dir[0]) {
-        snprintf(dir, sizeof dir, "%s/kvix-snapidx.XXXXXX",
-                 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-        if (!mkdtemp(dir))
-            abort();
-    }
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    return p;
-}
-
 static kvix_event ev;
 
 static int apply_stored(kvix_index *idx, const char *model, uint64_t worker, uint32_t dp,
@@ -191,7 +176,7 @@ static void round_trip(kvix_index *idx, const char *backend, const char *name)
     kvix_err err;
     kvix_snapshot_info si, li;
     char p1[600], p2[700];
-    snprintf(p1, sizeof p1, "%s", path_of(name));
+    snprintf(p1, sizeof p1, "%s", th_path(name));
     snprintf(p2, sizeof p2, "%s.again", p1);
     if (!CHECK(kvix_snapshot_save(idx, p1, &si, &err) == KVIX_OK)) {
         printf("#   save: %s\n", err.msg);
@@ -244,9 +229,9 @@ TEST(loaded_index_answers_alike)
         return;
     build(idx);
     kvix_err err;
-    CHECK(kvix_snapshot_save(idx, path_of("q.kvix"), NULL, &err) == KVIX_OK);
+    CHECK(kvix_snapshot_save(idx, th_path("q.kvix"), NULL, &err) == KVIX_OK);
     kvix_index *copy = mk(be);
-    CHECK(kvix_snapshot_load(copy, path_of("q.kvix"), NULL, &err) == KVIX_OK);
+    CHECK(kvix_snapshot_load(copy, th_path("q.kvix"), NULL, &err) == KVIX_OK);
     uint64_t queries[3][6] = {{11, 12, 13, 14, 15, 16}, {11, 12, 21, 22, 23, 0}, {21, 22, 23, 0, 0, 0}};
     const char *models[2] = {"llama", "qwen"};
     for (int m = 0; m < 2; m++)
@@ -285,7 +270,7 @@ TEST(load_refuses_non_empty_index_and_corrupt_file)
         return;
     build(idx);
     kvix_err err;
-    const char *p = path_of("c.kvix");
+    const char *p = th_path("c.kvix");
     CHECK(kvix_snapshot_save(idx, p, NULL, &err) == KVIX_OK);
     CHECK(kvix_snapshot_load(idx, p, NULL, &err) == KVIX_EINVAL);
     /* Flip one byte in the middle: refused before the index is touched. */
@@ -306,7 +291,7 @@ TEST(load_refuses_non_empty_index_and_corrupt_file)
     size_t len2;
     unsigned char *b2 = slurp(p, &len2);
     CHECK(len2 == len && memcmp(b, b2, len) == 0);
-    CHECK(kvix_snapshot_load(fresh, path_of("none.kvix"), NULL, &err) == KVIX_ENOTFOUND);
+    CHECK(kvix_snapshot_load(fresh, th_path("none.kvix"), NULL, &err) == KVIX_ENOTFOUND);
     free(b);
     free(b2);
     kvix_index_free(idx);
@@ -327,7 +312,7 @@ TEST(empty_index_and_empty_partition)
     CHECK(kvix_index_remove_worker(idx, 4, NULL, &err) == KVIX_OK);
     round_trip(idx, be, "emptypart.kvix");
     kvix_snapshot_info info;
-    CHECK(kvix_snapshot_save(idx, path_of("emptypart.kvix"), &info, &err) == KVIX_OK);
+    CHECK(kvix_snapshot_save(idx, th_path("emptypart.kvix"), &info, &err) == KVIX_OK);
     CHECK_U64(info.partitions, 1);
     CHECK_U64(info.groups, 0);
     kvix_index_free(idx);
@@ -362,7 +347,7 @@ TEST(large_random_state)
     for (unsigned threads = 2; threads <= 5; threads += 3) {
         kvix_snapshot *s;
         kvix_index *copy = mk(be);
-        CHECK(kvix_snapshot_open(&s, path_of("large.kvix"), &err) == KVIX_OK);
+        CHECK(kvix_snapshot_open(&s, th_path("large.kvix"), &err) == KVIX_OK);
         if (!CHECK(kvix_snapshot_apply_threads(s, copy, threads, &err) == KVIX_OK))
             printf("#   apply on %u threads: %s\n", threads, err.msg);
         kvix_snapshot_close(s);

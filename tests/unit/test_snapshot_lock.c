@@ -11,23 +11,6 @@
 #include "harness.h"
 #include "kvix/snapshot.h"
 
-static char dir[256];
-
-static const char *in_dir(const char *name)
-{
-    static char p[4][512];
-    static int k;
-    if (!dir[0]) {
-        snprintf(dir, sizeof dir, "%s/kvix-lock.XXXXXX",
-                 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-        if (!mkdtemp(dir))
-            abort();
-    }
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
-    return p[k];
-}
-
 static int write_empty(const char *path)
 {
     kvix_snapshot_writer *w;
@@ -42,10 +25,10 @@ TEST(lock_is_exclusive_and_dies_with_its_holder)
 {
     kvix_snapshot_lock *a = NULL, *b = NULL;
     kvix_err err;
-    const char *s = in_dir("s.kvix");
+    const char *s = th_path("s.kvix");
     CHECK(kvix_snapshot_lock_take(&a, s, &err) == KVIX_OK);
     CHECK(a != NULL);
-    CHECK_STR(kvix_snapshot_lock_path(a), in_dir("s.kvix.lock"));
+    CHECK_STR(kvix_snapshot_lock_path(a), th_path("s.kvix.lock"));
     /* flock is per open file: a second take, even in one process, is refused */
     CHECK(kvix_snapshot_lock_take(&b, s, &err) == KVIX_EBUSY);
     CHECK(b == NULL);
@@ -62,16 +45,16 @@ TEST(lock_follows_links_and_refuses_bad_paths)
 {
     kvix_snapshot_lock *a = NULL, *b = NULL;
     kvix_err err;
-    CHECK(symlink("t.kvix", in_dir("l1.kvix")) == 0);
-    CHECK(symlink(in_dir("l1.kvix"), in_dir("l2.kvix")) == 0); /* absolute, to a link */
-    CHECK(kvix_snapshot_lock_take(&a, in_dir("t.kvix"), &err) == KVIX_OK);
-    CHECK(kvix_snapshot_lock_take(&b, in_dir("l2.kvix"), &err) == KVIX_EBUSY);
+    CHECK(symlink("t.kvix", th_path("l1.kvix")) == 0);
+    CHECK(symlink(th_path("l1.kvix"), th_path("l2.kvix")) == 0); /* absolute, to a link */
+    CHECK(kvix_snapshot_lock_take(&a, th_path("t.kvix"), &err) == KVIX_OK);
+    CHECK(kvix_snapshot_lock_take(&b, th_path("l2.kvix"), &err) == KVIX_EBUSY);
     kvix_snapshot_lock_release(a);
     CHECK(kvix_snapshot_lock_take(&b, "", &err) == KVIX_EINVAL);
-    CHECK(kvix_snapshot_lock_take(&b, in_dir("no/such/dir.kvix"), &err) == KVIX_ENOTFOUND);
-    CHECK(symlink("loop2.kvix", in_dir("loop1.kvix")) == 0);
-    CHECK(symlink("loop1.kvix", in_dir("loop2.kvix")) == 0);
-    CHECK(kvix_snapshot_lock_take(&b, in_dir("loop1.kvix"), &err) == KVIX_EIO);
+    CHECK(kvix_snapshot_lock_take(&b, th_path("no/such/dir.kvix"), &err) == KVIX_ENOTFOUND);
+    CHECK(symlink("loop2.kvix", th_path("loop1.kvix")) == 0);
+    CHECK(symlink("loop1.kvix", th_path("loop2.kvix")) == 0);
+    CHECK(kvix_snapshot_lock_take(&b, th_path("loop1.kvix"), &err) == KVIX_EIO);
     CHECK(strstr(err.msg, "too many levels of symbolic links") != NULL);
     CHECK(b == NULL);
 }
@@ -79,27 +62,20 @@ TEST(lock_follows_links_and_refuses_bad_paths)
 TEST(save_through_a_link_replaces_the_target)
 {
     struct stat st;
-    CHECK(mkdir(in_dir("sub"), 0755) == 0);
-    CHECK(symlink("sub/target.kvix", in_dir("link.kvix")) == 0);
+    CHECK(mkdir(th_path("sub"), 0755) == 0);
+    CHECK(symlink("sub/target.kvix", th_path("link.kvix")) == 0);
     /* dangling at first: the save creates the target */
-    CHECK(write_empty(in_dir("link.kvix")) == KVIX_OK);
-    CHECK(lstat(in_dir("link.kvix"), &st) == 0 && S_ISLNK(st.st_mode));
-    CHECK(lstat(in_dir("sub/target.kvix"), &st) == 0 && S_ISREG(st.st_mode));
+    CHECK(write_empty(th_path("link.kvix")) == KVIX_OK);
+    CHECK(lstat(th_path("link.kvix"), &st) == 0 && S_ISLNK(st.st_mode));
+    CHECK(lstat(th_path("sub/target.kvix"), &st) == 0 && S_ISREG(st.st_mode));
     ino_t first = st.st_ino;
-    CHECK(write_empty(in_dir("link.kvix")) == KVIX_OK);
-    CHECK(lstat(in_dir("link.kvix"), &st) == 0 && S_ISLNK(st.st_mode));
-    CHECK(lstat(in_dir("sub/target.kvix"), &st) == 0 && S_ISREG(st.st_mode));
+    CHECK(write_empty(th_path("link.kvix")) == KVIX_OK);
+    CHECK(lstat(th_path("link.kvix"), &st) == 0 && S_ISLNK(st.st_mode));
+    CHECK(lstat(th_path("sub/target.kvix"), &st) == 0 && S_ISREG(st.st_mode));
     CHECK(st.st_ino != first); /* replaced by rename, not written in place */
     char *real = NULL;
     kvix_err err;
-    CHECK(kvix_snapshot_resolve(in_dir("link.kvix"), &real, &err) == KVIX_OK);
-    CHECK_STR(real, in_dir("sub/target.kvix"));
+    CHECK(kvix_snapshot_resolve(th_path("link.kvix"), &real, &err) == KVIX_OK);
+    CHECK_STR(real, th_path("sub/target.kvix"));
     free(real);
-}
-
-TEST(cleanup)
-{
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    CHECK(dir[0] && system(cmd) == 0);
 }

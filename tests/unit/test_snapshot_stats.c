@@ -13,24 +13,6 @@
 #include "kvix/snapshot_stats.h"
 #include "snapshot_gen.h"
 
-static char dir[] = "/tmp/kvix-snapstats.XXXXXX";
-
-static void drop_dir(void)
-{
-    rmdir(dir);
-}
-
-/* The tests' folder, made on first use and removed at exit. */
-static const char *tmpdir(void)
-{
-    static int made;
-    if (!made && mkdtemp(dir)) {
-        made = 1;
-        atexit(drop_dir);
-    }
-    return dir;
-}
-
 /* Two partitions; workers with branches, tiers, orphans, a worker with an
  * eid and no block, and a partition without workers. tweak != 0 drops the
  * last block of worker 1 and changes worker 2's eid. */
@@ -84,7 +66,7 @@ static kvix_snapshot *open_file(const char *path)
 TEST(memory_and_unique_are_the_indexs_own)
 {
     char path[64];
-    snprintf(path, sizeof path, "%s/a.kvix", tmpdir());
+    snprintf(path, sizeof path, "%s/a.kvix", th_dir());
     if (!CHECK(write_file(path, 0) == 0))
         return;
     kvix_snapshot *s = open_file(path);
@@ -169,8 +151,8 @@ static int note(void *ctx, const kvix_snapshot_delta *d)
 TEST(diff_finds_the_changed_records)
 {
     char pa[64], pb[64];
-    snprintf(pa, sizeof pa, "%s/a.kvix", tmpdir());
-    snprintf(pb, sizeof pb, "%s/b.kvix", tmpdir());
+    snprintf(pa, sizeof pa, "%s/a.kvix", th_dir());
+    snprintf(pb, sizeof pb, "%s/b.kvix", th_dir());
     if (!CHECK(write_file(pa, 0) == 0) || !CHECK(write_file(pb, 1) == 0))
         return;
     kvix_snapshot *a = open_file(pa), *a2 = open_file(pa), *b = open_file(pb);
