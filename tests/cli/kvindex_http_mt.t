@@ -6,21 +6,18 @@
 # (also under ThreadSanitizer). Every wait is a bounded poll.
 # shellcheck shell=bash
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/procs.sh"
 HC=$ROOT/tests/tools/http_client.py
 KPID=""
 
 # serve ARGS...: kvindex --listen 127.0.0.1:0 ARGS in the background, stdin
-# from ./in; sets URL once it says where it listens.
+# from ./in; sets URL once it says where it listens. A test that fails before
+# stopping it leaves it to the exit trap (procs.sh), timeout(1) and all.
 serve() {
     timeout --foreground 120 kvindex --listen 127.0.0.1:0 "$@" <in >kv.out 2>kv.err 3>&- &
     KPID=$!
-    URL=""
-    local i
-    for i in $(seq 300); do
-        URL=$(sed -n 's/^kvindex: listening on \(http:.*\)$/\1/p' kv.err)
-        [ -n "$URL" ] && return 0
-        sleep 0.05
-    done
+    PIDS="$PIDS $KPID"
+    URL=$(listening kv.err) && return 0
     fail "kvindex never said where it listens"
     sed 's/^/#     /' kv.err | head -5
     return 1

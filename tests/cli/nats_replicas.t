@@ -7,17 +7,14 @@
 # index of kvsub's own printed log, at the same stream sequence. Every wait
 # is a bounded poll; nothing asserts on time.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/procs.sh"
 FE=$ROOT/tests/tools/fake_engine.py
 if ! command -v nats-server >/dev/null 2>&1; then
     echo "# skip: nats-server is not installed ('make deps' or .ci/deps installs it)"
     exit 0
 fi
 
-PIDS=""
 SPIDS=""
-free_port() {
-    "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 
 server_start() { # the server on $PORT, its store in $T/js
     nats-server -js -sd "$T/js" -a 127.0.0.1 -p "$PORT" >>"$T/server.log" 2>&1 &
@@ -64,14 +61,13 @@ kill9() { # kill9 PID: gone, and reaped
     wait "$1" 2>/dev/null
 }
 
-cleanup() {
-    local p
-    for p in $PIDS ${P_a:-} ${P_b:-} ${P_c:-} $SPIDS; do
-        kill -9 "$p" 2>/dev/null
-    done
-    wait 2>/dev/null
+# at exit, the replicas and servers too (procs.sh's cleanup: every process
+# below them as well, asserted gone)
+cleanup_all() {
+    PIDS="$PIDS ${P_a:-} ${P_b:-} ${P_c:-} $SPIDS"
+    cleanup
 }
-trap cleanup EXIT
+trap cleanup_all EXIT
 
 begin "kvindex --nats: replicas and the server killed -9 mid-stream stay exactly in step"
 PORT=$(free_port)
