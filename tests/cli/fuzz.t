@@ -7,7 +7,9 @@
 
 out=$(mktemp -d "${TMPDIR:-/tmp}/kvix-fuzz.XXXXXX")
 begin "tests/fuzz/run.sh builds every target and runs each on its seeds (5 s each)"
-run env KVIX_FUZZ_OUT="$out" bash "$ROOT/tests/fuzz/run.sh" 5
+# the library's objects kept in build/fuzz/obj (as `make fuzz` keeps them): the
+# stages of `make check` build them once
+run env KVIX_FUZZ_OUT="$out" KVIX_FUZZ_OBJ="$ROOT/build/fuzz/obj" bash "$ROOT/tests/fuzz/run.sh" 5
 expect_rc 0
 for t in stream wire snapshot tokens query; do
     assert_grep "^fuzz: $t for 5 s" out

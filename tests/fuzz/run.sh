@@ -33,24 +33,48 @@ flags=(-std=gnu11 -pthread -g -O1 -fsanitize=fuzzer-no-link,address,undefined
 pkg_cflags=($(pkg-config --cflags $pkgs))
 # shellcheck disable=SC2207
 pkg_libs=($(pkg-config --libs $pkgs))
-mkdir -p "$out/obj"
+# KVIX_FUZZ_OBJ: where the library's objects are kept (default OUT/obj): a
+# folder shared by several runs builds them once (tests/cli/fuzz.t).
+obj=${KVIX_FUZZ_OBJ:-$out/obj}
+mkdir -p "$out" "$obj"
+
+# An object is made again when its source or a header it included (its .d,
+# from -MMD) is newer than it.
+stale() {
+    local o=$1 d
+    [ -f "$o" ] && [ -f "${o%.o}.d" ] || return 0
+    for d in $(awk '{ for (i = 1; i <= NF; i++) if ($i != "\\" && $i !~ /:$/) print $i }' "${o%.o}.d"); do
+        [ "$d" -nt "$o" ] && return 0
+    done
+    return 1
+}
+
 # Every library file but the services no target reaches (ZMQ, NATS, HTTP, the
 # Mooncake generator, compressed logs): a file added later is built without
 # anyone remembering this list.
+objs=()
 for f in "$root"/lib/*.c; do
     s=$(basename "$f" .c)
     case $s in enginesub* | enginepub | natslog* | service* | mooncake* | logio) continue ;; esac
-    o="$out/obj/$s.o"
-    if [ ! -f "$o" ] || [ "$f" -nt "$o" ]; then
+    o="$obj/$s.o"
+    objs+=("$o")
+    if stale "$o"; then
         echo "clang lib/$s.c"
-        clang "${flags[@]}" "${pkg_cflags[@]}" -c -o "$o" "$f" &
+        rm -f "$o" # a compile that fails leaves none behind, not an old one
+        # written under a name of its own, then moved: a run beside this one
+        # never links half an object
+        (clang "${flags[@]}" "${pkg_cflags[@]}" -MMD -MP -MF "$o.d.$$" -MT "$o" -c -o "$o.$$" "$f" &&
+            mv "$o.d.$$" "${o%.o}.d" && mv "$o.$$" "$o") &
         # two at a time: the machine is shared
         [ "$(jobs -rp | wc -l)" -lt 2 ] || wait -n
     fi
 done
 wait
+for o in "${objs[@]}"; do
+    [ -f "$o" ] || { echo "fuzz: $o was not built" >&2; exit 1; }
+done
 rm -f "$out/libkvix-fuzz.a"
-ar rcs "$out/libkvix-fuzz.a" "$out"/obj/*.o
+ar rcs "$out/libkvix-fuzz.a" "${objs[@]}"
 
 seed_lines() { # every line of the files given, one seed file each
     local dst=$1 i=0 f line
