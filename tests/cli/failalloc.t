@@ -52,9 +52,11 @@ for i in $(seq 1 20); do
         $((i % 3)) "$i" "$i" "$i" $((i + 1000))
 done >e1
 # the run's count: the service serves until told to stop once input ends
+# (about 100: the positional backend makes its slab chunks and shard tables
+# as nodes come, not 64 tables up front)
 env KVIX_FAILALLOC_REPORT=1 timeout -s TERM 2 "$FA" --quiet --listen 127.0.0.1:0 -s s.kvix <e1 >/dev/null 2>err
 all=$(sed -n 's/^failalloc: \([0-9]*\) allocations$/\1/p' err)
-[ -n "$all" ] && [ "$all" -gt 100 ] || fail "no allocation count ($all)"
+[ -n "$all" ] && [ "$all" -gt 50 ] || fail "no allocation count ($all)"
 # a quarter, half and three quarters in: while the service runs and input is applied
 for n in $((${all:-0} / 4)) $((${all:-0} / 2)) $((${all:-0} * 3 / 4)); do
     rm -f s.kvix s.kvix.lock
