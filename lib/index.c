@@ -20,6 +20,25 @@
 
 /* ---- block bookkeeping ------------------------------------------------ */
 
+wside *kvix_ix_ws_side(wstate *w)
+{
+    if (!w->side && (w->side = malloc(sizeof *w->side))) {
+        kvix_hmap_init(&w->side->pexc, 1, sizeof(uint64_t));
+        kvix_hmap_init(&w->side->extra, 2, sizeof(cref));
+    }
+    return w->side;
+}
+
+void kvix_ix_ws_side_free(wstate *w)
+{
+    if (w->side) {
+        kvix_hmap_release(&w->side->pexc);
+        kvix_hmap_release(&w->side->extra);
+        free(w->side);
+        w->side = NULL;
+    }
+}
+
 /* The backend says whether the slot already held the block in a tier, so
  * only a second engine hash of the same block costs an entry here. */
 static int tier_ref(wstate *w, kvix_binfo *b, unsigned tier, void **node, kvix_err *err)
@@ -30,7 +49,8 @@ static int tier_ref(wstate *w, kvix_binfo *b, unsigned tier, void **node, kvix_e
         return rc; /* new in the backend, or an error */
     uint64_t key[2] = {b->pos, b->canon};
     int inserted;
-    cref *c = kvix_hmap_put(&w->extra, key, &inserted);
+    wside *sd = kvix_ix_ws_side(w);
+    cref *c = sd ? kvix_hmap_put(&sd->extra, key, &inserted) : NULL;
     if (!c)
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block");
     if (c->n[tier] == CREF_MAX - 1)
@@ -54,14 +74,14 @@ static int cref_empty(const cref *c)
 static void tier_unref(wstate *w, void *node, unsigned tier)
 {
     struct part *p = w->p;
-    if (kvix_hmap_size(&w->extra)) {
+    if (w->side && kvix_hmap_size(&w->side->extra)) {
         kvix_binfo b;
         p->ops->info(part_be(p), node, &b);
         uint64_t key[2] = {b.pos, b.canon};
-        cref *c = kvix_hmap_get(&w->extra, key);
+        cref *c = kvix_hmap_get(&w->side->extra, key);
         if (c && c->n[tier]) {
             if (--c->n[tier] == 0 && cref_empty(c))
-                kvix_hmap_del(&w->extra, key);
+                kvix_hmap_del(&w->side->extra, key);
             return;
         }
     }
@@ -78,8 +98,8 @@ static void untier_all(wstate *w, bent e)
 /* The parent engine hash of engine (held at a node of info b). */
 uint64_t kvix_ix_parent_engine(const wstate *w, uint64_t engine, const kvix_binfo *b)
 {
-    if (b->pos && kvix_hmap_size(&w->pexc)) {
-        const uint64_t *x = kvix_hmap_get(&w->pexc, &engine);
+    if (b->pos && w->side && kvix_hmap_size(&w->side->pexc)) {
+        const uint64_t *x = kvix_hmap_get(&w->side->pexc, &engine);
         if (x)
             return *x;
     }
@@ -91,12 +111,13 @@ static int note_parent(wstate *w, uint64_t engine, uint64_t parent, uint64_t hin
                        kvix_err *err)
 {
     if (hint == parent) {
-        if (kvix_hmap_size(&w->pexc))
-            kvix_hmap_del(&w->pexc, &engine);
+        if (w->side && kvix_hmap_size(&w->side->pexc))
+            kvix_hmap_del(&w->side->pexc, &engine);
         return KVIX_OK;
     }
     int inserted;
-    uint64_t *x = kvix_hmap_put(&w->pexc, &engine, &inserted);
+    wside *sd = kvix_ix_ws_side(w);
+    uint64_t *x = sd ? kvix_hmap_put(&sd->pexc, &engine, &inserted) : NULL;
     if (!x)
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block");
     *x = parent;
@@ -107,8 +128,8 @@ static int note_parent(wstate *w, uint64_t engine, uint64_t parent, uint64_t hin
 static void forget_hash(wstate *w, uint64_t engine)
 {
     kvix_ix_bm_del(&w->blocks, engine);
-    if (kvix_hmap_size(&w->pexc))
-        kvix_hmap_del(&w->pexc, &engine);
+    if (w->side && kvix_hmap_size(&w->side->pexc))
+        kvix_hmap_del(&w->side->pexc, &engine);
 }
 
 /* w holds engine at (pos, canon) in tier. An engine hash names one block per
@@ -154,8 +175,8 @@ int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local
              !kvix_ix_bm_add(&w->blocks, engine, (bent)(uintptr_t)node | (1u << tier)))
         rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block");
     if (rc) {
-        if (kvix_hmap_size(&w->pexc))
-            kvix_hmap_del(&w->pexc, &engine);
+        if (w->side && kvix_hmap_size(&w->side->pexc))
+            kvix_hmap_del(&w->side->pexc, &engine);
         tier_unref(w, node, tier);
         return rc;
     }
@@ -188,8 +209,7 @@ static void clear_ws(wstate *w, kvix_apply_result *r)
     r->removed += kvix_ix_bm_size(&w->blocks);
     kvix_ix_bm_release(&w->blocks);
     kvix_ix_publish_held(w);
-    kvix_hmap_release(&w->extra);
-    kvix_hmap_release(&w->pexc);
+    kvix_ix_ws_side_free(w);
 }
 
 /* ---- events ----------------------------------------------------------- */

@@ -28,7 +28,7 @@ void kvix_ix_bm_init(bmap *m, size_t eoff)
     m->v = NULL;
     m->cap = m->n = 0;
     m->eoff = eoff;
-    kvix_hmap_init(&m->other, 1, sizeof(bent));
+    m->other = NULL;
 }
 
 void kvix_ix_bm_release(bmap *m)
@@ -38,7 +38,11 @@ void kvix_ix_bm_release(bmap *m)
     m->ctrl = NULL;
     m->v = NULL;
     m->cap = m->n = 0;
-    kvix_hmap_release(&m->other);
+    if (m->other) {
+        kvix_hmap_release(m->other);
+        free(m->other);
+        m->other = NULL;
+    }
 }
 
 static size_t find(const bmap *m, uint64_t engine, uint64_t h)
@@ -62,7 +66,7 @@ bent *kvix_ix_bm_get(const bmap *m, uint64_t engine)
     size_t i = find(m, engine, kvix_mix64(engine));
     if (i != (size_t)-1)
         return &m->v[i];
-    return kvix_hmap_size(&m->other) ? kvix_hmap_get(&m->other, &engine) : NULL;
+    return m->other && kvix_hmap_size(m->other) ? kvix_hmap_get(m->other, &engine) : NULL;
 }
 
 static int resize(bmap *m, size_t cap)
@@ -103,7 +107,9 @@ bent *kvix_ix_bm_add(bmap *m, uint64_t engine, bent v)
 {
     if (kvix_ix_node_engine(bent_node(v), m->eoff) != engine) {
         int inserted;
-        bent *e = kvix_hmap_put(&m->other, &engine, &inserted);
+        if (!m->other && (m->other = malloc(sizeof *m->other)))
+            kvix_hmap_init(m->other, 1, sizeof(bent));
+        bent *e = m->other ? kvix_hmap_put(m->other, &engine, &inserted) : NULL;
         if (e)
             *e = v;
         return e;
@@ -122,8 +128,8 @@ void kvix_ix_bm_del(bmap *m, uint64_t engine)
 {
     size_t i = find(m, engine, kvix_mix64(engine));
     if (i == (size_t)-1) {
-        if (kvix_hmap_size(&m->other))
-            kvix_hmap_del(&m->other, &engine);
+        if (m->other && kvix_hmap_size(m->other))
+            kvix_hmap_del(m->other, &engine);
         return;
     }
     size_t mask = m->cap - 1, j = i;
@@ -161,9 +167,11 @@ bent *kvix_ix_bm_next(const bmap *m, size_t *it, uint64_t *engine)
             return &m->v[i];
         }
     }
+    if (!m->other)
+        return NULL;
     size_t sub = *it > m->cap ? *it - m->cap : 0;
     const uint64_t *key;
-    bent *e = kvix_hmap_next(&m->other, &sub, &key);
+    bent *e = kvix_hmap_next(m->other, &sub, &key);
     *it = m->cap + sub;
     if (e && engine)
         *engine = key[0];
@@ -172,5 +180,6 @@ bent *kvix_ix_bm_next(const bmap *m, size_t *it, uint64_t *engine)
 
 size_t kvix_ix_bm_memory(const bmap *m)
 {
-    return m->cap * (1 + sizeof(bent)) + kvix_hmap_memory(&m->other);
+    return m->cap * (1 + sizeof(bent)) +
+           (m->other ? sizeof *m->other + kvix_hmap_memory(m->other) : 0);
 }

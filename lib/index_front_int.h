@@ -35,6 +35,8 @@
  *    parent canonical hashes are the node's, kept once for all its holders
  *    (kvix_backend_ops.info): an entry of its own copies cost 40 bytes per
  *    (worker, block);
+ *  - pexc and extra live in a side record (wside) made on first need, and
+ *    the blocks map's keyed side map likewise: most workers need none;
  *  - pexc: engine hash -> parent engine hash, only for blocks whose parent
  *    engine hash differs from the node's hint (the engine hash its parent
  *    node was made under: workers hashing alike agree with it);
@@ -116,7 +118,8 @@ typedef struct bmap {
     uint8_t *ctrl; /* 0 empty, else 0x80 | 7 bits of the key's hash */
     bent *v;       /* entries keyed by their node's engine hash */
     size_t cap, n, eoff;
-    kvix_hmap other; /* engine hash -> bent, where the node's engine hash is another */
+    kvix_hmap *other; /* engine hash -> bent, where the node's engine hash is another
+                       * (made on first need: most workers hash alike) */
 } bmap;
 
 void kvix_ix_bm_init(bmap *m, size_t eoff);
@@ -135,10 +138,16 @@ size_t kvix_ix_bm_memory(const bmap *m);
 
 static inline size_t kvix_ix_bm_size(const bmap *m)
 {
-    return m->n + kvix_hmap_size(&m->other);
+    return m->n + (m->other ? kvix_hmap_size(m->other) : 0);
 }
 
 struct part;
+
+/* A (worker, dp)'s maps that most never use, made on first need. */
+typedef struct wside {
+    kvix_hmap pexc;  /* engine hash -> parent engine hash, where the node's hint is not it */
+    kvix_hmap extra; /* (pos, canon) -> cref, for blocks with two engine hashes or more */
+} wside;
 
 typedef struct wstate {
     uint64_t h;
@@ -146,14 +155,25 @@ typedef struct wstate {
     uint32_t dp, slot;
     struct part *p;
     bmap blocks;      /* engine hash -> bent */
-    kvix_hmap pexc;   /* engine hash -> parent engine hash, where the node's hint is not it */
-    kvix_hmap extra;  /* (pos, canon) -> cref, for blocks with two engine hashes or more */
+    wside *side;      /* NULL while both its maps would be empty */
     struct wstate *next_dp; /* the same worker's state of another dp (atomic pointer) */
     int has_eid;
     uint64_t eid;
     uint32_t held; /* atomic: kvix_ix_bm_size(&blocks), for queries on other threads */
     struct rcu_head rcu; /* a released state is freed, and its slot reused, after a grace period */
 } wstate;
+
+/* w's side maps, made on first need (NULL: out of memory). */
+wside *kvix_ix_ws_side(wstate *w);
+/* Free w's side maps (w holds no block). */
+void kvix_ix_ws_side_free(wstate *w);
+
+static inline size_t ws_side_memory(const wstate *w)
+{
+    return w->side ? sizeof *w->side + kvix_hmap_memory(&w->side->pexc) +
+                         kvix_hmap_memory(&w->side->extra)
+                   : 0;
+}
 
 /* Publish the count of blocks held after a change (one plain store on x86). */
 static inline void kvix_ix_publish_held(wstate *w)

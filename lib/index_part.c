@@ -206,8 +206,7 @@ static void ws_free(void *e)
 {
     wstate *w = e;
     kvix_ix_bm_release(&w->blocks);
-    kvix_hmap_release(&w->extra);
-    kvix_hmap_release(&w->pexc);
+    kvix_ix_ws_side_free(w);
     free(w);
 }
 
@@ -512,8 +511,6 @@ static int ws_register(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix
     w->slot = slot;
     w->p = p;
     kvix_ix_bm_init(&w->blocks, p->ops->engine_off);
-    kvix_hmap_init(&w->extra, 2, sizeof(cref));
-    kvix_hmap_init(&w->pexc, 1, sizeof(uint64_t));
     if (cmap_insert(&p->workers, w)) {
         free(w);
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a worker");
