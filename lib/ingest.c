@@ -37,7 +37,7 @@ void ingest_refuse(kvix_ingest *g, const char *what, size_t src, uint64_t pos, i
     if (from_source && type >= 0 && type <= KVIX_EV_QUERY)
         g->c.refused[type]++;
     if (g->o.strict) {
-        g->stopped = 1;
+        __atomic_store_n(&g->stopped, 1, __ATOMIC_RELEASE);
         if (g->feed) /* nothing after the first refused event, as with a source */
             kvix_enginefeed_halt(g->feed);
         /* the caller may be waiting: a refusal on the subscriptions' or a
@@ -325,10 +325,8 @@ void kvix_ingest_message_end(kvix_ingest *g, uint64_t seq)
 
 int kvix_ingest_stopped(kvix_ingest *g)
 {
-    pthread_mutex_lock(&g->mu);
-    int s = g->stopped;
-    pthread_mutex_unlock(&g->mu);
-    return s;
+    /* asked before every record: no lock (set once, under mu) */
+    return __atomic_load_n(&g->stopped, __ATOMIC_ACQUIRE);
 }
 
 uint64_t kvix_ingest_records(const kvix_ingest *g)

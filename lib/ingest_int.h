@@ -22,7 +22,7 @@ struct kvix_ingest {
     pthread_mutex_t mu;       /* the refusal counters, and on_reject's calls */
     kvix_ingest_counts c;     /* submitted, queries, answered: main thread; the rest: mu */
     kvix_apply_result base;
-    int stopped;             /* mu */
+    int stopped;             /* atomic: a strict stop (set under mu) */
     int dirty;               /* main thread: changed since the last save */
     uint64_t since_save;     /* atomic: events applied from the sources since the last save */
     uint64_t fed_at_save;    /* the feed's applied + refused at the last save */
