@@ -127,7 +127,7 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(CLI_OBJ) $(LIBKVIX)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(CLI_OBJ) $(LIBKVIX) $(LIBS)
 
-$(BUILD)/bench/kvbench: $(BUILD)/obj/bench/kvbench.o $(KVBENCH_PART_OBJ) $(LIBKVIX)
+$(BUILD)/bench/kvbench: $(BUILD)/obj/bench/kvbench.o $(KVBENCH_PART_OBJ) $(CLI_OBJ) $(LIBKVIX)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIBKVIX) $(LIBS)
 

@@ -44,12 +44,14 @@
 #define _GNU_SOURCE
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include "../cmd/cli.h"
 #include "kvbench.h"
 
 const char *const rule_names[RULE_COUNT] = {"exact", "timestamp"};
@@ -140,8 +142,11 @@ static void usage(FILE *f)
             "  -h, --help\n");
 }
 
+static const cli_tool tool = {.name = "kvbench"}; /* messages only */
+
 int main(int argc, char **argv)
 {
+    cli_init(&tool);
     const char *backends = "reference,radix,positional";
     const char *threads = NULL;
     const char *json_path = NULL, *dat_path = NULL, *sweep_only = NULL, *more_bes = NULL;
@@ -178,9 +183,9 @@ int main(int argc, char **argv)
         switch (opt) {
         case 'b': backends = optarg; break;
         case 't': threads = optarg; break;
-        case 'T': wT = (unsigned)atoi(optarg); break;
-        case 'R': wR = (unsigned)atoi(optarg); break;
-        case 'n': bo.runs = atoi(optarg); break;
+        case 'T': wT = (unsigned)cli_parse_uint(optarg, 1, 64, "--writers"); break;
+        case 'R': wR = (unsigned)cli_parse_uint(optarg, 1, 64, "--readers"); break;
+        case 'n': bo.runs = (int)cli_parse_uint(optarg, 1, 64, "--runs"); break;
         case 'q': quiet = 1; break;
         case 'h': usage(stdout); return 0;
         case O_RULE:
@@ -191,16 +196,16 @@ int main(int argc, char **argv)
             break;
         case O_SUBMIT: submit = 1; break;
         case O_NOSWEEP: bo.sweep = 0; break;
-        case O_FROM: bo.sweep_from = atof(optarg); break;
-        case O_STEP: bo.sweep_step = atof(optarg); break;
-        case O_BUDGET: bo.sweep_budget = atof(optarg); break;
-        case O_THRESH: bo.threshold = atof(optarg); break;
+        case O_FROM: bo.sweep_from = cli_parse_double(optarg, 0.001, 1e6, "--sweep-from"); break;
+        case O_STEP: bo.sweep_step = cli_parse_double(optarg, 1.001, 100, "--sweep-step"); break;
+        case O_BUDGET: bo.sweep_budget = cli_parse_double(optarg, 0.001, 1e6, "--sweep-budget"); break;
+        case O_THRESH: bo.threshold = cli_parse_double(optarg, 0.001, 1, "--threshold"); break;
         case O_SWONLY: sweep_only = optarg; break;
         case O_MOREBES: more_bes = optarg; break;
         case O_NOVERIFY: bo.verify = 0; break;
         case O_COLD: bo.warm = 0; break;
-        case O_PERF: g_perf_fd = atoi(optarg); break;
-        case O_SPIN: bo.spin = atoi(optarg); break;
+        case O_PERF: g_perf_fd = (int)cli_parse_uint(optarg, 0, INT_MAX, "--perf-ctl"); break;
+        case O_SPIN: bo.spin = (int)cli_parse_uint(optarg, 0, INT_MAX, "--spin"); break;
         case O_NOTIME: bo.timing = 0; break;
         case O_NOFORK: bo.fork = 0; break;
         case O_JSON: json_path = optarg; break;
@@ -226,7 +231,8 @@ int main(int argc, char **argv)
     if (threads) {
         char buf[256];
         snprintf(buf, sizeof buf, "%s", threads);
-        for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        char *save = NULL;
+        for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
             unsigned a, b;
             if (sscanf(tok, "%ux%u", &a, &b) != 2 || !a || !b || a > MAX_LANES || b > MAX_LANES ||
                 ntc == MAX_THREADCFG)

@@ -289,7 +289,7 @@ TEST(registry_add_duplicates_remove_replace)
     CHECK(kvix_enginesub_spec_parse(&sp, "1:2=ipc:///tmp/kvix-es-a", &err) == KVIX_OK);
     CHECK(kvix_enginesub_add(s, &sp, 0, &err) == KVIX_OK);
     CHECK(kvix_enginesub_add(s, &sp, 0, &err) == KVIX_ELIMIT); /* endpoint twice */
-    strcpy(sp.endpoint, "ipc:///tmp/kvix-es-b");
+    snprintf(sp.endpoint, sizeof sp.endpoint, "%s", "ipc:///tmp/kvix-es-b");
     CHECK(kvix_enginesub_add(s, &sp, 0, &err) == KVIX_ELIMIT); /* worker 1 dp 2 twice */
     CHECK(strstr(err.msg, "already registered") != NULL);
     CHECK(kvix_enginesub_apply(s, &err) == KVIX_OK);
@@ -370,12 +370,12 @@ TEST(workers_file_written_then_read_back)
     CHECK(kvix_enginesub_file_write(path, v, 1, NULL) == KVIX_ERANGE);
     v[0].worker = KVIX_WORKER_MAX;
     v[0].dp = 3;
-    strcpy(v[0].endpoint, "tcp://127.0.0.1:5557");
-    strcpy(v[0].replay, "tcp://127.0.0.1:5600");
+    snprintf(v[0].endpoint, sizeof v[0].endpoint, "%s", "tcp://127.0.0.1:5557");
+    snprintf(v[0].replay, sizeof v[0].replay, "%s", "tcp://127.0.0.1:5600");
     v[1].worker = 2;
-    strcpy(v[1].endpoint, "ipc:///tmp/e2");
-    strcpy(v[1].model, "llama");
-    strcpy(v[1].tenant, "acme");
+    snprintf(v[1].endpoint, sizeof v[1].endpoint, "%s", "ipc:///tmp/e2");
+    snprintf(v[1].model, sizeof v[1].model, "%s", "llama");
+    snprintf(v[1].tenant, sizeof v[1].tenant, "%s", "acme");
     v[1].block_size = 16;
     CHECK(kvix_enginesub_file_write(path, v, 2, NULL) == KVIX_OK);
     kvix_enginesub_spec *r = NULL;

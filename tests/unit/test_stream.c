@@ -465,11 +465,11 @@ TEST(reader_long_line_is_skipped)
     size_t big = KVIX_LINE_MAX + 10;
     char *in = malloc(big + 200);
     size_t n = 0;
-    n += (size_t)sprintf(in + n, "{\"type\":\"cleared\",\"worker\":1}\n");
-    n += (size_t)sprintf(in + n, "{\"pad\":\"");
+    n += (size_t)snprintf(in + n, big + 200 - n, "{\"type\":\"cleared\",\"worker\":1}\n");
+    n += (size_t)snprintf(in + n, big + 200 - n, "{\"pad\":\"");
     memset(in + n, 'x', big);
     n += big;
-    n += (size_t)sprintf(in + n, "\"}\n{\"type\":\"cleared\",\"worker\":3}\n");
+    n += (size_t)snprintf(in + n, big + 200 - n, "\"}\n{\"type\":\"cleared\",\"worker\":3}\n");
     int fd = tmp_with(in, n);
     free(in);
     kvix_reader *r;

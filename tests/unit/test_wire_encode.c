@@ -91,7 +91,7 @@ TEST(map_stored_parent_lora_medium)
 
     stored(&ev, 1, 1);
     ev.blocks[0].seq = UINT64_C(0x0123456789abcdef);
-    strcpy(ev.lora, "adapter-a");
+    snprintf(ev.lora, sizeof ev.lora, "%s", "adapter-a");
     encode_one(&ev, 0, KVIX_WIRE_MAP, &b);
     check_bytes("map-lora.bin", &b);
     kvix_buf_release(&b);
@@ -227,7 +227,7 @@ TEST(round_trip_through_the_decoder)
                 e->has_parent = next(&s) % 2;
                 e->parent = next(&s);
                 if (next(&s) % 3 == 0)
-                    strcpy(e->lora, "adapter-a");
+                    snprintf(e->lora, sizeof e->lora, "%s", "adapter-a");
                 for (size_t b = 0; b < nb; b++)
                     e->blocks[e->nblocks++].seq = next(&s);
                 for (size_t t = 0; t < nb * bs; t++)
