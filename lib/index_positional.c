@@ -134,9 +134,19 @@ static void orph_change(pos_be *be, porph *c, uint32_t s, int delta)
     }
 }
 
+/* Whether slot s holds n, a node of another shard than the one the writer
+ * locked (a parent, a kid): that shard's writer may replace n's holder record
+ * and free the old one after a grace period, which holds back only read-side
+ * sections. Most nodes have no record (their holders are inline in the node,
+ * which n's kid or parent pins), so only a record is read in a section. */
 static inline int node_has(pnode *n, uint32_t s)
 {
-    return kvix_hs_has(&n->h, s);
+    if (!atomic_load_explicit(&n->h.rec, memory_order_acquire))
+        return kvix_ids_have(kvix_hs_ids(&n->h), s);
+    kvix_rcu_lock();
+    int has = kvix_hs_has(&n->h, s);
+    kvix_rcu_unlock();
+    return has;
 }
 
 /* ---- backend ops ---- */
@@ -312,17 +322,12 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
     }
     if (any_new) {
         uint32_t o_before = orph->n[slot % ORPH_CHUNK];
-        /* The parent and the kids sit in other shards, whose writers may
-         * replace their holder records meanwhile: read them as a reader does,
-         * or the record may be freed under us (TSan saw it) */
-        kvix_rcu_lock();
         if (pos > 0 && !node_has(pn(be, n->parent), slot))
             orph_change(be, orph, slot, +1);
         if (o_before > 0)
             for (pidx k = n->kids; k != PNIL; k = pn(be, k)->next)
                 if (node_has(pn(be, k), slot))
                     orph_change(be, orph, slot, -1);
-        kvix_rcu_unlock();
         if (was_empty) {
             atomic_fetch_add_explicit(&be->unique, 1, memory_order_relaxed);
             n->local = b->local; /* nobody held it: no front end reads it */
@@ -350,13 +355,11 @@ static void pos_del(void *vbe, void *node, uint32_t slot, unsigned tier)
     if (gone) {
         porph *orph = orph_chunk(be, slot); /* exists: the slot added this block */
         if (orph) {
-            kvix_rcu_lock(); /* other shards' holder records: as in pos_add */
             if (pos > 0 && (n->parent == PNIL || !node_has(pn(be, n->parent), slot)))
                 orph_change(be, orph, slot, -1);
             for (pidx k = n->kids; k != PNIL; k = pn(be, k)->next)
                 if (node_has(pn(be, k), slot))
                     orph_change(be, orph, slot, +1);
-            kvix_rcu_unlock();
         }
         if (kvix_hs_empty(&n->h))
             atomic_fetch_sub_explicit(&be->unique, 1, memory_order_relaxed);
