@@ -145,6 +145,17 @@ static void insertion_sort_scores(kvix_score *v, size_t n)
     }
 }
 
+/* A counting sort's byte counts become each byte's first place. */
+static inline void counts_to_starts(uint32_t c[256])
+{
+    uint32_t sum = 0;
+    for (unsigned b = 0; b < 256; b++) {
+        uint32_t x = c[b];
+        c[b] = sum;
+        sum += x;
+    }
+}
+
 /* One stable pass on key byte (field f, shift sh) from src to dst; f is a
  * constant in each caller below, so the key's choice leaves the loops. */
 static inline __attribute__((always_inline)) void
@@ -153,12 +164,7 @@ radix_pass_f(const kvix_score *src, kvix_score *dst, size_t n, const unsigned f,
     uint32_t c[256] = {0};
     for (size_t i = 0; i < n; i++)
         c[(key_field(&src[i], f) >> sh) & 0xff]++;
-    uint32_t sum = 0;
-    for (unsigned b = 0; b < 256; b++) {
-        uint32_t x = c[b];
-        c[b] = sum;
-        sum += x;
-    }
+    counts_to_starts(c);
     for (size_t i = 0; i < n; i++)
         dst[c[(key_field(&src[i], f) >> sh) & 0xff]++] = src[i];
 }
@@ -275,12 +281,7 @@ emit_run_t(const hrun *r, const kvix_qhits *hs, slotmap sm, kvix_score *v, qent 
         and_w &= wk;
     }
     if (or_dp == and_dp && ((or_w ^ and_w) >> 8) == 0) {
-        uint32_t sum = 0;
-        for (unsigned b = 0; b < 256; b++) {
-            uint32_t x = c[b];
-            c[b] = sum;
-            sum += x;
-        }
+        counts_to_starts(c);
         for (size_t i = 0; i < n; i++)
             score_set(&v[c[e[i].w->worker & 0xff]++], e[i].w, hit_tier(hs, e[i].h, gpu, tiered), r->blocks);
         return n;
