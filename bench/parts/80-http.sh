@@ -31,13 +31,9 @@ for f in "$B/kvindex" "$B/kvreplay"; do
 done
 . "$(dirname "$0")/../lib.sh"
 
-echo "80-http: the Mooncake log" >&2
-"$B/kvreplay" -q --mooncake "$ROOT/tests/fixtures/mooncake/conversation_trace.jsonl.xz" >"$tmp/log"
-grep -v '"type":"query"' "$tmp/log" >"$tmp/events"
-NEV=$(wc -l <"$tmp/events")
-NBLK=$(grep -o '"local"' "$tmp/events" | wc -l)
-# the prompts as Dynamo /query_by_hash bodies, one a line
-"$PY" - "$tmp/log" "$tmp/bodies" <<'PYEOF'
+# bodies LOG OUT: the log's prompts as Dynamo /query_by_hash bodies, one a line
+bodies() {
+    "$PY" - "$1" "$2" <<'PYEOF'
 import json, sys
 with open(sys.argv[1]) as f, open(sys.argv[2], "w") as out:
     for line in f:
@@ -47,22 +43,21 @@ with open(sys.argv[1]) as f, open(sys.argv[2], "w") as out:
         out.write(json.dumps({"block_hashes": [int(h, 16) for h in q["local"]],
                               "model_name": q["model"]}, separators=(",", ":")) + "\n")
 PYEOF
+}
+
+echo "80-http: the Mooncake log" >&2
+"$B/kvreplay" -q --mooncake "$ROOT/tests/fixtures/mooncake/conversation_trace.jsonl.xz" >"$tmp/log"
+grep -v '"type":"query"' "$tmp/log" >"$tmp/events"
+NEV=$(wc -l <"$tmp/events")
+NBLK=$(grep -o '"local"' "$tmp/events" | wc -l)
+bodies "$tmp/log" "$tmp/bodies"
 NQ=$(wc -l <"$tmp/bodies")
 echo "80-http: the log at 8192 workers" >&2
 MC=(--mooncake "$ROOT/tests/fixtures/mooncake/conversation_trace.jsonl.xz" --copies 32 --limit 600)
 "$B/kvreplay" -q "${MC[@]}" >"$tmp/log8k"
 grep -v '"type":"query"' "$tmp/log8k" >"$tmp/events8k"
 NEV8=$(wc -l <"$tmp/events8k")
-"$PY" - "$tmp/log8k" "$tmp/bodies8k" <<'PYEOF'
-import json, sys
-with open(sys.argv[1]) as f, open(sys.argv[2], "w") as out:
-    for line in f:
-        if '"type":"query"' not in line:
-            continue
-        q = json.loads(line)
-        out.write(json.dumps({"block_hashes": [int(h, 16) for h in q["local"]],
-                              "model_name": q["model"]}, separators=(",", ":")) + "\n")
-PYEOF
+bodies "$tmp/log8k" "$tmp/bodies8k"
 # /query: the token ids of prompts stored from the root (the same trace with
 # --tokens), the first 200 (tens of KB of JSON each)
 "$B/kvreplay" -q --tokens "${MC[@]}" | "$PY" -c '
