@@ -262,7 +262,9 @@ bool kvix_seqtrack_replay_want(kvix_seqtrack *t, uint64_t seq, uint64_t now)
     (void)now;
     if (!t->replaying)
         return false;
-    if (seq < t->want || (t->live_known && seq > t->live_seq)) {
+    /* Past the newest live seq only in order: the engine may have published
+     * batches kvsub has not read yet, but a jump past them is no real answer. */
+    if (seq < t->want || (t->live_known && seq > t->live_seq && seq != t->next)) {
         t->counts.refused++;
         return false;
     }

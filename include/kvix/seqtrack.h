@@ -161,10 +161,11 @@ void kvix_seqtrack_resume(kvix_seqtrack *t, uint64_t next);
 /* A replay answer with seq (not the end marker) arrived: true when its payload
  * should be decoded and given to kvix_seqtrack_replayed; false when it is not
  * wanted: no replay running, stale (counted in stale), or outside the range
- * asked for, below its start or past the newest live seq (counted in refused:
- * a replay service cannot hold what the engine has not published; an honest
- * one whose answer overtakes the live stream loses nothing, the live copy is
- * taken). The first answer later than the seq asked for is a loss of the
+ * asked for, below its start or past the newest live seq out of order
+ * (counted in refused: a claimed seq 2^63 must not be a loss of everything
+ * before it). An honest answer that overtakes the live stream comes in order,
+ * and is taken; the live copies are then stale. The first answer later than
+ * the seq asked for is a loss of the
  * batches in between. The timeout is not restarted: it bounds the whole
  * recovery. */
 bool kvix_seqtrack_replay_want(kvix_seqtrack *t, uint64_t seq, uint64_t now);
