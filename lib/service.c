@@ -283,63 +283,83 @@ static const kvix_score *sort_scores(kvix_answer *ans)
     }
 }
 
-/* The most one score takes in a map: },"W":{"D":V, */
+/* The most one score takes in a map: },"W":{"D":V, and of it the key
+ * text before V: },"W":{"D": */
 #define NESTED_PER (3 + KVIX_SJ_U64_MAX + 4 + 10 + 2 + KVIX_SJ_U64_MAX + 1)
+#define NESTED_KEY 40
+_Static_assert(3 + KVIX_SJ_U64_MAX + 4 + 10 + 2 <= NESTED_KEY && NESTED_KEY <= NESTED_PER,
+               "a key fits the fixed copy, and the copy one score's room");
 
-/* {"<worker>":{"<dp>":value,...},...} over scores sorted by worker, written
- * in place after one reservation of the worst case. */
-static int put_nested(kvix_buf *b, const kvix_score *v, size_t n, uint64_t bs, int held,
-                      kvix_err *err)
+/* Both maps {"<worker>":{"<dp>":value,...},...} of Dynamo's answer in one
+ * pass over scores sorted by worker: scores at s, tree_sizes at t (room for
+ * the worst case at each, plus NESTED_KEY). The two maps have the same keys:
+ * each key is written once, at s, and copied to t with a fixed-size copy
+ * (the second rendering of the keys was a third of the answer's cost). The
+ * ends of both maps are returned in *s_end and *t_end. */
+static void put_maps(char *s, char *t, const kvix_score *v, size_t n, uint64_t bs,
+                     char **s_end, char **t_end)
 {
-    if (n > (SIZE_MAX / 2 - 64) / NESTED_PER)
-        return kvix_err_set(err, KVIX_ELIMIT, "too many scores");
-    int rc = kvix_buf_reserve(b, n * NESTED_PER + 4, err);
-    if (rc)
-        return rc;
-    char *p = b->data + b->len;
-    *p++ = '{';
+    *s++ = '{';
+    *t++ = '{';
     for (size_t i = 0; i < n; i++) {
+        char *k = s;
         if (i == 0 || v[i].worker != v[i - 1].worker) {
             if (i) {
-                memcpy(p, "},", 2);
-                p += 2;
+                memcpy(s, "},", 2);
+                s += 2;
             }
-            *p++ = '"';
-            p += kvix_sj_u64_put(p, v[i].worker);
-            memcpy(p, "\":{", 3);
-            p += 3;
+            *s++ = '"';
+            s += kvix_sj_u64_put(s, v[i].worker);
+            memcpy(s, "\":{", 3);
+            s += 3;
         } else {
-            *p++ = ',';
+            *s++ = ',';
         }
-        *p++ = '"';
-        p += kvix_sj_u64_put(p, v[i].dp);
-        memcpy(p, "\":", 2);
-        p += 2;
-        p += kvix_sj_u64_put(p, held ? v[i].held : (uint64_t)v[i].blocks * bs);
+        *s++ = '"';
+        s += kvix_sj_u64_put(s, v[i].dp);
+        memcpy(s, "\":", 2);
+        s += 2;
+        memcpy(t, k, NESTED_KEY); /* the key and some bytes past it, overwritten next */
+        t += s - k;
+        s += kvix_sj_u64_put(s, (uint64_t)v[i].blocks * bs);
+        t += kvix_sj_u64_put(t, v[i].held);
     }
-    if (n)
-        *p++ = '}';
-    *p++ = '}';
-    *p = '\0';
-    b->len = (size_t)(p - b->data);
-    return KVIX_OK;
+    if (n) {
+        *s++ = '}';
+        *t++ = '}';
+    }
+    *s++ = '}';
+    *t++ = '}';
+    *s_end = s;
+    *t_end = t;
 }
 
 /* Dynamo's answer shape. Reorders ans->scores (by worker), or writes its upper half. */
 static int put_dynamo_answer(kvix_answer *ans, kvix_buf *b, kvix_err *err)
 {
+    static const char head[] = "{\"scores\":", mid[] = ",\"frequencies\":[],\"tree_sizes\":";
     const kvix_score *v = sort_scores(ans);
     size_t n = ans->nscores;
-    if (n > (SIZE_MAX / 2 - 64) / NESTED_PER)
+    if (n > (SIZE_MAX / 4 - 256) / NESTED_PER)
         return kvix_err_set(err, KVIX_ELIMIT, "too many scores");
-    int rc = kvix_buf_reserve(b, 2 * (n * NESTED_PER + 4) + 64, err); /* both maps: one realloc */
-    if (rc ||
-        (rc = kvix_sj_raw(b, "{\"scores\":", err)) ||
-        (rc = put_nested(b, v, n, ans->bs, 0, err)) ||
-        (rc = kvix_sj_raw(b, ",\"frequencies\":[],\"tree_sizes\":", err)) ||
-        (rc = put_nested(b, v, n, 0, 1, err)))
+    size_t room = n * NESTED_PER + 4 + NESTED_KEY; /* one map's worst case */
+    int rc = kvix_buf_reserve(b, sizeof head + 2 * room + sizeof mid + 2, err);
+    if (rc)
         return rc;
-    return kvix_sj_raw(b, "}", err);
+    /* scores in place; tree_sizes after scores' worst case, then moved down */
+    char *p = b->data + b->len, *s_end, *t_end;
+    memcpy(p, head, sizeof head - 1);
+    p += sizeof head - 1;
+    char *t = p + room + sizeof mid;
+    put_maps(p, t, v, n, ans->bs, &s_end, &t_end);
+    memcpy(s_end, mid, sizeof mid - 1);
+    s_end += sizeof mid - 1;
+    memmove(s_end, t, (size_t)(t_end - t));
+    s_end += t_end - t;
+    *s_end++ = '}';
+    *s_end = '\0';
+    b->len = (size_t)(s_end - b->data);
+    return KVIX_OK;
 }
 
 /* model_name, tenant_id?, lora_name? of a Dynamo query into q. */
