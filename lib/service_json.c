@@ -17,56 +17,60 @@ static int is_digit(char c) { return c >= '0' && c <= '9'; }
 
 /* Copy text to out, rewriting each integer literal above INT64_MAX as the
  * negative number with the same 64 bits. Strings are copied untouched; the
- * rest of the grammar is jansson's to check. Written in place after one
- * reservation: a rewritten literal (19 or 20 digits) grows by one byte at
- * most, so the text never outgrows len + len / 16 + 16. */
+ * rest of the grammar is jansson's to check. A literal under 19 digits is
+ * below INT64_MAX whatever its digits: only longer ones are read, and the
+ * text between two rewrites is copied in one piece (a bodies' hashes are
+ * 19-20 digit literals, about half of them above INT64_MAX). Written in
+ * place after one reservation: a rewritten literal (19 or 20 digits) grows
+ * by one byte at most, so the text never outgrows len + len / 16 + 16. */
 static int u64_rewrite(const char *t, size_t len, kvix_buf *out, kvix_err *err)
 {
     int rc = kvix_buf_reserve(out, len + len / 16 + 16, err);
     if (rc)
         return rc;
     char *o = out->data + out->len;
-    size_t i = 0;
+    size_t i = 0, kept = 0; /* t[kept..i) is still to copy */
     while (i < len) {
         char c = t[i];
-        size_t j = i + 1;
         if (c == '"') {
+            size_t j = i + 1;
             while (j < len && t[j] != '"')
                 j += t[j] == '\\' ? 2 : 1;
-            j = j < len ? j + 1 : len;
-        } else if (c == '-' && j < len && is_digit(t[j])) {
-            return kvix_err_set(err, KVIX_EINVAL, "negative number at byte %zu", j);
-        } else if (!is_digit(c)) {
-            while (j < len && t[j] != '"' && t[j] != '-' && !is_digit(t[j]))
-                j++;
-        } else {
-            j = i;
-            uint64_t v = 0;
-            int over = 0;
-            while (j < len && is_digit(t[j])) {
-                unsigned d = (unsigned)(t[j] - '0');
-                if (v > (UINT64_MAX - d) / 10)
-                    over = 1;
-                v = v * 10 + d;
-                j++;
-            }
-            int integer = j >= len || (t[j] != '.' && t[j] != 'e' && t[j] != 'E');
-            if (!integer) { /* a real: copy it whole, the decoder calls it the wrong type */
-                while (j < len && (is_digit(t[j]) || strchr(".eE+-", t[j])))
-                    j++;
-            } else if (over) {
-                return kvix_err_set(err, KVIX_ERANGE, "number at byte %zu is above 2^64-1", i + 1);
-            } else if (v > INT64_MAX) {
-                *o++ = '-';
-                o += kvix_sj_u64_put(o, 0 - v); /* the magnitude of (int64_t)v */
-                i = j;
-                continue;
-            }
+            i = j < len ? j + 1 : len;
+            continue;
         }
-        memcpy(o, t + i, j - i);
-        o += j - i;
+        if (!is_digit(c)) {
+            if (c == '-' && i + 1 < len && is_digit(t[i + 1]))
+                return kvix_err_set(err, KVIX_EINVAL, "negative number at byte %zu", i + 1);
+            i++;
+            continue;
+        }
+        size_t j = i, first19 = len - i > 19 ? i + 19 : len; /* 19 digits: below 2^64 */
+        uint64_t v = 0;
+        for (unsigned d; j < first19 && (d = (unsigned)(t[j] - '0')) < 10; j++)
+            v = v * 10 + d;
+        int over = 0;
+        while (j < len && is_digit(t[j])) {
+            over |= __builtin_mul_overflow(v, 10u, &v);
+            over |= __builtin_add_overflow(v, (unsigned)(t[j++] - '0'), &v);
+        }
+        if (j < len && (t[j] == '.' || t[j] == 'e' || t[j] == 'E')) {
+            /* a real: kept whole, the decoder calls it the wrong type */
+            while (j < len && (is_digit(t[j]) || strchr(".eE+-", t[j])))
+                j++;
+        } else if (over) {
+            return kvix_err_set(err, KVIX_ERANGE, "number at byte %zu is above 2^64-1", i + 1);
+        } else if (v > INT64_MAX) {
+            memcpy(o, t + kept, i - kept);
+            o += i - kept;
+            *o++ = '-';
+            o += kvix_sj_u64_put(o, 0 - v); /* the magnitude of (int64_t)v */
+            kept = j;
+        }
         i = j;
     }
+    memcpy(o, t + kept, len - kept);
+    o += len - kept;
     *o = '\0';
     out->len = (size_t)(o - out->data);
     return KVIX_OK;
