@@ -209,12 +209,14 @@ static kvix_score *sort_scores(kvix_score *v, kvix_score *tmp, size_t n, const k
  * one: one run per drop position; most of an answer drops at one). When the
  * hits come in few runs, each of a different length, the answer is the runs
  * in descending length, each ordered by (worker, dp), and nothing sorts by
- * length. A long run is read once into entries (the hit and its slot's
- * state) while the low byte of each worker id is counted; when that byte is
- * all that differs across the run (fleets number their workers densely: 256
- * workers differ in the low byte), each score is then written once, straight
- * into its place (one counting pass). Otherwise the run's scores are written
- * in hit order and sorted by the LSD sort above. More runs than RUNS_MAX, or
+ * length. When the low byte of the worker ids is all that differs across a
+ * run (fleets number their workers densely: 256 workers differ in the low
+ * byte), its states are filed by that byte and each score is written once,
+ * straight into its place (emit_run_byte). Otherwise a long run is read once
+ * into entries (the hit and its slot's state) while that byte is counted
+ * (one counting pass when it is still all that differs: the same run with a
+ * byte taken twice), or its scores are written in hit order and sorted by
+ * the LSD sort above; a short one by insertion. More runs than RUNS_MAX, or
  * one length in two runs: the whole answer goes through the LSD sort. */
 #define RUNS_MAX 32
 
@@ -296,9 +298,62 @@ emit_run_t(const hrun *r, const kvix_qhits *hs, slotmap sm, kvix_score *v, qent 
     return n;
 }
 
+/* Run r's scores written once each, in (worker, dp) order, when its workers
+ * differ only in the low byte of their ids and share one dp (then each
+ * (worker, dp) has its own byte): each state is filed under its byte in a
+ * 256-bit map, and the map read in order writes the scores. No counts, no
+ * prefix sums, no test per hit: what differs (the fields' OR against their
+ * AND) and a byte taken twice (fewer bits than hits: one (worker, dp) in
+ * two slots, which a query racing a worker's re-registration may see) are
+ * checked once at the end. Returns how many, or SIZE_MAX when the run is
+ * not of that kind (nothing useful written). */
+static inline __attribute__((always_inline)) size_t
+emit_run_byte(const hrun *r, const kvix_qhits *hs, slotmap sm, kvix_score *v, const int tiered)
+{
+    uint64_t map[4] = {0, 0, 0, 0};
+    const wstate *at[256];
+    const kvix_qhit *ah[tiered ? 256 : 1];
+    uint64_t or_w = 0, and_w = ~UINT64_C(0);
+    uint32_t or_dp = 0, and_dp = ~UINT32_C(0);
+    size_t n = 0;
+    for (const kvix_qhit *h = r->h; h < r->end; h++) {
+        const wstate *w = slotmap_ws(sm, h->slot);
+        if (!w)
+            continue;
+        uint64_t wk = w->worker;
+        uint32_t dp = w->dp;
+        or_w |= wk;
+        and_w &= wk;
+        or_dp |= dp;
+        and_dp &= dp;
+        unsigned x = (unsigned)(wk & 0xff);
+        map[x >> 6] |= UINT64_C(1) << (x & 63);
+        at[x] = w;
+        if (tiered)
+            ah[x] = h;
+        n++;
+    }
+    if (((or_w ^ and_w) >> 8) | (or_dp ^ and_dp) ||
+        (size_t)(__builtin_popcountll(map[0]) + __builtin_popcountll(map[1]) +
+                 __builtin_popcountll(map[2]) + __builtin_popcountll(map[3])) != n)
+        return SIZE_MAX;
+    uint32_t gpu[KVIX_MEDIUM_COUNT] = {0};
+    gpu[KVIX_MEDIUM_GPU] = r->blocks;
+    kvix_score *s = v;
+    for (unsigned k = 0; k < 4; k++)
+        for (uint64_t b = map[k]; b; b &= b - 1) {
+            unsigned x = 64 * k + (unsigned)__builtin_ctzll(b);
+            score_set(s++, at[x], tiered ? hs->tier[ah[x] - hs->v] : gpu, r->blocks);
+        }
+    return n;
+}
+
 static size_t emit_run(const hrun *r, const kvix_qhits *hs, slotmap sm, kvix_score *v, qent *e,
                        kvix_score *tmp)
 {
+    size_t n = hs->tier ? emit_run_byte(r, hs, sm, v, 1) : emit_run_byte(r, hs, sm, v, 0);
+    if (n != SIZE_MAX)
+        return n;
     return hs->tier ? emit_run_t(r, hs, sm, v, e, tmp, 1) : emit_run_t(r, hs, sm, v, e, tmp, 0);
 }
 
