@@ -22,7 +22,6 @@
 #define JUMP_DEFAULT 32u /* bench_index jump sweep: fewest instructions, best median */
 #define JUMP_MAX 1024u
 #define ORPH_CHUNK 256u
-#define TOMB UINT64_C(1) /* a table slot's word for a removed entry */
 #define LIMBO_BATCH 1024
 
 /* ---- shard locks: held for a few hundred instructions, so a spinlock
@@ -60,8 +59,8 @@ static inline void spin_unlock(spin_t *l)
  * other by 32-bit numbers in it, not by pointers: a node costs what the
  * index needs of it, not three words of links. A number is (chunk << 12 |
  * place); chunk k holds min(16 << k, 4096) nodes and never moves while the
- * backend holds a node, so the shard tables and the front end keep node
- * addresses. 0 is no node. */
+ * backend holds a node, so the front end keeps node addresses (the shard
+ * tables keep numbers). 0 is no node. */
 typedef uint32_t pidx;
 #define PNIL 0u
 #define SLAB_SHIFT 12
@@ -111,28 +110,25 @@ typedef struct pdir {
     pnode *c[];
 } pdir;
 
-/* A table slot is one word: 0 never used (ends a probe), TOMB removed, else
- * 16 bits of the key's hash above the node's address (user-space addresses
- * fit in 48 bits: node_new refuses one that does not), so most mismatches
- * never touch the node, a slot costs 8 bytes rather than 16, and a reader
- * loads the tag and the node together. */
-typedef _Atomic uint64_t pslot;
-#define PTR_BITS 48
-#define PTR_MASK ((UINT64_C(1) << PTR_BITS) - 1)
+/* A table slot is 32 bits: 0 never used (ends a probe), TOMB removed, else
+ * 4 bits of the key's hash above the node's number (numbers stay below
+ * 2^28: kvix_pos_node_new refuses more), so most mismatches never touch the
+ * node and a slot costs 4 bytes, not a pointer's 8: the tables are a fifth
+ * of the backend at thousands of workers. Number 1 is never handed out. */
+typedef _Atomic uint32_t pslot;
+#define NUM_BITS 28
+#define NUM_MASK ((UINT32_C(1) << NUM_BITS) - 1)
+#define TOMB UINT32_C(1)
 
-static inline uint64_t slot_tag(uint64_t h)
+static inline uint32_t slot_tag(uint64_t h)
 {
-    return (h >> 24) & 0xffff; /* not the top bits: they pick the shard */
+    /* under the shard's top bits, far above any table's home bits */
+    return (uint32_t)(h >> (64 - SHARD_BITS - (32 - NUM_BITS))) & ((1u << (32 - NUM_BITS)) - 1);
 }
 
-static inline uint64_t slot_word(uint64_t h, const pnode *n)
+static inline uint32_t slot_word(uint64_t h, pidx i)
 {
-    return slot_tag(h) << PTR_BITS | (uint64_t)(uintptr_t)n;
-}
-
-static inline pnode *slot_node(uint64_t w)
-{
-    return (pnode *)(uintptr_t)(w & PTR_MASK);
+    return slot_tag(h) << NUM_BITS | i;
 }
 
 typedef struct ptable {
@@ -198,17 +194,18 @@ static inline unsigned shard_of(uint64_t h)
 }
 
 /* t may be NULL: a shard that never held a node has no table. */
-static inline pnode *table_find(const ptable *t, uint64_t h, uint32_t pos, uint64_t canon)
+static inline pnode *table_find(const pos_be *be, const ptable *t, uint64_t h, uint32_t pos,
+                                uint64_t canon)
 {
     if (!t)
         return NULL;
-    uint64_t tag = slot_tag(h);
+    uint32_t tag = slot_tag(h);
     for (uint64_t i = h & t->mask;; i = (i + 1) & t->mask) {
-        uint64_t w = atomic_load_explicit(&t->s[i], memory_order_acquire);
+        uint32_t w = atomic_load_explicit(&t->s[i], memory_order_acquire);
         if (!w)
             return NULL;
-        if (w >> PTR_BITS == tag && w != TOMB) {
-            pnode *n = slot_node(w);
+        if (w >> NUM_BITS == tag && w != TOMB) {
+            pnode *n = pn(be, w & NUM_MASK);
             if (n->canon == canon && n->pos == pos)
                 return n;
         }
@@ -220,17 +217,20 @@ static inline pnode *be_find(pos_be *be, uint32_t pos, uint64_t canon)
 {
     uint64_t h = key_hash(pos, canon);
     ptable *t = atomic_load_explicit(&be->shard[shard_of(h)].t, memory_order_acquire);
-    return table_find(t, h, pos, canon);
+    return table_find(be, t, h, pos, canon);
 }
 
 /* ---- lib/index_pos_store.c: shard tables and node storage ---- */
 
 /* Under the shard's lock. insert: KVIX_OK or KVIX_ENOMEM (nothing changed). */
-int kvix_pos_shard_insert(pshard *sh, uint64_t h, pnode *n, kvix_bmem *mem);
-void kvix_pos_shard_remove(pshard *sh, uint64_t h, pnode *n, kvix_bmem *mem);
+int kvix_pos_shard_insert(pos_be *be, pshard *sh, uint64_t h, pnode *n);
+void kvix_pos_shard_remove(pos_be *be, pshard *sh, uint64_t h, pnode *n);
+/* Most nodes a backend holds at once (held blocks and their ghost parents):
+ * node numbers and a table slot's tag share 32 bits. */
+#define NODES_MAX (NUM_MASK - 1u)
 /* A fresh node (no links, empty holder set), or NULL (out of memory, or
- * 2^32 nodes). */
-pnode *kvix_pos_node_new(pos_be *be, uint32_t pos, uint64_t canon, uint64_t engine);
+ * NODES_MAX nodes: *full set). */
+pnode *kvix_pos_node_new(pos_be *be, uint32_t pos, uint64_t canon, uint64_t engine, int *full);
 /* A node no reader ever saw (never published). */
 void kvix_pos_node_free(pos_be *be, pnode *n);
 /* n is out of the table: readers may still see it until a grace period. */

@@ -24,10 +24,10 @@ static void table_retire(ptable *t, kvix_bmem *mem)
     kvix_rcu_free(&t->rcu);
 }
 
-static void table_put(ptable *t, uint64_t h, pnode *n)
+static void table_put(ptable *t, uint64_t h, pidx n)
 {
     for (uint64_t i = h & t->mask;; i = (i + 1) & t->mask) {
-        uint64_t o = atomic_load_explicit(&t->s[i], memory_order_relaxed);
+        uint32_t o = atomic_load_explicit(&t->s[i], memory_order_relaxed);
         if (!o || o == TOMB) {
             atomic_store_explicit(&t->s[i], slot_word(h, n), memory_order_release);
             return;
@@ -36,8 +36,9 @@ static void table_put(ptable *t, uint64_t h, pnode *n)
 }
 
 /* Rebuild a shard's table for `want` live entries at load <= 1/2. */
-static int shard_rebuild(pshard *sh, size_t want, kvix_bmem *mem)
+static int shard_rebuild(pos_be *be, pshard *sh, size_t want)
 {
+    kvix_bmem *mem = &be->mem;
     uint64_t cap = TABLE_MIN;
     while (cap < want * 2)
         cap *= 2;
@@ -46,10 +47,10 @@ static int shard_rebuild(pshard *sh, size_t want, kvix_bmem *mem)
     if (!t)
         return KVIX_ENOMEM;
     for (uint64_t i = 0; old && i <= old->mask; i++) {
-        uint64_t w = atomic_load_explicit(&old->s[i], memory_order_relaxed);
-        if (w && w != TOMB) { /* the slot keeps 16 bits of the hash: rehash */
-            pnode *n = slot_node(w);
-            table_put(t, key_hash(n->pos, n->canon), n);
+        uint32_t w = atomic_load_explicit(&old->s[i], memory_order_relaxed);
+        if (w && w != TOMB) { /* the slot keeps 4 bits of the hash: rehash */
+            const pnode *n = pn(be, w & NUM_MASK);
+            table_put(t, key_hash(n->pos, n->canon), w & NUM_MASK);
         }
     }
     atomic_store_explicit(&sh->t, t, memory_order_release);
@@ -59,36 +60,37 @@ static int shard_rebuild(pshard *sh, size_t want, kvix_bmem *mem)
     return KVIX_OK;
 }
 
-int kvix_pos_shard_insert(pshard *sh, uint64_t h, pnode *n, kvix_bmem *mem)
+int kvix_pos_shard_insert(pos_be *be, pshard *sh, uint64_t h, pnode *n)
 {
     ptable *t = atomic_load_explicit(&sh->t, memory_order_relaxed);
     if (!t || (sh->used + sh->tomb + 1) * 4 > (t->mask + 1) * 3) {
-        if (shard_rebuild(sh, sh->used + 1, mem) < 0)
+        if (shard_rebuild(be, sh, sh->used + 1) < 0)
             return KVIX_ENOMEM;
         t = atomic_load_explicit(&sh->t, memory_order_relaxed);
     }
     /* a tombstone slot is reused only when it is the first free one */
     uint64_t i = h & t->mask;
     for (;; i = (i + 1) & t->mask) {
-        uint64_t o = atomic_load_explicit(&t->s[i], memory_order_relaxed);
+        uint32_t o = atomic_load_explicit(&t->s[i], memory_order_relaxed);
         if (!o || o == TOMB)
             break;
     }
     if (atomic_load_explicit(&t->s[i], memory_order_relaxed) == TOMB)
         sh->tomb--;
-    atomic_store_explicit(&t->s[i], slot_word(h, n), memory_order_release);
+    atomic_store_explicit(&t->s[i], slot_word(h, n->self), memory_order_release);
     sh->used++;
     return KVIX_OK;
 }
 
-void kvix_pos_shard_remove(pshard *sh, uint64_t h, pnode *n, kvix_bmem *mem)
+void kvix_pos_shard_remove(pos_be *be, pshard *sh, uint64_t h, pnode *n)
 {
     ptable *t = atomic_load_explicit(&sh->t, memory_order_relaxed);
+    uint32_t want = slot_word(h, n->self);
     for (uint64_t i = h & t->mask;; i = (i + 1) & t->mask) {
-        uint64_t o = atomic_load_explicit(&t->s[i], memory_order_relaxed);
+        uint32_t o = atomic_load_explicit(&t->s[i], memory_order_relaxed);
         if (!o)
             return;
-        if (o == slot_word(h, n)) {
+        if (o == want) {
             atomic_store_explicit(&t->s[i], TOMB, memory_order_release);
             sh->used--;
             sh->tomb++;
@@ -96,7 +98,7 @@ void kvix_pos_shard_remove(pshard *sh, uint64_t h, pnode *n, kvix_bmem *mem)
         }
     }
     if (t->mask + 1 > TABLE_MIN && sh->used * 8 < t->mask + 1)
-        (void)shard_rebuild(sh, sh->used, mem); /* shrinking is optional: ENOMEM keeps it */
+        (void)shard_rebuild(be, sh, sh->used); /* shrinking is optional: ENOMEM keeps it */
 }
 
 /* ---- the slab ---- */
@@ -110,8 +112,8 @@ static uint32_t chunk_cap(uint32_t c)
 static int slab_grow(pos_be *be)
 {
     uint32_t c = be->nchunk;
-    if (c >= (UINT32_MAX >> SLAB_SHIFT) + 1)
-        return KVIX_ENOMEM; /* 2^32 node numbers */
+    if (c >= (NUM_MASK >> SLAB_SHIFT) + 1)
+        return KVIX_ELIMIT; /* 2^28 node numbers */
     pdir *d = atomic_load_explicit(&be->dir, memory_order_relaxed);
     if (!d || d->cap == c) {
         uint32_t cap = d ? d->cap * 2 : 8;
@@ -131,15 +133,11 @@ static int slab_grow(pos_be *be)
     pnode *ch = aligned_alloc(64, sz);
     if (!ch)
         return KVIX_ENOMEM;
-    if (((uintptr_t)ch + sz) >> PTR_BITS) { /* no room for a table slot's tag */
-        free(ch);
-        return KVIX_ENOMEM;
-    }
     atomic_fetch_add_explicit(&be->mem.bytes, (long)sz, memory_order_relaxed);
     /* a writer that is given a number in it got it after this store */
     d->c[c] = ch;
     be->nchunk = c + 1;
-    be->bump = (c << SLAB_SHIFT) + (c == 0); /* number 0 is no node */
+    be->bump = (c << SLAB_SHIFT) + (c == 0 ? 2 : 0); /* 0 is no node, 1 a tombstone */
     be->bump_end = (c << SLAB_SHIFT) + chunk_cap(c);
     return KVIX_OK;
 }
@@ -169,17 +167,19 @@ static void slab_release(pos_be *be)
     be->free = PNIL;
 }
 
-pnode *kvix_pos_node_new(pos_be *be, uint32_t pos, uint64_t canon, uint64_t engine)
+pnode *kvix_pos_node_new(pos_be *be, uint32_t pos, uint64_t canon, uint64_t engine, int *full)
 {
     pnode *n;
+    int rc;
     spin_lock(&be->slabmu);
     pidx i = be->free;
     if (i != PNIL) {
         n = pn(be, i);
         be->free = n->next;
     } else {
-        if (be->bump == be->bump_end && slab_grow(be) < 0) {
+        if (be->bump == be->bump_end && (rc = slab_grow(be)) < 0) {
             spin_unlock(&be->slabmu);
+            *full = rc == KVIX_ELIMIT;
             return NULL;
         }
         i = be->bump++;
@@ -266,9 +266,9 @@ void kvix_pos_store_free(pos_be *be)
     for (unsigned i = 0; i < NSHARD; i++) {
         ptable *t = atomic_load(&be->shard[i].t);
         for (uint64_t j = 0; t && j <= t->mask; j++) {
-            uint64_t w = atomic_load(&t->s[j]);
+            uint32_t w = atomic_load(&t->s[j]);
             if (w && w != TOMB)
-                kvix_hs_free(&slot_node(w)->h);
+                kvix_hs_free(&pn(be, w & NUM_MASK)->h);
         }
         free(t);
     }

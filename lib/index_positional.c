@@ -35,7 +35,8 @@
  * Memory. A node is 64 bytes (lib/index_pos_int.h): its key, the engine and
  * local hashes, 32-bit links (parent, siblings, first child) into the
  * backend's slab instead of pointers, and a 16-byte holder set (four inline
- * slot ids, one pointer to a bitset and tier sets when needed). At thousands
+ * slot ids, one pointer to a bitset and tier sets when needed). A shard
+ * table's slot is 4 bytes (the node's number and 4 bits of its hash). At thousands
  * of workers most blocks have one holder, so the node is paid almost per
  * (worker, block) pair.
  *
@@ -205,14 +206,14 @@ static void reclaim(pos_be *be, uint32_t pos, uint64_t canon)
         uint64_t h = key_hash(pos, canon);
         unsigned si = shard_of(h), pi;
         spin_lock(&be->shard[si].mu);
-        pnode *n = table_find(atomic_load_explicit(&be->shard[si].t, memory_order_relaxed), h,
+        pnode *n = table_find(be, atomic_load_explicit(&be->shard[si].t, memory_order_relaxed), h,
                               pos, canon);
         if (!n || !node_removable(n)) {
             spin_unlock(&be->shard[si].mu);
             return;
         }
         if (n->parent == PNIL) {
-            kvix_pos_shard_remove(&be->shard[si], h, n, &be->mem);
+            kvix_pos_shard_remove(be, &be->shard[si], h, n);
             spin_unlock(&be->shard[si].mu);
             kvix_pos_node_retire(be, n);
             return;
@@ -225,7 +226,7 @@ static void reclaim(pos_be *be, uint32_t pos, uint64_t canon)
         } else if (pi < si) {
             spin_unlock(&be->shard[si].mu);
             lock2(be, si, pi);
-            n = table_find(atomic_load_explicit(&be->shard[si].t, memory_order_relaxed), h, pos,
+            n = table_find(be, atomic_load_explicit(&be->shard[si].t, memory_order_relaxed), h, pos,
                            canon);
             /* n's parent never changes once set; a re-made n may have a re-made
              * parent at the same number, with the same key: still right */
@@ -234,7 +235,7 @@ static void reclaim(pos_be *be, uint32_t pos, uint64_t canon)
                 return;
             }
         }
-        kvix_pos_shard_remove(&be->shard[si], h, n, &be->mem);
+        kvix_pos_shard_remove(be, &be->shard[si], h, n);
         kid_unlink(be, p, n);
         int more = node_removable(p);
         pos = p->pos;
@@ -244,6 +245,15 @@ static void reclaim(pos_be *be, uint32_t pos, uint64_t canon)
         if (!more)
             return;
     }
+}
+
+static int node_err(kvix_err *err, int full)
+{
+    if (full)
+        return kvix_err_set(err, KVIX_ELIMIT,
+                            "more than %u blocks in one partition (held and their ghost parents)",
+                            NODES_MAX);
+    return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
 }
 
 static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void **node,
@@ -263,7 +273,7 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
     unsigned si = shard_of(h), pi = si;
     pshard *sh = &be->shard[si];
     spin_lock(&sh->mu);
-    pnode *n = table_find(atomic_load_explicit(&sh->t, memory_order_relaxed), h, pos, canon);
+    pnode *n = table_find(be, atomic_load_explicit(&sh->t, memory_order_relaxed), h, pos, canon);
     if (!n || (pos > 0 && n->parent == PNIL)) {
         /* a new node (or a ghost learning its parent): lock the parent's shard
          * too, in index order, or by trylock to keep the one we hold */
@@ -277,32 +287,32 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
         } else if (pi < si && !spin_trylock(&be->shard[pi].mu)) {
             spin_unlock(&sh->mu);
             lock2(be, si, pi);
-            n = table_find(atomic_load_explicit(&sh->t, memory_order_relaxed), h, pos, canon);
+            n = table_find(be, atomic_load_explicit(&sh->t, memory_order_relaxed), h, pos, canon);
         }
-        int made = 0;
+        int made = 0, full = 0;
         if (!n) {
-            n = kvix_pos_node_new(be, pos, canon, b->engine);
-            if (!n || kvix_pos_shard_insert(sh, h, n, &be->mem) < 0) {
+            n = kvix_pos_node_new(be, pos, canon, b->engine, &full);
+            if (!n || kvix_pos_shard_insert(be, sh, h, n) < 0) {
                 if (n)
                     kvix_pos_node_free(be, n);
                 unlock2(be, si, pi);
-                return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+                return node_err(err, full);
             }
             made = 1;
         }
         if (pos > 0 && n->parent == PNIL) {
             pshard *ps = &be->shard[pi];
-            pnode *p = table_find(atomic_load_explicit(&ps->t, memory_order_relaxed), hp, pos - 1,
+            pnode *p = table_find(be, atomic_load_explicit(&ps->t, memory_order_relaxed), hp, pos - 1,
                                   parent_canon);
             if (!p) { /* a parent nobody holds: a ghost, so holes stay exact */
-                p = kvix_pos_node_new(be, pos - 1, parent_canon, b->parent_engine);
-                if (!p || kvix_pos_shard_insert(ps, hp, p, &be->mem) < 0) {
+                p = kvix_pos_node_new(be, pos - 1, parent_canon, b->parent_engine, &full);
+                if (!p || kvix_pos_shard_insert(be, ps, hp, p) < 0) {
                     if (p)
                         kvix_pos_node_free(be, p);
                     unlock2(be, si, pi);
                     if (made)
                         reclaim(be, pos, canon);
-                    return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+                    return node_err(err, full);
                 }
             }
             kid_link(be, p, n);
