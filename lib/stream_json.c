@@ -3,13 +3,13 @@
 #include "kvix/stream.h"
 
 #include <jansson.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kvix/hash.h"
+#include "json_arena_int.h"
 #include "stream_int.h"
 
 /* ---- decoding: jansson values seen as sv ---- */
@@ -132,97 +132,8 @@ static int depth_ok(json_t *j, int depth)
     return 1;
 }
 
-static int decode_line(const char *line, size_t len, kvix_event *ev, kvix_err *err);
-
-/* A per-thread arena for the nodes jansson builds while one record is
- * decoded. jansson mallocs every value and frees them all at the end of the
- * record: with a million small blocks interleaved with the index's own
- * allocations, glibc spent more time in malloc/free (and consolidating the
- * fragments) than jansson spent parsing. While a thread decodes, its
- * jansson allocations come from the arena and frees are no-ops; everything
- * is dropped at once when the record is done. Other threads, and this one
- * outside a decode, get plain malloc/free, so other users of jansson in the
- * process see no difference. The hooks are installed only if nobody else
- * installed allocators first. */
-typedef struct arena_chunk {
-    struct arena_chunk *next;
-    size_t size, used;
-    max_align_t data[];
-} arena_chunk;
-
-#define ARENA_CHUNK (64u << 10)
-
-static __thread arena_chunk *arena;  /* chunks of the record being decoded, newest first */
-static __thread int arena_on;
-static __thread arena_chunk *arena_kept; /* the chunk the thread-exit destructor frees */
-static int arena_installed;
-static pthread_once_t arena_once = PTHREAD_ONCE_INIT;
-static pthread_key_t arena_key; /* frees a thread's kept chunk when it exits (server threads) */
-
-static void arena_thread_exit(void *p)
-{
-    free(p);
-}
-
-static void *arena_malloc(size_t n)
-{
-    if (!arena_on)
-        return malloc(n);
-    n = (n + sizeof(max_align_t) - 1) & ~(sizeof(max_align_t) - 1);
-    arena_chunk *c = arena;
-    if (!c || c->size - c->used < n) {
-        size_t sz = n > ARENA_CHUNK / 4 ? n : ARENA_CHUNK;
-        c = malloc(sizeof *c + sz);
-        if (!c)
-            return NULL;
-        c->size = sz;
-        c->used = 0;
-        if (sz == n && arena) { /* a big one: keep filling the current chunk after it */
-            c->next = arena->next;
-            arena->next = c;
-        } else {
-            c->next = arena;
-            arena = c;
-        }
-    }
-    void *p = (char *)c->data + c->used;
-    c->used += n;
-    return p;
-}
-
-static void arena_free(void *p)
-{
-    if (!arena_on) /* inside a decode every jansson pointer is the arena's */
-        free(p);
-}
-
-static void arena_install(void)
-{
-    json_malloc_t m;
-    json_free_t f;
-    json_get_alloc_funcs(&m, &f);
-    if (m == malloc && f == free && pthread_key_create(&arena_key, arena_thread_exit) == 0) {
-        json_set_alloc_funcs(arena_malloc, arena_free);
-        arena_installed = 1;
-    }
-}
-
-/* Drop the record's nodes, keeping one chunk for the next record. */
-static void arena_reset(void)
-{
-    arena_on = 0;
-    while (arena && (arena->next || arena->size != ARENA_CHUNK)) {
-        arena_chunk *c = arena;
-        arena = c->next;
-        free(c);
-    }
-    if (arena)
-        arena->used = 0;
-    if (arena != arena_kept) {
-        arena_kept = arena;
-        pthread_setspecific(arena_key, arena);
-    }
-}
+static int decode_line(const char *line, size_t len, kvix_event *ev, kvix_err *err,
+                       int arena);
 
 /* A line of whitespace-separated token ids, as kvhash(1) reads them: a
  * token query on the default partition (a record is an object or an array,
@@ -274,11 +185,11 @@ int kvix_event_from_json(const char *line, size_t len, kvix_event *ev, kvix_err 
         p++;
     if (p < end && ((*p >= '0' && *p <= '9') || *p == '-'))
         return token_line(p, end, ev, err);
-    pthread_once(&arena_once, arena_install);
-    arena_on = arena_installed;
-    int rc = decode_line(line, len, ev, err);
-    if (arena_on)
-        arena_reset();
+    /* the record's jansson values in this thread's arena, dropped at once */
+    int arena = kvix_json_arena_begin();
+    int rc = decode_line(line, len, ev, err, arena);
+    if (arena)
+        kvix_json_arena_end();
     return rc;
 }
 
@@ -348,7 +259,8 @@ fail:
     return NULL;
 }
 
-static int decode_line(const char *line, size_t len, kvix_event *ev, kvix_err *err)
+static int decode_line(const char *line, size_t len, kvix_event *ev, kvix_err *err,
+                       int arena)
 {
     json_error_t jerr;
     /* A duplicated key would make the record mean whichever copy a reader
@@ -375,7 +287,7 @@ static int decode_line(const char *line, size_t len, kvix_event *ev, kvix_err *e
         jsv(root, &r);
         rc = kvix_stream_decode(&r, ev, err);
     }
-    if (!arena_on) /* with the arena, its reset frees the whole tree at once */
+    if (!arena) /* with the arena, its window's end frees the whole tree at once */
         json_decref(root);
     return rc;
 }
