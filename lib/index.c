@@ -147,22 +147,24 @@ int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local
                     .engine = engine};
     int rc;
     void *node;
-    bent *e = kvix_ix_bm_get(&w->blocks, engine);
+    size_t at;
+    bent e = kvix_ix_bm_get(&w->blocks, engine, &at);
     if (e) {
         kvix_binfo o;
-        ops->info(part_be(w->p), bent_node(*e), &o);
+        ops->info(part_be(w->p), bent_node(e), &o);
         if (o.pos == pos && o.canon == canon) { /* the same block: the canon says it */
-            if (bent_tiers(*e) & (1u << tier)) {
+            if (bent_tiers(e) & (1u << tier)) {
                 r->duplicate++;
                 return KVIX_OK;
             }
             if ((rc = tier_ref(w, &b, tier, &node, err)))
                 return rc;
-            *e |= 1u << tier; /* e stays valid: no change to w->blocks since */
+            /* at still names it: no change to w->blocks since */
+            kvix_ix_bm_set(&w->blocks, at, engine, e | 1u << tier);
             r->stored++;
             return KVIX_OK;
         }
-        bent old = *e;
+        bent old = e;
         forget_hash(w, engine); /* while the old node is valid */
         untier_all(w, old);
     }
@@ -172,7 +174,7 @@ int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local
         rc = kvix_err_set(err, KVIX_ESYS, "misaligned index node");
     else if (!(rc = note_parent(w, engine, pos ? parent : 0, b.parent_engine,
                                 err)) &&
-             !kvix_ix_bm_add(&w->blocks, engine, (bent)(uintptr_t)node | (1u << tier)))
+             kvix_ix_bm_add(&w->blocks, engine, (bent)(uintptr_t)node | (1u << tier)))
         rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block");
     if (rc) {
         if (w->side && kvix_hmap_size(&w->side->pexc))
@@ -186,16 +188,16 @@ int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local
 
 static void remove_hash(wstate *w, uint64_t engine, unsigned tier, kvix_apply_result *r)
 {
-    bent *e = kvix_ix_bm_get(&w->blocks, engine);
-    if (!e || !(bent_tiers(*e) & (1u << tier))) {
+    size_t at;
+    bent v = kvix_ix_bm_get(&w->blocks, engine, &at);
+    if (!v || !(bent_tiers(v) & (1u << tier))) {
         r->unknown++;
         return;
     }
-    bent v = *e;
     if (bent_tiers(v) == (1u << tier))
         forget_hash(w, engine); /* first: the backend may free the node */
     else
-        *e &= ~(bent)(1u << tier);
+        kvix_ix_bm_set(&w->blocks, at, engine, v & ~(bent)(1u << tier));
     tier_unref(w, bent_node(v), tier);
     r->removed++;
 }
@@ -203,9 +205,9 @@ static void remove_hash(wstate *w, uint64_t engine, unsigned tier, kvix_apply_re
 static void clear_ws(wstate *w, kvix_apply_result *r)
 {
     size_t it = 0;
-    const bent *e;
+    bent e;
     while ((e = kvix_ix_bm_next(&w->blocks, &it, NULL)))
-        untier_all(w, *e);
+        untier_all(w, e);
     r->removed += kvix_ix_bm_size(&w->blocks);
     kvix_ix_bm_release(&w->blocks);
     kvix_ix_publish_held(w);
@@ -244,14 +246,14 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
         prev = ev->parent_canon;
         parent = ev->parent;
     } else if (ev->has_parent) {
-        const bent *pe = w ? kvix_ix_bm_get(&w->blocks, ev->parent) : NULL;
+        bent pe = w ? kvix_ix_bm_get(&w->blocks, ev->parent, NULL) : 0;
         if (!pe)
             return kvix_err_set(err, KVIX_EPARENT,
                                 "parent %016" PRIx64 " is not held by worker %" PRIu64
                                 " dp %" PRIu32,
                                 ev->parent, ev->worker, ev->dp);
         kvix_binfo pb;
-        p->ops->info(part_be(p), bent_node(*pe), &pb);
+        p->ops->info(part_be(p), bent_node(pe), &pb);
         pos0 = pb.pos + 1;
         prev = pb.canon;
         parent = ev->parent;

@@ -1,5 +1,6 @@
 /* The (worker, dp) blocks map of the index front end (lib/index_front_int.h):
- * engine hash -> bent (node handle | tier mask), 9 bytes a slot.
+ * engine hash -> bent (node handle | tier mask), 9 bytes a slot, or 5 with a
+ * backend that numbers its nodes (kvix_backend_ops.nodedir).
  *
  * A node keeps the engine hash it was made under (kvix_backend_ops.
  * engine_off), and workers that hash alike store a block under that same
@@ -9,6 +10,11 @@
  * their node's go to `other`, a plain keyed map. Linear probing, backward-
  * shift deletion, load between 10% and 80% (as kvix_hmap).
  *
+ * With a numbered backend a slot keeps the node's number (below 2^28) and
+ * the tier mask in 32 bits, and the node's address is computed from the
+ * backend's chunk directory when needed: at thousands of workers most
+ * blocks have one holder, so the map is paid per (worker, block).
+ *
  * A node stays valid while an entry holds it, so reading its engine hash is
  * safe for every entry in the map; callers remove an entry before telling
  * the backend the block is gone. */
@@ -17,17 +23,71 @@
 
 #include "index_front_int.h"
 
-static inline uint64_t slot_engine(const bmap *m, size_t i)
+_Static_assert(KVIX_NODE_ALIGN == 16u && KVIX_NODENUM_BITS + 4 == 32,
+               "a numbered entry is node number << 4 | tiers in 32 bits");
+
+#define NUM_MASK ((UINT32_C(1) << KVIX_NODEDIR_SHIFT) - 1)
+
+_Static_assert(sizeof(bmap) == 48, "a (worker, dp) pays for its blocks map's header");
+
+static inline size_t esize(const bmap *m)
 {
-    return kvix_ix_node_engine(bent_node(m->v[i]), m->eoff);
+    return m->dir ? sizeof(uint32_t) : sizeof(bent);
 }
 
-void kvix_ix_bm_init(bmap *m, size_t eoff)
+/* The writer's own entries: their nodes and chunks were published to it. */
+static inline const kvix_nodedir *dir_of(const bmap *m)
+{
+    return atomic_load_explicit(m->dir, memory_order_acquire);
+}
+
+static inline bent unpack(const bmap *m, const kvix_nodedir *d, uint32_t x)
+{
+    uint32_t num = x >> 4;
+    const char *node = d->c[num >> KVIX_NODEDIR_SHIFT] + (size_t)(num & NUM_MASK) * m->nsize;
+    return (bent)(uintptr_t)node | (x & BENT_TIERS);
+}
+
+static inline bent ent(const bmap *m, size_t i)
+{
+    if (!m->dir)
+        return ((const bent *)m->v)[i];
+    return unpack(m, dir_of(m), ((const uint32_t *)m->v)[i]);
+}
+
+static inline void ent_set(bmap *m, size_t i, bent v)
+{
+    if (!m->dir) {
+        ((bent *)m->v)[i] = v;
+        return;
+    }
+    uint32_t num;
+    memcpy(&num, (const char *)bent_node(v) + m->soff, sizeof num);
+    ((uint32_t *)m->v)[i] = num << 4 | (uint32_t)bent_tiers(v);
+}
+
+static inline void ent_move(const bmap *m, size_t j, size_t i)
+{
+    if (m->dir)
+        ((uint32_t *)m->v)[j] = ((const uint32_t *)m->v)[i];
+    else
+        ((bent *)m->v)[j] = ((const bent *)m->v)[i];
+}
+
+static inline uint64_t slot_engine(const bmap *m, size_t i)
+{
+    return kvix_ix_node_engine(bent_node(ent(m, i)), m->eoff);
+}
+
+void kvix_ix_bm_init(bmap *m, const kvix_backend_ops *ops, void *be)
 {
     m->ctrl = NULL;
     m->v = NULL;
     m->cap = m->n = 0;
-    m->eoff = eoff;
+    m->eoff = (uint16_t)ops->engine_off;
+    m->dir = ops->nodedir ? ops->nodedir(be) : NULL;
+    m->nsize = (uint16_t)ops->node_size;
+    m->soff = (uint16_t)ops->self_off;
     m->other = NULL;
 }
 
@@ -61,67 +121,99 @@ static size_t find(const bmap *m, uint64_t engine, uint64_t h)
     }
 }
 
-bent *kvix_ix_bm_get(const bmap *m, uint64_t engine)
+bent kvix_ix_bm_get(const bmap *m, uint64_t engine, size_t *at)
 {
     size_t i = find(m, engine, kvix_mix64(engine));
+    if (at)
+        *at = i;
     if (i != (size_t)-1)
-        return &m->v[i];
-    return m->other && kvix_hmap_size(m->other) ? kvix_hmap_get(m->other, &engine) : NULL;
+        return ent(m, i);
+    const bent *e =
+        m->other && kvix_hmap_size(m->other) ? kvix_hmap_get(m->other, &engine) : NULL;
+    return e ? *e : 0;
+}
+
+void kvix_ix_bm_set(bmap *m, size_t at, uint64_t engine, bent v)
+{
+    if (at != (size_t)-1) {
+        ent_set(m, at, v);
+        return;
+    }
+    bent *e = kvix_hmap_get(m->other, &engine);
+    if (e)
+        *e = v;
 }
 
 static int resize(bmap *m, size_t cap)
 {
+    if (cap > UINT32_MAX)
+        return -1;
     uint8_t *ctrl = calloc(cap, 1);
-    bent *v = malloc(cap * sizeof *v);
+    void *v = malloc(cap * esize(m));
     if (!ctrl || !v) {
         free(ctrl);
         free(v);
         return -1;
     }
     size_t mask = cap - 1;
-    for (size_t j = 0; j < m->cap; j++) {
-        if (!m->ctrl[j])
-            continue;
-        uint64_t h = kvix_mix64(slot_engine(m, j));
-        size_t i = kvix_hm_free_slot(ctrl, mask, h);
-        ctrl[i] = kvix_hm_tag(h);
-        v[i] = m->v[j];
+    if (m->dir) { /* two loops: no test of the width per entry */
+        const kvix_nodedir *d = m->cap ? dir_of(m) : NULL;
+        const uint32_t *ov = m->v;
+        for (size_t j = 0; j < m->cap; j++) {
+            if (!m->ctrl[j])
+                continue;
+            uint64_t h = kvix_mix64(kvix_ix_node_engine(bent_node(unpack(m, d, ov[j])), m->eoff));
+            size_t i = kvix_hm_free_slot(ctrl, mask, h);
+            ctrl[i] = kvix_hm_tag(h);
+            ((uint32_t *)v)[i] = ov[j];
+        }
+    } else {
+        const bent *ov = m->v;
+        for (size_t j = 0; j < m->cap; j++) {
+            if (!m->ctrl[j])
+                continue;
+            uint64_t h = kvix_mix64(kvix_ix_node_engine(bent_node(ov[j]), m->eoff));
+            size_t i = kvix_hm_free_slot(ctrl, mask, h);
+            ctrl[i] = kvix_hm_tag(h);
+            ((bent *)v)[i] = ov[j];
+        }
     }
     free(m->ctrl);
     free(m->v);
     m->ctrl = ctrl;
     m->v = v;
-    m->cap = cap;
+    m->cap = (uint32_t)cap;
     return 0;
 }
 
 int kvix_ix_bm_reserve(bmap *m, size_t n)
 {
-    size_t cap = kvix_hm_cap_for(m->cap, n, sizeof(bent));
+    size_t cap = kvix_hm_cap_for(m->cap, n, esize(m));
     if (!cap)
         return -1;
     return cap == m->cap ? 0 : resize(m, cap);
 }
 
-bent *kvix_ix_bm_add(bmap *m, uint64_t engine, bent v)
+int kvix_ix_bm_add(bmap *m, uint64_t engine, bent v)
 {
     if (kvix_ix_node_engine(bent_node(v), m->eoff) != engine) {
         int inserted;
         if (!m->other && (m->other = malloc(sizeof *m->other)))
             kvix_hmap_init(m->other, 1, sizeof(bent));
         bent *e = m->other ? kvix_hmap_put(m->other, &engine, &inserted) : NULL;
-        if (e)
-            *e = v;
-        return e;
+        if (!e)
+            return -1;
+        *e = v;
+        return 0;
     }
-    if (kvix_ix_bm_reserve(m, m->n + 1))
-        return NULL;
+    if (((size_t)m->n + 1) * 5 > (size_t)m->cap * 4 && kvix_ix_bm_reserve(m, m->n + 1))
+        return -1; /* (the test is kvix_hm_cap_for's: most adds need no call) */
     uint64_t h = kvix_mix64(engine);
     size_t i = kvix_hm_free_slot(m->ctrl, m->cap - 1, h);
     m->ctrl[i] = kvix_hm_tag(h);
-    m->v[i] = v;
+    ent_set(m, i, v);
     m->n++;
-    return &m->v[i];
+    return 0;
 }
 
 void kvix_ix_bm_del(bmap *m, uint64_t engine)
@@ -140,7 +232,7 @@ void kvix_ix_bm_del(bmap *m, uint64_t engine)
         size_t home = kvix_mix64(slot_engine(m, j)) & mask;
         if (kvix_hm_fills_hole(i, j, home, mask)) {
             m->ctrl[i] = m->ctrl[j];
-            m->v[i] = m->v[j];
+            ent_move(m, i, j);
             i = j;
         }
     }
@@ -157,29 +249,30 @@ void kvix_ix_bm_del(bmap *m, uint64_t engine)
     }
 }
 
-bent *kvix_ix_bm_next(const bmap *m, size_t *it, uint64_t *engine)
+bent kvix_ix_bm_next(const bmap *m, size_t *it, uint64_t *engine)
 {
     for (size_t i = *it; i < m->cap; i++) {
         if (m->ctrl[i]) {
             *it = i + 1;
+            bent v = ent(m, i);
             if (engine)
-                *engine = slot_engine(m, i);
-            return &m->v[i];
+                *engine = kvix_ix_node_engine(bent_node(v), m->eoff);
+            return v;
         }
     }
     if (!m->other)
-        return NULL;
+        return 0;
     size_t sub = *it > m->cap ? *it - m->cap : 0;
     const uint64_t *key;
     bent *e = kvix_hmap_next(m->other, &sub, &key);
     *it = m->cap + sub;
     if (e && engine)
         *engine = key[0];
-    return e;
+    return e ? *e : 0;
 }
 
 size_t kvix_ix_bm_memory(const bmap *m)
 {
-    return m->cap * (1 + sizeof(bent)) +
+    return m->cap * (1 + esize(m)) +
            (m->other ? sizeof *m->other + kvix_hmap_memory(m->other) : 0);
 }

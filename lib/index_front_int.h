@@ -31,7 +31,7 @@
  * Block bookkeeping per (worker, dp):
  *  - blocks: engine hash -> the backend node's handle, with the tier mask in
  *    its low bits (lib/index_bmap.c: 9 bytes a slot, the key being the
- *    node's own engine hash). The block's position, local, canonical and
+ *    node's own engine hash; 5 with a backend that numbers its nodes). The block's position, local, canonical and
  *    parent canonical hashes are the node's, kept once for all its holders
  *    (kvix_backend_ops.info): an entry of its own copies cost 40 bytes per
  *    (worker, block);
@@ -116,24 +116,31 @@ static inline uint64_t kvix_ix_node_engine(const void *node, size_t eoff)
 /* engine hash -> bent (lib/index_bmap.c). */
 typedef struct bmap {
     uint8_t *ctrl; /* 0 empty, else 0x80 | 7 bits of the key's hash */
-    bent *v;       /* entries keyed by their node's engine hash */
-    size_t cap, n, eoff;
+    void *v;       /* entries keyed by their node's engine hash: bents, or with
+                    * a numbered backend uint32_t (node number << 4 | tiers) */
+    _Atomic(kvix_nodedir *) *dir; /* the backend's (kvix_backend_ops.nodedir), or NULL */
     kvix_hmap *other; /* engine hash -> bent, where the node's engine hash is another
                        * (made on first need: most workers hash alike) */
+    uint32_t cap, n;
+    uint16_t eoff, nsize, soff; /* 48 bytes in all: one per (worker, dp) */
 } bmap;
 
-void kvix_ix_bm_init(bmap *m, size_t eoff);
+/* ops: the partition's backend's, be: its instance (outlives the map). */
+void kvix_ix_bm_init(bmap *m, const kvix_backend_ops *ops, void *be);
 void kvix_ix_bm_release(bmap *m);
-bent *kvix_ix_bm_get(const bmap *m, uint64_t engine);
-/* Add engine (absent) -> v; the entry, or NULL when memory runs out.
- * Entry pointers are valid until the next add or del. */
-bent *kvix_ix_bm_add(bmap *m, uint64_t engine, bent v);
+/* engine's entry, or 0 (no node handle is 0); *at (if not NULL) names the
+ * entry for kvix_ix_bm_set until the next add or del. */
+bent kvix_ix_bm_get(const bmap *m, uint64_t engine, size_t *at);
+/* Replace the entry named by at (from kvix_ix_bm_get of engine) with v. */
+void kvix_ix_bm_set(bmap *m, size_t at, uint64_t engine, bent v);
+/* Add engine (absent) -> v: 0, or -1 when memory runs out. */
+int kvix_ix_bm_add(bmap *m, uint64_t engine, bent v);
 /* Remove engine (present; its node still valid). */
 void kvix_ix_bm_del(bmap *m, uint64_t engine);
 int kvix_ix_bm_reserve(bmap *m, size_t n);
 /* Iterate (it from 0): the next entry and its engine hash (when engine is
- * not NULL: reads the node, which must be valid), or NULL. */
-bent *kvix_ix_bm_next(const bmap *m, size_t *it, uint64_t *engine);
+ * not NULL: reads the node, which must be valid), or 0 at the end. */
+bent kvix_ix_bm_next(const bmap *m, size_t *it, uint64_t *engine);
 size_t kvix_ix_bm_memory(const bmap *m);
 
 static inline size_t kvix_ix_bm_size(const bmap *m)

@@ -28,6 +28,7 @@
 #ifndef KVIX_INDEX_INT_H
 #define KVIX_INDEX_INT_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -111,6 +112,19 @@ typedef struct kvix_binfo {
  * in their low bits. */
 #define KVIX_NODE_ALIGN 16u
 
+/* A backend whose nodes are numbered (below 2^28) in chunks lets the front
+ * end keep 4-byte node references instead of 8-byte handles: node k << 12 | j
+ * is at c[k] + j * node_size. A chunk never moves while a node in it is
+ * held; a grown directory is a copy (the old ones stay until every node is
+ * gone), published with a release store. */
+typedef struct kvix_nodedir {
+    struct kvix_nodedir *prev; /* the directory this one replaced */
+    uint32_t cap;
+    char *c[];
+} kvix_nodedir;
+#define KVIX_NODEDIR_SHIFT 12
+#define KVIX_NODENUM_BITS 28
+
 typedef struct kvix_backend_ops {
     const char *name;
     /* One backend instance per partition. */
@@ -144,6 +158,11 @@ typedef struct kvix_backend_ops {
     size_t (*memory)(void *be);        /* bytes held */
     size_t engine_off; /* where a node keeps its engine hash (a uint64_t) */
     size_t (*unique_blocks)(void *be); /* distinct (pos, canon) held by any slot */
+    /* Optional (NULL: handles are only addresses): where the backend keeps
+     * its node directory; a node's own number (a uint32_t) is at self_off,
+     * fixed while it is held. */
+    _Atomic(kvix_nodedir *) *(*nodedir)(void *be);
+    size_t node_size, self_off; /* engine_off, node_size, self_off: below 65536 */
 } kvix_backend_ops;
 
 /* Key-based calls for backend tests and benchmarks (the front end keeps

@@ -510,7 +510,7 @@ static int ws_register(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix
     w->dp = dp;
     w->slot = slot;
     w->p = p;
-    kvix_ix_bm_init(&w->blocks, p->ops->engine_off);
+    kvix_ix_bm_init(&w->blocks, p->ops, part_be(p));
     if (cmap_insert(&p->workers, w)) {
         free(w);
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a worker");

@@ -104,11 +104,10 @@ typedef struct porph {
     kvix_aword untrusted[ORPH_CHUNK / 64];  /* bit: the slot has orphans */
 } porph;
 
-typedef struct pdir {
-    struct pdir *prev; /* the directory this one replaced: a writer may be reading it */
-    uint32_t cap;
-    pnode *c[];
-} pdir;
+/* the slab's directory of chunks (the front end reads it too: its blocks
+ * maps keep node numbers) */
+typedef kvix_nodedir pdir;
+_Static_assert(SLAB_SHIFT == KVIX_NODEDIR_SHIFT, "slab chunks as the front end sees them");
 
 /* A table slot is 32 bits: 0 never used (ends a probe), TOMB removed, else
  * 4 bits of the key's hash above the node's number (numbers stay below
@@ -116,7 +115,7 @@ typedef struct pdir {
  * node and a slot costs 4 bytes, not a pointer's 8: the tables are a fifth
  * of the backend at thousands of workers. Number 1 is never handed out. */
 typedef _Atomic uint32_t pslot;
-#define NUM_BITS 28
+#define NUM_BITS KVIX_NODENUM_BITS
 #define NUM_MASK ((UINT32_C(1) << NUM_BITS) - 1)
 #define TOMB UINT32_C(1)
 
@@ -174,7 +173,7 @@ struct pos_be {
 static inline pnode *pn(const pos_be *be, pidx i)
 {
     const pdir *d = atomic_load_explicit(&be->dir, memory_order_acquire);
-    return &d->c[i >> SLAB_SHIFT][i & (SLAB_CHUNK - 1)];
+    return (pnode *)(void *)d->c[i >> SLAB_SHIFT] + (i & (SLAB_CHUNK - 1));
 }
 
 static inline uint64_t key_hash(uint32_t pos, uint64_t canon)

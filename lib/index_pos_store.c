@@ -117,14 +117,14 @@ static int slab_grow(pos_be *be)
     pdir *d = atomic_load_explicit(&be->dir, memory_order_relaxed);
     if (!d || d->cap == c) {
         uint32_t cap = d ? d->cap * 2 : 8;
-        pdir *nd = malloc(sizeof *nd + cap * sizeof(pnode *));
+        pdir *nd = malloc(sizeof *nd + cap * sizeof(char *));
         if (!nd)
             return KVIX_ENOMEM;
         nd->prev = d;
         nd->cap = cap;
         for (uint32_t k = 0; k < c; k++)
             nd->c[k] = d->c[k];
-        atomic_fetch_add_explicit(&be->mem.bytes, (long)(sizeof *nd + cap * sizeof(pnode *)),
+        atomic_fetch_add_explicit(&be->mem.bytes, (long)(sizeof *nd + cap * sizeof(char *)),
                                   memory_order_relaxed);
         atomic_store_explicit(&be->dir, nd, memory_order_release);
         d = nd;
@@ -135,7 +135,7 @@ static int slab_grow(pos_be *be)
         return KVIX_ENOMEM;
     atomic_fetch_add_explicit(&be->mem.bytes, (long)sz, memory_order_relaxed);
     /* a writer that is given a number in it got it after this store */
-    d->c[c] = ch;
+    d->c[c] = (char *)ch;
     be->nchunk = c + 1;
     be->bump = (c << SLAB_SHIFT) + (c == 0 ? 2 : 0); /* 0 is no node, 1 a tombstone */
     be->bump_end = (c << SLAB_SHIFT) + chunk_cap(c);
@@ -156,7 +156,7 @@ static void slab_release(pos_be *be)
     }
     while (d) {
         pdir *prev = d->prev;
-        bytes += (long)(sizeof *d + d->cap * sizeof(pnode *));
+        bytes += (long)(sizeof *d + d->cap * sizeof(char *));
         free(d);
         d = prev;
     }

@@ -36,7 +36,9 @@
  * local hashes, 32-bit links (parent, siblings, first child) into the
  * backend's slab instead of pointers, and a 16-byte holder set (four inline
  * slot ids, one pointer to a bitset and tier sets when needed). A shard
- * table's slot is 4 bytes (the node's number and 4 bits of its hash). At thousands
+ * table's slot is 4 bytes (the node's number and 4 bits of its hash), and so
+ * is a front end's blocks-map entry (the number and a tier mask: the slab's
+ * directory is kvix_backend_ops.nodedir). At thousands
  * of workers most blocks have one holder, so the node is paid almost per
  * (worker, block) pair.
  *
@@ -411,6 +413,11 @@ static void pos_info(void *vbe, const void *node, kvix_binfo *out)
     }
 }
 
+static _Atomic(kvix_nodedir *) *pos_nodedir(void *vbe)
+{
+    return &((pos_be *)vbe)->dir;
+}
+
 const kvix_backend_ops kvix_backend_positional_ops = {
     .name = "positional",
     .create = pos_create,
@@ -423,4 +430,7 @@ const kvix_backend_ops kvix_backend_positional_ops = {
     .memory = pos_memory,
     .unique_blocks = pos_unique,
     .engine_off = offsetof(pnode, engine),
+    .nodedir = pos_nodedir,
+    .node_size = sizeof(pnode),
+    .self_off = offsetof(pnode, self),
 };

@@ -71,16 +71,16 @@ int kvix_index_foreach(kvix_index *idx, kvix_foreach_fn fn, void *ctx)
                 info_cap = nb;
             }
             uint64_t engine;
-            const bent *e;
+            bent e;
             while ((e = kvix_ix_bm_next(&w->blocks, &it, &engine))) {
                 kvix_block_info *b = &info[k++];
                 kvix_binfo nd;
-                p->ops->info(part_be(p), bent_node(*e), &nd);
+                p->ops->info(part_be(p), bent_node(e), &nd);
                 b->position = nd.pos;
                 b->local = nd.local;
                 b->engine = engine;
                 b->parent = kvix_ix_parent_engine(w, engine, &nd);
-                b->tiers = bent_tiers(*e);
+                b->tiers = bent_tiers(e);
                 b->canon = nd.canon;
                 b->parent_canon = nd.parent_canon;
             }
