@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "kvbench.h"
+#include "rcu_int.h"
 
 /* Run fn(ctx, out) in a child process and copy its out (size bytes) back
  * over a pipe, so each replay has a fresh heap and its own peak RSS; with
@@ -26,10 +27,12 @@ static int in_child(const bench_opts *bo, void (*fn)(void *ctx, void *out), void
     if (pipe(p))
         die("pipe: %s", strerror(errno));
     fflush(NULL);
+    kvix_rcu_before_fork(); /* the sequential replay may have started liburcu's threads */
     pid_t pid = fork();
     if (pid < 0)
         die("fork: %s", strerror(errno));
     if (pid == 0) {
+        kvix_rcu_after_fork_child();
         close(p[0]);
         fn(ctx, out);
         const char *b = out;
@@ -45,6 +48,7 @@ static int in_child(const bench_opts *bo, void (*fn)(void *ctx, void *out), void
         }
         _exit(0);
     }
+    kvix_rcu_after_fork_parent();
     close(p[1]);
     char *b = out;
     size_t got = 0;

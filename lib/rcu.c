@@ -45,3 +45,18 @@ void kvix_rcu_free(struct rcu_head *head)
     KVIX_RCU_TSAN_RELEASE(); /* the writer's last stores to the block come before the free */
     call_rcu(head, rcu_free_cb);
 }
+
+void kvix_rcu_before_fork(void)
+{
+    call_rcu_before_fork();
+}
+
+void kvix_rcu_after_fork_parent(void)
+{
+    call_rcu_after_fork_parent();
+}
+
+void kvix_rcu_after_fork_child(void)
+{
+    call_rcu_after_fork_child();
+}

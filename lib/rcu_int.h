@@ -77,4 +77,15 @@ static inline void kvix_rcu_unlock(void)
  * the first member of a malloc'd block). Call from a registered thread. */
 void kvix_rcu_free(struct rcu_head *head);
 
+/* liburcu's call_rcu threads do not survive fork(): a process that forks
+ * without exec calls the first before fork() and the second in the parent
+ * after it, the third in the child (liburcu's README, "Interaction with
+ * fork()"; not from pthread_atfork, which it advises against). Else the
+ * child's deferred work never runs: its frees are lost, and destroying a
+ * positional backend that retired nodes (waiting for its batches) never
+ * returns. */
+void kvix_rcu_before_fork(void);
+void kvix_rcu_after_fork_parent(void);
+void kvix_rcu_after_fork_child(void);
+
 #endif
