@@ -59,19 +59,32 @@ static inline uint64_t kvix_qchain_at(kvix_qchain *q, size_t i)
     return q->canon[i];
 }
 
-/* One matched slot of a query: its matched contiguous prefix, any tier. */
+/* One matched slot of a query and its matched contiguous prefix, any tier
+ * (a row, for tests: kvix_qhits keeps slots and runs apart). */
 typedef struct kvix_qhit {
     uint32_t slot;
     uint32_t blocks;
 } kvix_qhit;
 
+/* Hits slot[first .. first + n) all matched `blocks` blocks. */
+typedef struct kvix_qrun {
+    uint32_t first, n, blocks;
+} kvix_qrun;
+
 /* Where a backend writes its hits; owned by the caller, grown by the backend
- * through kvix_qhits_push / _reserve. Per-tier counts exist only when the
- * backend has a block held off gpu (kvix_qhits_tiers): else every hit holds
- * its blocks on gpu, and nothing per hit is written or read for tiers. */
+ * through kvix_qhits_push / _reserve / _run. A hit is a slot; its match
+ * length is its run's: backends find hits in runs of one length (the
+ * positional one: a drop position's candidates, a contiguous piece of its
+ * candidate list), so they report runs, and the front end takes them
+ * longest first without reading a length per hit. Per-tier counts exist
+ * only when the backend has a block held off gpu (kvix_qhits_tiers): else
+ * every hit holds its blocks on gpu, and nothing per hit is written or read
+ * for tiers. */
 typedef struct kvix_qhits {
-    kvix_qhit *v;
+    uint32_t *slot; /* hit i's slot */
     size_t n, cap;
+    kvix_qrun *run; /* every hit of slot[0..n) in exactly one run, runs in any order */
+    size_t nrun, rcap;
     /* NULL: every hit on gpu. Else hit i's blocks per tier, tier[i] (room
      * for cap hits); points into tbuf. */
     uint32_t (*tier)[KVIX_MEDIUM_COUNT];
@@ -79,19 +92,28 @@ typedef struct kvix_qhits {
     size_t tcap;
 } kvix_qhits;
 
-/* Append a hit (on gpu, or tier[] = {blocks on gpu} when counts exist). */
+/* Append a hit (on gpu, or tier[] = {blocks on gpu} when counts exist): it
+ * joins the last run when that one ends at it with the same length. */
 int kvix_qhits_push(kvix_qhits *h, uint32_t slot, uint32_t blocks, kvix_err *err);
-/* Room for n more hits past h->n (the backend then writes them and adds n
- * to h->n; with counts, their tier rows too). */
+/* Room for n more hits past h->n (the backend then writes their slots, adds
+ * n to h->n and reports their runs; with counts, their tier rows too). */
 int kvix_qhits_reserve(kvix_qhits *h, size_t n, kvix_err *err);
+/* Hits slot[first .. first + n) (written, below h->n) matched `blocks`
+ * blocks; n == 0 is no run. */
+int kvix_qhits_run(kvix_qhits *h, size_t first, size_t n, uint32_t blocks, kvix_err *err);
 /* Per-tier counts from now on: each hit so far gets {blocks on gpu}. */
 int kvix_qhits_tiers(kvix_qhits *h, kvix_err *err);
 /* Before each query on reused hits: none, and no per-tier counts. */
 static inline void kvix_qhits_clear(kvix_qhits *h)
 {
     h->n = 0;
+    h->nrun = 0;
     h->tier = NULL;
 }
+
+/* The hits as (slot, blocks) rows, hit i in rows[i] (tests, benchmarks);
+ * rows: room for h->n. */
+void kvix_qhits_rows(const kvix_qhits *h, kvix_qhit *rows);
 
 /* Free what the hits hold (tests, benchmarks; the index's answers keep
  * theirs across queries). */

@@ -25,16 +25,13 @@ static inline pnode *probe(qctx *c, uint32_t pos)
     return be_find(c->be, pos, kvix_canon_at(c->q, pos));
 }
 
-/* The slots of v all matched `blocks` blocks (on gpu until tiers are
- * counted): one reservation, then plain stores. */
+/* The slots of v (a piece of the candidate list, which lives in the hits'
+ * own slots) all matched `blocks` blocks (on gpu until tiers are counted):
+ * one run, nothing copied. */
 static void push_list(qctx *c, const uint32_t *v, uint32_t n, uint32_t blocks)
 {
-    if (!n || c->rc != KVIX_OK || (c->rc = kvix_qhits_reserve(c->out, n, c->err)))
-        return;
-    kvix_qhit *h = c->out->v + c->out->n;
-    for (uint32_t k = 0; k < n; k++)
-        h[k] = (kvix_qhit){v[k], blocks};
-    c->out->n += n;
+    if (c->rc == KVIX_OK)
+        c->rc = kvix_qhits_run(c->out, (size_t)(v - c->out->slot), n, blocks, c->err);
 }
 
 /* Reorder v[0..n): the holders of node nd first; returns how many. The set
@@ -97,30 +94,33 @@ static void scan(qctx *c, uint32_t *d, uint32_t nd, uint32_t lo, uint32_t hi)
     push_list(c, d, nd, hi);
 }
 
-/* Per-tier counts: only when some node of this backend has a non-gpu holder. */
+/* Per-tier counts of the runs from first on: only when some node of this
+ * backend has a non-gpu holder. */
 static void count_tiers(qctx *c, size_t first)
 {
     kvix_qhits *out = c->out;
     if ((c->rc = kvix_qhits_tiers(out, c->err)))
         return;
     uint32_t maxlen = 0;
-    for (size_t k = first; k < out->n; k++)
-        if (out->v[k].blocks > maxlen)
-            maxlen = out->v[k].blocks;
+    for (size_t r = first; r < out->nrun; r++)
+        if (out->run[r].blocks > maxlen)
+            maxlen = out->run[r].blocks;
     for (uint32_t pos = 0; pos < maxlen; pos++) {
         pnode *n = probe(c, pos);
         kvix_tset *ts = n ? kvix_hs_tset(&n->h) : NULL;
         if (!ts)
             continue;
-        for (size_t k = first; k < out->n; k++) {
-            const kvix_qhit *hit = &out->v[k];
-            uint32_t *tb = out->tier[k];
-            if (hit->blocks <= pos)
+        for (size_t r = first; r < out->nrun; r++) {
+            const kvix_qrun *run = &out->run[r];
+            if (run->blocks <= pos)
                 continue;
-            if (!kvix_tset_has(ts, hit->slot, KVIX_MEDIUM_GPU))
-                tb[KVIX_MEDIUM_GPU]--;
-            for (unsigned t = 1; t < KVIX_MEDIUM_COUNT; t++)
-                tb[t] += (uint32_t)kvix_tset_has(ts, hit->slot, t);
+            for (size_t k = run->first; k < (size_t)run->first + run->n; k++) {
+                uint32_t *tb = out->tier[k], slot = out->slot[k];
+                if (!kvix_tset_has(ts, slot, KVIX_MEDIUM_GPU))
+                    tb[KVIX_MEDIUM_GPU]--;
+                for (unsigned t = 1; t < KVIX_MEDIUM_COUNT; t++)
+                    tb[t] += (uint32_t)kvix_tset_has(ts, slot, t);
+            }
         }
     }
 }
@@ -133,8 +133,9 @@ static inline int untrusted(pos_be *be, uint32_t s)
                         (s % 64) & 1;
 }
 
-#define QSTACK 512
-
+/* The candidates are listed straight into the hits' slots (every one of
+ * them is a hit: it holds block 0), split there in place, and each drop
+ * position's piece is reported as a run. */
 int kvix_pos_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
 {
     pos_be *be = vbe;
@@ -143,19 +144,16 @@ int kvix_pos_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
     uint32_t n = q->n > UINT32_MAX ? UINT32_MAX : (uint32_t)q->n;
     kvix_rcu_lock();
     qctx c = {.be = be, .q = q, .out = out, .err = err, .rc = KVIX_OK};
-    size_t first = out->n;
-    uint32_t stackbuf[QSTACK];
-    uint32_t *cand = stackbuf;
+    size_t first = out->nrun;
     pnode *n0 = probe(&c, 0);
     if (!n0)
         goto done;
     kvix_wset *big0 = kvix_hs_big(&n0->h);
-    uint32_t room = kvix_hs_room(big0);
-    if (room > QSTACK && !(cand = malloc(room * sizeof *cand))) {
-        c.rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    if ((c.rc = kvix_qhits_reserve(out, kvix_hs_room(big0), err)))
         goto done;
-    }
+    uint32_t *cand = out->slot + out->n;
     uint32_t nc = kvix_hs_list(&n0->h, big0, cand);
+    out->n += nc;
     int have_untr = atomic_load_explicit(&be->nuntrusted, memory_order_relaxed) > 0;
     uint32_t i = 1, jump = be->jump;
     while (i < n && nc) {
@@ -188,12 +186,10 @@ int kvix_pos_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
         i = p + 1;
     }
     push_list(&c, cand, nc, i);
-    if (c.rc == KVIX_OK && out->n > first &&
+    if (c.rc == KVIX_OK && out->nrun > first &&
         atomic_load_explicit(&be->mem.tiered, memory_order_relaxed) > 0)
         count_tiers(&c, first);
 done:
     kvix_rcu_unlock();
-    if (cand != stackbuf)
-        free(cand);
     return c.rc;
 }

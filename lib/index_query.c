@@ -16,6 +16,7 @@ void kvix_answer_release(kvix_answer *ans)
     free(ans->scores_buf);
     free(ans->scratch);
     free(ans->hits);
+    free(ans->hit_runs);
     free(ans->hit_tiers);
     kvix_answer_init(ans);
 }
@@ -42,13 +43,29 @@ int kvix_qhits_reserve(kvix_qhits *h, size_t n, kvix_err *err)
         size_t cap = h->cap ? h->cap : 16;
         while (cap - h->n < n)
             cap *= 2;
-        kvix_qhit *v = realloc(h->v, cap * sizeof *v);
+        uint32_t *v = realloc(h->slot, cap * sizeof *v);
         if (!v)
             return kvix_err_set(err, KVIX_ENOMEM, "out of memory for query hits");
-        h->v = v;
+        h->slot = v;
         h->cap = cap;
     }
     return h->tier ? tiers_grow(h, h->cap, err) : KVIX_OK;
+}
+
+int kvix_qhits_run(kvix_qhits *h, size_t first, size_t n, uint32_t blocks, kvix_err *err)
+{
+    if (!n)
+        return KVIX_OK;
+    if (h->nrun == h->rcap) {
+        size_t cap = h->rcap ? 2 * h->rcap : 16;
+        kvix_qrun *r = realloc(h->run, cap * sizeof *r);
+        if (!r)
+            return kvix_err_set(err, KVIX_ENOMEM, "out of memory for query hits");
+        h->run = r;
+        h->rcap = cap;
+    }
+    h->run[h->nrun++] = (kvix_qrun){(uint32_t)first, (uint32_t)n, blocks};
+    return KVIX_OK;
 }
 
 int kvix_qhits_push(kvix_qhits *h, uint32_t slot, uint32_t blocks, kvix_err *err)
@@ -58,10 +75,18 @@ int kvix_qhits_push(kvix_qhits *h, uint32_t slot, uint32_t blocks, kvix_err *err
         if (rc)
             return rc;
     }
+    kvix_qrun *last = h->nrun ? &h->run[h->nrun - 1] : NULL;
+    if (last && last->blocks == blocks && last->first + last->n == h->n) {
+        last->n++;
+    } else {
+        int rc = kvix_qhits_run(h, h->n, 1, blocks, err);
+        if (rc)
+            return rc;
+    }
     if (h->tier)
         memcpy(h->tier[h->n], (uint32_t[KVIX_MEDIUM_COUNT]){[KVIX_MEDIUM_GPU] = blocks},
                sizeof h->tier[h->n]);
-    h->v[h->n++] = (kvix_qhit){slot, blocks};
+    h->slot[h->n++] = slot;
     return KVIX_OK;
 }
 
@@ -72,15 +97,26 @@ int kvix_qhits_tiers(kvix_qhits *h, kvix_err *err)
     int rc = tiers_grow(h, h->cap ? h->cap : 16, err);
     if (rc)
         return rc;
-    for (size_t i = 0; i < h->n; i++)
-        memcpy(h->tier[i], (uint32_t[KVIX_MEDIUM_COUNT]){[KVIX_MEDIUM_GPU] = h->v[i].blocks},
-               sizeof h->tier[i]);
+    for (size_t r = 0; r < h->nrun; r++)
+        for (size_t i = h->run[r].first; i < h->run[r].first + h->run[r].n; i++)
+            memcpy(h->tier[i], (uint32_t[KVIX_MEDIUM_COUNT]){[KVIX_MEDIUM_GPU] = h->run[r].blocks},
+                   sizeof h->tier[i]);
     return KVIX_OK;
+}
+
+void kvix_qhits_rows(const kvix_qhits *h, kvix_qhit *rows)
+{
+    for (size_t i = 0; i < h->n; i++)
+        rows[i] = (kvix_qhit){h->slot[i], 0};
+    for (size_t r = 0; r < h->nrun; r++)
+        for (size_t i = h->run[r].first; i < h->run[r].first + h->run[r].n; i++)
+            rows[i].blocks = h->run[r].blocks;
 }
 
 void kvix_qhits_release(kvix_qhits *h)
 {
-    free(h->v);
+    free(h->slot);
+    free(h->run);
     free(h->tbuf);
     memset(h, 0, sizeof *h);
 }
@@ -221,13 +257,13 @@ static kvix_score *sort_scores(kvix_score *v, kvix_score *tmp, size_t n, const k
 #define RUNS_MAX 32
 
 typedef struct hrun {
-    const kvix_qhit *h, *end; /* the run's hits */
+    size_t first, n; /* the run's hits: slot[first .. first + n) */
     uint32_t blocks;
 } hrun;
 
 typedef struct qent {
     const wstate *w;
-    const kvix_qhit *h;
+    size_t hit;
 } qent;
 
 static inline void score_set(kvix_score *s, const wstate *w, const uint32_t *tier,
@@ -240,12 +276,12 @@ static inline void score_set(kvix_score *s, const wstate *w, const uint32_t *tie
     memcpy(s->tier_blocks, tier, sizeof s->tier_blocks);
 }
 
-/* Hit h's per-tier counts: its row, or gpu (all its blocks on gpu) when the
+/* Hit i's per-tier counts: its row, or gpu (all its blocks on gpu) when the
  * backend counted none; tiered is a constant where it is inlined. */
-static inline const uint32_t *hit_tier(const kvix_qhits *hs, const kvix_qhit *h,
-                                       const uint32_t *gpu, const int tiered)
+static inline const uint32_t *hit_tier(const kvix_qhits *hs, size_t i, const uint32_t *gpu,
+                                       const int tiered)
 {
-    return tiered ? hs->tier[h - hs->v] : gpu;
+    return tiered ? hs->tier[i] : gpu;
 }
 
 /* Write run r's scores (mapped through sm; hits of gone slots skipped) into
@@ -259,23 +295,23 @@ emit_run_t(const hrun *r, const kvix_qhits *hs, slotmap sm, kvix_score *v, qent 
     uint32_t gpu[KVIX_MEDIUM_COUNT] = {0};
     gpu[KVIX_MEDIUM_GPU] = r->blocks;
     size_t n = 0;
-    if (r->end - r->h < RADIX_MIN) {
-        for (const kvix_qhit *h = r->h; h < r->end; h++) {
-            const wstate *w = slotmap_ws(sm, h->slot);
+    if (r->n < RADIX_MIN) {
+        for (size_t i = r->first; i < r->first + r->n; i++) {
+            const wstate *w = slotmap_ws(sm, hs->slot[i]);
             if (w)
-                score_set(&v[n++], w, hit_tier(hs, h, gpu, tiered), r->blocks);
+                score_set(&v[n++], w, hit_tier(hs, i, gpu, tiered), r->blocks);
         }
         insertion_sort_scores(v, n);
         return n;
     }
     uint32_t c[256] = {0};
     uint64_t or_dp = 0, and_dp = ~UINT64_C(0), or_w = 0, and_w = ~UINT64_C(0);
-    for (const kvix_qhit *h = r->h; h < r->end; h++) {
-        const wstate *w = slotmap_ws(sm, h->slot);
+    for (size_t i = r->first; i < r->first + r->n; i++) {
+        const wstate *w = slotmap_ws(sm, hs->slot[i]);
         if (!w)
             continue;
         uint64_t wk = w->worker, dp = w->dp;
-        e[n++] = (qent){w, h};
+        e[n++] = (qent){w, i};
         c[wk & 0xff]++;
         or_dp |= dp;
         and_dp &= dp;
@@ -285,11 +321,12 @@ emit_run_t(const hrun *r, const kvix_qhits *hs, slotmap sm, kvix_score *v, qent 
     if (or_dp == and_dp && ((or_w ^ and_w) >> 8) == 0) {
         counts_to_starts(c);
         for (size_t i = 0; i < n; i++)
-            score_set(&v[c[e[i].w->worker & 0xff]++], e[i].w, hit_tier(hs, e[i].h, gpu, tiered), r->blocks);
+            score_set(&v[c[e[i].w->worker & 0xff]++], e[i].w, hit_tier(hs, e[i].hit, gpu, tiered),
+                      r->blocks);
         return n;
     }
     for (size_t i = 0; i < n; i++)
-        score_set(&v[i], e[i].w, hit_tier(hs, e[i].h, gpu, tiered), r->blocks);
+        score_set(&v[i], e[i].w, hit_tier(hs, e[i].hit, gpu, tiered), r->blocks);
     uint64_t nb = (uint32_t)~r->blocks;
     keybits kb = {{or_dp, or_w, nb}, {and_dp, and_w, nb}};
     kvix_score *s = sort_scores(v, tmp, n, &kb);
@@ -312,12 +349,13 @@ emit_run_byte(const hrun *r, const kvix_qhits *hs, slotmap sm, kvix_score *v, co
 {
     uint64_t map[4] = {0, 0, 0, 0};
     const wstate *at[256];
-    const kvix_qhit *ah[tiered ? 256 : 1];
+    size_t ah[tiered ? 256 : 1];
     uint64_t or_w = 0, and_w = ~UINT64_C(0);
     uint32_t or_dp = 0, and_dp = ~UINT32_C(0);
     size_t n = 0;
-    for (const kvix_qhit *h = r->h; h < r->end; h++) {
-        const wstate *w = slotmap_ws(sm, h->slot);
+    const uint32_t *slot = hs->slot;
+    for (size_t i = r->first; i < r->first + r->n; i++) {
+        const wstate *w = slotmap_ws(sm, slot[i]);
         if (!w)
             continue;
         uint64_t wk = w->worker;
@@ -330,7 +368,7 @@ emit_run_byte(const hrun *r, const kvix_qhits *hs, slotmap sm, kvix_score *v, co
         map[x >> 6] |= UINT64_C(1) << (x & 63);
         at[x] = w;
         if (tiered)
-            ah[x] = h;
+            ah[x] = i;
         n++;
     }
     if (((or_w ^ and_w) >> 8) | (or_dp ^ and_dp) ||
@@ -343,7 +381,7 @@ emit_run_byte(const hrun *r, const kvix_qhits *hs, slotmap sm, kvix_score *v, co
     for (unsigned k = 0; k < 4; k++)
         for (uint64_t b = map[k]; b; b &= b - 1) {
             unsigned x = 64 * k + (unsigned)__builtin_ctzll(b);
-            score_set(s++, at[x], tiered ? hs->tier[ah[x] - hs->v] : gpu, r->blocks);
+            score_set(s++, at[x], tiered ? hs->tier[ah[x]] : gpu, r->blocks);
         }
     return n;
 }
@@ -357,25 +395,19 @@ static size_t emit_run(const hrun *r, const kvix_qhits *hs, slotmap sm, kvix_sco
     return hs->tier ? emit_run_t(r, hs, sm, v, e, tmp, 1) : emit_run_t(r, hs, sm, v, e, tmp, 0);
 }
 
-/* The hits' runs, longest first, into runs (RUNS_MAX); 0 when they do not
- * allow the answer by runs (see above). */
-static unsigned find_runs(const kvix_qhit *h, const kvix_qhit *end, hrun *runs)
+/* The hits' runs with a block, longest first, into runs (RUNS_MAX); 0 when
+ * they do not allow the answer by runs (see above). */
+static unsigned order_runs(const kvix_qhits *hs, hrun *runs)
 {
     unsigned nr = 0;
-    while (h < end) {
-        const kvix_qhit *re = h + 1;
-        while (re < end && re->blocks == h->blocks)
-            re++;
-        if (h->blocks) {
-            if (nr == RUNS_MAX)
-                return 0;
-            runs[nr++] = (hrun){h, re, h->blocks};
-        }
-        h = re;
-    }
-    for (unsigned i = 1; i < nr; i++) {
-        hrun x = runs[i];
-        unsigned j = i;
+    for (size_t k = 0; k < hs->nrun; k++) {
+        const kvix_qrun *q = &hs->run[k];
+        if (!q->blocks)
+            continue;
+        if (nr == RUNS_MAX)
+            return 0;
+        hrun x = {q->first, q->n, q->blocks};
+        unsigned j = nr++;
         while (j > 0 && runs[j - 1].blocks < x.blocks) {
             runs[j] = runs[j - 1];
             j--;
@@ -403,10 +435,13 @@ static int query_part_rcu(part *p, const uint64_t *local, uint64_t *canon, size_
     if (!n || !be)
         return KVIX_OK;
     kvix_qchain q = {local, canon, n, 0};
-    kvix_qhits hits = {ans->hits, 0, ans->hits_cap, NULL, ans->hit_tiers, ans->hit_tiers_cap};
+    kvix_qhits hits = {ans->hits,     0, ans->hits_cap, ans->hit_runs,  0,
+                       ans->hit_runs_cap, NULL, ans->hit_tiers, ans->hit_tiers_cap};
     int rc = p->ops->query(be, &q, &hits, err);
-    ans->hits = hits.v;
+    ans->hits = hits.slot;
     ans->hits_cap = hits.cap;
+    ans->hit_runs = hits.run;
+    ans->hit_runs_cap = hits.rcap;
     ans->hit_tiers = hits.tbuf;
     ans->hit_tiers_cap = hits.tcap;
     if (rc || !hits.n)
@@ -425,7 +460,7 @@ static int query_part_rcu(part *p, const uint64_t *local, uint64_t *canon, size_
     ans->scores = v;
     slotmap sm = slots_of(p);
     hrun runs[RUNS_MAX];
-    unsigned nr = find_runs(hits.v, hits.v + hits.n, runs);
+    unsigned nr = order_runs(&hits, runs);
     size_t ns = 0;
     if (nr) {
         for (unsigned i = 0; i < nr; i++)
@@ -434,21 +469,25 @@ static int query_part_rcu(part *p, const uint64_t *local, uint64_t *canon, size_
         return KVIX_OK;
     }
     keybits kb = {{0, 0, 0}, {~UINT64_C(0), ~UINT64_C(0), ~UINT64_C(0)}};
-    for (const kvix_qhit *h = hits.v; h < hits.v + hits.n; h++) {
-        const wstate *w = h->blocks ? slotmap_ws(sm, h->slot) : NULL;
-        if (!w)
-            continue;
-        kvix_score *s = &v[ns++];
+    for (size_t k = 0; k < hits.nrun; k++) {
+        const kvix_qrun *r = &hits.run[k];
         uint32_t gpu[KVIX_MEDIUM_COUNT] = {0};
-        gpu[KVIX_MEDIUM_GPU] = h->blocks;
-        score_set(s, w, hits.tier ? hits.tier[h - hits.v] : gpu, h->blocks);
-        uint64_t dp = s->dp, wk = s->worker, nb = (uint32_t)~s->blocks;
-        kb.or_[0] |= dp;
-        kb.and_[0] &= dp;
-        kb.or_[1] |= wk;
-        kb.and_[1] &= wk;
-        kb.or_[2] |= nb;
-        kb.and_[2] &= nb;
+        gpu[KVIX_MEDIUM_GPU] = r->blocks;
+        uint64_t nb = (uint32_t)~r->blocks;
+        for (size_t i = r->first; r->blocks && i < (size_t)r->first + r->n; i++) {
+            const wstate *w = slotmap_ws(sm, hits.slot[i]);
+            if (!w)
+                continue;
+            kvix_score *s = &v[ns++];
+            score_set(s, w, hits.tier ? hits.tier[i] : gpu, r->blocks);
+            uint64_t dp = s->dp, wk = s->worker;
+            kb.or_[0] |= dp;
+            kb.and_[0] &= dp;
+            kb.or_[1] |= wk;
+            kb.and_[1] &= wk;
+            kb.or_[2] |= nb;
+            kb.and_[2] &= nb;
+        }
     }
     ans->nscores = ns;
     ans->scores = ns > 1 ? sort_scores(v, v + ns, ns, &kb) : v;

@@ -393,15 +393,12 @@ static void radix_info(void *be, const void *node, kvix_binfo *out)
     out->parent_engine = n->pos ? n->parent->engine : 0;
 }
 
+/* The slots of v (a piece of the candidate list, which lives in the hits'
+ * own slots) all matched `blocks` blocks: one run, nothing copied. */
 static int push_list(kvix_qhits *out, const uint32_t *v, uint32_t n, uint32_t blocks,
                      kvix_err *err)
 {
-    for (uint32_t k = 0; k < n; k++) {
-        int rc = kvix_qhits_push(out, v[k], blocks, err);
-        if (rc < 0)
-            return rc;
-    }
-    return KVIX_OK;
+    return kvix_qhits_run(out, (size_t)(v - out->slot), n, blocks, err);
 }
 
 /* Reorder v[0..n): the holders of k first; returns how many. */
@@ -417,11 +414,10 @@ static uint32_t split(const rnode *k, uint32_t *v, uint32_t n)
     return keep;
 }
 
-#define QSTACK 512
-
-/* Candidates are a list of slot ids (the first block's holders), split at
- * each block walked: a query costs its candidates times its blocks, whatever
- * the number of slots. */
+/* Candidates are a list of slot ids (the first block's holders, listed
+ * straight into the hits' slots: each is a hit), split at each block
+ * walked: a query costs its candidates times its blocks, whatever the
+ * number of slots. */
 static int radix_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
 {
     radix_be *be = vbe;
@@ -430,22 +426,20 @@ static int radix_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err
     int rc = KVIX_OK;
     kvix_rcu_lock();
     int tiered = atomic_load_explicit(&be->mem.tiered, memory_order_relaxed) > 0;
-    uint32_t stackbuf[QSTACK], *cand = stackbuf;
+    uint32_t *cand;
     rnode *pathbuf[64], **path = pathbuf; /* nodes walked, for tier counts */
-    size_t first = out->n;
+    size_t first = out->nrun;
     uint32_t i = 0, nc = 0, n = q->n > UINT32_MAX ? UINT32_MAX : (uint32_t)q->n;
     rnode *k = kids_find(atomic_load_explicit(&be->root->kids, memory_order_acquire),
                          kvix_canon_at(q, 0));
     if (!k)
         goto done;
     kvix_wset *big0 = kvix_hs_big(&k->h);
-    uint32_t room = kvix_hs_room(big0);
-    if (room > QSTACK && !(cand = malloc(room * sizeof *cand))) {
-        cand = stackbuf;
-        rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    if ((rc = kvix_qhits_reserve(out, kvix_hs_room(big0), err)) < 0)
         goto done;
-    }
+    cand = out->slot + out->n;
     nc = kvix_hs_list(&k->h, big0, cand);
+    out->n += nc;
     while (nc) {
         if (tiered) {
             if (i == 64) {
@@ -471,27 +465,27 @@ static int radix_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err
     /* the rest matched up to where the tree or the query ended */
     if ((rc = push_list(out, cand, nc, i, err)) < 0)
         goto done;
-    if (tiered && out->n > first) {
+    if (tiered && out->nrun > first) {
         if ((rc = kvix_qhits_tiers(out, err)) < 0)
             goto done;
-        for (size_t h = first; h < out->n; h++) {
-            const kvix_qhit *hit = &out->v[h];
-            uint32_t *tb = out->tier[h];
-            for (uint32_t pos = 0; pos < hit->blocks; pos++) {
-                kvix_tset *ts = kvix_hs_tset(&path[pos]->h);
-                if (!ts)
-                    continue;
-                if (!kvix_tset_has(ts, hit->slot, KVIX_MEDIUM_GPU))
-                    tb[KVIX_MEDIUM_GPU]--;
-                for (unsigned t = 1; t < KVIX_MEDIUM_COUNT; t++)
-                    tb[t] += (uint32_t)kvix_tset_has(ts, hit->slot, t);
+        for (size_t r = first; r < out->nrun; r++) {
+            const kvix_qrun *run = &out->run[r];
+            for (size_t h = run->first; h < (size_t)run->first + run->n; h++) {
+                uint32_t *tb = out->tier[h], slot = out->slot[h];
+                for (uint32_t pos = 0; pos < run->blocks; pos++) {
+                    kvix_tset *ts = kvix_hs_tset(&path[pos]->h);
+                    if (!ts)
+                        continue;
+                    if (!kvix_tset_has(ts, slot, KVIX_MEDIUM_GPU))
+                        tb[KVIX_MEDIUM_GPU]--;
+                    for (unsigned t = 1; t < KVIX_MEDIUM_COUNT; t++)
+                        tb[t] += (uint32_t)kvix_tset_has(ts, slot, t);
+                }
             }
         }
     }
 done:
     kvix_rcu_unlock();
-    if (cand != stackbuf)
-        free(cand);
     if (path != pathbuf)
         free(path);
     return rc;

@@ -190,22 +190,29 @@ static int ref_query(void *be, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
     if (!q->n)
         return KVIX_OK;
     size_t base = out->n;
+    uint32_t *blk = NULL; /* hit j's match length so far */
     pthread_rwlock_rdlock(&r->lock);
     uint64_t key[2] = {0, kvix_qchain_at(q, 0)};
     refnode *const *np = kvix_hmap_get(&r->map, key);
     const holders *h = np ? &(*np)->h : NULL;
+    size_t m = h ? h->n : 0;
     /* Counts per tier always: the reference is the model, not the fast path. */
-    if (h && h->n && (rc = kvix_qhits_tiers(out, err)))
+    if (m && ((rc = kvix_qhits_tiers(out, err)) || (rc = kvix_qhits_reserve(out, m, err))))
         goto out;
-    for (uint32_t i = 0; h && i < h->n; i++) {
-        if ((rc = kvix_qhits_push(out, h->v[i].slot, 1, err)))
-            goto out;
-        uint32_t *tb = out->tier[out->n - 1];
-        memset(tb, 0, sizeof out->tier[0]);
-        count_tiers(tb, h->v[i].tiers);
+    if (m && !(blk = malloc(m * sizeof *blk))) {
+        rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory for query hits");
+        goto out;
     }
+    for (size_t j = 0; j < m; j++) {
+        out->slot[base + j] = h->v[j].slot;
+        blk[j] = 1;
+        uint32_t *tb = out->tier[base + j];
+        memset(tb, 0, sizeof out->tier[0]);
+        count_tiers(tb, h->v[j].tiers);
+    }
+    out->n += m;
     /* A hit is still extending while its blocks equal the position reached. */
-    for (size_t pos = 1; pos < q->n && out->n > base; pos++) {
+    for (size_t pos = 1; pos < q->n && m; pos++) {
         key[0] = pos;
         key[1] = kvix_qchain_at(q, pos);
         np = kvix_hmap_get(&r->map, key);
@@ -213,22 +220,30 @@ static int ref_query(void *be, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
             break;
         h = &(*np)->h;
         size_t alive = 0;
-        for (size_t j = base; j < out->n; j++) {
-            kvix_qhit *hit = &out->v[j];
-            if (hit->blocks != pos)
+        for (size_t j = 0; j < m; j++) {
+            if (blk[j] != pos)
                 continue;
-            uint32_t i = hfind(h, hit->slot);
-            if (i < h->n && h->v[i].slot == hit->slot) {
-                hit->blocks++;
-                count_tiers(out->tier[j], h->v[i].tiers);
+            uint32_t slot = out->slot[base + j];
+            uint32_t i = hfind(h, slot);
+            if (i < h->n && h->v[i].slot == slot) {
+                blk[j]++;
+                count_tiers(out->tier[base + j], h->v[i].tiers);
                 alive++;
             }
         }
         if (!alive)
             break;
     }
+    /* runs: neighbours of one length */
+    for (size_t j = 0, e; j < m; j = e) {
+        for (e = j + 1; e < m && blk[e] == blk[j]; e++)
+            ;
+        if ((rc = kvix_qhits_run(out, base + j, e - j, blk[j], err)))
+            goto out;
+    }
 out:
     pthread_rwlock_unlock(&r->lock);
+    free(blk);
     return rc;
 }
 

@@ -137,14 +137,16 @@ typedef struct kvix_answer {
     int unknown;           /* kvix_unknown: the partition is unknown, and why */
     kvix_score *scores;    /* sorted: blocks desc, then worker, then dp asc */
     size_t nscores, cap;
-    /* Private scratch reused across queries (hashes, backend hits and
-     * their per-tier counts; the scores' buffer of 2 x cap, of which scores
-     * points at one half). */
+    /* Private scratch reused across queries (hashes, backend hits, their
+     * runs and per-tier counts; the scores' buffer of 2 x cap, of which
+     * scores points at one half). */
     kvix_score *scores_buf;
     uint64_t *scratch;
     size_t scratch_cap;
     void *hits;
     size_t hits_cap;
+    void *hit_runs;
+    size_t hit_runs_cap;
     void *hit_tiers;
     size_t hit_tiers_cap;
 } kvix_answer;

@@ -144,12 +144,6 @@ static inline int bc_find(const bc_model *m, uint32_t pos, uint64_t canon)
     return -1;
 }
 
-static int bc_hit_cmp(const void *a, const void *b)
-{
-    const kvix_qhit *x = a, *y = b;
-    return x->slot < y->slot ? -1 : x->slot > y->slot;
-}
-
 /* A hit with its per-tier counts (kvix_qhits keeps them apart, and only
  * when the backend has blocks off gpu). */
 typedef struct bc_hit {
@@ -163,23 +157,46 @@ static int bc_row_cmp(const void *a, const void *b)
     return x->slot < y->slot ? -1 : x->slot > y->slot;
 }
 
-static inline void bc_hit_get(const kvix_qhits *hs, size_t i, bc_hit *out)
+/* 1 when every hit is in exactly one run, each run inside the hits. */
+static inline int bc_runs_ok(const kvix_qhits *hs)
 {
-    out->slot = hs->v[i].slot;
-    out->blocks = hs->v[i].blocks;
-    memset(out->tier_blocks, 0, sizeof out->tier_blocks);
-    if (hs->tier)
-        memcpy(out->tier_blocks, hs->tier[i], sizeof out->tier_blocks);
-    else
-        out->tier_blocks[KVIX_MEDIUM_GPU] = out->blocks;
+    unsigned char *seen = calloc(hs->n + 1, 1);
+    int ok = 1;
+    for (size_t r = 0; r < hs->nrun && ok; r++) {
+        const kvix_qrun *q = &hs->run[r];
+        ok = q->n > 0 && q->first + (size_t)q->n <= hs->n;
+        for (size_t i = q->first; ok && i < q->first + (size_t)q->n; i++)
+            ok = !seen[i]++;
+    }
+    for (size_t i = 0; i < hs->n && ok; i++)
+        ok = seen[i];
+    free(seen);
+    return ok;
+}
+
+/* The hits as rows (slot, blocks, per-tier counts), hit i in out[i]; out:
+ * room for hs->n (caller frees). */
+static inline bc_hit *bc_unsorted_rows(const kvix_qhits *hs)
+{
+    kvix_qhit *h = calloc(hs->n + 1, sizeof *h);
+    bc_hit *r = calloc(hs->n + 1, sizeof *r);
+    kvix_qhits_rows(hs, h);
+    for (size_t i = 0; i < hs->n; i++) {
+        r[i].slot = h[i].slot;
+        r[i].blocks = h[i].blocks;
+        if (hs->tier)
+            memcpy(r[i].tier_blocks, hs->tier[i], sizeof r[i].tier_blocks);
+        else
+            r[i].tier_blocks[KVIX_MEDIUM_GPU] = r[i].blocks;
+    }
+    free(h);
+    return r;
 }
 
 /* The hits as rows, sorted by slot (caller frees). */
 static inline bc_hit *bc_rows(const kvix_qhits *hs)
 {
-    bc_hit *r = calloc(hs->n + 1, sizeof *r);
-    for (size_t i = 0; i < hs->n; i++)
-        bc_hit_get(hs, i, &r[i]);
+    bc_hit *r = bc_unsorted_rows(hs);
     qsort(r, hs->n, sizeof *r, bc_row_cmp);
     return r;
 }
@@ -193,6 +210,10 @@ static inline int bc_query_check(const kvix_backend_ops *ops, void *be, const bc
     kvix_qhits hits = {0};
     kvix_err err;
     int ok = ops->query(be, &q, &hits, &err) == KVIX_OK;
+    if (ok && !bc_runs_ok(&hits)) {
+        printf("#   %s: the runs do not cover each hit once\n", what);
+        ok = 0;
+    }
     bc_hit *rows = bc_rows(&hits);
     int *at = malloc((n + 1) * sizeof *at);
     for (size_t i = 0; i < n; i++)
@@ -363,15 +384,16 @@ static inline void bc_scenario_collision(const kvix_backend_ops *ops, unsigned j
     kvix_qchain q = {a, canon, L, 0};
     kvix_qhits hits = {0};
     CHECK(ops->query(be, &q, &hits, &err) == KVIX_OK);
-    if (hits.n)
-        qsort(hits.v, hits.n, sizeof *hits.v, bc_hit_cmp);
+    CHECK(bc_runs_ok(&hits));
+    bc_hit *rows = bc_rows(&hits);
     CHECK_U64(hits.n, 2);
     if (hits.n == 2) {
-        CHECK_U64(hits.v[0].slot, 0);
-        CHECK_U64(hits.v[0].blocks, L);
-        CHECK_U64(hits.v[1].slot, 2);
-        CHECK_U64(hits.v[1].blocks, 1);
+        CHECK_U64(rows[0].slot, 0);
+        CHECK_U64(rows[0].blocks, L);
+        CHECK_U64(rows[1].slot, 2);
+        CHECK_U64(rows[1].blocks, 1);
     }
+    free(rows);
     kvix_qhits_release(&hits);
     ops->destroy(be);
 }
@@ -551,11 +573,12 @@ static void *bc_mt_reader(void *arg)
             continue;
         }
         atomic_fetch_add(t->queries, 1);
+        if (!bc_runs_ok(&hits))
+            atomic_fetch_add(t->bad, 1);
         int found0 = 0;
+        bc_hit *rows = bc_unsorted_rows(&hits);
         for (size_t i = 0; i < hits.n; i++) {
-            bc_hit row;
-            bc_hit_get(&hits, i, &row);
-            const bc_hit *h = &row;
+            const bc_hit *h = &rows[i];
             uint32_t sum = 0;
             for (unsigned u = 0; u < KVIX_MEDIUM_COUNT; u++)
                 sum += h->tier_blocks[u];
@@ -571,8 +594,9 @@ static void *bc_mt_reader(void *arg)
             }
         }
         for (size_t i = 0; i < hits.n; i++)
-            if (hits.v[i].slot < (uint32_t)total)
-                seen[hits.v[i].slot] = 0;
+            if (hits.slot[i] < (uint32_t)total)
+                seen[hits.slot[i]] = 0;
+        free(rows);
         if (stable && !found0)
             atomic_fetch_add(t->bad, 1);
     } while (atomic_load(t->writers_left) > 0);
