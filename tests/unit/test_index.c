@@ -949,6 +949,63 @@ TEST(memory_per_stored_block)
     }
 }
 
+/* A (worker, dp) that keeps its state (an eid) while all its blocks go and
+ * come back: the positional backend may give its whole node slab back in
+ * between and number new nodes from a new one, which the blocks map (node
+ * numbers, not addresses) must follow; tier bits are set and cleared in place,
+ * and the map grows and shrinks through hundreds of entries. */
+TEST(blocks_go_and_come_back_under_a_kept_state)
+{
+    enum { N = 300 };
+    uint64_t loc[N], eng[N];
+    for (size_t i = 0; i < N; i++)
+        loc[i] = 5000 + i;
+    FOR_BACKENDS(idx, 0) {
+        kvix_err err;
+        kvix_apply_result r;
+        kvix_index_stats st;
+        for (uint64_t round = 1; round <= 2; round++) {
+            uint64_t salt = round << 40;
+            CHECK(store(idx, "default", 9, 0, KVIX_MEDIUM_GPU, 4, NULL, loc, N, salt, &r) ==
+                  KVIX_OK);
+            CHECK_U64(r.stored, N);
+            CHECK(store(idx, "default", 9, 0, KVIX_MEDIUM_CPU, 4, NULL, loc, 10, salt, &r) ==
+                  KVIX_OK);
+            CHECK_U64(r.stored, 10);
+            CHECK(kvix_index_set_eid(idx, "default", "default", 4, 9, 0, 70 + round, &err) ==
+                  KVIX_OK);
+            query(idx, "default", loc, N);
+            const kvix_score *s = score_of(9, 0);
+            CHECK(s && s->blocks == N && s->tier_blocks[KVIX_MEDIUM_CPU] == 10);
+            CHECK(walk(idx) == 0);
+            CHECK_U64(nvisits, 1);
+            CHECK_U64(visits[0].n, N);
+            CHECK(visits[0].has_eid && visits[0].eid == 70 + round);
+            for (size_t k = 0; k < 16; k++) {
+                const kvix_block_info *b = &visits[0].b[k];
+                CHECK(b->position < N && b->local == loc[b->position]);
+                CHECK_U64(b->engine, loc[b->position] ^ salt);
+                CHECK_U64(b->tiers, b->position < 10 ? 3 : 1);
+            }
+            for (size_t i = 0; i < N; i++)
+                eng[i] = loc[i] ^ salt;
+            CHECK(removed(idx, "default", 9, 0, KVIX_MEDIUM_CPU, eng, 10, &r) == KVIX_OK);
+            CHECK_U64(r.removed, 10);
+            query(idx, "default", loc, N);
+            s = score_of(9, 0);
+            CHECK(s && s->blocks == N && s->tier_blocks[KVIX_MEDIUM_CPU] == 0);
+            CHECK(removed(idx, "default", 9, 0, KVIX_MEDIUM_GPU, eng, N, &r) == KVIX_OK);
+            CHECK_U64(r.removed, N);
+            query(idx, "default", loc, N);
+            CHECK_U64(ans.nscores, 0);
+            kvix_index_stats_get(idx, &st);
+            CHECK_U64(st.blocks, 0);
+            CHECK(walk(idx) == 0);
+            CHECK(nvisits == 1 && visits[0].n == 0 && visits[0].eid == 70 + round);
+        }
+    }
+}
+
 TEST(ceilings_and_bad_names)
 {
     kvix_index *idx = mk("reference", 0);
