@@ -20,13 +20,15 @@ wait_eid() { # wait_eid N FILE...: until every FILE holds an event of eid N
     return 1
 }
 
+# (--replay-timeout 60000: the recovery's deadline is wall-clock time, which a
+# sanitizer build on a loaded machine may overrun; no scenario is about it)
 scenario() { # scenario REPLAY_ARGS...: the restarted kvsub's replay options
     timeout 90 "$PY" "$FE" publish --pub "ipc://$T/pub" --replay "ipc://$T/rep" --batches 20 \
         --subscribers 2 --pause-at 10:p1 --pause-at 15:p2:3 --seed 41 2>engine.err &
     epid=$!
-    timeout --foreground 90 kvsub -w "1=ipc://$T/pub" --replay "1=ipc://$T/rep" >ref.ev 2>ref.err &
+    timeout --foreground 90 kvsub --replay-timeout 60000 -w "1=ipc://$T/pub" --replay "1=ipc://$T/rep" >ref.ev 2>ref.err &
     rpid=$!
-    timeout --foreground 90 kvsub -w "1=ipc://$T/pub" --replay "1=ipc://$T/rep" >ev1 2>err1 &
+    timeout --foreground 90 kvsub --replay-timeout 60000 -w "1=ipc://$T/pub" --replay "1=ipc://$T/rep" >ev1 2>err1 &
     kpid=$!
     wait_eid 9 ev1 ref.ev
     kill -TERM $kpid
@@ -34,7 +36,7 @@ scenario() { # scenario REPLAY_ARGS...: the restarted kvsub's replay options
     kvindex --quiet -s snap.kvix <ev1 || fail "kvindex on the first half"
     touch p1 # the engine stores and evicts while the pipeline is down
     wait_eid 14 ref.ev
-    timeout --foreground 90 kvsub -w "1=ipc://$T/pub" "$@" --resume snap.kvix >ev2 2>err2 &
+    timeout --foreground 90 kvsub --replay-timeout 60000 -w "1=ipc://$T/pub" "$@" --resume snap.kvix >ev2 2>err2 &
     kpid=$!
     touch p2 # once it joined, the engine goes on live
     wait_eid 19 ev2 ref.ev

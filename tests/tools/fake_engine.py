@@ -29,9 +29,11 @@ publish options:
   --epoch                topics carry SGLang's "\0sgl-kv-epoch=<id>", a new id per run
   --seed N               scenario seed
   --expect FILE          write what a correct subscriber holds at the end
-  --linger SEC           keep answering replays this long after the last batch (default 10)
+  --linger SEC           keep answering replays this long after the last batch (default 60:
+                         tests stop the engine once they have what they wait for)
   --ready FILE           touch FILE once every subscriber joined (first time)
-  --subscribers N        wait for N subscribers before the first batch (default 1)
+  --subscribers N        wait for N subscribers before the first batch (default 1; up to
+                         60 s: a sanitizer build on a loaded machine starts slowly)
   --pause-at N:FILE[:S]  after N rounds, wait (up to 60 s) until FILE exists, then until S
                          subscriptions in all were seen (a subscriber that came back);
                          repeatable
@@ -257,7 +259,7 @@ class Engine:
                     sock.send_multipart([ident, b"", b"", END_SEQ, b""])
 
     def wait_subscriber(self, n=1):
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 60
         while self.subscribed < n:
             if time.monotonic() > deadline:
                 sys.exit("fake_engine: no subscriber joined")
@@ -508,7 +510,7 @@ def main():
     pp.add_argument("--buffer", type=int, default=10000)
     pp.add_argument("--seed", type=int, default=1)
     pp.add_argument("--expect")
-    pp.add_argument("--linger", type=float, default=10)
+    pp.add_argument("--linger", type=float, default=60)
     pp.add_argument("--ready")
     pp.add_argument("--subscribers", type=int, default=1)
     pp.add_argument("--pause-at", action="append")
