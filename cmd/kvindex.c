@@ -52,6 +52,7 @@ enum {
     O_MODEL,
     O_TENANT,
     O_BLOCK_SIZE,
+    O_REPLAY_TIMEOUT,
 };
 
 static const cli_opt options[] = {
@@ -99,6 +100,8 @@ static const cli_opt options[] = {
     {O_TENANT, 0, "tenant", "NAME", NULL, "-w: tenant of the events (default \"default\")"},
     {O_BLOCK_SIZE, 0, "block-size", "N", NULL,
      "-w: configured block size; smaller (partial) blocks are skipped (default: each event's)"},
+    {O_REPLAY_TIMEOUT, 0, "replay-timeout", "MS", NULL,
+     "-w: give up an engine's recovery MS milliseconds after asking (default 5000)"},
     {0, 0, NULL, NULL, NULL, NULL},
 };
 
@@ -764,6 +767,7 @@ int main(int argc, char **argv)
     kvix_enginesub_config_init(&cfg);
     const char **wargs = NULL;
     size_t nw = 0;
+    int replay_timeout = 0; /* --replay-timeout given */
     const char *arg;
     int c;
     while ((c = cli_next(argc, argv, &arg)) != -1) {
@@ -816,6 +820,10 @@ int main(int argc, char **argv)
         case O_BLOCK_SIZE:
             cfg.block_size = (uint32_t)cli_parse_uint(arg, 1, KVIX_BS_MAX, "block size");
             break;
+        case O_REPLAY_TIMEOUT:
+            cfg.replay_timeout_ms = cli_parse_uint(arg, 1, 3600000, "replay timeout");
+            replay_timeout = 1;
+            break;
         }
     }
     if (k.snap && !*k.snap)
@@ -839,8 +847,9 @@ int main(int argc, char **argv)
     if (listen && cfg.model && strchr(cfg.model, ':'))
         cli_usage_error("bad model name '%s' for --listen: the HTTP API's /dump keys are "
                         "model:tenant, split at the first ':'", cfg.model);
-    if (!subscribing && (cfg.model || cfg.tenant || cfg.block_size))
-        cli_usage_error("--model, --tenant and --block-size go with -w or --workers-file");
+    if (!subscribing && (cfg.model || cfg.tenant || cfg.block_size || replay_timeout))
+        cli_usage_error("--model, --tenant, --block-size and --replay-timeout go with -w or "
+                        "--workers-file");
     k.feed_file = nfiles ? (size_t)nfiles : 1;
     k.names = calloc(k.feed_file + 1, sizeof *k.names);
     if (!k.names)

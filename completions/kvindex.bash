@@ -22,9 +22,10 @@ _kvindex() {
     --model) return ;;
     --tenant) return ;;
     --block-size) return ;;
+    --replay-timeout) return ;;
     esac
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--snapshot -s --query-only -q --format -f --backend --jump --threads -t --strict --save-every-seconds --save-every-events --quiet --verbose -v --nats --stream --reset-on-gap --until-caught-up --listen --http-threads --http-nice --peers --worker -w --workers-file --model --tenant --block-size --help -h --version -V" -- "$cur"))
+        COMPREPLY=($(compgen -W "--snapshot -s --query-only -q --format -f --backend --jump --threads -t --strict --save-every-seconds --save-every-events --quiet --verbose -v --nats --stream --reset-on-gap --until-caught-up --listen --http-threads --http-nice --peers --worker -w --workers-file --model --tenant --block-size --replay-timeout --help -h --version -V" -- "$cur"))
         return
     fi
     COMPREPLY=($(compgen -f -- "$cur"))

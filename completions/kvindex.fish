@@ -23,5 +23,6 @@ complete -c kvindex -l workers-file -r -F -d 'subscribe to the ID[:DP]=ENDPOINT 
 complete -c kvindex -l model -x -d '-w: model name of the events (default "default")'
 complete -c kvindex -l tenant -x -d '-w: tenant of the events (default "default")'
 complete -c kvindex -l block-size -x -d '-w: configured block size; smaller (partial) blocks are skipped (default: each event\'s)'
+complete -c kvindex -l replay-timeout -x -d '-w: give up an engine\'s recovery MS milliseconds after asking (default 5000)'
 complete -c kvindex -s h -l help -d 'print this help and exit'
 complete -c kvindex -s V -l version -d 'print the version and exit'

@@ -113,8 +113,13 @@ as_kvsub() {
     shift
     timeout --foreground 60 kvsub "${sargs[@]}" >sub.out 2>sub.err &
     SPID=$!
-    serve -s live.kvix "$@"
-    for i in $(seq 300); do "$PY" "$FE" final sub.out exp.json && break; sleep 0.1; done
+    serve -s live.kvix "$@" || return 1
+    # (the waits end early once a process they wait on is gone)
+    for i in $(seq 300); do
+        "$PY" "$FE" final sub.out exp.json && break
+        kill -0 "$SPID" 2>/dev/null || break
+        sleep 0.1
+    done
     "$PY" "$FE" final sub.out exp.json || fail "kvsub did not deliver the engine's last batch"
     kvindex --quiet -s ref.kvix <sub.out 2>ref.err # 3: blocks stored below lost batches are refused
     [ $? -le 3 ] || fail "kvindex of kvsub's events"
@@ -122,6 +127,7 @@ as_kvsub() {
     for i in $(seq 300); do
         curl -s -o http.kvix "$URL/snapshot"
         kvdump --diff ref.kvix http.kvix >diff.out 2>&1 && break
+        kill -0 "$KPID" 2>/dev/null || break
         sleep 0.1
     done
     kvdump --diff ref.kvix http.kvix >diff.out 2>&1 ||
@@ -139,7 +145,11 @@ begin "kvindex --workers-file: the index of kvsub | kvindex through a replayed g
 engine --pub "ipc://$T/pub" --replay "ipc://$T/rep" --forget 7 --drop 8,20 --subscribers 2 \
     --expect exp.json --seed 16
 printf '# one engine\n1=ipc://%s/pub replay=ipc://%s/rep\n' "$T" "$T" >workers
-as_kvsub -w "1=ipc://$T/pub" --replay "1=ipc://$T/rep" -- --workers-file workers -t 2
+# The recovery's deadline is wall-clock time: a sanitizer build on a loaded
+# machine may take longer than the 5 s default to read the replay's first
+# answer, and a replay given up there is another loss than the one meant.
+as_kvsub -w "1=ipc://$T/pub" --replay "1=ipc://$T/rep" --replay-timeout 60000 -- \
+    --workers-file workers -t 2 --replay-timeout 60000
 # how the gaps group into replays depends on timing; that each was met does not
 for m in gaps replays losses cleared; do assert_grep "^kvix_subscription_${m}_total [1-9]" metrics; done
 assert_grep 'replay buffer starts later.*cleared' kv.err
@@ -238,7 +248,12 @@ expect_rc 2
 assert_grep 'worker 1 dp 0 already registered' err
 run kvindex --model m </dev/null
 expect_rc 2
-assert_grep '--model, --tenant and --block-size go with -w or --workers-file' err
+assert_grep '--model, --tenant, --block-size and --replay-timeout go with -w or --workers-file' err
+run kvindex --replay-timeout 100 </dev/null
+expect_rc 2
+run kvindex -w 1=ipc:///tmp/a --replay-timeout 0 </dev/null
+expect_rc 2
+assert_grep 'replay timeout' err
 run kvindex -q -s x.kvix -w 1=ipc:///tmp/a </dev/null
 expect_rc 2
 printf '1=ipc:///tmp/a\nnonsense\n' >wf
