@@ -375,8 +375,7 @@ static int save(kvi *k, const char *why)
 
 /* Out of memory (or threads) mid-run: save what was applied, as on any stop
  * (nothing acknowledged is lost), stop the service and the subscriptions
- * that read and write the index, free it (a leak checker sees the pointers
- * the backends keep tagged as lost), exit 6. Called on the main thread. */
+ * that read and write the index, free it, exit 6. Called on the main thread. */
 static _Noreturn void die_sys(kvi *k, const kvix_err *err)
 {
     save(k, "failure");
@@ -386,9 +385,7 @@ static _Noreturn void die_sys(kvi *k, const kvix_err *err)
 }
 
 /* 1 if the snapshot was there and loaded. A failed load leaves part of
- * the file in the index, unusable: it is freed before the exit (the
- * positional backend's slots hide their node pointers from LeakSanitizer,
- * which would call the loaded blocks leaked). */
+ * the file in the index, unusable: it is freed before the exit. */
 static int load(kvi *k)
 {
     kvix_snapshot_info info;
