@@ -49,6 +49,16 @@ static void on_reconnected(natsConnection *nc, void *closure)
     atomic_store(&l->reconnected, 1);
 }
 
+/* The first connection, made in the background: given, nats.c's connect
+ * returns at once instead of trying in place (with MaxReconnect -1, for as
+ * long as the server is away, deaf to the caller's stop). Nothing to do
+ * here: kvix_natslog_connected asks the connection itself. */
+static void on_connected(natsConnection *nc, void *closure)
+{
+    (void)nc;
+    (void)closure;
+}
+
 /* nats.c reports slow consumers and other asynchronous errors here; the
  * ordered consumer recovers from them by itself, and we must not print. */
 static void on_async_error(natsConnection *nc, natsSubscription *sub, natsStatus s, void *closure)
@@ -154,7 +164,7 @@ int kvix_natslog_open(kvix_natslog **out, const kvix_natslog_opts *o, kvix_err *
     if (s == NATS_OK)
         s = natsOptions_SetReconnectBufSize(no, 1);
     if (s == NATS_OK)
-        s = natsOptions_SetRetryOnFailedConnect(no, true, NULL, NULL);
+        s = natsOptions_SetRetryOnFailedConnect(no, true, on_connected, l);
     if (s == NATS_OK)
         s = natsOptions_SetReconnectedCB(no, on_reconnected, l);
     if (s == NATS_OK)
@@ -191,6 +201,10 @@ int kvix_natslog_connected(kvix_natslog *l)
 
 int kvix_natslog_state_get(kvix_natslog *l, kvix_natslog_state *st, kvix_err *err)
 {
+    /* Not connected (yet, or any more): said at once, not after a request's
+     * whole timeout, so a caller waiting for the server stays responsive. */
+    if (!kvix_natslog_connected(l))
+        return kvix_err_set(err, KVIX_EIO, "nats: not connected to %s", l->url);
     jsStreamInfo *si = NULL;
     jsErrCode je = 0;
     natsStatus s = js_GetStreamInfo(&si, l->js, l->stream, NULL, &je);
