@@ -167,18 +167,20 @@ static void out_flush(void)
 /* The batch gathered to the publisher's window (kvix/natslog.h: sent at
  * once, acknowledged later, in order for each worker). A window full of batches the server
  * has not acknowledged (the server away) is waited for; only a stop while
- * it is away loses the batch, and that is an error. */
+ * it is away loses the batch, and that is an error. Each new reason is said
+ * once: first the window full, then a batch sent again unanswered (named by
+ * its subject). */
 static void nats_flush(void)
 {
     if (!S.nats || !S.bopen)
         return;
     S.bopen = false;
-    int warned = 0;
+    char warned[KVIX_ERR_MSG_MAX] = "";
     for (;;) {
         kvix_err err;
         int rc = kvix_natslog_publish(S.nats, S.batch.data, S.batch.len, KVIX_FMT_MSGPACK, &err);
         if (rc == KVIX_OK) {
-            if (warned)
+            if (warned[0])
                 cli_warn("nats: publishing again");
             S.batch.len = 0;
             return;
@@ -187,8 +189,10 @@ static void nats_flush(void)
             cli_die(KVIX_EXIT_SYS, "cannot publish a batch: %s", err.msg);
         if (sig_stop)
             cli_die(KVIX_EXIT_SYS, "stopped with a batch not published: %s", err.msg);
-        if (!warned++)
+        if (strcmp(warned, err.msg) != 0) {
             cli_warn("%s: waiting for the server", err.msg);
+            snprintf(warned, sizeof warned, "%s", err.msg);
+        }
         struct timespec ts = {0, 100 * 1000000L};
         nanosleep(&ts, NULL);
     }
