@@ -7,30 +7,8 @@
 # registered over HTTP while it waits for the server), or exits 7 when no
 # peer can. Every wait is a bounded poll; nothing asserts on time.
 . "$(dirname "$0")/lib.sh"
-if ! command -v nats-server >/dev/null 2>&1; then
-    echo "# skip: nats-server is not installed ('make deps' or .ci/deps installs it)"
-    exit 0
-fi
 . "$(dirname "$0")/procs.sh"
-
-server_start() { # server_start N: the server on $PORT, its store in $T/js; N-th start
-    nats-server -js -sd "$T/js" -a 127.0.0.1 -p "$PORT" >>"$T/server.log" 2>&1 &
-    SPID=$!
-    PIDS="$PIDS $SPID"
-    local i
-    for i in $(seq 100); do
-        [ "$(grep -c "Server is ready" "$T/server.log" 2>/dev/null)" -ge "$1" ] && return 0
-        sleep 0.1
-    done
-    fail "nats-server did not start"
-    return 1
-}
-
-seq_of() { # the stream sequence recorded in a snapshot (0 if none)
-    local s
-    s=$(kvdump --stats --json "$1" 2>/dev/null | sed -n 's/.*"stream_seq":\([0-9]*\).*/\1/p')
-    echo "${s:-0}"
-}
+. "$(dirname "$0")/nats.sh"
 
 at_seq() { # at_seq URL N: the replica at URL serves a snapshot of sequence >= N
     local i
@@ -42,40 +20,23 @@ at_seq() { # at_seq URL N: the replica at URL serves a snapshot of sequence >= N
     return 1
 }
 
-# publish SUBJECT EID...: one stored batch per eid, with the NATS text
-# protocol's PUB (the test needs no client library of its own)
-publish() {
-    "$PY" - "$PORT" "$@" <<'EOF2'
-import socket, sys, msgpack
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-s.recv(4096)
-s.sendall(b'CONNECT {"verbose":false,"headers":true}\r\n')
-for eid in map(int, sys.argv[3:]):
-    rec = {"type": "stored", "worker": 1, "dp": 0, "model": "m", "bs": 4, "eid": eid,
-           "parent": None, "blocks": [{"local": "%016x" % eid, "seq": "%016x" % eid}]}
-    body = msgpack.packb(rec)
-    s.sendall(b"PUB %s %d\r\n" % (sys.argv[2].encode(), len(body)) + body + b"\r\n")
-s.sendall(b"PING\r\n")
-buf = b""
-while b"PONG" not in buf:
-    buf += s.recv(4096)
-EOF2
-}
+# publish SUBJECT EID...: one stored batch per eid
+publish() { stored_eids "${@:2}" | nats_pub "$1"; }
 
 # stream NAME SUBJECT [kvsub options]: created by kvsub, which then stops
 stream() {
     timeout 30 kvsub -w "1=ipc://$T/none" --nats "$URL" --stream "$1" --subject "$2" "${@:3}" \
         >/dev/null 2>sub.err &
     local p=$!
-    for i in $(seq 100); do grep -q "created stream $1" sub.err && break; sleep 0.1; done
+    for i in $(seq 300); do grep -q "created stream $1" sub.err && break; sleep 0.1; done
+    grep -q "created stream $1" sub.err || fail "kvsub did not create stream $1"
     kill -TERM "$p"
     wait "$p"
 }
 
 begin "kvindex --nats --peers: a new replica takes a peer's snapshot and position, then the stream"
-PORT=$(free_port)
-URL=nats://127.0.0.1:$PORT
-server_start 1
+nats_start
+URL=$NURL
 stream BOOT b
 publish b.m.1 $(seq 1 40)
 kvindex --nats "$URL" --stream BOOT -s a.kvix --listen 127.0.0.1:0 2>a.err &
@@ -113,9 +74,8 @@ assert_eq "$?" 0 "a's exit status"
 end
 
 begin "kvindex --nats: a replica the stream left behind takes a peer's later snapshot, or exits 7"
-PORT=$(free_port)
-URL=nats://127.0.0.1:$PORT
-server_start 1
+nats_start
+URL=$NURL
 # a stream of 200 bytes holds one of these messages
 stream GAP g --stream-max-bytes 200
 kvindex --nats "$URL" --stream GAP -s a.kvix --listen 127.0.0.1:0 2>a.err &
@@ -162,7 +122,7 @@ PIDS="$PIDS $DPID"
 D=$(listening d.err) || fail "replica d never said where it listens"
 st=$(curl -s -o body -w '%{http_code}' -XPOST --data-binary "{\"url\":\"$A\"}" "$D/register_peer")
 assert_eq "$st" 200 "register a with d"
-server_start 2
+nats_restart
 publish g.m.1 5
 at_seq "$A" 5
 at_seq "$D" 5

@@ -14,13 +14,10 @@
 . "$(dirname "$0")/lib.sh"
 FE=$ROOT/tests/tools/fake_engine.py
 HC=$ROOT/tests/tools/http_client.py
-if ! command -v nats-server >/dev/null 2>&1; then
-    echo "# skip: nats-server is not installed ('make deps' or .ci/deps installs it)"
-    exit 0
-fi
 # under ThreadSanitizer: the uninstrumented libraries' own internals only
 export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$ROOT/tests/tsan.supp"
 . "$(dirname "$0")/procs.sh"
+. "$(dirname "$0")/nats.sh"
 
 # metric NAME: the sum of a metric's samples on the live replica
 metric() {
@@ -28,11 +25,7 @@ metric() {
 }
 
 begin "kvindex --nats --listen --threads: HTTP answers while consuming equal kvindex -q"
-PORT=$(free_port)
-NURL=nats://127.0.0.1:$PORT
-nats-server -js -sd "$T/js" -a 127.0.0.1 -p "$PORT" >server.log 2>&1 &
-PIDS="$PIDS $!"
-for i in $(seq 100); do grep -q "Server is ready" server.log && break; sleep 0.1; done
+nats_start
 "$PY" "$HC" gen 7 ev.ndjson model.json q.json || fail "gen"
 "$PY" "$HC" kvix-queries q.json >q.ndjson
 # the engine's batches through kvsub's publishing window
@@ -41,36 +34,17 @@ timeout 120 "$PY" "$FE" publish --pub "ipc://$T/pub" --dps 0,1 --batches 150 --e
 EPID=$!
 timeout --foreground 120 kvsub -w "1=ipc://$T/pub" --nats "$NURL" --stream SVC --subject svc \
     --nats-window 16 >events.ndjson 2>kvsub.err &
-SPID=$!
-PIDS="$PIDS $EPID $SPID"
-for i in $(seq 100); do grep -q "created stream SVC" kvsub.err && break; sleep 0.1; done
+SUBPID=$!
+PIDS="$PIDS $EPID $SUBPID"
+for i in $(seq 300); do grep -q "created stream SVC" kvsub.err && break; sleep 0.1; done
 assert_grep "created stream SVC" kvsub.err
 timeout --foreground 120 kvindex --nats "$NURL" --stream SVC -s live.kvix --threads 2 \
     --listen 127.0.0.1:0 >kv.out 2>kv.err &
 KPID=$!
 PIDS="$PIDS $KPID"
-URL=""
-for i in $(seq 300); do
-    URL=$(sed -n 's/^kvindex: listening on \(http:.*\)$/\1/p' kv.err)
-    [ -n "$URL" ] && break
-    sleep 0.05
-done
-[ -n "$URL" ] || fail "kvindex never said where it listens"
+URL=$(listening kv.err) || fail "kvindex never said where it listens"
 # the HTTP client's events, one message each, on the stream's subjects
-"$PY" - "$PORT" ev.ndjson <<'EOF' || fail "publishing ev.ndjson"
-import json, socket, sys, msgpack
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-s.recv(4096)
-s.sendall(b'CONNECT {"verbose":false,"headers":true}\r\n')
-with open(sys.argv[2]) as f:
-    for line in f:
-        body = msgpack.packb(json.loads(line))
-        s.sendall(b"PUB svc.llama.http %d\r\n" % len(body) + body + b"\r\n")
-s.sendall(b"PING\r\n")
-buf = b""
-while b"PONG" not in buf:
-    buf += s.recv(4096)
-EOF
+nats_pub svc.llama.http <ev.ndjson || fail "publishing ev.ndjson"
 # queries on the HTTP threads while the stream is consumed
 for i in $(seq 20); do
     curl -s -o /dev/null -w '%{http_code}\n' -X POST --data-binary \
@@ -81,8 +55,8 @@ for i in $(seq 600); do
     "$PY" "$FE" final events.ndjson exp.json 2>/dev/null && break
     sleep 0.1
 done
-kill -TERM "$SPID"
-wait "$SPID"
+kill -TERM "$SUBPID"
+wait "$SUBPID"
 assert_eq "$?" 0 "kvsub's exit status (every batch acknowledged)"
 assert_grep '^kvsub: nats published=[1-9][0-9]* duplicates=0$' kvsub.err
 wait "$EPID"
