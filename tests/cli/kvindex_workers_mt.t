@@ -30,9 +30,10 @@ serve() {
     KPID=$!
     URL=""
     local i
-    for i in $(seq 300); do
+    for i in $(seq 1200); do # up to 60 s, unless kvindex is gone
         URL=$(sed -n 's/^kvindex: listening on \(http:.*\)$/\1/p' kv.err)
         [ -n "$URL" ] && return 0
+        kill -0 "$KPID" 2>/dev/null || break
         sleep 0.05
     done
     fail "kvindex never said where it listens"

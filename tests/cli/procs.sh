@@ -47,9 +47,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-listening() {
+listening() { # (up to 60 s: a sanitizer build starting on a loaded machine)
     local i u
-    for i in $(seq 300); do
+    for i in $(seq 1200); do
         u=$(sed -n 's/^kvindex: listening on \(http:.*\)$/\1/p' "$1")
         [ -n "$u" ] && { echo "$u"; return 0; }
         sleep 0.05
