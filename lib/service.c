@@ -208,78 +208,44 @@ static int score_less(const kvix_score *x, const kvix_score *y)
     return x->worker != y->worker ? x->worker < y->worker : x->dp < y->dp;
 }
 
-/* Scores by (worker, dp), in place: a shell sort with the compare inlined
- * (qsort's merge sort with a callback cost more than the query itself for a
- * prefix all 256 workers hold). */
-static void shell_sort_scores(kvix_score *v, size_t n)
+/* The end of the run in (worker, dp) order that starts at ord[i]. */
+static size_t run_end(const kvix_score *v, const uint32_t *ord, size_t i, size_t n)
 {
-    /* Ciura's gaps, then each x 2.25 */
-    static const size_t ciura[] = {1, 4, 10, 23, 57, 132, 301, 701, 1750};
-    size_t gaps[48], ng = 0;
-    for (size_t c = 0; c < sizeof ciura / sizeof ciura[0] && ciura[c] < n; c++)
-        gaps[ng++] = ciura[c];
-    for (size_t g = 1750 * 9 / 4; g < n && ng < sizeof gaps / sizeof gaps[0]; g = g * 9 / 4)
-        gaps[ng++] = g;
-    while (ng--) {
-        size_t gap = gaps[ng];
-        for (size_t k = gap; k < n; k++) {
-            kvix_score t = v[k];
-            size_t j = k;
-            for (; j >= gap && score_less(&t, &v[j - gap]); j -= gap)
-                v[j] = v[j - gap];
-            v[j] = t;
-        }
-    }
-}
-
-/* The end of the run of scores in (worker, dp) order that starts at i. */
-static size_t run_end(const kvix_score *v, size_t i, size_t n)
-{
-    for (i++; i < n && !score_less(&v[i], &v[i - 1]); i++)
+    for (i++; i < n && !score_less(&v[ord[i]], &v[ord[i - 1]]); i++)
         ;
     return i;
 }
 
-/* The scores by (worker, dp): ans->scores, or the other half of its buffer. The index
- * answers them by blocks (desc), then by worker and dp (kvix/index.h): runs
- * of one block count, each in order already, and few of them. Adjacent runs
- * are merged pairwise through the half of the index's scores buffer that the
- * answer does not use (the index sorts back and forth between the halves,
- * kvix/index.h); without one, the shell sort. Already in order: one pass. */
-static const kvix_score *sort_scores(kvix_answer *ans)
+/* The order of the n scores at v by (worker, dp), as indices into v, in ord
+ * (room for 2n: the order and a scratch half); returns the half that holds it.
+ * The index answers by blocks (desc), then by worker and dp (kvix/index.h):
+ * runs of one block count, each in order already, and few of them. Adjacent
+ * runs are merged pairwise, moving 4-byte indices, not the 40-byte scores
+ * (the scores themselves stay as the index left them). */
+static const uint32_t *score_order(const kvix_score *v, size_t n, uint32_t *ord)
 {
-    kvix_score *v = ans->scores;
-    size_t n = ans->nscores;
-    if (n < 2 || run_end(v, 0, n) == n)
-        return v;
-    /* the half of the index's buffer (scores_buf, cap entries) that scores
-     * does not use, when it is whole and apart from it; else sort in place */
-    kvix_score *buf = ans->scores_buf, *dst = NULL;
-    if (buf && v == buf && n <= ans->cap / 2)
-        dst = buf + n;
-    else if (buf && v >= buf + n && v <= buf + ans->cap && (size_t)(buf + ans->cap - v) >= n)
-        dst = buf;
-    if (!dst) {
-        shell_sort_scores(v, n);
-        return v;
-    }
-    kvix_score *src = v;
+    uint32_t *src = ord, *dst = ord + n;
+    for (size_t i = 0; i < n; i++)
+        src[i] = (uint32_t)i;
+    if (n < 2 || run_end(v, src, 0, n) == n)
+        return src;
     for (;;) {
-        size_t runs = 0;
-        for (size_t i = 0; i < n; runs++) {
-            size_t m = run_end(src, i, n), e = m < n ? run_end(src, m, n) : n;
+        size_t merged = 0; /* runs this pass wrote */
+        for (size_t i = 0; i < n; merged++) {
+            size_t m = run_end(v, src, i, n), e = m < n ? run_end(v, src, m, n) : n;
             size_t a = i, b = m, o = i;
             while (a < m && b < e)
-                dst[o++] = score_less(&src[b], &src[a]) ? src[b++] : src[a++];
-            memcpy(dst + o, src + a, (m - a) * sizeof *src);
-            o += m - a;
-            memcpy(dst + o, src + b, (e - b) * sizeof *src);
+                dst[o++] = score_less(&v[src[b]], &v[src[a]]) ? src[b++] : src[a++];
+            while (a < m)
+                dst[o++] = src[a++];
+            while (b < e)
+                dst[o++] = src[b++];
             i = e;
         }
-        kvix_score *t = src;
+        uint32_t *t = src;
         src = dst;
         dst = t;
-        if (runs == 1)
+        if (merged == 1)
             return src;
     }
 }
@@ -297,33 +263,34 @@ _Static_assert(3 + KVIX_SJ_U64_MAX + 4 + 10 + 2 <= NESTED_KEY && NESTED_KEY <= N
  * each key is written once, at s, and copied to t with a fixed-size copy
  * (the second rendering of the keys was a third of the answer's cost). The
  * ends of both maps are returned in *s_end and *t_end. */
-static void put_maps(char *s, char *t, const kvix_score *v, size_t n, uint64_t bs,
-                     char **s_end, char **t_end)
+static void put_maps(char *s, char *t, const kvix_score *v, const uint32_t *ord, size_t n,
+                     uint64_t bs, char **s_end, char **t_end)
 {
     *s++ = '{';
     *t++ = '{';
     for (size_t i = 0; i < n; i++) {
+        const kvix_score *c = &v[ord[i]];
         char *k = s;
-        if (i == 0 || v[i].worker != v[i - 1].worker) {
+        if (i == 0 || c->worker != v[ord[i - 1]].worker) {
             if (i) {
                 memcpy(s, "},", 2);
                 s += 2;
             }
             *s++ = '"';
-            s += kvix_sj_u64_put(s, v[i].worker);
+            s += kvix_sj_u64_put(s, c->worker);
             memcpy(s, "\":{", 3);
             s += 3;
         } else {
             *s++ = ',';
         }
         *s++ = '"';
-        s += kvix_sj_u64_put(s, v[i].dp);
+        s += kvix_sj_u64_put(s, c->dp);
         memcpy(s, "\":", 2);
         s += 2;
         memcpy(t, k, NESTED_KEY); /* the key and some bytes past it, overwritten next */
         t += s - k;
-        s += kvix_sj_u64_put(s, (uint64_t)v[i].blocks * bs);
-        t += kvix_sj_u64_put(t, v[i].held);
+        s += kvix_sj_u64_put(s, (uint64_t)c->blocks * bs);
+        t += kvix_sj_u64_put(t, c->held);
     }
     if (n) {
         *s++ = '}';
@@ -335,24 +302,28 @@ static void put_maps(char *s, char *t, const kvix_score *v, size_t n, uint64_t b
     *t_end = t;
 }
 
-/* Dynamo's answer shape. Reorders ans->scores (by worker), or writes its upper half. */
-static int put_dynamo_answer(kvix_answer *ans, kvix_buf *b, kvix_err *err)
+/* Dynamo's answer shape, over the scores in (worker, dp) order. */
+static int put_dynamo_answer(const kvix_answer *ans, kvix_buf *b, kvix_err *err)
 {
     static const char head[] = "{\"scores\":", mid[] = ",\"frequencies\":[],\"tree_sizes\":";
-    const kvix_score *v = sort_scores(ans);
     size_t n = ans->nscores;
-    if (n > (SIZE_MAX / 4 - 256) / NESTED_PER)
+    if (n > UINT32_MAX || n > (SIZE_MAX / 4 - 256) / NESTED_PER)
         return kvix_err_set(err, KVIX_ELIMIT, "too many scores");
     size_t room = n * NESTED_PER + 4 + NESTED_KEY; /* one map's worst case */
     int rc = kvix_buf_reserve(b, sizeof head + 2 * room + sizeof mid + 2, err);
     if (rc)
         return rc;
+    uint32_t local[2 * 512], *ord = n <= 512 ? local : malloc(2 * n * sizeof *ord);
+    if (!ord)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for %zu scores", n);
     /* scores in place; tree_sizes after scores' worst case, then moved down */
     char *p = b->data + b->len, *s_end, *t_end;
     memcpy(p, head, sizeof head - 1);
     p += sizeof head - 1;
     char *t = p + room + sizeof mid;
-    put_maps(p, t, v, n, ans->bs, &s_end, &t_end);
+    put_maps(p, t, ans->scores, score_order(ans->scores, n, ord), n, ans->bs, &s_end, &t_end);
+    if (ord != local)
+        free(ord);
     memcpy(s_end, mid, sizeof mid - 1);
     s_end += sizeof mid - 1;
     memmove(s_end, t, (size_t)(t_end - t));
