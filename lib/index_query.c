@@ -350,30 +350,32 @@ emit_run_byte(const hrun *r, const kvix_qhits *hs, slotmap sm, kvix_score *v, co
     uint64_t map[4] = {0, 0, 0, 0};
     const wstate *at[256];
     size_t ah[tiered ? 256 : 1];
-    uint64_t or_w = 0, and_w = ~UINT64_C(0);
-    uint32_t or_dp = 0, and_dp = ~UINT32_C(0);
+    const uint32_t *sp = hs->slot + r->first, *const se = sp + r->n;
+    const wstate *w = NULL;
+    while (sp < se && !(w = slotmap_ws(sm, *sp)))
+        sp++;
+    if (!w)
+        return 0;
+    /* what differs from the first state: the worker ids above their low
+     * byte, or the dp */
+    const uint64_t wk0 = w->worker;
+    const uint32_t dp0 = w->dp;
+    uint64_t diff = 0;
     size_t n = 0;
-    const uint32_t *slot = hs->slot;
-    for (size_t i = r->first; i < r->first + r->n; i++) {
-        const wstate *w = slotmap_ws(sm, slot[i]);
-        if (!w)
+    for (; sp < se; sp++) {
+        if (!(w = slotmap_ws(sm, *sp)))
             continue;
         uint64_t wk = w->worker;
-        uint32_t dp = w->dp;
-        or_w |= wk;
-        and_w &= wk;
-        or_dp |= dp;
-        and_dp &= dp;
+        diff |= ((wk ^ wk0) >> 8) | (w->dp ^ dp0);
         unsigned x = (unsigned)(wk & 0xff);
         map[x >> 6] |= UINT64_C(1) << (x & 63);
         at[x] = w;
         if (tiered)
-            ah[x] = i;
+            ah[x] = (size_t)(sp - hs->slot);
         n++;
     }
-    if (((or_w ^ and_w) >> 8) | (or_dp ^ and_dp) ||
-        (size_t)(__builtin_popcountll(map[0]) + __builtin_popcountll(map[1]) +
-                 __builtin_popcountll(map[2]) + __builtin_popcountll(map[3])) != n)
+    if (diff || (size_t)(__builtin_popcountll(map[0]) + __builtin_popcountll(map[1]) +
+                         __builtin_popcountll(map[2]) + __builtin_popcountll(map[3])) != n)
         return SIZE_MAX;
     uint32_t gpu[KVIX_MEDIUM_COUNT] = {0};
     gpu[KVIX_MEDIUM_GPU] = r->blocks;
