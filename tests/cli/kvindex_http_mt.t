@@ -92,11 +92,15 @@ exec 3<>in # read-write: opening it blocks neither the shell nor kvindex
 serve -s live.kvix -t 2
 timeout 60 cat noise.ndjson >&3 & # bounded: a dead kvindex must not hang the test
 CATPID=$!
-# queries on the server's threads while the noise ingests (answers checked below)
-for i in $(seq 20); do
+# queries on the server's threads while the noise ingests (answers checked
+# below); model noise is unknown (404, rightly) until its first event is
+# applied, so they start at the first 200
+noiseq() {
     curl -s -o /dev/null -w '%{http_code}\n' -X POST --data-binary \
-        '{"model_name":"noise","token_ids":[1,2,3,4,5,6,7,8]}' "$URL/query" >>during
-done
+        '{"model_name":"noise","token_ids":[1,2,3,4,5,6,7,8]}' "$URL/query"
+}
+for i in $(seq 600); do [ "$(noiseq)" = 200 ] && break; sleep 0.1; done
+for i in $(seq 20); do noiseq >>during; done
 wait "$CATPID"
 timeout 60 cat ev.ndjson >&3
 exec 3>&-

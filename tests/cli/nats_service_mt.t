@@ -45,11 +45,15 @@ PIDS="$PIDS $KPID"
 URL=$(listening kv.err) || fail "kvindex never said where it listens"
 # the HTTP client's events, one message each, on the stream's subjects
 nats_pub svc.llama.http <ev.ndjson || fail "publishing ev.ndjson"
-# queries on the HTTP threads while the stream is consumed
-for i in $(seq 20); do
+# queries on the HTTP threads while the stream is consumed: model llama is
+# unknown (404, rightly) until its first event is consumed, so the queries
+# start at the first 200; from then on every one must be answered
+llama() {
     curl -s -o /dev/null -w '%{http_code}\n' -X POST --data-binary \
-        '{"model_name":"llama","token_ids":[1,2,3,4,5,6,7,8]}' "$URL/query" >>during
-done
+        '{"model_name":"llama","token_ids":[1,2,3,4,5,6,7,8]}' "$URL/query"
+}
+for i in $(seq 600); do [ "$(llama)" = 200 ] && break; sleep 0.1; done
+for i in $(seq 20); do llama >>during; done
 assert_eq "$(sort -u during)" "200" "queries while consuming"
 for i in $(seq 600); do
     "$PY" "$FE" final events.ndjson exp.json 2>/dev/null && break
