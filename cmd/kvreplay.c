@@ -31,6 +31,7 @@ enum {
     O_FAST = 0x100, O_SINCE, O_UNTIL, O_SINCE_EID, O_UNTIL_EID, O_NO_QUERIES, O_STRICT,
     O_PUB, O_REPLAY_EP, O_REPLAY_BUFFER, O_WIRE, O_PUB_WAIT, O_PUB_HOLD, O_MAP_FILE, O_TOPIC,
     O_MOONCAKE, O_WORKERS, O_CAPACITY, O_ROUTE, O_SEED, O_MODEL, O_TOKENS, O_FINAL_STATE, O_COPIES,
+    O_WORKER_IDS,
 };
 
 static const cli_opt options[] = {
@@ -71,6 +72,8 @@ static const cli_opt options[] = {
     {O_TOKENS, 0, "tokens", NULL, NULL, "mooncake: stored events carry their token ids (needed by --pub)"},
     {O_COPIES, 0, "copies", "K", NULL,
      "mooncake: play the trace K times side by side (disjoint hash ids and workers; default 1)"},
+    {O_WORKER_IDS, 0, "worker-ids", "KIND", "dense|random",
+     "mooncake: workers numbered 0..N-1 (default) or named by random 63-bit ids from --seed"},
     {O_FINAL_STATE, 0, "final-state", "FILE", "file",
      "mooncake: write each worker's final cache as 'worker engine local depth' lines"},
     {0, 0, NULL, NULL, NULL, NULL},
@@ -291,7 +294,7 @@ static int run_mooncake(replay *r, mooncake_args *a, int pub)
         cli_usage_error("%s", err.msg);
     if (pub) {
         for (uint32_t w = 0; w < a->o.workers * a->o.copies; w++)
-            if (kvix_player_bind(r->p, w, 0, &err))
+            if (kvix_player_bind(r->p, kvix_mooncake_worker(m, w), 0, &err))
                 pub_die(&err);
         if (kvix_player_start(r->p, &err))
             pub_die(&err);
@@ -485,6 +488,15 @@ int main(int argc, char **argv)
         case O_MODEL: mc.o.model = arg; mooncake_only = 1; break;
         case O_TOKENS: mc.o.tokens = 1; mooncake_only = 1; break;
         case O_FINAL_STATE: mc.final_state = arg; mooncake_only = 1; break;
+        case O_WORKER_IDS:
+            if (strcmp(arg, "dense") == 0)
+                mc.o.worker_ids = KVIX_MOONCAKE_IDS_DENSE;
+            else if (strcmp(arg, "random") == 0)
+                mc.o.worker_ids = KVIX_MOONCAKE_IDS_RANDOM;
+            else
+                cli_usage_error("bad %s: '%s' (dense or random)", cli_opt_given(), arg);
+            mooncake_only = 1;
+            break;
         case O_COPIES:
             mc.o.copies = (uint32_t)cli_parse_uint(arg, 1, KVIX_MOONCAKE_COPIES_MAX, "--copies");
             mooncake_only = 1;

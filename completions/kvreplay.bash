@@ -28,10 +28,11 @@ _kvreplay() {
     --seed) return ;;
     --model) return ;;
     --copies) return ;;
+    --worker-ids) COMPREPLY=($(compgen -W "dense random" -- "$cur")); return ;;
     --final-state) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     esac
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--format -f --fast --speed -x --rate -r --since --until --since-eid --until-eid --worker -w --no-queries --limit -n --strict --quiet -q --pub --map-file --replay-endpoint --replay-buffer --wire --topic --pub-wait --pub-hold --mooncake --workers --capacity --route --seed --model --tokens --copies --final-state --help -h --version -V" -- "$cur"))
+        COMPREPLY=($(compgen -W "--format -f --fast --speed -x --rate -r --since --until --since-eid --until-eid --worker -w --no-queries --limit -n --strict --quiet -q --pub --map-file --replay-endpoint --replay-buffer --wire --topic --pub-wait --pub-hold --mooncake --workers --capacity --route --seed --model --tokens --copies --worker-ids --final-state --help -h --version -V" -- "$cur"))
         return
     fi
     COMPREPLY=($(compgen -f -- "$cur"))

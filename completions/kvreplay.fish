@@ -28,6 +28,7 @@ complete -c kvreplay -l seed -x -d 'mooncake: seed of the routing generator (def
 complete -c kvreplay -l model -x -d 'mooncake: model name of the records (default "default")'
 complete -c kvreplay -l tokens -d 'mooncake: stored events carry their token ids (needed by --pub)'
 complete -c kvreplay -l copies -x -d 'mooncake: play the trace K times side by side (disjoint hash ids and workers; default 1)'
+complete -c kvreplay -l worker-ids -x -a 'dense random' -d 'mooncake: workers numbered 0..N-1 (default) or named by random 63-bit ids from --seed'
 complete -c kvreplay -l final-state -r -F -d 'mooncake: write each worker\'s final cache as \'worker engine local depth\' lines'
 complete -c kvreplay -s h -l help -d 'print this help and exit'
 complete -c kvreplay -s V -l version -d 'print the version and exit'

@@ -225,6 +225,33 @@ uint64_t kvix_splitmix64(uint64_t *state)
     return z ^ (z >> 31);
 }
 
+static int u64_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* n distinct ids below 2^63 drawn from the seed (a generator of their own:
+ * routing draws as with dense ids); a draw with a repeat (odds about
+ * n^2 / 2^64) is drawn again whole, from where the generator stands. */
+static int draw_ids(uint64_t *ids, uint32_t n, uint64_t seed, kvix_err *err)
+{
+    uint64_t *sorted = malloc(n * sizeof *sorted);
+    if (!sorted)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    uint64_t g = seed ^ UINT64_C(0x1d5c0ffee0dd1d5);
+    for (int dup = 1; dup;) {
+        for (uint32_t i = 0; i < n; i++)
+            ids[i] = sorted[i] = kvix_splitmix64(&g) & (uint64_t)KVIX_WORKER_MAX;
+        qsort(sorted, n, sizeof *sorted, u64_cmp);
+        dup = 0;
+        for (uint32_t i = 1; i < n; i++)
+            dup |= sorted[i] == sorted[i - 1];
+    }
+    free(sorted);
+    return KVIX_OK;
+}
+
 typedef struct node {
     uint64_t engine, local, stamp;
     uint32_t worker, depth, nchildren;
@@ -244,6 +271,7 @@ struct kvix_mooncake {
     uint32_t nw; /* workers x copies */
     char model[KVIX_NAME_MAX];
     uint64_t *rng; /* per copy: copy k draws from seed + k */
+    uint64_t *ids; /* worker ids, with KVIX_MOONCAKE_IDS_RANDOM (else NULL: ids are i) */
     uint64_t clock;
     worker *w;
     node *nodes;
@@ -258,6 +286,11 @@ struct kvix_mooncake {
     kvix_event ev;
     kvix_mooncake_stats st;
 };
+
+uint64_t kvix_mooncake_worker(const kvix_mooncake *m, uint32_t i)
+{
+    return m->ids ? m->ids[i] : i;
+}
 
 void kvix_mooncake_opts_init(kvix_mooncake_opts *o)
 {
@@ -279,6 +312,8 @@ int kvix_mooncake_new(kvix_mooncake **out, const kvix_mooncake_opts *o, kvix_err
                             KVIX_MOONCAKE_WORKERS_MAX, KVIX_MOONCAKE_CAPACITY_MAX);
     if (o->route != KVIX_ROUTE_RANDOM && o->route != KVIX_ROUTE_BEST)
         return kvix_err_set(err, KVIX_EINVAL, "unknown route");
+    if (o->worker_ids != KVIX_MOONCAKE_IDS_DENSE && o->worker_ids != KVIX_MOONCAKE_IDS_RANDOM)
+        return kvix_err_set(err, KVIX_EINVAL, "unknown kind of worker ids");
     uint32_t copies = o->copies ? o->copies : 1;
     if (copies > KVIX_MOONCAKE_COPIES_MAX ||
         (uint64_t)o->workers * copies > KVIX_MOONCAKE_WORKERS_MAX)
@@ -309,6 +344,15 @@ int kvix_mooncake_new(kvix_mooncake **out, const kvix_mooncake_opts *o, kvix_err
         return rc;
     }
     m->o.model = m->model;
+    if (o->worker_ids == KVIX_MOONCAKE_IDS_RANDOM) {
+        m->ids = malloc(m->nw * sizeof *m->ids);
+        rc = m->ids ? draw_ids(m->ids, m->nw, o->seed, err)
+                    : kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+        if (rc) {
+            kvix_mooncake_free(m);
+            return rc;
+        }
+    }
     for (uint32_t k = 0; k < copies; k++)
         m->rng[k] = o->seed + k;
     m->nslots = 1024;
@@ -334,6 +378,7 @@ void kvix_mooncake_free(kvix_mooncake *m)
     free(m->path);
     free(m->tied);
     free(m->rng);
+    free(m->ids);
     kvix_event_release(&m->ev);
     free(m);
 }
@@ -593,7 +638,7 @@ static void event_base(kvix_mooncake *m, int type, uint32_t w, double ts)
     m->ev.has_ts = 1;
     m->ev.ts = ts;
     if (type != KVIX_EV_QUERY) {
-        m->ev.worker = w;
+        m->ev.worker = kvix_mooncake_worker(m, w);
         m->ev.has_eid = 1;
         m->ev.eid = m->w[w].eid++;
     }
@@ -757,8 +802,8 @@ int kvix_mooncake_step(kvix_mooncake *m, const kvix_mooncake_req *r, uint64_t id
 }
 
 typedef struct visit {
-    uint32_t worker, depth;
-    uint64_t engine, local;
+    uint64_t worker, engine, local;
+    uint32_t depth;
 } visit;
 
 static int visit_cmp(const void *a, const void *b)
@@ -780,7 +825,7 @@ int kvix_mooncake_foreach(kvix_mooncake *m, kvix_mooncake_block_fn fn, void *ctx
         if (x < 0)
             continue;
         const node *d = &m->nodes[x];
-        v[n++] = (visit){d->worker, d->depth, d->engine, d->local};
+        v[n++] = (visit){kvix_mooncake_worker(m, d->worker), d->engine, d->local, d->depth};
     }
     qsort(v, n, sizeof *v, visit_cmp);
     int rc = 0;
@@ -790,12 +835,12 @@ int kvix_mooncake_foreach(kvix_mooncake *m, kvix_mooncake_block_fn fn, void *ctx
     return rc;
 }
 
-static int write_block(void *ctx, uint32_t w, uint64_t engine, uint64_t local, uint32_t depth)
+static int write_block(void *ctx, uint64_t w, uint64_t engine, uint64_t local, uint32_t depth)
 {
     char e[17], l[17];
     kvix_hex64(engine, e);
     kvix_hex64(local, l);
-    return fprintf(ctx, "%" PRIu32 " %s %s %" PRIu32 "\n", w, e, l, depth) < 0;
+    return fprintf(ctx, "%" PRIu64 " %s %s %" PRIu32 "\n", w, e, l, depth) < 0;
 }
 
 int kvix_mooncake_state_write(kvix_mooncake *m, FILE *f, kvix_err *err)

@@ -28,7 +28,10 @@
  *    stored event (bs 512, parent = engine hash of the last cached block, or
  *    null) for the missing blocks (if any). ts = timestamp / 1000 (seconds
  *    from the trace start); eid counts each worker's events from 0; dp 0;
- *    workers are numbered 0..N-1.
+ *    workers are numbered 0..N-1, or with worker_ids random each worker i
+ *    is named by a distinct 63-bit id drawn from the seed (as Dynamo's
+ *    lease ids name workers): the same events under other names, routing
+ *    and ties still by i (kvix_mooncake_worker).
  *  - Copies (Dynamo's duplicate_hash_space): with K copies the trace is
  *    played K times side by side, as K disjoint fleets of N workers with
  *    disjoint hash ids. Copy k of a request plays hash id x as the token
@@ -92,6 +95,11 @@ typedef enum kvix_mooncake_route {
     KVIX_ROUTE_BEST,
 } kvix_mooncake_route;
 
+typedef enum kvix_mooncake_ids {
+    KVIX_MOONCAKE_IDS_DENSE = 0, /* workers 0..N-1 */
+    KVIX_MOONCAKE_IDS_RANDOM,    /* distinct random ids below 2^63, from the seed */
+} kvix_mooncake_ids;
+
 typedef struct kvix_mooncake_opts {
     uint32_t workers;     /* default 256 */
     uint32_t capacity;    /* blocks per worker, default 16384 */
@@ -101,6 +109,7 @@ typedef struct kvix_mooncake_opts {
     int tokens;           /* stored events carry their token ids (for --pub) */
     int queries;          /* emit a query per request (default 1) */
     uint32_t copies;      /* copies of the trace side by side (default 1) */
+    int worker_ids;       /* kvix_mooncake_ids, default dense */
 } kvix_mooncake_opts;
 
 void kvix_mooncake_opts_init(kvix_mooncake_opts *o);
@@ -111,6 +120,10 @@ typedef struct kvix_mooncake kvix_mooncake;
  * or capacity, KVIX_ELIMIT past the ceilings above. */
 int kvix_mooncake_new(kvix_mooncake **out, const kvix_mooncake_opts *o, kvix_err *err);
 void kvix_mooncake_free(kvix_mooncake *m);
+
+/* The worker id in the events of worker i (0 <= i < workers x copies): i,
+ * or its random id. */
+uint64_t kvix_mooncake_worker(const kvix_mooncake *m, uint32_t i);
 
 /* Receives each record; ev is valid only during the call. Non-zero stops
  * (returned as is by kvix_mooncake_step). */
@@ -136,9 +149,10 @@ typedef struct kvix_mooncake_stats {
 
 void kvix_mooncake_stats_get(const kvix_mooncake *m, kvix_mooncake_stats *out);
 
-/* Visit each worker's cached blocks: worker ascending, blocks sorted by
- * engine hash. depth is the block's position (0 = root). Non-zero stops. */
-typedef int (*kvix_mooncake_block_fn)(void *ctx, uint32_t worker, uint64_t engine,
+/* Visit each worker's cached blocks: worker id (as in the events)
+ * ascending, blocks sorted by engine hash. depth is the block's position
+ * (0 = root). Non-zero stops. */
+typedef int (*kvix_mooncake_block_fn)(void *ctx, uint64_t worker, uint64_t engine,
                                       uint64_t local, uint32_t depth);
 int kvix_mooncake_foreach(kvix_mooncake *m, kvix_mooncake_block_fn fn, void *ctx, kvix_err *err);
 

@@ -171,6 +171,67 @@ run kvreplay --mooncake big.jsonl --workers 1 --copies 2 --strict
 expect_rc 5
 end
 
+# --worker-ids random: the same log with each worker renamed to a distinct id
+# below 2^63 fixed by the seed; kvindex answers it as it answers the dense
+# log, renamed, and orders each answer's scores by the new ids.
+begin "mooncake: --worker-ids random renames the workers of the dense log"
+run kvreplay -q --mooncake "$CONV" --workers 6 --capacity 150 --seed 9 --limit 600 --copies 2
+expect_rc 0
+mv out dense
+run kvreplay -q --mooncake "$CONV" --workers 6 --capacity 150 --seed 9 --limit 600 --copies 2 \
+    --worker-ids random --final-state fs
+expect_rc 0
+mv out rand
+run kvreplay -q --mooncake "$CONV" --workers 6 --capacity 150 --seed 9 --limit 600 --copies 2 \
+    --worker-ids random
+cmp -s out rand || fail "a second run with the same seed differs"
+run kvreplay -q --mooncake "$CONV" --workers 6 --capacity 150 --seed 10 --limit 100 --copies 2 \
+    --worker-ids random
+mv out rand10
+run kvreplay -q --mooncake "$CONV" --workers 6 --capacity 150 --seed 9 --limit 600 --copies 2 \
+    --worker-ids dense
+cmp -s out dense || fail "--worker-ids dense differs from the default"
+kvindex --quiet dense >ans_dense 2>kvindex.err || fail "kvindex failed on the dense log"
+kvindex --quiet rand >ans_rand 2>>kvindex.err || fail "kvindex failed on the random-id log"
+cat >ids.py <<'PYEOF'
+import json, sys
+dense = [json.loads(l) for l in open("dense")]
+rand = [json.loads(l) for l in open("rand")]
+assert len(dense) == len(rand) and len(dense) > 600, "record counts"
+name = {}
+for d, r in zip(dense, rand):
+    if d["type"] != "query":
+        assert name.setdefault(d["worker"], r["worker"]) == r["worker"], "one name per worker"
+        r = dict(r, worker=d["worker"])
+    assert d == r, "records differ beyond the worker: %r %r" % (d, r)
+ids = sorted(name.values())
+assert sorted(name) == list(range(12)), "every worker of both copies seen"
+assert len(set(ids)) == 12, "names distinct"
+assert all(0 <= i < 2**63 for i in ids), "names below 2^63"
+assert ids[-1] >= 2**32, "names spread over 64 bits"
+other = {r["worker"] for r in map(json.loads, open("rand10")) if r["type"] != "query"}
+assert other and not other & set(ids), "another seed, other names"
+# the final state lists the new names, ascending
+fs = [int(l.split()[0]) for l in open("fs")]
+assert fs and fs == sorted(fs) and set(fs) <= set(ids), "final state names"
+# answers: the dense answers renamed, sorted by blocks then the new names
+nscores = 0
+for a, b in zip(map(json.loads, open("ans_dense")), map(json.loads, open("ans_rand"))):
+    assert a["id"] == b["id"]
+    want = sorted((dict(s, worker=name[s["worker"]]) for s in a["scores"]),
+                  key=lambda s: (-s["blocks"], s["worker"], s["dp"]))
+    assert b["scores"] == want, "answer %s" % a["id"]
+    nscores += len(want)
+assert nscores > 1000, "scores compared"
+print(len(ids))
+PYEOF
+"$PY" ids.py >ids.out 2>ids.err || fail "random ids: $(tail -1 ids.err)"
+assert_eq "$(cat ids.out)" 12 "workers renamed"
+run kvreplay --mooncake "$CONV" --worker-ids sparse --limit 1
+expect_rc 2
+assert_grep "bad --worker-ids: 'sparse' \\(dense or random\\)" err
+end
+
 # A small log for the replay tests.
 kvreplay -q --mooncake "$CONV" --workers 4 --capacity 100 --limit 200 --seed 5 >"${TMPDIR:-/tmp}/kvreplay-log.$$"
 LOG=${TMPDIR:-/tmp}/kvreplay-log.$$

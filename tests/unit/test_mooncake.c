@@ -349,7 +349,7 @@ typedef struct final_check {
     uint32_t per_worker[16];
 } final_check;
 
-static int check_final(void *ctx, uint32_t worker, uint64_t engine, uint64_t local, uint32_t depth)
+static int check_final(void *ctx, uint64_t worker, uint64_t engine, uint64_t local, uint32_t depth)
 {
     final_check *f = ctx;
     (void)local;
@@ -443,6 +443,9 @@ TEST(options_checked)
     o.route = 9;
     CHECK(kvix_mooncake_new(&m, &o, NULL) == KVIX_EINVAL);
     o.route = KVIX_ROUTE_RANDOM;
+    o.worker_ids = 9;
+    CHECK(kvix_mooncake_new(&m, &o, NULL) == KVIX_EINVAL);
+    o.worker_ids = KVIX_MOONCAKE_IDS_RANDOM;
     o.tokens = 1;
     o.model = "llama";
     CHECK(kvix_mooncake_new(&m, &o, NULL) == KVIX_OK);
@@ -456,7 +459,7 @@ TEST(options_checked)
     free(c.r);
 }
 
-static int count_block(void *ctx, uint32_t worker, uint64_t engine, uint64_t local,
+static int count_block(void *ctx, uint64_t worker, uint64_t engine, uint64_t local,
                        uint32_t depth)
 {
     (void)worker;
@@ -523,4 +526,100 @@ TEST(state_written_one_block_a_line_in_foreach_order)
         fclose(f);
     }
     kvix_mooncake_free(m);
+}
+
+static kvix_mooncake *sim_ids(uint32_t workers, uint32_t copies, uint64_t seed, int ids)
+{
+    kvix_mooncake_opts o;
+    kvix_mooncake_opts_init(&o);
+    o.workers = workers;
+    o.copies = copies;
+    o.capacity = 6;
+    o.seed = seed;
+    o.worker_ids = ids;
+    kvix_mooncake *m = NULL;
+    CHECK(kvix_mooncake_new(&m, &o, NULL) == KVIX_OK);
+    return m;
+}
+
+/* Random worker ids: distinct, below 2^63, fixed by the seed; the events
+ * are the dense run's with each worker renamed (routing is unchanged), and
+ * the final state lists the renamed workers in id order. */
+TEST(random_worker_ids_rename_the_dense_run)
+{
+    enum { W = 5, K = 2, NREQ = 120 };
+    kvix_mooncake *d = sim_ids(W, K, 3, KVIX_MOONCAKE_IDS_DENSE);
+    kvix_mooncake *r = sim_ids(W, K, 3, KVIX_MOONCAKE_IDS_RANDOM);
+    kvix_mooncake *again = sim_ids(W, K, 3, KVIX_MOONCAKE_IDS_RANDOM);
+    kvix_mooncake *other = sim_ids(W, K, 4, KVIX_MOONCAKE_IDS_RANDOM);
+    uint64_t ids[W * K];
+    int same_as_other = 1;
+    for (uint32_t i = 0; i < W * K; i++) {
+        CHECK_U64(kvix_mooncake_worker(d, i), i);
+        ids[i] = kvix_mooncake_worker(r, i);
+        CHECK(ids[i] <= (uint64_t)KVIX_WORKER_MAX);
+        CHECK(ids[i] >= W * K); /* not the dense numbering (odds 2^-59 a worker) */
+        CHECK_U64(kvix_mooncake_worker(again, i), ids[i]);
+        same_as_other &= kvix_mooncake_worker(other, i) == ids[i];
+        for (uint32_t j = 0; j < i; j++)
+            CHECK(ids[j] != ids[i]);
+    }
+    CHECK(!same_as_other);
+    recorder cd = {calloc(REC_MAX, sizeof(rec)), 0, 0}, cr = {calloc(REC_MAX, sizeof(rec)), 0, 0};
+    kvix_mooncake_req q;
+    uint64_t rng = 11;
+    for (uint64_t n = 0; n < NREQ; n++) {
+        uint32_t hid[4];
+        size_t nb = 1 + kvix_splitmix64(&rng) % 4;
+        for (size_t i = 0; i < nb; i++)
+            hid[i] = (uint32_t)(i ? hid[i - 1] * 3 + kvix_splitmix64(&rng) % 3 + 1
+                                  : kvix_splitmix64(&rng) % 2); /* a tree, as random_trace's */
+        req(&q, n, nb * 512, hid, nb);
+        CHECK(kvix_mooncake_step(d, &q, n, record, &cd, NULL) == KVIX_OK);
+        CHECK(kvix_mooncake_step(r, &q, n, record, &cr, NULL) == KVIX_OK);
+    }
+    CHECK_U64(cd.n, cr.n);
+    CHECK(cd.n > NREQ); /* queries plus stored events */
+    size_t removed = 0;
+    for (size_t i = 0; i < cd.n && i < cr.n; i++) {
+        CHECK(cd.r[i].type == cr.r[i].type);
+        removed += cd.r[i].type == KVIX_EV_REMOVED;
+        if (cd.r[i].type != KVIX_EV_QUERY) {
+            CHECK(cd.r[i].worker < W * K);
+            CHECK_U64(cr.r[i].worker, ids[cd.r[i].worker]);
+        }
+        uint64_t w = cr.r[i].worker;
+        cr.r[i].worker = cd.r[i].worker;
+        CHECK(memcmp(&cd.r[i], &cr.r[i], sizeof cd.r[i]) == 0);
+        cr.r[i].worker = w;
+    }
+    CHECK(removed > 0); /* capacity 6 evicts */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CHECK(kvix_mooncake_state_write(r, f, NULL) == KVIX_OK);
+    fclose(f);
+    size_t lines = 0;
+    unsigned long long last = 0;
+    for (char *p = text, *nl; p && (nl = strchr(p, '\n')); p = nl + 1, lines++) {
+        unsigned long long w;
+        CHECK(sscanf(p, "%llu ", &w) == 1);
+        CHECK(w >= last);
+        int known = 0;
+        for (uint32_t i = 0; i < W * K; i++)
+            known |= ids[i] == w;
+        CHECK(known);
+        last = w;
+    }
+    kvix_mooncake_stats st;
+    kvix_mooncake_stats_get(r, &st);
+    CHECK_U64(lines, st.cached_blocks);
+    CHECK(lines > 0);
+    free(text);
+    free(cd.r);
+    free(cr.r);
+    kvix_mooncake_free(d);
+    kvix_mooncake_free(r);
+    kvix_mooncake_free(again);
+    kvix_mooncake_free(other);
 }
