@@ -741,240 +741,300 @@ static size_t add_peers(kvix_peers *set, const char *list)
     return n;
 }
 
-int main(int argc, char **argv)
-{
-    cli_init(&tool);
-    kvi k;
-    memset(&k, 0, sizeof k);
-    pthread_mutex_init(&k.mu, NULL);
+/* What the options say beyond kvi: how to start and what to read. */
+typedef struct kvargs {
     kvix_index_opts io;
-    kvix_index_opts_init(&io);
-    kvix_natslog_opts_init(&k.nopt);
-    k.nopt.name = "kvindex";
-    kvix_format fmt = KVIX_FMT_AUTO;
-    const char *listen = NULL;
-    unsigned http_threads = 0;
-    size_t npeers = 0;
-    {
-        kvix_err e;
-        if (kvix_peers_new(&k.peers, &e))
-            cli_die(KVIX_EXIT_SYS, "%s", e.msg);
-    }
-    kvix_enginesub_config cfg;
-    kvix_enginesub_config_init(&cfg);
-    const char **wargs = NULL;
-    size_t nw = 0;
-    int replay_timeout = 0; /* --replay-timeout given */
+    kvix_enginesub_config cfg; /* -w, --workers-file: the subscriptions' defaults */
+    kvix_format fmt;
+    const char *listen;        /* --listen, or NULL */
+    unsigned http_threads;
+    size_t npeers;             /* URLs given with --peers */
+    const char **wargs;        /* -w specs, nw of them */
+    size_t nw;
+    int replay_timeout;        /* --replay-timeout given */
+    char **files;              /* the input files, nfiles of them ("-": stdin) */
+    int nfiles;
+    int subscribing;           /* -w or --workers-file */
+    char label[300];           /* "<stream NAME>": the source name of --nats */
+} kvargs;
+
+static void parse_options(kvi *k, kvargs *a, int argc, char **argv)
+{
     const char *arg;
     int c;
     while ((c = cli_next(argc, argv, &arg)) != -1) {
         switch (c) {
-        case 's': k.snap = arg; break;
-        case 'q': k.query_only = 1; break;
+        case 's': k->snap = arg; break;
+        case 'q': k->query_only = 1; break;
         case 'f':
-            if (kvix_format_parse(arg, &fmt))
+            if (kvix_format_parse(arg, &a->fmt))
                 cli_usage_error("bad format for %s: '%s' (expected auto, ndjson or msgpack)",
                                 cli_opt_given(), arg);
             break;
         case O_BACKEND:
-            if (kvix_backend_parse(arg, &io.backend))
+            if (kvix_backend_parse(arg, &a->io.backend))
                 cli_usage_error("bad backend for %s: '%s' (expected positional, radix or reference)",
                                 cli_opt_given(), arg);
             break;
-        case O_JUMP: io.jump = (unsigned)cli_parse_uint(arg, 1, 1u << 16, "jump"); break;
-        case 't': k.threads = (unsigned)cli_parse_uint(arg, 0, 256, "thread count"); break;
-        case O_STRICT: k.strict = 1; break;
+        case O_JUMP: a->io.jump = (unsigned)cli_parse_uint(arg, 1, 1u << 16, "jump"); break;
+        case 't': k->threads = (unsigned)cli_parse_uint(arg, 0, 256, "thread count"); break;
+        case O_STRICT: k->strict = 1; break;
         case O_SAVE_SECS:
-            k.save_every_secs = (double)cli_parse_uint(arg, 1, 1u << 30, "save interval");
+            k->save_every_secs = (double)cli_parse_uint(arg, 1, 1u << 30, "save interval");
             break;
         case O_SAVE_EVENTS:
-            k.save_every_events = cli_parse_uint(arg, 1, UINT64_MAX, "event count");
+            k->save_every_events = cli_parse_uint(arg, 1, UINT64_MAX, "event count");
             break;
-        case O_QUIET: k.quiet = 1; break;
-        case 'v': k.verbose = 1; break;
-        case O_NATS: k.nopt.url = arg; break;
-        case O_STREAM: k.nopt.stream = arg; break;
-        case O_RESET_ON_GAP: k.reset_on_gap = 1; break;
-        case O_UNTIL_CAUGHT_UP: k.until_caught_up = 1; break;
-        case O_LISTEN: listen = arg; break;
+        case O_QUIET: k->quiet = 1; break;
+        case 'v': k->verbose = 1; break;
+        case O_NATS: k->nopt.url = arg; break;
+        case O_STREAM: k->nopt.stream = arg; break;
+        case O_RESET_ON_GAP: k->reset_on_gap = 1; break;
+        case O_UNTIL_CAUGHT_UP: k->until_caught_up = 1; break;
+        case O_LISTEN: a->listen = arg; break;
         case O_HTTP_THREADS:
-            http_threads = (unsigned)cli_parse_uint(arg, 1, 256, "thread count");
+            a->http_threads = (unsigned)cli_parse_uint(arg, 1, 256, "thread count");
             break;
-        case O_HTTP_NICE: k.http_nice = (int)cli_parse_uint(arg, 0, 19, "nice value"); break;
-        case O_PEERS: npeers += add_peers(k.peers, arg); break;
+        case O_HTTP_NICE: k->http_nice = (int)cli_parse_uint(arg, 0, 19, "nice value"); break;
+        case O_PEERS: a->npeers += add_peers(k->peers, arg); break;
         case 'w':
-            if (!(wargs = realloc(wargs, (nw + 1) * sizeof *wargs)))
+            if (!(a->wargs = realloc(a->wargs, (a->nw + 1) * sizeof *a->wargs)))
                 cli_die(KVIX_EXIT_SYS, "out of memory");
-            wargs[nw++] = arg;
+            a->wargs[a->nw++] = arg;
             break;
-        case O_WORKERS_FILE: k.workers_file = arg; break;
+        case O_WORKERS_FILE: k->workers_file = arg; break;
         case O_MODEL:
         case O_TENANT:
             if (!*arg || strlen(arg) >= KVIX_NAME_MAX)
                 cli_usage_error("bad %s name '%s'", c == O_MODEL ? "model" : "tenant", arg);
-            *(c == O_MODEL ? &cfg.model : &cfg.tenant) = arg;
+            *(c == O_MODEL ? &a->cfg.model : &a->cfg.tenant) = arg;
             break;
         case O_BLOCK_SIZE:
-            cfg.block_size = (uint32_t)cli_parse_uint(arg, 1, KVIX_BS_MAX, "block size");
+            a->cfg.block_size = (uint32_t)cli_parse_uint(arg, 1, KVIX_BS_MAX, "block size");
             break;
         case O_REPLAY_TIMEOUT:
-            cfg.replay_timeout_ms = cli_parse_uint(arg, 1, 3600000, "replay timeout");
-            replay_timeout = 1;
+            a->cfg.replay_timeout_ms = cli_parse_uint(arg, 1, 3600000, "replay timeout");
+            a->replay_timeout = 1;
             break;
         }
     }
-    if (k.snap && !*k.snap)
+    a->files = argv + optind;
+    a->nfiles = argc - optind;
+    a->subscribing = a->nw || k->workers_file;
+}
+
+/* The options that go together, or not, before anything is opened. */
+static void check_options(const kvi *k, const kvargs *a)
+{
+    if (k->snap && !*k->snap)
         cli_usage_error("empty snapshot path (-s)");
-    if (k.query_only && !k.snap)
+    if (k->query_only && !k->snap)
         cli_usage_error("-q needs a snapshot to answer from (-s FILE)");
-    if (k.query_only && (k.save_every_events || k.save_every_secs))
+    if (k->query_only && (k->save_every_events || k->save_every_secs))
         cli_usage_error("-q never saves: --save-every-* make no sense with it");
-    if ((k.save_every_events || k.save_every_secs) && !k.snap)
+    if ((k->save_every_events || k->save_every_secs) && !k->snap)
         cli_usage_error("--save-every-* need a snapshot (-s FILE)");
-    int nfiles = argc - optind;
-    if (k.nopt.url && (nfiles || k.query_only))
+    if (k->nopt.url && (a->nfiles || k->query_only))
         cli_usage_error("--nats reads the stream: no input files, no -q");
-    if (!k.nopt.url && (k.reset_on_gap || k.until_caught_up))
+    if (!k->nopt.url && (k->reset_on_gap || k->until_caught_up))
         cli_usage_error("--reset-on-gap and --until-caught-up go with --nats");
-    if (nfiles > 0xfffe)
+    if (a->nfiles > 0xfffe)
         cli_usage_error("too many input files (limit 65534)");
-    int subscribing = nw || k.workers_file;
-    if (subscribing && (k.query_only || k.nopt.url))
+    if (a->subscribing && (k->query_only || k->nopt.url))
         cli_usage_error("-w and --workers-file apply engines' events: not with -q or --nats");
-    if (listen && cfg.model && strchr(cfg.model, ':'))
+    if (a->listen && a->cfg.model && strchr(a->cfg.model, ':'))
         cli_usage_error("bad model name '%s' for --listen: the HTTP API's /dump keys are "
-                        "model:tenant, split at the first ':'", cfg.model);
-    if (!subscribing && (cfg.model || cfg.tenant || cfg.block_size || replay_timeout))
+                        "model:tenant, split at the first ':'", a->cfg.model);
+    if (!a->subscribing &&
+        (a->cfg.model || a->cfg.tenant || a->cfg.block_size || a->replay_timeout))
         cli_usage_error("--model, --tenant, --block-size and --replay-timeout go with -w or "
                         "--workers-file");
-    k.feed_file = nfiles ? (size_t)nfiles : 1;
-    k.names = calloc(k.feed_file + 1, sizeof *k.names);
-    if (!k.names)
-        cli_die(KVIX_EXIT_SYS, "out of memory");
-    for (int i = 0; i < nfiles; i++)
-        k.names[i] = strcmp(argv[optind + i], "-") ? argv[optind + i] : "<stdin>";
-    char label[300];
-    snprintf(label, sizeof label, "<stream %s>", k.nopt.stream);
-    if (!nfiles)
-        k.names[0] = k.nopt.url ? label : "<stdin>";
-    k.names[k.feed_file] = "<engines>";
+    if (a->listen && k->reset_on_gap)
+        cli_usage_error("--reset-on-gap replaces the index: not with --listen, whose queries use it");
+    if (a->npeers && k->query_only)
+        cli_usage_error("-q answers from the snapshot: --peers makes no sense with it");
+}
 
-    k.threads = io.threads = k.query_only ? 0 : k.threads;
-    io.model_no_colon = listen != NULL; /* one rule for every source: see /register */
+/* The sources, by number: the input files (or stdin, or the stream), then
+ * the subscriptions. */
+static void name_sources(kvi *k, kvargs *a)
+{
+    k->feed_file = a->nfiles ? (size_t)a->nfiles : 1;
+    k->names = calloc(k->feed_file + 1, sizeof *k->names);
+    if (!k->names)
+        cli_die(KVIX_EXIT_SYS, "out of memory");
+    for (int i = 0; i < a->nfiles; i++)
+        k->names[i] = strcmp(a->files[i], "-") ? a->files[i] : "<stdin>";
+    snprintf(a->label, sizeof a->label, "<stream %s>", k->nopt.stream);
+    if (!a->nfiles)
+        k->names[0] = k->nopt.url ? a->label : "<stdin>";
+    k->names[k->feed_file] = "<engines>";
+}
+
+static void make_ingest(kvi *k, kvargs *a)
+{
+    k->threads = a->io.threads = k->query_only ? 0 : k->threads;
+    a->io.model_no_colon = a->listen != NULL; /* one rule for every source: see /register */
     kvix_ingest_opts go = {
-        .index = io,
-        .query_only = k.query_only,
-        .strict = k.strict,
-        .save_every_events = k.save_every_events,
-        .sources = k.names,
-        .nsources = k.feed_file + 1,
-        .feed_source = k.feed_file,
+        .index = a->io,
+        .query_only = k->query_only,
+        .strict = k->strict,
+        .save_every_events = k->save_every_events,
+        .sources = k->names,
+        .nsources = k->feed_file + 1,
+        .feed_source = k->feed_file,
         .on_reject = on_reject,
         .on_wake = on_wake,
         .on_note = on_note,
-        .ctx = &k,
+        .ctx = k,
     };
     kvix_err err;
-    int rc = kvix_ingest_new(&k.g, &go, &err);
+    int rc = kvix_ingest_new(&k->g, &go, &err);
     if (rc)
         cli_die(cli_exit_for(rc), "%s", err.msg);
-    k.progress = !k.quiet && cli_draws_progress();
-    install_signals(k.progress || k.save_every_secs > 0);
+}
+
+/* Before anything is read: the last of two savers would erase the other's
+ * events, and a path that can never be saved must fail now, not at the end
+ * of the input. */
+static kvix_snapshot_lock *lock_snapshot(const kvi *k)
+{
     kvix_snapshot_lock *lock = NULL;
-    if (k.snap && !k.query_only) {
-        /* Before anything is read: the last of two savers would erase the
-         * other's events, and a path that can never be saved must fail now,
-         * not at the end of the input. */
-        rc = kvix_snapshot_lock_take(&lock, k.snap, &err);
-        if (rc)
-            cli_die(cli_exit_for(rc), "cannot lock %s: %s", k.snap, err.msg);
+    kvix_err err;
+    int rc = k->snap && !k->query_only ? kvix_snapshot_lock_take(&lock, k->snap, &err) : KVIX_OK;
+    if (rc)
+        cli_die(cli_exit_for(rc), "cannot lock %s: %s", k->snap, err.msg);
+    return lock;
+}
+
+/* With --peers and no --nats: subscriptions connected and held, the
+ * service up, then the peers; the snapshot only when no peer answered. */
+static void start_from_peers(kvi *k, kvargs *a, int feeding)
+{
+    if (feeding)
+        make_feed(k, &a->cfg, a->wargs, a->nw);
+    if (a->listen)
+        start_service(k, a->listen, a->http_threads);
+    if (kvix_ingest_feed(k->g))
+        start_feed(k, true);
+    if (!recover_held(k) && k->snap) {
+        if (k->svc)
+            kvix_service_write_begin(k->svc);
+        load(k);
+        if (k->svc)
+            kvix_service_write_end(k->svc);
     }
-    if (listen && k.reset_on_gap)
-        cli_usage_error("--reset-on-gap replaces the index: not with --listen, whose queries use it");
-    if (npeers && k.query_only)
-        cli_usage_error("-q answers from the snapshot: --peers makes no sense with it");
-    int feeding = subscribing || (listen && !k.query_only && !k.nopt.url);
-    if (npeers && !k.nopt.url) {
-        /* subscriptions connected and held, the service up, then the peers */
-        if (feeding)
-            make_feed(&k, &cfg, wargs, nw);
-        if (listen)
-            start_service(&k, listen, http_threads);
-        if (kvix_ingest_feed(k.g))
-            start_feed(&k, true);
-        if (!recover_held(&k) && k.snap) {
-            if (k.svc)
-                kvix_service_write_begin(k.svc);
-            load(&k);
-            if (k.svc)
-                kvix_service_write_end(k.svc);
-        }
-        kvix_ingest_rebase(k.g);
-        if (kvix_ingest_feed(k.g))
-            kvix_ingest_feed_release(k.g);
-    } else {
-        /* --nats: a replica resumes from its own snapshot (exact); a new
-         * one takes a peer's; one the stream left behind bootstraps in
-         * run_nats */
-        if (!(k.snap && load(&k)) && npeers && !recover(&k))
-            cli_warn("stream %s: starting empty from its first message", k.nopt.stream);
-        kvix_ingest_rebase(k.g);
-        if (feeding)
-            make_feed(&k, &cfg, wargs, nw);
-        if (listen)
-            start_service(&k, listen, http_threads);
-        if (kvix_ingest_feed(k.g))
-            start_feed(&k, false);
-    }
-    free(wargs);
-    k.started = k.last_save = now();
-    if (k.nopt.url)
-        run_nats(&k);
-    for (int i = 0; i < (nfiles ? nfiles : 1) && !k.nopt.url && !sig_stop && !kvix_ingest_stopped(k.g);
+    kvix_ingest_rebase(k->g);
+    if (kvix_ingest_feed(k->g))
+        kvix_ingest_feed_release(k->g);
+}
+
+/* Otherwise the snapshot first. With --nats a replica resumes from its own
+ * snapshot (exact), a new one takes a peer's, and one the stream left
+ * behind bootstraps in run_nats. */
+static void start_from_snapshot(kvi *k, kvargs *a, int feeding)
+{
+    if (!(k->snap && load(k)) && a->npeers && !recover(k))
+        cli_warn("stream %s: starting empty from its first message", k->nopt.stream);
+    kvix_ingest_rebase(k->g);
+    if (feeding)
+        make_feed(k, &a->cfg, a->wargs, a->nw);
+    if (a->listen)
+        start_service(k, a->listen, a->http_threads);
+    if (kvix_ingest_feed(k->g))
+        start_feed(k, false);
+}
+
+/* The input files (or stdin) in turn, until a stop. */
+static void read_inputs(kvi *k, const kvargs *a)
+{
+    for (int i = 0; i < (a->nfiles ? a->nfiles : 1) && !sig_stop && !kvix_ingest_stopped(k->g);
          i++) {
         int fd = STDIN_FILENO;
-        if (nfiles && strcmp(argv[optind + i], "-") != 0) {
-            fd = open(argv[optind + i], O_RDONLY | O_CLOEXEC);
+        if (a->nfiles && strcmp(a->files[i], "-") != 0) {
+            fd = open(a->files[i], O_RDONLY | O_CLOEXEC);
             if (fd < 0) {
-                cli_warn("cannot open %s: %s", argv[optind + i], strerror(errno));
-                k.io_error = 1;
+                cli_warn("cannot open %s: %s", a->files[i], strerror(errno));
+                k->io_error = 1;
                 continue;
             }
         }
-        run_input(&k, fd, (size_t)i, fmt);
+        run_input(k, fd, (size_t)i, a->fmt);
         if (fd != STDIN_FILENO)
             close(fd);
     }
-    kvix_ingest_sync(k.g);
-    int strict_hit = kvix_ingest_stopped(k.g);
-    if ((k.svc || subscribing) && !sig_stop && !strict_hit) {
-        if (k.snap && !k.query_only)
-            save(&k, "end of input");
-        serve(&k);
-    }
-    if (k.svc) /* stop accepting, let the requests in flight finish */
-        kvix_service_shutdown(k.svc, 10000);
-    if (kvix_ingest_feed_stop(k.g, &err)) {
-        cli_warn("engine subscriptions stopped: %s", err.msg);
-        k.io_error = 1;
-    }
-    strict_hit = kvix_ingest_stopped(k.g);
-    if (k.snap && !k.query_only)
-        save(&k, sig_stop ? "signal" : strict_hit ? "--strict" : "end of input");
-    if (!k.quiet) {
-        summary(&k);
-        lag_summary(&k);
-    }
+}
 
+/* Input done (or a stop): serve while there is a service or subscriptions,
+ * then stop them, save, summarise; the exit code. */
+static int finish(kvi *k, int subscribing)
+{
+    kvix_ingest_sync(k->g);
+    int strict_hit = kvix_ingest_stopped(k->g);
+    if ((k->svc || subscribing) && !sig_stop && !strict_hit) {
+        if (k->snap && !k->query_only)
+            save(k, "end of input");
+        serve(k);
+    }
+    if (k->svc) /* stop accepting, let the requests in flight finish */
+        kvix_service_shutdown(k->svc, 10000);
+    kvix_err err;
+    if (kvix_ingest_feed_stop(k->g, &err)) {
+        cli_warn("engine subscriptions stopped: %s", err.msg);
+        k->io_error = 1;
+    }
+    strict_hit = kvix_ingest_stopped(k->g);
+    if (k->snap && !k->query_only)
+        save(k, sig_stop ? "signal" : strict_hit ? "--strict" : "end of input");
+    if (!k->quiet) {
+        summary(k);
+        lag_summary(k);
+    }
     /* A service counts rejected records in its metrics; only --strict, a
      * failed read or a failed save change its exit status. */
-    int code = kvix_ingest_rejected(k.g) && !k.svc ? KVIX_EXIT_REJECTED : KVIX_EXIT_OK;
+    int code = kvix_ingest_rejected(k->g) && !k->svc ? KVIX_EXIT_REJECTED : KVIX_EXIT_OK;
     if (strict_hit)
         code = KVIX_EXIT_STRICT;
-    if (k.io_error || k.save_failed)
-        code = k.save_failed ? k.save_failed : KVIX_EXIT_IO;
-    if (k.gone)
+    if (k->io_error || k->save_failed)
+        code = k->save_failed ? k->save_failed : KVIX_EXIT_IO;
+    if (k->gone)
         code = KVIX_EXIT_GONE;
+    return code;
+}
+
+int main(int argc, char **argv)
+{
+    cli_init(&tool);
+    static kvi k;
+    static kvargs a;
+    pthread_mutex_init(&k.mu, NULL);
+    kvix_index_opts_init(&a.io);
+    kvix_enginesub_config_init(&a.cfg);
+    a.fmt = KVIX_FMT_AUTO;
+    kvix_natslog_opts_init(&k.nopt);
+    k.nopt.name = "kvindex";
+    kvix_err err;
+    if (kvix_peers_new(&k.peers, &err))
+        cli_die(KVIX_EXIT_SYS, "%s", err.msg);
+    parse_options(&k, &a, argc, argv);
+    check_options(&k, &a);
+    name_sources(&k, &a);
+    make_ingest(&k, &a);
+    k.progress = !k.quiet && cli_draws_progress();
+    install_signals(k.progress || k.save_every_secs > 0);
+    kvix_snapshot_lock *lock = lock_snapshot(&k);
+    int feeding = a.subscribing || (a.listen && !k.query_only && !k.nopt.url);
+    if (a.npeers && !k.nopt.url)
+        start_from_peers(&k, &a, feeding);
+    else
+        start_from_snapshot(&k, &a, feeding);
+    free(a.wargs);
+    k.started = k.last_save = now();
+    if (k.nopt.url)
+        run_nats(&k);
+    else
+        read_inputs(&k, &a);
+    int code = finish(&k, a.subscribing);
     kvix_ingest_free(k.g);
     free(k.names);
     kvix_peers_free(k.peers);
