@@ -135,8 +135,8 @@ static void forget_hash(wstate *w, uint64_t engine)
 /* w holds engine at (pos, canon) in tier. An engine hash names one block per
  * worker: a store of a held hash at another place moves it there. */
 int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t canon,
-                       uint64_t parent, uint64_t pcanon, unsigned tier, kvix_apply_result *r,
-                       kvix_err *err)
+                       uint64_t parent, uint64_t pcanon, unsigned tier, void **chain,
+                       kvix_apply_result *r, kvix_err *err)
 {
     const kvix_backend_ops *ops = w->p->ops;
     kvix_binfo b = {.pos = pos,
@@ -144,7 +144,8 @@ int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local
                     .canon = canon,
                     .parent_canon = pos ? pcanon : 0,
                     .parent_engine = pos ? parent : 0,
-                    .engine = engine};
+                    .engine = engine,
+                    .parent_node = pos && chain ? *chain : NULL};
     int rc;
     void *node;
     size_t at;
@@ -153,6 +154,8 @@ int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local
         kvix_binfo o;
         ops->info(part_be(w->p), bent_node(e), &o);
         if (o.pos == pos && o.canon == canon) { /* the same block: the canon says it */
+            if (chain)
+                *chain = bent_node(e);
             if (bent_tiers(e) & (1u << tier)) {
                 r->duplicate++;
                 return KVIX_OK;
@@ -167,7 +170,10 @@ int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local
         bent old = e;
         forget_hash(w, engine); /* while the old node is valid */
         untier_all(w, old);
+        b.parent_node = NULL; /* the old node may have been the parent's, now let go */
     }
+    if (chain)
+        *chain = NULL;
     if ((rc = tier_ref(w, &b, tier, &node, err)))
         return rc;
     if ((uintptr_t)node & BENT_TIERS) /* backends align their nodes: never met */
@@ -182,6 +188,8 @@ int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local
         tier_unref(w, node, tier);
         return rc;
     }
+    if (chain)
+        *chain = node;
     r->stored++;
     return KVIX_OK;
 }
@@ -239,6 +247,7 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
     wstate *w = p ? kvix_ix_ws_find(p, ev->worker, ev->dp) : NULL;
     uint32_t pos0 = 0;
     uint64_t prev = 0, parent = 0;
+    void *chain = NULL; /* the previous block's node, which w holds: the next one's parent */
     if (ev->has_parent_at && !ev->has_parent)
         return kvix_err_set(err, KVIX_EINVAL, "a parent's placement without its hash");
     if (ev->has_parent_at) { /* the event says where the parent sat: held there or not */
@@ -257,6 +266,7 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
         pos0 = pb.pos + 1;
         prev = pb.canon;
         parent = ev->parent;
+        chain = bent_node(pe);
     }
     if ((uint64_t)pos0 + ev->nblocks > KVIX_INDEX_DEPTH_MAX)
         return kvix_err_set(err, KVIX_ERANGE, "block position %" PRIu64 " too deep (limit %u)",
@@ -278,7 +288,7 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
         uint64_t local = ev->blocks[i].local;
         uint64_t canon = pos == 0 ? local : kvix_hash_seq_next(prev, local);
         rc = kvix_ix_store_block(w, ev->blocks[i].seq, pos, local, canon, parent, prev,
-                                 (unsigned)ev->medium, r, err);
+                                 (unsigned)ev->medium, &chain, r, err);
         prev = canon;
         parent = ev->blocks[i].seq;
     }

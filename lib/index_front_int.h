@@ -338,10 +338,12 @@ part **kvix_ix_parts_list(const kvix_index *idx, size_t *n);
 size_t kvix_ix_count_blocks(kvix_index *idx, size_t *parts);
 
 /* lib/index.c */
-/* w holds engine at (pos, canon) in tier. */
+/* w holds engine at (pos, canon) in tier. chain (NULL: none): on entry NULL
+ * or the node of the parent block, which w holds; set to the block's node
+ * when w holds it after the call, else NULL. */
 int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t canon,
-                uint64_t parent, uint64_t pcanon, unsigned tier, kvix_apply_result *r,
-                kvix_err *err);
+                uint64_t parent, uint64_t pcanon, unsigned tier, void **chain,
+                kvix_apply_result *r, kvix_err *err);
 void kvix_ix_add_totals(kvix_index *idx, const kvix_apply_result *r);
 /* The parent engine hash w stored engine under (b: the info of its node). */
 uint64_t kvix_ix_parent_engine(const wstate *w, uint64_t engine, const kvix_binfo *b);

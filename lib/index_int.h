@@ -128,6 +128,9 @@ typedef struct kvix_binfo {
     uint64_t parent_engine; /* add: the block's; info: a hint, the engine hash
                              * the parent node was made under (0 at 0) */
     uint64_t engine;        /* add: the block's engine hash (a new node keeps it) */
+    const void *parent_node; /* add: NULL, or the parent's handle, which the adding slot
+                              * holds (in some tier): a store of a chain passes the
+                              * previous block's, so a backend need not look it up */
 } kvix_binfo;
 
 /* Node handles are at least this aligned: the front end packs a tier mask
@@ -166,7 +169,8 @@ typedef struct kvix_backend_ops {
      * block's hashes. A node made by add keeps b's engine (a parent made as a
      * ghost, b's parent_engine) at engine_off for its whole life; b's local
      * is kept when the node becomes held. On 0 or 1, b->parent_engine is set
-     * to the hint info would give (saves an info call). */
+     * to the hint info would give (saves an info call). b->parent_node is a
+     * hint a backend may ignore. */
     int (*add)(void *be, kvix_binfo *b, uint32_t slot, unsigned tier, void **node,
                kvix_err *err);
     /* slot no longer holds node in tier; it did before (so node is valid). */
@@ -194,7 +198,7 @@ static inline int kvix_backend_add_key(const kvix_backend_ops *ops, void *be, ui
                                        uint64_t local, uint64_t canon, uint64_t parent_canon,
                                        uint32_t slot, unsigned tier, kvix_err *err)
 {
-    kvix_binfo b = {pos, local, canon, pos ? parent_canon : 0, 0, canon};
+    kvix_binfo b = {pos, local, canon, pos ? parent_canon : 0, 0, canon, NULL};
     void *node;
     return ops->add(be, &b, slot, tier, &node, err);
 }
@@ -203,7 +207,7 @@ static inline void kvix_backend_del_key(const kvix_backend_ops *ops, void *be, u
                                         uint64_t local, uint64_t canon, uint64_t parent_canon,
                                         uint32_t slot, unsigned tier)
 {
-    kvix_binfo b = {pos, local, canon, pos ? parent_canon : 0, 0, canon};
+    kvix_binfo b = {pos, local, canon, pos ? parent_canon : 0, 0, canon, NULL};
     void *node;
     kvix_err err;
     if (ops->add(be, &b, slot, tier, &node, &err) >= 0)

@@ -264,6 +264,12 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
     pos_be *be = vbe;
     uint32_t pos = b->pos;
     uint64_t canon = b->canon, parent_canon = b->parent_canon;
+    /* the parent's node as the front end has it (the slot holds it, so it
+     * is the table's node of that key): no lookup, and the slot's bit there
+     * is known */
+    pnode *hint = (pnode *)(uintptr_t)b->parent_node;
+    if (hint && (!pos || hint->pos != pos - 1 || hint->canon != parent_canon))
+        hint = NULL;
     if (slot >= KVIX_SLOTS_MAX || tier >= KVIX_MEDIUM_COUNT)
         return kvix_err_set(err, KVIX_ERANGE, "slot %u or tier %u out of range", slot, tier);
     kvix_rcu_writer();
@@ -304,8 +310,9 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
         }
         if (pos > 0 && n->parent == PNIL) {
             pshard *ps = &be->shard[pi];
-            pnode *p = table_find(be, atomic_load_explicit(&ps->t, memory_order_relaxed), hp, pos - 1,
-                                  parent_canon);
+            pnode *p = hint ? hint
+                            : table_find(be, atomic_load_explicit(&ps->t, memory_order_relaxed),
+                                         hp, pos - 1, parent_canon);
             if (!p) { /* a parent nobody holds: a ghost, so holes stay exact */
                 p = kvix_pos_node_new(be, pos - 1, parent_canon, b->parent_engine, &full);
                 if (!p || kvix_pos_shard_insert(be, ps, hp, p) < 0) {
@@ -322,7 +329,11 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
         if (pi != si)
             spin_unlock(&be->shard[pi].mu);
     }
-    /* n's shard lock held; n->parent (if any) is pinned by n */
+    /* n's shard lock held; n->parent (if any) is pinned by n. A block of
+     * this key under another parent (a chunk-hash collision) is not hint's
+     * child: hint says nothing of it. */
+    if (hint && n->parent != hint->self)
+        hint = NULL;
     int any_new;
     int was_empty = kvix_hs_empty(&n->h);
     int held = kvix_hs_add(&n->h, slot, tier, atomic_load_explicit(&be->nw, memory_order_relaxed),
@@ -334,7 +345,7 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
     }
     if (any_new) {
         uint32_t o_before = orph->n[slot % ORPH_CHUNK];
-        if (pos > 0 && !node_has(pn(be, n->parent), slot))
+        if (pos > 0 && !hint && !node_has(pn(be, n->parent), slot))
             orph_change(be, orph, slot, +1);
         if (o_before > 0)
             for (pidx k = n->kids; k != PNIL; k = pn(be, k)->next)
@@ -345,7 +356,7 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
             n->local = b->local; /* nobody held it: no front end reads it */
         }
     }
-    b->parent_engine = pos ? pn(be, n->parent)->engine : 0;
+    b->parent_engine = hint ? hint->engine : pos ? pn(be, n->parent)->engine : 0;
     spin_unlock(&sh->mu);
     *node = n;
     return held; /* 1: held in that tier already */

@@ -161,7 +161,7 @@ int kvix_index_load(kvix_index *idx, const char *model, const char *tenant, uint
         for (unsigned t = 0; t < KVIX_MEDIUM_COUNT && !rc; t++)
             if (b->tiers & (1u << t))
                 rc = kvix_ix_store_block(w, b->engine, b->position, b->local, canon, b->parent, pcanon, t,
-                                 &r, err);
+                                 NULL, &r, err);
     }
     kvix_ix_publish_held(w);
     kvix_ix_ws_done(w); /* nothing loaded (the first block refused): released */

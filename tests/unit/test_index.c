@@ -1190,6 +1190,53 @@ TEST(garbage_events_never_corrupt)
 
 /* A canonical hash is position-free: a local at position 0 can be crafted to
  * equal the rolling hash at position 1. Both blocks are tracked apart. */
+/* An engine hash twice in one stored event: the second moves it, and the
+ * block it leaves (the next one's parent) is let go before the next block
+ * links to it: the slot holds no parent there, so its blocks are orphans. */
+TEST(one_engine_hash_twice_in_a_stored_event)
+{
+    FOR_BACKENDS(idx, 0) {
+        const uint64_t e[3] = {0xe0, 0xe0, 0xf0};
+        ev_set(KVIX_EV_STORED, "default", 1, 0, KVIX_MEDIUM_GPU);
+        ev.bs = 4;
+        kvix_event_reserve_blocks(&ev, 3, NULL);
+        for (size_t i = 0; i < 3; i++) {
+            ev.blocks[i].local = L[i];
+            ev.blocks[i].seq = e[i];
+        }
+        ev.nblocks = 3;
+        kvix_apply_result r;
+        kvix_err err;
+        CHECK(kvix_index_apply(idx, &ev, &r, &err) == KVIX_OK);
+        CHECK_U64(r.stored, 3);
+        kvix_index_stats st;
+        kvix_index_stats_get(idx, &st);
+        CHECK_U64(st.blocks, 2);
+        CHECK_U64(st.unique_blocks, 2);
+        query(idx, "default", L, 3); /* position 0 is not held: no prefix */
+        CHECK_U64(matched(1, 0), 0);
+        CHECK(walk(idx) == 0 && nvisits == 1 && visits[0].n == 2);
+        CHECK(visits[0].b[0].position == 1 && visits[0].b[0].engine == 0xe0 &&
+              visits[0].b[0].parent == 0xe0);
+        CHECK(visits[0].b[1].position == 2 && visits[0].b[1].engine == 0xf0 &&
+              visits[0].b[1].parent == 0xe0 &&
+              visits[0].b[1].parent_canon == visits[0].b[0].canon);
+        CHECK(store(idx, "default", 1, 0, 0, 4, NULL, L, 1, 0xa0 ^ L[0], &r) == KVIX_OK);
+        query(idx, "default", L, 3);
+        CHECK_U64(matched(1, 0), 3);
+        CHECK(removed(idx, "default", 1, 0, 0, e, 1, &r) == KVIX_OK); /* a hole at 1 */
+        CHECK_U64(r.removed, 1);
+        query(idx, "default", L, 3);
+        CHECK_U64(matched(1, 0), 1);
+        const uint64_t gone[2] = {0xf0, 0xa0};
+        CHECK(removed(idx, "default", 1, 0, 0, gone, 2, &r) == KVIX_OK);
+        CHECK_U64(r.removed, 2);
+        kvix_index_stats_get(idx, &st);
+        CHECK_U64(st.blocks, 0);
+        CHECK_U64(st.unique_blocks, 0);
+    }
+}
+
 TEST(same_canonical_hash_at_two_positions)
 {
     FOR_BACKENDS(idx, 0) {
