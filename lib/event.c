@@ -1,4 +1,5 @@
 #include "kvix/event.h"
+#include "event_int.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -78,12 +79,14 @@ int kvix_event_reserve_tokens(kvix_event *ev, size_t n, kvix_err *err)
                 "tokens", err);
 }
 
-int kvix_event_copy(kvix_event *dst, const kvix_event *src, kvix_err *err)
+/* dst's own buffers (grown to src's counts) under a copy of src's fields. */
+static int copy(kvix_event *dst, const kvix_event *src, int tokens, kvix_err *err)
 {
+    size_t nt = tokens ? src->ntokens : 0;
     int rc;
     if ((rc = kvix_event_reserve_blocks(dst, src->nblocks, err)) ||
         (rc = kvix_event_reserve_hashes(dst, src->nhashes, err)) ||
-        (rc = kvix_event_reserve_tokens(dst, src->ntokens, err)))
+        (rc = kvix_event_reserve_tokens(dst, nt, err)))
         return rc;
     kvix_block *b = dst->blocks;
     uint64_t *h = dst->hashes;
@@ -96,13 +99,25 @@ int kvix_event_copy(kvix_event *dst, const kvix_event *src, kvix_err *err)
     dst->cap_blocks = cb;
     dst->cap_hashes = ch;
     dst->cap_tokens = ct;
+    dst->ntokens = nt;
+    dst->has_tokens = tokens && src->has_tokens;
     if (src->nblocks)
         memcpy(b, src->blocks, src->nblocks * sizeof *b);
     if (src->nhashes)
         memcpy(h, src->hashes, src->nhashes * sizeof *h);
-    if (src->ntokens)
-        memcpy(t, src->tokens, src->ntokens * sizeof *t);
+    if (nt)
+        memcpy(t, src->tokens, nt * sizeof *t);
     return KVIX_OK;
+}
+
+int kvix_event_copy(kvix_event *dst, const kvix_event *src, kvix_err *err)
+{
+    return copy(dst, src, 1, err);
+}
+
+int kvix_ev_copy_untokened(kvix_event *dst, const kvix_event *src, kvix_err *err)
+{
+    return copy(dst, src, 0, err);
 }
 
 int kvix_event_set_name(char dst[KVIX_NAME_MAX], const char *s, size_t len, kvix_err *err)

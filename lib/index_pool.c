@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "event_int.h"
 #include "index_front_int.h"
 
 static void reject(kvix_index *idx, uint64_t tag, const kvix_err *err)
@@ -96,34 +97,6 @@ int kvix_ix_pool_start(kvix_index *idx, unsigned threads, kvix_err *err)
     return KVIX_OK;
 }
 
-/* kvix_event_copy without the forensic tokens: the index never reads them,
- * and they may be far bigger than the rest. */
-static int queue_copy(kvix_event *dst, const kvix_event *src, kvix_err *err)
-{
-    int rc;
-    if ((rc = kvix_event_reserve_blocks(dst, src->nblocks, err)) ||
-        (rc = kvix_event_reserve_hashes(dst, src->nhashes, err)))
-        return rc;
-    kvix_block *b = dst->blocks;
-    uint64_t *h = dst->hashes;
-    uint32_t *t = dst->tokens;
-    size_t cb = dst->cap_blocks, ch = dst->cap_hashes, ct = dst->cap_tokens;
-    *dst = *src;
-    dst->blocks = b;
-    dst->hashes = h;
-    dst->tokens = t;
-    dst->cap_blocks = cb;
-    dst->cap_hashes = ch;
-    dst->cap_tokens = ct;
-    dst->ntokens = 0;
-    dst->has_tokens = 0;
-    if (src->nblocks)
-        memcpy(b, src->blocks, src->nblocks * sizeof *b);
-    if (src->nhashes)
-        memcpy(h, src->hashes, src->nhashes * sizeof *h);
-    return KVIX_OK;
-}
-
 int kvix_index_submit(kvix_index *idx, const kvix_event *ev, uint64_t tag, kvix_err *err)
 {
     kvix_err e = {0, "", KVIX_REASON_OTHER};
@@ -144,7 +117,7 @@ int kvix_index_submit(kvix_index *idx, const kvix_event *ev, uint64_t tag, kvix_
     size_t i = q->tail % q->cap;
     pthread_mutex_unlock(&q->mu);
     /* The slot at tail is the submitter's until tail moves on. */
-    rc = queue_copy(&q->ring[i], ev, &e);
+    rc = kvix_ev_copy_untokened(&q->ring[i], ev, &e);
     if (rc)
         goto done;
     q->tags[i] = tag;
