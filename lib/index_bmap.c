@@ -144,6 +144,8 @@ void kvix_ix_bm_set(bmap *m, size_t at, uint64_t engine, bent v)
         *e = v;
 }
 
+#define RESIZE_AHEAD 16u
+
 static int resize(bmap *m, size_t cap)
 {
     if (cap > UINT32_MAX)
@@ -160,6 +162,10 @@ static int resize(bmap *m, size_t cap)
         const kvix_nodedir *d = m->cap ? dir_of(m) : NULL;
         const uint32_t *ov = m->v;
         for (size_t j = 0; j < m->cap; j++) {
+            /* every entry's node is read for its engine hash, scattered over
+             * the slab: ask for the one RESIZE_AHEAD slots on meanwhile */
+            if (j + RESIZE_AHEAD < m->cap && m->ctrl[j + RESIZE_AHEAD])
+                __builtin_prefetch(bent_node(unpack(m, d, ov[j + RESIZE_AHEAD])));
             if (!m->ctrl[j])
                 continue;
             uint64_t h = kvix_mix64(kvix_ix_node_engine(bent_node(unpack(m, d, ov[j])), m->eoff));
@@ -170,6 +176,8 @@ static int resize(bmap *m, size_t cap)
     } else {
         const bent *ov = m->v;
         for (size_t j = 0; j < m->cap; j++) {
+            if (j + RESIZE_AHEAD < m->cap && m->ctrl[j + RESIZE_AHEAD])
+                __builtin_prefetch(bent_node(ov[j + RESIZE_AHEAD]));
             if (!m->ctrl[j])
                 continue;
             uint64_t h = kvix_mix64(kvix_ix_node_engine(bent_node(ov[j]), m->eoff));

@@ -35,6 +35,8 @@ static void table_put(ptable *t, uint64_t h, pidx n)
     }
 }
 
+#define REBUILD_AHEAD 16u
+
 /* Rebuild a shard's table for `want` live entries at load <= 1/2. */
 static int shard_rebuild(pos_be *be, pshard *sh, size_t want)
 {
@@ -47,6 +49,13 @@ static int shard_rebuild(pos_be *be, pshard *sh, size_t want)
     if (!t)
         return KVIX_ENOMEM;
     for (uint64_t i = 0; old && i <= old->mask; i++) {
+        /* every live slot's node is read, in table order, scattered over the
+         * slab: ask for the node REBUILD_AHEAD slots on while this one hashes */
+        if (i + REBUILD_AHEAD <= old->mask) {
+            uint32_t a = atomic_load_explicit(&old->s[i + REBUILD_AHEAD], memory_order_relaxed);
+            if (a > TOMB)
+                __builtin_prefetch(pn(be, a & NUM_MASK));
+        }
         uint32_t w = atomic_load_explicit(&old->s[i], memory_order_relaxed);
         if (w && w != TOMB) { /* the slot keeps 4 bits of the hash: rehash */
             const pnode *n = pn(be, w & NUM_MASK);
