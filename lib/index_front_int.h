@@ -239,6 +239,8 @@ struct kvix_index {
     const kvix_backend_ops *ops;
     pthread_mutex_t lock; /* partition creation */
     cmap parts;
+    struct part *last; /* atomic: the partition found last (partitions live with
+                        * the index: a hint that needs no read-side section) */
     uint64_t tot_stored, tot_dup, tot_removed, tot_unknown; /* atomic */
     wqueue *q;
     unsigned nq;

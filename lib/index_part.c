@@ -157,10 +157,18 @@ static int part_match(const void *e, const void *key)
     return strcmp(p->model, k->model) == 0 && strcmp(p->tenant, k->tenant) == 0;
 }
 
+/* Events and queries mostly name the partition the last one named: two
+ * string compares instead of hashing both names and a search. */
 part *kvix_ix_part_find(const kvix_index *idx, const char *model, const char *tenant)
 {
+    part *p = __atomic_load_n(&idx->last, __ATOMIC_ACQUIRE);
+    if (p && strcmp(p->model, model) == 0 && strcmp(p->tenant, tenant) == 0)
+        return p;
     part_key k = {model, tenant};
-    return cmap_find(&idx->parts, part_hash(model, tenant), part_match, &k);
+    p = cmap_find(&idx->parts, part_hash(model, tenant), part_match, &k);
+    if (p) /* the cache is not the index's state: a const search may set it */
+        __atomic_store_n(&((kvix_index *)(uintptr_t)idx)->last, p, __ATOMIC_RELEASE);
+    return p;
 }
 
 typedef struct ws_key {
