@@ -39,14 +39,9 @@ void kvix_ix_ws_side_free(wstate *w)
     }
 }
 
-/* The backend says whether the slot already held the block in a tier, so
- * only a second engine hash of the same block costs an entry here. */
-static int tier_ref(wstate *w, kvix_binfo *b, unsigned tier, void **node, kvix_err *err)
+/* The block was held in that tier already: count its second engine hash. */
+static int tier_ref_more(wstate *w, const kvix_binfo *b, unsigned tier, kvix_err *err)
 {
-    struct part *p = w->p;
-    int rc = p->ops->add(part_be(p), b, w->slot, tier, node, err);
-    if (rc <= 0)
-        return rc; /* new in the backend, or an error */
     uint64_t key[2] = {b->pos, b->canon};
     int inserted;
     wside *sd = kvix_ix_ws_side(w);
@@ -59,6 +54,15 @@ static int tier_ref(wstate *w, kvix_binfo *b, unsigned tier, void **node, kvix_e
                             CREF_MAX, w->worker);
     c->n[tier]++;
     return KVIX_OK;
+}
+
+/* The backend says whether the slot already held the block in a tier, so
+ * only a second engine hash of the same block costs an entry here. */
+static inline int tier_ref(wstate *w, kvix_binfo *b, unsigned tier, void **node, kvix_err *err)
+{
+    struct part *p = w->p;
+    int rc = p->ops->add(part_be(p), b, w->slot, tier, node, err);
+    return rc <= 0 ? rc /* new in the backend, or an error */ : tier_ref_more(w, b, tier, err);
 }
 
 static int cref_empty(const cref *c)
@@ -133,10 +137,12 @@ static void forget_hash(wstate *w, uint64_t engine)
 }
 
 /* w holds engine at (pos, canon) in tier. An engine hash names one block per
- * worker: a store of a held hash at another place moves it there. */
-int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t canon,
-                       uint64_t parent, uint64_t pcanon, unsigned tier, void **chain,
-                       kvix_apply_result *r, kvix_err *err)
+ * worker: a store of a held hash at another place moves it there. Inlined in
+ * the stored event's loop (eleven arguments a block). */
+static inline __attribute__((always_inline)) int
+store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t canon,
+            uint64_t parent, uint64_t pcanon, unsigned tier, void **chain, kvix_apply_result *r,
+            kvix_err *err)
 {
     const kvix_backend_ops *ops = w->p->ops;
     kvix_binfo b = {.pos = pos,
@@ -192,6 +198,13 @@ int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local
         *chain = node;
     r->stored++;
     return KVIX_OK;
+}
+
+int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t canon,
+                       uint64_t parent, uint64_t pcanon, unsigned tier, void **chain,
+                       kvix_apply_result *r, kvix_err *err)
+{
+    return store_block(w, engine, pos, local, canon, parent, pcanon, tier, chain, r, err);
 }
 
 static void remove_hash(wstate *w, uint64_t engine, unsigned tier, kvix_apply_result *r)
@@ -287,8 +300,8 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
         uint32_t pos = pos0 + (uint32_t)i;
         uint64_t local = ev->blocks[i].local;
         uint64_t canon = pos == 0 ? local : kvix_hash_seq_next(prev, local);
-        rc = kvix_ix_store_block(w, ev->blocks[i].seq, pos, local, canon, parent, prev,
-                                 (unsigned)ev->medium, &chain, r, err);
+        rc = store_block(w, ev->blocks[i].seq, pos, local, canon, parent, prev,
+                         (unsigned)ev->medium, &chain, r, err);
         prev = canon;
         parent = ev->blocks[i].seq;
     }
