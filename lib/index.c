@@ -73,22 +73,29 @@ static int cref_empty(const cref *c)
     return 1;
 }
 
-/* node leaves tier: the backend hears of it when no other engine hash of
- * this (worker, dp) holds the block in that tier. */
-static void tier_unref(wstate *w, void *node, unsigned tier)
+/* Whether another engine hash of w holds node's block in tier: if so, one
+ * fewer does now (w has an extra map). */
+static int tier_unref_more(wstate *w, void *node, unsigned tier)
 {
     struct part *p = w->p;
-    if (w->side && kvix_hmap_size(&w->side->extra)) {
-        kvix_binfo b;
-        p->ops->info(part_be(p), node, &b);
-        uint64_t key[2] = {b.pos, b.canon};
-        cref *c = kvix_hmap_get(&w->side->extra, key);
-        if (c && c->n[tier]) {
-            if (--c->n[tier] == 0 && cref_empty(c))
-                kvix_hmap_del(&w->side->extra, key);
-            return;
-        }
-    }
+    kvix_binfo b;
+    p->ops->info(part_be(p), node, &b);
+    uint64_t key[2] = {b.pos, b.canon};
+    cref *c = kvix_hmap_get(&w->side->extra, key);
+    if (!c || !c->n[tier])
+        return 0;
+    if (--c->n[tier] == 0 && cref_empty(c))
+        kvix_hmap_del(&w->side->extra, key);
+    return 1;
+}
+
+/* node leaves tier: the backend hears of it when no other engine hash of
+ * this (worker, dp) holds the block in that tier. */
+static inline void tier_unref(wstate *w, void *node, unsigned tier)
+{
+    struct part *p = w->p;
+    if (w->side && kvix_hmap_size(&w->side->extra) && tier_unref_more(w, node, tier))
+        return;
     p->ops->del(part_be(p), node, w->slot, tier);
 }
 
@@ -215,9 +222,11 @@ static void remove_hash(wstate *w, uint64_t engine, unsigned tier, kvix_apply_re
         r->unknown++;
         return;
     }
-    if (bent_tiers(v) == (1u << tier))
-        forget_hash(w, engine); /* first: the backend may free the node */
-    else
+    if (bent_tiers(v) == (1u << tier)) { /* forget it first: the backend may free the node */
+        kvix_ix_bm_del_at(&w->blocks, at, engine);
+        if (w->side && kvix_hmap_size(&w->side->pexc))
+            kvix_hmap_del(&w->side->pexc, &engine);
+    } else
         kvix_ix_bm_set(&w->blocks, at, engine, v & ~(bent)(1u << tier));
     tier_unref(w, bent_node(v), tier);
     r->removed++;

@@ -226,7 +226,12 @@ int kvix_ix_bm_add(bmap *m, uint64_t engine, bent v)
 
 void kvix_ix_bm_del(bmap *m, uint64_t engine)
 {
-    size_t i = find(m, engine, kvix_mix64(engine));
+    kvix_ix_bm_del_at(m, find(m, engine, kvix_mix64(engine)), engine);
+}
+
+void kvix_ix_bm_del_at(bmap *m, size_t at, uint64_t engine)
+{
+    size_t i = at;
     if (i == (size_t)-1) {
         if (m->other && kvix_hmap_size(m->other))
             kvix_hmap_del(m->other, &engine);

@@ -137,6 +137,9 @@ void kvix_ix_bm_set(bmap *m, size_t at, uint64_t engine, bent v);
 int kvix_ix_bm_add(bmap *m, uint64_t engine, bent v);
 /* Remove engine (present; its node still valid). */
 void kvix_ix_bm_del(bmap *m, uint64_t engine);
+/* The same, engine's entry named by at (from kvix_ix_bm_get, no add or del
+ * since): no second search. */
+void kvix_ix_bm_del_at(bmap *m, size_t at, uint64_t engine);
 int kvix_ix_bm_reserve(bmap *m, size_t n);
 /* Iterate (it from 0): the next entry and its engine hash (when engine is
  * not NULL: reads the node, which must be valid), or 0 at the end. */
