@@ -159,17 +159,34 @@ typedef struct wside {
     kvix_hmap extra; /* (pos, canon) -> cref, for blocks with two engine hashes or more */
 } wside;
 
+/* A slot's record, what a query needs of its (worker, dp) in one place:
+ * records live in chunks that never move while the partition holds any
+ * state, so writers update held in place. Fields are atomic (relaxed):
+ * worker, dp and rank are written before w is published (release) or, for
+ * rank, inside the partition's ranking window (part.rank_seq). */
+typedef struct srec {
+    uint64_t worker;
+    uint32_t dp;
+    uint32_t held; /* blocks the (worker, dp) holds (kvix_ix_publish_held) */
+    uint32_t rank; /* place in (worker, dp) order at the last ranking; RANK_NONE
+                    * when registered since */
+    uint32_t pad_;
+    struct wstate *w; /* the slot's state, NULL while free */
+} srec;
+
+#define RANK_NONE UINT32_MAX
+
 typedef struct wstate {
     uint64_t h;
     uint64_t worker;
     uint32_t dp, slot;
     struct part *p;
+    srec *rec;        /* its slot's record */
     bmap blocks;      /* engine hash -> bent */
     wside *side;      /* NULL while both its maps would be empty */
     struct wstate *next_dp; /* the same worker's state of another dp (atomic pointer) */
     int has_eid;
     uint64_t eid;
-    uint32_t held; /* atomic: kvix_ix_bm_size(&blocks), for queries on other threads */
     struct rcu_head rcu; /* a released state is freed, and its slot reused, after a grace period */
 } wstate;
 
@@ -188,7 +205,7 @@ static inline size_t ws_side_memory(const wstate *w)
 /* Publish the count of blocks held after a change (one plain store on x86). */
 static inline void kvix_ix_publish_held(wstate *w)
 {
-    __atomic_store_n(&w->held, (uint32_t)kvix_ix_bm_size(&w->blocks), __ATOMIC_RELAXED);
+    __atomic_store_n(&w->rec->held, (uint32_t)kvix_ix_bm_size(&w->blocks), __ATOMIC_RELAXED);
 }
 
 typedef struct whead { /* a worker's (worker, dp) states in a partition; key: worker */
@@ -211,13 +228,21 @@ typedef struct part {
     uint32_t nslots;              /* atomic: slots handed out at most (free ones included) */
     uint32_t depth;               /* atomic: 1 + the deepest position stored since the
                                    * partition was last empty */
-    wstate ***chunks; /* atomic: SLOT_CHUNKS atomic pointers to chunks of slot -> state
-                       * (NULL: free); NULL while the partition is empty */
+    srec **chunks; /* atomic: SLOT_CHUNKS atomic pointers to chunks of SLOT_CHUNK slot
+                    * records; NULL while the partition is empty */
+    /* The (worker, dp) order as ranks in the records, so a query files its
+     * hits by rank instead of sorting worker ids (lib/index_part.c). */
+    uint32_t rank_seq; /* atomic: odd while ranks are rewritten */
+    uint32_t nranked;  /* atomic: ranks are below it */
+    uint32_t unranked_seen; /* atomic: unranked hits queries merged since the ranking */
     /* under lock: */
     uint32_t live;    /* registered states */
     uint32_t limbo;   /* released slots waiting for their grace period */
     uint32_t nfree, fcap; /* free slots (below nslots) reusable now; room for fcap >= nslots */
     uint32_t *free_slots;
+    uint32_t *order, norder; /* slots by (worker, dp) at the last ranking (some gone since) */
+    uint32_t *fresh, nfresh; /* slots registered since (some gone or listed twice); both
+                              * arrays have room for fcap */
     /* atomic: call_rcu callbacks that will touch the partition, queued or
      * running; each drops it as its very last access to the partition */
     uint32_t inflight;
@@ -254,11 +279,11 @@ static inline uint32_t part_nslots(const part *p)
     return __atomic_load_n(&p->nslots, __ATOMIC_ACQUIRE);
 }
 
-/* A partition's slot -> state map as loaded once: inside a read-side
+/* A partition's slot -> record map as loaded once: inside a read-side
  * section it stays valid for the whole section (its tables are freed only
  * after a grace period), so a query maps all its hits with one load. */
 typedef struct slotmap {
-    wstate ***top;
+    srec **top;
     uint32_t n;
 } slotmap;
 
@@ -272,14 +297,35 @@ static inline slotmap slots_of(const part *p)
     return m;
 }
 
-/* The state of a slot (NULL: free). Outside a quiet index, use the state
- * only within the read-side section the map was loaded in. */
-static inline wstate *slotmap_ws(slotmap m, uint32_t slot)
+/* The record of a slot, NULL when none was ever made: a slot without a
+ * state (free, or not yet registered) has rank RANK_NONE and w NULL, so a
+ * query filing by rank tests w only for unranked records. Outside a quiet
+ * index, use it only within the read-side section the map was loaded in. */
+static inline const srec *slotmap_any(slotmap m, uint32_t slot)
+{
+    if (slot >= KVIX_SLOTS_MAX || !m.top)
+        return NULL;
+    const srec *c = __atomic_load_n(&m.top[slot / SLOT_CHUNK], __ATOMIC_ACQUIRE);
+    return c ? c + slot % SLOT_CHUNK : NULL;
+}
+
+/* The record of a slot with a state (NULL: free); same rule. */
+static inline const srec *slotmap_rec(slotmap m, uint32_t slot)
 {
     if (slot >= m.n)
         return NULL;
-    wstate **c = __atomic_load_n(&m.top[slot / SLOT_CHUNK], __ATOMIC_ACQUIRE);
-    return c ? __atomic_load_n(&c[slot % SLOT_CHUNK], __ATOMIC_ACQUIRE) : NULL;
+    const srec *c = __atomic_load_n(&m.top[slot / SLOT_CHUNK], __ATOMIC_ACQUIRE);
+    if (!c)
+        return NULL;
+    c += slot % SLOT_CHUNK;
+    return __atomic_load_n(&c->w, __ATOMIC_ACQUIRE) ? c : NULL;
+}
+
+/* The state of a slot (NULL: free); same rule. */
+static inline wstate *slotmap_ws(slotmap m, uint32_t slot)
+{
+    const srec *r = slotmap_rec(m, slot);
+    return r ? __atomic_load_n(&r->w, __ATOMIC_ACQUIRE) : NULL;
 }
 
 static inline wstate *slot_ws(const part *p, uint32_t slot)
@@ -325,6 +371,9 @@ int kvix_ix_ws_get(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix_err
  * the partition's last, the partition gives its backend and slot tables
  * back. */
 void kvix_ix_ws_done(wstate *w);
+/* A query merged n hits of unranked slots: past a bound (amortized against
+ * that work), the slots are ranked now, unless p's lock is busy. */
+void kvix_ix_unranked_seen(part *p, uint32_t n);
 /* The backend of p for a writer that holds a registered state of p. */
 static inline void *part_be(const part *p)
 {

@@ -227,6 +227,8 @@ void kvix_ix_part_free(void *e)
         free(p->chunks[i]);
     free(p->chunks);
     free(p->free_slots);
+    free(p->order);
+    free(p->fresh);
     if (p->be)
         p->ops->destroy(p->be);
     pthread_mutex_destroy(&p->lock);
@@ -248,7 +250,7 @@ typedef struct pempty {
     struct rcu_head rcu;
     part *p;
     void *be;
-    wstate ***chunks;
+    srec **chunks;
 } pempty;
 
 static void empty_cb(struct rcu_head *head)
@@ -287,6 +289,11 @@ static void part_empty(part *p)
     free(p->free_slots);
     p->free_slots = NULL;
     p->nfree = p->fcap = 0;
+    free(p->order);
+    free(p->fresh);
+    p->order = p->fresh = NULL;
+    p->norder = p->nfresh = 0;
+    __atomic_store_n(&p->nranked, 0, __ATOMIC_RELAXED); /* no slot is left to rank */
     inflight_add(p);
     defer(&x->rcu, empty_cb, 1);
 }
@@ -329,8 +336,8 @@ void kvix_ix_ws_done(wstate *w)
         cmap_delete(&p->wheads, hd);
         defer(&hd->rcu, head_free_cb, 0);
     }
-    __atomic_store_n(&p->chunks[w->slot / SLOT_CHUNK][w->slot % SLOT_CHUNK], NULL,
-                     __ATOMIC_RELEASE);
+    __atomic_store_n(&w->rec->rank, RANK_NONE, __ATOMIC_RELAXED); /* see slotmap_rec */
+    __atomic_store_n(&w->rec->w, NULL, __ATOMIC_RELEASE);
     p->live--;
     p->limbo++;
     inflight_add(p);
@@ -453,30 +460,133 @@ static int slot_take(part *p, uint32_t *slot, int *fresh, kvix_err *err)
                             "more than %u (worker, dp) at once in partition model \"%s\" tenant "
                             "\"%s\"",
                             KVIX_SLOTS_MAX, p->model, p->tenant);
-    if (p->nslots == p->fcap) { /* the free list has room for every slot handed out */
+    if (p->nslots == p->fcap) { /* the slot lists have room for every slot handed out */
         uint32_t cap = p->fcap ? 2 * p->fcap : 16;
-        uint32_t *v = realloc(p->free_slots, (cap < KVIX_SLOTS_MAX ? cap : KVIX_SLOTS_MAX) *
-                                                 sizeof *v);
-        if (!v)
-            return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a worker");
-        p->free_slots = v;
-        p->fcap = cap < KVIX_SLOTS_MAX ? cap : KVIX_SLOTS_MAX;
+        cap = cap < KVIX_SLOTS_MAX ? cap : KVIX_SLOTS_MAX;
+        uint32_t **lists[3] = {&p->free_slots, &p->order, &p->fresh};
+        for (unsigned i = 0; i < 3; i++) {
+            uint32_t *v = realloc(*lists[i], cap * sizeof *v);
+            if (!v)
+                return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a worker");
+            *lists[i] = v;
+        }
+        p->fcap = cap;
     }
     if (!p->chunks) {
-        wstate ***top = calloc(SLOT_CHUNKS, sizeof *top);
+        srec **top = calloc(SLOT_CHUNKS, sizeof *top);
         if (!top)
             return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a worker");
         __atomic_store_n(&p->chunks, top, __ATOMIC_RELEASE);
     }
     if (!p->chunks[p->nslots / SLOT_CHUNK]) {
-        wstate **c = calloc(SLOT_CHUNK, sizeof *c);
+        srec *c = calloc(SLOT_CHUNK, sizeof *c);
         if (!c)
             return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a worker");
+        for (unsigned i = 0; i < SLOT_CHUNK; i++)
+            c[i].rank = RANK_NONE;
         __atomic_store_n(&p->chunks[p->nslots / SLOT_CHUNK], c, __ATOMIC_RELEASE);
     }
     *slot = p->nslots;
     *fresh = 1;
     return KVIX_OK;
+}
+
+/* ---- ranks: the (worker, dp) order of the slots ------------------------- */
+
+/* Answers list their scores by (worker, dp): a query files each hit under
+ * its slot's rank (a dense number in that order) instead of sorting worker
+ * ids, which fleets name sparsely (Dynamo's lease ids are random 64-bit).
+ * Slots registered since the last ranking have no rank (RANK_NONE); the
+ * query sorts those few apart and merges them in. The ranking is redone
+ * when they pass 1/16 of the ranked ones, merging the sorted newcomers into
+ * the kept order: O(slots) each time, amortized O(1) a registration; and
+ * when queries have merged unranked slots about half as many times as
+ * there are ranked ones (the last few registrations of a fleet would
+ * otherwise stay unranked). Ranks
+ * change only inside the rank_seq window, which a query checks around its
+ * filing (and falls back to sorting worker ids when it moved). */
+
+typedef struct rkey {
+    uint64_t worker;
+    uint32_t dp, slot;
+} rkey;
+
+static int rkey_cmp(const void *a, const void *b)
+{
+    const rkey *x = a, *y = b;
+    if (x->worker != y->worker)
+        return x->worker < y->worker ? -1 : 1;
+    return x->dp < y->dp ? -1 : x->dp > y->dp;
+}
+
+static inline srec *slot_rec(part *p, uint32_t s)
+{
+    return &p->chunks[s / SLOT_CHUNK][s % SLOT_CHUNK];
+}
+
+#define RANK_PICKED (RANK_NONE - 1) /* a fresh slot already taken by this ranking */
+
+/* Under p->lock. Out of memory: no ranking this time (queries sort the
+ * unranked slots, slower but right). */
+static void rank_slots(part *p)
+{
+    uint32_t *next = malloc(p->fcap * sizeof *next);
+    rkey *k = malloc(p->nfresh * sizeof *k);
+    if (!next || !k) {
+        free(next);
+        free(k);
+        return;
+    }
+    uint32_t nk = 0, n = 0, i = 0, j = 0;
+    for (uint32_t f = 0; f < p->nfresh; f++) { /* still registered, listed once */
+        srec *r = slot_rec(p, p->fresh[f]);
+        if (r->w && r->rank == RANK_NONE) {
+            __atomic_store_n(&r->rank, RANK_PICKED, __ATOMIC_RELAXED);
+            k[nk++] = (rkey){r->worker, r->dp, p->fresh[f]};
+        }
+    }
+    qsort(k, nk, sizeof *k, rkey_cmp);
+    while (i < p->norder || j < nk) {
+        srec *r = i < p->norder ? slot_rec(p, p->order[i]) : NULL;
+        if (r && (!r->w || r->rank >= RANK_PICKED)) { /* gone, or taken again since */
+            i++;
+            continue;
+        }
+        if (r && (j == nk || rkey_cmp(&(rkey){r->worker, r->dp, 0}, &k[j]) < 0))
+            next[n++] = p->order[i++];
+        else
+            next[n++] = k[j++].slot;
+    }
+    uint32_t seq = p->rank_seq;
+    __atomic_store_n(&p->rank_seq, seq + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    for (uint32_t t = 0; t < n; t++)
+        __atomic_store_n(&slot_rec(p, next[t])->rank, t, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->nranked, n, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->rank_seq, seq + 2, __ATOMIC_RELEASE);
+    free(p->order);
+    p->order = next;
+    p->norder = n;
+    p->nfresh = 0;
+    __atomic_store_n(&p->unranked_seen, 0, __ATOMIC_RELAXED);
+    free(k);
+}
+
+static void rank_if_due(part *p)
+{
+    if (p->nfresh * 16 > p->norder + 32)
+        rank_slots(p);
+}
+
+void kvix_ix_unranked_seen(part *p, uint32_t n)
+{
+    uint32_t seen = __atomic_add_fetch(&p->unranked_seen, n, __ATOMIC_RELAXED);
+    if (seen <= __atomic_load_n(&p->nranked, __ATOMIC_RELAXED) / 2 + 64 ||
+        pthread_mutex_trylock(&p->lock))
+        return;
+    if (p->chunks && p->nfresh)
+        rank_slots(p);
+    pthread_mutex_unlock(&p->lock);
 }
 
 /* Under p->lock: the worker's head, made if absent (kept if the state then
@@ -525,12 +635,22 @@ static int ws_register(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix
     }
     w->next_dp = hd->first;
     __atomic_store_n(&hd->first, w, __ATOMIC_RELEASE);
-    __atomic_store_n(&p->chunks[slot / SLOT_CHUNK][slot % SLOT_CHUNK], w, __ATOMIC_RELEASE);
+    srec *r = &p->chunks[slot / SLOT_CHUNK][slot % SLOT_CHUNK];
+    w->rec = r;
+    __atomic_store_n(&r->worker, worker, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->dp, dp, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->held, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->rank, RANK_NONE, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->w, w, __ATOMIC_RELEASE);
     if (fresh)
         __atomic_store_n(&p->nslots, slot + 1, __ATOMIC_RELEASE);
     else
         p->nfree--;
     p->live++;
+    if (p->nfresh < p->fcap) /* full only when rankings failed for memory: the slot
+                              * stays unranked (queries sort it apart) */
+        p->fresh[p->nfresh++] = slot;
+    rank_if_due(p);
     *out = w;
     return KVIX_OK;
 }

@@ -18,6 +18,7 @@ void kvix_answer_release(kvix_answer *ans)
     free(ans->hits);
     free(ans->hit_runs);
     free(ans->hit_tiers);
+    free(ans->rank_buf);
     kvix_answer_init(ans);
 }
 
@@ -245,16 +246,18 @@ static kvix_score *sort_scores(kvix_score *v, kvix_score *tmp, size_t n, const k
  * one: one run per drop position; most of an answer drops at one). When the
  * hits come in few runs, each of a different length, the answer is the runs
  * in descending length, each ordered by (worker, dp), and nothing sorts by
- * length. When the low byte of the worker ids is all that differs across a
- * run (fleets number their workers densely: 256 workers differ in the low
- * byte), its states are filed by that byte and each score is written once,
- * straight into its place (emit_run_byte). Otherwise a long run is read once
- * into entries (the hit and its slot's state) while that byte is counted
- * (one counting pass when it is still all that differs: the same run with a
- * byte taken twice), or its scores are written in hit order and sorted by
- * the LSD sort above; a short one by insertion. More runs than RUNS_MAX, or
- * one length in two runs: the whole answer goes through the LSD sort. */
+ * length. A long run is filed by its slots' ranks (the partition's dense
+ * numbering in (worker, dp) order, lib/index_part.c): one bit per rank in a
+ * bitmap, read in order, writes each score once, straight into its place,
+ * however sparse the worker ids. Slots registered since the last ranking
+ * (few) are sorted apart and merged in. When the ranks moved meanwhile, or
+ * too many slots are unranked, the run is read into entries (the hit and
+ * its slot's record) and sorted by worker id: one counting pass when only
+ * the ids' low byte differs, else the LSD sort above; a short run by
+ * insertion. More runs than RUNS_MAX, or one length in two runs: the whole
+ * answer goes through the LSD sort. */
 #define RUNS_MAX 32
+#define EXTRAS_MAX 64 /* unranked slots a run sorts apart */
 
 typedef struct hrun {
     size_t first, n; /* the run's hits: slot[first .. first + n) */
@@ -262,17 +265,27 @@ typedef struct hrun {
 } hrun;
 
 typedef struct qent {
-    const wstate *w;
+    const srec *r;
     size_t hit;
 } qent;
 
-static inline void score_set(kvix_score *s, const wstate *w, const uint32_t *tier,
-                             uint32_t blocks)
+/* A query's view of its partition's ranking (loaded once) and the scratch
+ * its runs are filed in. */
+typedef struct rankview {
+    const part *p;
+    uint32_t seq, n; /* ranks below n; seq: rank_seq when loaded (even) */
+    uint64_t *bits;  /* a bit per rank, all clear between runs */
+    const srec **at; /* the record filed under each rank */
+    uint32_t *ah;    /* its hit (for tier rows) */
+    uint32_t unranked; /* hits of unranked slots merged */
+} rankview;
+
+static inline void score_set(kvix_score *s, const srec *r, const uint32_t *tier, uint32_t blocks)
 {
-    s->worker = w->worker;
-    s->dp = w->dp;
+    s->worker = __atomic_load_n(&r->worker, __ATOMIC_RELAXED);
+    s->dp = __atomic_load_n(&r->dp, __ATOMIC_RELAXED);
     s->blocks = blocks;
-    s->held = __atomic_load_n(&w->held, __ATOMIC_RELAXED);
+    s->held = __atomic_load_n(&r->held, __ATOMIC_RELAXED);
     memcpy(s->tier_blocks, tier, sizeof s->tier_blocks);
 }
 
@@ -282,6 +295,11 @@ static inline const uint32_t *hit_tier(const kvix_qhits *hs, size_t i, const uin
                                        const int tiered)
 {
     return tiered ? hs->tier[i] : gpu;
+}
+
+static inline int rec_after(const kvix_score *s, uint64_t worker, uint32_t dp)
+{
+    return s->worker != worker ? s->worker > worker : s->dp > dp;
 }
 
 /* Write run r's scores (mapped through sm; hits of gone slots skipped) into
@@ -297,9 +315,9 @@ emit_run_t(const hrun *r, const kvix_qhits *hs, slotmap sm, kvix_score *v, qent 
     size_t n = 0;
     if (r->n < RADIX_MIN) {
         for (size_t i = r->first; i < r->first + r->n; i++) {
-            const wstate *w = slotmap_ws(sm, hs->slot[i]);
-            if (w)
-                score_set(&v[n++], w, hit_tier(hs, i, gpu, tiered), r->blocks);
+            const srec *x = slotmap_rec(sm, hs->slot[i]);
+            if (x)
+                score_set(&v[n++], x, hit_tier(hs, i, gpu, tiered), r->blocks);
         }
         insertion_sort_scores(v, n);
         return n;
@@ -307,11 +325,11 @@ emit_run_t(const hrun *r, const kvix_qhits *hs, slotmap sm, kvix_score *v, qent 
     uint32_t c[256] = {0};
     uint64_t or_dp = 0, and_dp = ~UINT64_C(0), or_w = 0, and_w = ~UINT64_C(0);
     for (size_t i = r->first; i < r->first + r->n; i++) {
-        const wstate *w = slotmap_ws(sm, hs->slot[i]);
-        if (!w)
+        const srec *x = slotmap_rec(sm, hs->slot[i]);
+        if (!x)
             continue;
-        uint64_t wk = w->worker, dp = w->dp;
-        e[n++] = (qent){w, i};
+        uint64_t wk = x->worker, dp = x->dp;
+        e[n++] = (qent){x, i};
         c[wk & 0xff]++;
         or_dp |= dp;
         and_dp &= dp;
@@ -321,12 +339,12 @@ emit_run_t(const hrun *r, const kvix_qhits *hs, slotmap sm, kvix_score *v, qent 
     if (or_dp == and_dp && ((or_w ^ and_w) >> 8) == 0) {
         counts_to_starts(c);
         for (size_t i = 0; i < n; i++)
-            score_set(&v[c[e[i].w->worker & 0xff]++], e[i].w, hit_tier(hs, e[i].hit, gpu, tiered),
+            score_set(&v[c[e[i].r->worker & 0xff]++], e[i].r, hit_tier(hs, e[i].hit, gpu, tiered),
                       r->blocks);
         return n;
     }
     for (size_t i = 0; i < n; i++)
-        score_set(&v[i], e[i].w, hit_tier(hs, e[i].hit, gpu, tiered), r->blocks);
+        score_set(&v[i], e[i].r, hit_tier(hs, e[i].hit, gpu, tiered), r->blocks);
     uint64_t nb = (uint32_t)~r->blocks;
     keybits kb = {{or_dp, or_w, nb}, {and_dp, and_w, nb}};
     kvix_score *s = sort_scores(v, tmp, n, &kb);
@@ -335,66 +353,143 @@ emit_run_t(const hrun *r, const kvix_qhits *hs, slotmap sm, kvix_score *v, qent 
     return n;
 }
 
-/* Run r's scores written once each, in (worker, dp) order, when its workers
- * differ only in the low byte of their ids and share one dp (then each
- * (worker, dp) has its own byte): each state is filed under its byte in a
- * 256-bit map, and the map read in order writes the scores. No counts, no
- * prefix sums, no test per hit: what differs (the fields' OR against their
- * AND) and a byte taken twice (fewer bits than hits: one (worker, dp) in
- * two slots, which a query racing a worker's re-registration may see) are
- * checked once at the end. Returns how many, or SIZE_MAX when the run is
- * not of that kind (nothing useful written). */
-static inline __attribute__((always_inline)) size_t
-emit_run_byte(const hrun *r, const kvix_qhits *hs, slotmap sm, kvix_score *v, const int tiered)
+/* v[0..n) in (worker, dp) order gains the unranked ex[0..ne) (sorted here
+ * by insertion: few), from the last: each finds its place by bisection and
+ * the scores after it move up at once. */
+static inline __attribute__((always_inline)) void
+merge_unranked(kvix_score *v, size_t n, qent *ex, size_t ne, const kvix_qhits *hs,
+               const uint32_t *gpu, uint32_t blocks, const int tiered)
 {
-    uint64_t map[4] = {0, 0, 0, 0};
-    const wstate *at[256];
-    size_t ah[tiered ? 256 : 1];
-    const uint32_t *sp = hs->slot + r->first, *const se = sp + r->n;
-    const wstate *w = NULL;
-    while (sp < se && !(w = slotmap_ws(sm, *sp)))
-        sp++;
-    if (!w)
-        return 0;
-    /* what differs from the first state: the worker ids above their low
-     * byte, or the dp */
-    const uint64_t wk0 = w->worker;
-    const uint32_t dp0 = w->dp;
-    uint64_t diff = 0;
-    size_t n = 0;
-    for (; sp < se; sp++) {
-        if (!(w = slotmap_ws(sm, *sp)))
-            continue;
-        uint64_t wk = w->worker;
-        diff |= ((wk ^ wk0) >> 8) | (w->dp ^ dp0);
-        unsigned x = (unsigned)(wk & 0xff);
-        map[x >> 6] |= UINT64_C(1) << (x & 63);
-        at[x] = w;
-        if (tiered)
-            ah[x] = (size_t)(sp - hs->slot);
-        n++;
+    for (size_t i = 1; i < ne; i++) {
+        qent x = ex[i];
+        uint64_t xw = x.r->worker;
+        uint32_t xd = x.r->dp;
+        size_t j = i;
+        for (; j > 0; j--) {
+            uint64_t yw = ex[j - 1].r->worker;
+            if (yw < xw || (yw == xw && ex[j - 1].r->dp <= xd))
+                break;
+            ex[j] = ex[j - 1];
+        }
+        ex[j] = x;
     }
-    if (diff || (size_t)(__builtin_popcountll(map[0]) + __builtin_popcountll(map[1]) +
-                         __builtin_popcountll(map[2]) + __builtin_popcountll(map[3])) != n)
-        return SIZE_MAX;
+    size_t i = n, o = n + ne;
+    while (ne > 0) {
+        const qent *x = &ex[--ne];
+        uint64_t xw = x->r->worker;
+        uint32_t xd = x->r->dp;
+        size_t lo = 0, hi = i; /* the first of v[0..i) after x */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (rec_after(&v[mid], xw, xd))
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        o -= i - lo;
+        memmove(&v[o], &v[lo], (i - lo) * sizeof *v);
+        i = lo;
+        score_set(&v[--o], x->r, hit_tier(hs, x->hit, gpu, tiered), blocks);
+    }
+}
+
+/* Run r's scores written once each, in (worker, dp) order, filed by their
+ * slots' ranks (see above): no comparison, no count, no prefix sum. What
+ * the filing cannot trust is checked once at the end: the ranks moved (the
+ * rank_seq window), or two hits under one rank (fewer scores than filed).
+ * Returns how many, or SIZE_MAX when the run must be sorted instead
+ * (nothing useful written; the bitmap is left clear either way). */
+static inline __attribute__((always_inline)) size_t
+emit_run_rank(const hrun *r, const kvix_qhits *hs, slotmap sm, kvix_score *v, qent *ex,
+              rankview *rv, const int tiered)
+{
+    uint64_t *const bits = rv->bits;
+    const srec **const at = rv->at;
+    const uint32_t nr = rv->n;
+    uint32_t or_ = 0, and_ = UINT32_MAX;
+    size_t nf = 0, ne = 0;
+    const uint32_t *sp = hs->slot + r->first, *const se = sp + r->n;
+    for (; sp < se; sp++) {
+        const srec *x = slotmap_any(sm, *sp);
+        if (!x)
+            continue;
+        uint32_t k = __atomic_load_n(&x->rank, __ATOMIC_RELAXED);
+        if (k >= nr) {
+            if (__atomic_load_n(&x->w, __ATOMIC_ACQUIRE))
+                ex[ne++] = (qent){x, (size_t)(sp - hs->slot)};
+            continue;
+        }
+        bits[k >> 6] |= UINT64_C(1) << (k & 63);
+        at[k] = x;
+        if (tiered)
+            rv->ah[k] = (uint32_t)(sp - hs->slot);
+        or_ |= k;
+        and_ &= k;
+        nf++;
+    }
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    int moved = __atomic_load_n(&rv->p->rank_seq, __ATOMIC_RELAXED) != rv->seq;
     uint32_t gpu[KVIX_MEDIUM_COUNT] = {0};
     gpu[KVIX_MEDIUM_GPU] = r->blocks;
-    kvix_score *s = v;
-    for (unsigned k = 0; k < 4; k++)
-        for (uint64_t b = map[k]; b; b &= b - 1) {
-            unsigned x = 64 * k + (unsigned)__builtin_ctzll(b);
-            score_set(s++, at[x], tiered ? hs->tier[ah[x]] : gpu, r->blocks);
+    size_t n = 0;
+    /* the AND and OR of the filed ranks bound their words (the OR may pass
+     * the last rank: its bits, not its value, are the ranks') */
+    const uint32_t hi = (or_ < nr ? or_ : nr - 1) >> 6;
+    for (uint32_t wd = and_ >> 6; nf && wd <= hi; wd++) {
+        uint64_t b = bits[wd];
+        if (!b)
+            continue;
+        bits[wd] = 0;
+        for (; b; b &= b - 1) {
+            uint32_t k = 64 * wd + (uint32_t)__builtin_ctzll(b);
+            score_set(&v[n++], at[k], tiered ? hs->tier[rv->ah[k]] : gpu, r->blocks);
         }
-    return n;
+    }
+    rv->unranked += (uint32_t)ne;
+    if (moved || n != nf || ne > EXTRAS_MAX)
+        return SIZE_MAX;
+    if (ne)
+        merge_unranked(v, n, ex, ne, hs, gpu, r->blocks, tiered);
+    return n + ne;
 }
 
 static size_t emit_run(const hrun *r, const kvix_qhits *hs, slotmap sm, kvix_score *v, qent *e,
-                       kvix_score *tmp)
+                       kvix_score *tmp, rankview *rv)
 {
-    size_t n = hs->tier ? emit_run_byte(r, hs, sm, v, 1) : emit_run_byte(r, hs, sm, v, 0);
-    if (n != SIZE_MAX)
-        return n;
+    if (r->n >= RADIX_MIN && rv->bits) {
+        size_t n = hs->tier ? emit_run_rank(r, hs, sm, v, e, rv, 1)
+                            : emit_run_rank(r, hs, sm, v, e, rv, 0);
+        if (n != SIZE_MAX)
+            return n;
+    }
     return hs->tier ? emit_run_t(r, hs, sm, v, e, tmp, 1) : emit_run_t(r, hs, sm, v, e, tmp, 0);
+}
+
+/* The partition's ranking as the query's runs will read it, with the
+ * answer's scratch grown to its ranks (bits NULL: ranks are being
+ * rewritten, or no memory; the runs are then sorted). */
+static rankview rank_view(const part *p, kvix_answer *ans)
+{
+    rankview rv = {p, 0, 0, NULL, NULL, NULL, 0};
+    rv.seq = __atomic_load_n(&p->rank_seq, __ATOMIC_ACQUIRE);
+    rv.n = __atomic_load_n(&p->nranked, __ATOMIC_RELAXED);
+    if (rv.seq & 1)
+        return rv;
+    size_t words = (rv.n + 63) / 64;
+    if (words * 64 > ans->rank_cap) {
+        size_t cap = 64 * words;
+        /* bits, then the filed records, then their hits; calloc: bits start clear */
+        void *b = calloc(1, cap / 8 + cap * (sizeof(srec *) + sizeof(uint32_t)));
+        if (!b)
+            return rv;
+        free(ans->rank_buf);
+        ans->rank_buf = b;
+        ans->rank_cap = cap;
+    }
+    rv.bits = ans->rank_buf;
+    rv.at = (const srec **)(void *)(rv.bits + ans->rank_cap / 64);
+    rv.ah = (uint32_t *)(void *)(rv.at + ans->rank_cap);
+    return rv;
 }
 
 /* The hits' runs with a block, longest first, into runs (RUNS_MAX); 0 when
@@ -465,8 +560,11 @@ static int query_part_rcu(part *p, const uint64_t *local, uint64_t *canon, size_
     unsigned nr = order_runs(&hits, runs);
     size_t ns = 0;
     if (nr) {
+        rankview rv = rank_view(p, ans);
         for (unsigned i = 0; i < nr; i++)
-            ns += emit_run(&runs[i], &hits, sm, v + ns, (qent *)(void *)up, up);
+            ns += emit_run(&runs[i], &hits, sm, v + ns, (qent *)(void *)up, up, &rv);
+        if (rv.unranked)
+            kvix_ix_unranked_seen(p, rv.unranked);
         ans->nscores = ns;
         return KVIX_OK;
     }
@@ -477,11 +575,11 @@ static int query_part_rcu(part *p, const uint64_t *local, uint64_t *canon, size_
         gpu[KVIX_MEDIUM_GPU] = r->blocks;
         uint64_t nb = (uint32_t)~r->blocks;
         for (size_t i = r->first; r->blocks && i < (size_t)r->first + r->n; i++) {
-            const wstate *w = slotmap_ws(sm, hits.slot[i]);
-            if (!w)
+            const srec *x = slotmap_rec(sm, hits.slot[i]);
+            if (!x)
                 continue;
             kvix_score *s = &v[ns++];
-            score_set(s, w, hits.tier ? hits.tier[i] : gpu, r->blocks);
+            score_set(s, x, hits.tier ? hits.tier[i] : gpu, r->blocks);
             uint64_t dp = s->dp, wk = s->worker;
             kb.or_[0] |= dp;
             kb.and_[0] &= dp;

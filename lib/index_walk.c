@@ -260,9 +260,10 @@ void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
         out->unique_blocks += pb ? p->ops->unique_blocks(pb) : 0;
         out->bytes += be + sizeof *p + strlen(p->model) + strlen(p->tenant) + 2 +
                       kvix_ix_cmap_memory(&p->workers) + kvix_ix_cmap_memory(&p->wheads) +
-                      p->wheads.n * sizeof(whead) + p->fcap * sizeof *p->free_slots;
+                      p->wheads.n * sizeof(whead) +
+                      3 * p->fcap * sizeof *p->free_slots; /* free, order, fresh */
         uint32_t ns = part_nslots(p);
-        out->bytes += (ns + SLOT_CHUNK - 1) / SLOT_CHUNK * SLOT_CHUNK * sizeof(wstate *) +
+        out->bytes += (ns + SLOT_CHUNK - 1) / SLOT_CHUNK * SLOT_CHUNK * sizeof(srec) +
                       (p->chunks ? SLOT_CHUNKS * sizeof *p->chunks : 0);
         for (uint32_t s = 0; s < ns; s++) {
             wstate *w = slot_ws(p, s);

@@ -139,7 +139,7 @@ typedef struct kvix_answer {
     size_t nscores, cap;
     /* Private scratch reused across queries (hashes, backend hits, their
      * runs and per-tier counts; the scores' buffer of 2 x cap, of which
-     * scores points at one half). */
+     * scores points at one half; the hits filed by rank). */
     kvix_score *scores_buf;
     uint64_t *scratch;
     size_t scratch_cap;
@@ -149,6 +149,8 @@ typedef struct kvix_answer {
     size_t hit_runs_cap;
     void *hit_tiers;
     size_t hit_tiers_cap;
+    void *rank_buf;
+    size_t rank_cap;
 } kvix_answer;
 
 void kvix_answer_init(kvix_answer *ans);
