@@ -117,15 +117,21 @@ uint64_t kvix_ix_parent_engine(const wstate *w, uint64_t engine, const kvix_binf
     return b->parent_engine;
 }
 
+static int note_parent_other(wstate *w, uint64_t engine, uint64_t parent, kvix_err *err);
+
 /* Record engine's parent engine hash where the node's hint is not it. */
-static int note_parent(wstate *w, uint64_t engine, uint64_t parent, uint64_t hint,
-                       kvix_err *err)
+static inline int note_parent(wstate *w, uint64_t engine, uint64_t parent, uint64_t hint,
+                              kvix_err *err)
 {
-    if (hint == parent) {
-        if (w->side && kvix_hmap_size(&w->side->pexc))
-            kvix_hmap_del(&w->side->pexc, &engine);
-        return KVIX_OK;
-    }
+    if (hint != parent)
+        return note_parent_other(w, engine, parent, err);
+    if (w->side && kvix_hmap_size(&w->side->pexc))
+        kvix_hmap_del(&w->side->pexc, &engine);
+    return KVIX_OK;
+}
+
+static int note_parent_other(wstate *w, uint64_t engine, uint64_t parent, kvix_err *err)
+{
     int inserted;
     wside *sd = kvix_ix_ws_side(w);
     uint64_t *x = sd ? kvix_hmap_put(&sd->pexc, &engine, &inserted) : NULL;
@@ -184,6 +190,7 @@ store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t c
         forget_hash(w, engine); /* while the old node is valid */
         untier_all(w, old);
         b.parent_node = NULL; /* the old node may have been the parent's, now let go */
+        at = (size_t)-1;      /* the map changed: no place to add at */
     }
     if (chain)
         *chain = NULL;
@@ -193,7 +200,7 @@ store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t c
         rc = kvix_err_set(err, KVIX_ESYS, "misaligned index node");
     else if (!(rc = note_parent(w, engine, pos ? parent : 0, b.parent_engine,
                                 err)) &&
-             kvix_ix_bm_add(&w->blocks, engine, (bent)(uintptr_t)node | (1u << tier)))
+             kvix_ix_bm_add_at(&w->blocks, at, engine, (bent)(uintptr_t)node | (1u << tier)))
         rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block");
     if (rc) {
         if (w->side && kvix_hmap_size(&w->side->pexc))

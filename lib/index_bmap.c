@@ -30,6 +30,9 @@ _Static_assert(KVIX_NODE_ALIGN == 16u && KVIX_NODENUM_BITS + 4 == 32,
 
 _Static_assert(sizeof(bmap) == 48, "a (worker, dp) pays for its blocks map's header");
 
+#define NO_SLOT ((size_t)-1)
+_Static_assert((NO_SLOT & BM_MISS) == BM_MISS, "no table is a miss too");
+
 static inline size_t esize(const bmap *m)
 {
     return m->dir ? sizeof(uint32_t) : sizeof(bent);
@@ -105,16 +108,18 @@ void kvix_ix_bm_release(bmap *m)
     }
 }
 
+/* engine's slot, or BM_MISS | the empty slot its probe ended at (where an
+ * add goes), or NO_SLOT without a table. */
 static size_t find(const bmap *m, uint64_t engine, uint64_t h)
 {
     if (!m->cap)
-        return (size_t)-1;
+        return NO_SLOT;
     size_t mask = m->cap - 1, i = h & mask;
     uint8_t tag = kvix_hm_tag(h);
     for (;;) {
         uint8_t c = m->ctrl[i];
         if (!c)
-            return (size_t)-1;
+            return BM_MISS | i;
         if (c == tag && slot_engine(m, i) == engine)
             return i;
         i = (i + 1) & mask;
@@ -126,7 +131,7 @@ bent kvix_ix_bm_get(const bmap *m, uint64_t engine, size_t *at)
     size_t i = find(m, engine, kvix_mix64(engine));
     if (at)
         *at = i;
-    if (i != (size_t)-1)
+    if (!(i & BM_MISS))
         return ent(m, i);
     const bent *e =
         m->other && kvix_hmap_size(m->other) ? kvix_hmap_get(m->other, &engine) : NULL;
@@ -135,7 +140,7 @@ bent kvix_ix_bm_get(const bmap *m, uint64_t engine, size_t *at)
 
 void kvix_ix_bm_set(bmap *m, size_t at, uint64_t engine, bent v)
 {
-    if (at != (size_t)-1) {
+    if (!(at & BM_MISS)) {
         ent_set(m, at, v);
         return;
     }
@@ -224,6 +229,18 @@ int kvix_ix_bm_add(bmap *m, uint64_t engine, bent v)
     return 0;
 }
 
+int kvix_ix_bm_add_at(bmap *m, size_t at, uint64_t engine, bent v)
+{
+    if (at == NO_SLOT || !(at & BM_MISS) || ((size_t)m->n + 1) * 5 > (size_t)m->cap * 4 ||
+        kvix_ix_node_engine(bent_node(v), m->eoff) != engine)
+        return kvix_ix_bm_add(m, engine, v);
+    size_t i = at & ~BM_MISS; /* where kvix_hm_free_slot would put it */
+    m->ctrl[i] = kvix_hm_tag(kvix_mix64(engine));
+    ent_set(m, i, v);
+    m->n++;
+    return 0;
+}
+
 void kvix_ix_bm_del(bmap *m, uint64_t engine)
 {
     kvix_ix_bm_del_at(m, find(m, engine, kvix_mix64(engine)), engine);
@@ -232,7 +249,7 @@ void kvix_ix_bm_del(bmap *m, uint64_t engine)
 void kvix_ix_bm_del_at(bmap *m, size_t at, uint64_t engine)
 {
     size_t i = at;
-    if (i == (size_t)-1) {
+    if (i & BM_MISS) {
         if (m->other && kvix_hmap_size(m->other))
             kvix_hmap_del(m->other, &engine);
         return;

@@ -129,8 +129,13 @@ typedef struct bmap {
 void kvix_ix_bm_init(bmap *m, const kvix_backend_ops *ops, void *be);
 void kvix_ix_bm_release(bmap *m);
 /* engine's entry, or 0 (no node handle is 0); *at (if not NULL) names the
- * entry for kvix_ix_bm_set until the next add or del. */
+ * entry for kvix_ix_bm_set until the next add or del, or on a miss (at &
+ * BM_MISS) where kvix_ix_bm_add_at would put engine. */
 bent kvix_ix_bm_get(const bmap *m, uint64_t engine, size_t *at);
+#define BM_MISS ((size_t)1 << (sizeof(size_t) * 8 - 2))
+/* Add engine (absent) -> v at the place kvix_ix_bm_get's miss named (no add
+ * or del since): no second search. 0, or -1 when memory runs out. */
+int kvix_ix_bm_add_at(bmap *m, size_t at, uint64_t engine, bent v);
 /* Replace the entry named by at (from kvix_ix_bm_get of engine) with v. */
 void kvix_ix_bm_set(bmap *m, size_t at, uint64_t engine, bent v);
 /* Add engine (absent) -> v: 0, or -1 when memory runs out. */
