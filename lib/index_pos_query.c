@@ -25,6 +25,15 @@ static inline pnode *probe(qctx *c, uint32_t pos)
     return be_find(c->be, pos, kvix_canon_at(c->q, pos));
 }
 
+/* Start loading the table slot a probe at pos will read (a hint). */
+static inline void prefetch_probe(qctx *c, uint32_t pos)
+{
+    uint64_t h = key_hash(pos, kvix_canon_at(c->q, pos));
+    const ptable *t = atomic_load_explicit(&c->be->shard[shard_of(h)].t, memory_order_acquire);
+    if (t)
+        __builtin_prefetch(&t->s[h & t->mask]);
+}
+
 /* The slots of v (a piece of the candidate list, which lives in the hits'
  * own slots) all matched `blocks` blocks (on gpu until tiers are counted):
  * one run, nothing copied. */
@@ -148,6 +157,16 @@ int kvix_pos_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
     pnode *n0 = probe(&c, 0);
     if (!n0)
         goto done;
+    uint32_t jump = be->jump;
+    if (n > 1) {
+        /* the first window's probes (its end, then its first position for
+         * those that drop in it) come after block 0's holders are listed:
+         * their table slots load meanwhile */
+        uint32_t p1 = (n - 1 > jump ? 1 + jump : n) - 1;
+        prefetch_probe(&c, p1);
+        if (p1 != 1)
+            prefetch_probe(&c, 1);
+    }
     kvix_wset *big0 = kvix_hs_big(&n0->h);
     if ((c.rc = kvix_qhits_reserve(out, kvix_hs_room(big0), err)))
         goto done;
@@ -155,7 +174,7 @@ int kvix_pos_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
     uint32_t nc = kvix_hs_list(&n0->h, big0, cand);
     out->n += nc;
     int have_untr = atomic_load_explicit(&be->nuntrusted, memory_order_relaxed) > 0;
-    uint32_t i = 1, jump = be->jump;
+    uint32_t i = 1;
     while (i < n && nc) {
         uint32_t step = jump;
         if (have_untr)
