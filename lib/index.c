@@ -309,9 +309,10 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
     /* Room for the event's blocks at once: a map grown block by block
      * rehashes (reading each entry's node) at every doubling on the way.
      * Engines send stored events for blocks they did not hold, so this is
-     * the size the adds reach; out of memory, the adds say so themselves. */
-    (void)kvix_ix_bm_reserve(&w->blocks, (size_t)w->blocks.n + ev->nblocks);
-    rc = KVIX_OK;
+     * the size the adds reach. */
+    rc = kvix_ix_bm_reserve(&w->blocks, (size_t)w->blocks.n + ev->nblocks)
+             ? kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block")
+             : KVIX_OK;
     for (size_t i = 0; i < ev->nblocks && !rc; i++) {
         uint32_t pos = pos0 + (uint32_t)i;
         uint64_t local = ev->blocks[i].local;

@@ -220,6 +220,12 @@ typedef struct whead { /* a worker's (worker, dp) states in a partition; key: wo
     struct rcu_head rcu;
 } whead;
 
+/* A slot's key in a ranking of the partition's slots (lib/index_part.c). */
+typedef struct rkey {
+    uint64_t worker;
+    uint32_t dp, slot;
+} rkey;
+
 typedef struct part {
     uint64_t h;
     char *model, *tenant;
@@ -246,8 +252,11 @@ typedef struct part {
     uint32_t nfree, fcap; /* free slots (below nslots) reusable now; room for fcap >= nslots */
     uint32_t *free_slots;
     uint32_t *order, norder; /* slots by (worker, dp) at the last ranking (some gone since) */
-    uint32_t *fresh, nfresh; /* slots registered since (some gone or listed twice); both
-                              * arrays have room for fcap */
+    uint32_t *fresh, nfresh; /* slots registered since (some gone or listed twice) */
+    uint32_t *spare;         /* the next ranking's order, swapped with order */
+    rkey *rkeys;             /* the next ranking's sort keys; these four arrays have
+                              * room for fcap, grown with the slots: a ranking never
+                              * allocates, so it cannot fail */
     /* atomic: call_rcu callbacks that will touch the partition, queued or
      * running; each drops it as its very last access to the partition */
     uint32_t inflight;

@@ -229,6 +229,8 @@ void kvix_ix_part_free(void *e)
     free(p->free_slots);
     free(p->order);
     free(p->fresh);
+    free(p->spare);
+    free(p->rkeys);
     if (p->be)
         p->ops->destroy(p->be);
     pthread_mutex_destroy(&p->lock);
@@ -291,7 +293,10 @@ static void part_empty(part *p)
     p->nfree = p->fcap = 0;
     free(p->order);
     free(p->fresh);
-    p->order = p->fresh = NULL;
+    free(p->spare);
+    free(p->rkeys);
+    p->order = p->fresh = p->spare = NULL;
+    p->rkeys = NULL;
     p->norder = p->nfresh = 0;
     __atomic_store_n(&p->nranked, 0, __ATOMIC_RELAXED); /* no slot is left to rank */
     inflight_add(p);
@@ -463,13 +468,17 @@ static int slot_take(part *p, uint32_t *slot, int *fresh, kvix_err *err)
     if (p->nslots == p->fcap) { /* the slot lists have room for every slot handed out */
         uint32_t cap = p->fcap ? 2 * p->fcap : 16;
         cap = cap < KVIX_SLOTS_MAX ? cap : KVIX_SLOTS_MAX;
-        uint32_t **lists[3] = {&p->free_slots, &p->order, &p->fresh};
-        for (unsigned i = 0; i < 3; i++) {
+        uint32_t **lists[4] = {&p->free_slots, &p->order, &p->fresh, &p->spare};
+        for (unsigned i = 0; i < 4; i++) {
             uint32_t *v = realloc(*lists[i], cap * sizeof *v);
             if (!v)
                 return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a worker");
             *lists[i] = v;
         }
+        rkey *k = realloc(p->rkeys, cap * sizeof *k);
+        if (!k)
+            return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a worker");
+        p->rkeys = k;
         p->fcap = cap;
     }
     if (!p->chunks) {
@@ -506,11 +515,6 @@ static int slot_take(part *p, uint32_t *slot, int *fresh, kvix_err *err)
  * change only inside the rank_seq window, which a query checks around its
  * filing (and falls back to sorting worker ids when it moved). */
 
-typedef struct rkey {
-    uint64_t worker;
-    uint32_t dp, slot;
-} rkey;
-
 static int rkey_cmp(const void *a, const void *b)
 {
     const rkey *x = a, *y = b;
@@ -526,17 +530,12 @@ static inline srec *slot_rec(part *p, uint32_t s)
 
 #define RANK_PICKED (RANK_NONE - 1) /* a fresh slot already taken by this ranking */
 
-/* Under p->lock. Out of memory: no ranking this time (queries sort the
- * unranked slots, slower but right). */
+/* Under p->lock. Into the spare arrays slot_take keeps as large as the
+ * slot lists. */
 static void rank_slots(part *p)
 {
-    uint32_t *next = malloc(p->fcap * sizeof *next);
-    rkey *k = malloc(p->nfresh * sizeof *k);
-    if (!next || !k) {
-        free(next);
-        free(k);
-        return;
-    }
+    uint32_t *next = p->spare;
+    rkey *k = p->rkeys;
     uint32_t nk = 0, n = 0, i = 0, j = 0;
     for (uint32_t f = 0; f < p->nfresh; f++) { /* still registered, listed once */
         srec *r = slot_rec(p, p->fresh[f]);
@@ -564,12 +563,11 @@ static void rank_slots(part *p)
         __atomic_store_n(&slot_rec(p, next[t])->rank, t, __ATOMIC_RELAXED);
     __atomic_store_n(&p->nranked, n, __ATOMIC_RELAXED);
     __atomic_store_n(&p->rank_seq, seq + 2, __ATOMIC_RELEASE);
-    free(p->order);
+    p->spare = p->order;
     p->order = next;
     p->norder = n;
     p->nfresh = 0;
     __atomic_store_n(&p->unranked_seen, 0, __ATOMIC_RELAXED);
-    free(k);
 }
 
 static void rank_if_due(part *p)
@@ -647,8 +645,8 @@ static int ws_register(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix
     else
         p->nfree--;
     p->live++;
-    if (p->nfresh < p->fcap) /* full only when rankings failed for memory: the slot
-                              * stays unranked (queries sort it apart) */
+    if (p->nfresh < p->fcap) /* a guard: a ranking is due long before it fills (a
+                              * slot left out stays unranked: queries sort it apart) */
         p->fresh[p->nfresh++] = slot;
     rank_if_due(p);
     *out = w;

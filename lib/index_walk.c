@@ -261,7 +261,8 @@ void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
         out->bytes += be + sizeof *p + strlen(p->model) + strlen(p->tenant) + 2 +
                       kvix_ix_cmap_memory(&p->workers) + kvix_ix_cmap_memory(&p->wheads) +
                       p->wheads.n * sizeof(whead) +
-                      3 * p->fcap * sizeof *p->free_slots; /* free, order, fresh */
+                      /* free, order, fresh, spare; the ranking's keys */
+                      p->fcap * (4 * sizeof *p->free_slots + sizeof *p->rkeys);
         uint32_t ns = part_nslots(p);
         out->bytes += (ns + SLOT_CHUNK - 1) / SLOT_CHUNK * SLOT_CHUNK * sizeof(srec) +
                       (p->chunks ? SLOT_CHUNKS * sizeof *p->chunks : 0);
