@@ -561,7 +561,7 @@ static void start_service(kvi *k, const char *listen, unsigned http_threads)
 /* --listen or subscriptions, once input is done: serve until told to stop. */
 static void serve(kvi *k)
 {
-    while (!sig_stop && !kvix_ingest_stopped(k->g)) {
+    while (!sig_stop && !kvix_ingest_stopped(k->g) && !kvix_ingest_feed_failed(k->g)) {
         handle_flags(k, NULL);
         struct pollfd p = {wake[0], POLLIN, 0};
         poll(&p, 1, -1);
@@ -601,8 +601,10 @@ static void handle_flags(kvi *k, kvix_reader *r)
 /* The reading loops' callbacks (kvix_ingest_loop). */
 static int stopping(void *ctx)
 {
-    (void)ctx;
-    return sig_stop;
+    kvi *k = ctx;
+    /* a subscriptions' thread that died applies nothing more: stop reading
+     * too, save what was applied, exit 6 */
+    return sig_stop || kvix_ingest_feed_failed(k->g);
 }
 
 static void between(void *ctx)
@@ -948,7 +950,7 @@ static void start_from_snapshot(kvi *k, kvargs *a, int feeding)
 /* The input files (or stdin) in turn, until a stop. */
 static void read_inputs(kvi *k, const kvargs *a)
 {
-    for (int i = 0; i < (a->nfiles ? a->nfiles : 1) && !sig_stop && !kvix_ingest_stopped(k->g);
+    for (int i = 0; i < (a->nfiles ? a->nfiles : 1) && !stopping(k) && !kvix_ingest_stopped(k->g);
          i++) {
         int fd = STDIN_FILENO;
         if (a->nfiles && strcmp(a->files[i], "-") != 0) {
@@ -971,7 +973,7 @@ static int finish(kvi *k, int subscribing)
 {
     kvix_ingest_sync(k->g);
     int strict_hit = kvix_ingest_stopped(k->g);
-    if ((k->svc || subscribing) && !sig_stop && !strict_hit) {
+    if ((k->svc || subscribing) && !stopping(k) && !strict_hit) {
         if (k->snap && !k->query_only)
             save(k, "end of input");
         serve(k);
@@ -979,24 +981,26 @@ static int finish(kvi *k, int subscribing)
     if (k->svc) /* stop accepting, let the requests in flight finish */
         kvix_service_shutdown(k->svc, 10000);
     kvix_err err;
-    if (kvix_ingest_feed_stop(k->g, &err)) {
+    int feed_rc = kvix_ingest_feed_stop(k->g, &err);
+    if (feed_rc)
         cli_warn("engine subscriptions stopped: %s", err.msg);
-        k->io_error = 1;
-    }
     strict_hit = kvix_ingest_stopped(k->g);
     if (k->snap && !k->query_only)
-        save(k, sig_stop ? "signal" : strict_hit ? "--strict" : "end of input");
+        save(k, sig_stop ? "signal" : strict_hit ? "--strict" : feed_rc ? "failure" : "end of input");
     if (!k->quiet) {
         summary(k);
         lag_summary(k);
     }
     /* A service counts rejected records in its metrics; only --strict, a
-     * failed read or a failed save change its exit status. */
+     * failed read or save, or the subscriptions' failure change its exit
+     * status. */
     int code = kvix_ingest_rejected(k->g) && !k->svc ? KVIX_EXIT_REJECTED : KVIX_EXIT_OK;
     if (strict_hit)
         code = KVIX_EXIT_STRICT;
     if (k->io_error || k->save_failed)
         code = k->save_failed ? k->save_failed : KVIX_EXIT_IO;
+    if (feed_rc) /* out of memory or a system call: 6, as everywhere */
+        code = feed_rc == KVIX_ENOMEM || feed_rc == KVIX_ESYS ? KVIX_EXIT_SYS : KVIX_EXIT_IO;
     if (k->gone)
         code = KVIX_EXIT_GONE;
     return code;

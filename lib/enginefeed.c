@@ -145,6 +145,8 @@ static void *run(void *p)
             f->failed = rc;
             f->ferr = err;
             pthread_mutex_unlock(&f->mu);
+            if (f->o.on_failed)
+                f->o.on_failed(f->o.ctx, &err);
             break;
         }
     }

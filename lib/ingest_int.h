@@ -23,6 +23,7 @@ struct kvix_ingest {
     kvix_ingest_counts c;     /* submitted, queries, answered: main thread; the rest: mu */
     kvix_apply_result base;
     int stopped;             /* atomic: a strict stop (set under mu) */
+    int feed_failed;         /* atomic: the feed's thread stopped on an error */
     int dirty;               /* main thread: changed since the last save */
     uint64_t since_save;     /* atomic: events applied from the sources since the last save */
     uint64_t fed_at_save;    /* the feed's applied + refused at the last save */

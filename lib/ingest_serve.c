@@ -31,6 +31,22 @@ static void feed_applied(void *ctx, uint64_t applied)
         g->o.on_wake(g->o.ctx);
 }
 
+/* On the subscriptions' thread, as it ends on an error: the caller's main
+ * loop must learn of it now, not at its own end. */
+static void feed_failed(void *ctx, const kvix_err *e)
+{
+    (void)e; /* kvix_ingest_feed_stop gives it */
+    kvix_ingest *g = ctx;
+    __atomic_store_n(&g->feed_failed, 1, __ATOMIC_RELEASE);
+    if (g->o.on_wake)
+        g->o.on_wake(g->o.ctx);
+}
+
+int kvix_ingest_feed_failed(kvix_ingest *g)
+{
+    return __atomic_load_n(&g->feed_failed, __ATOMIC_ACQUIRE);
+}
+
 static void feed_note(void *ctx, const kvix_enginesub_note *n)
 {
     kvix_ingest *g = ctx;
@@ -50,6 +66,7 @@ int kvix_ingest_feed_new(kvix_ingest *g, const kvix_enginesub_config *cfg, kvix_
         .on_reject = feed_reject,
         .on_note = feed_note,
         .on_applied = feed_applied,
+        .on_failed = feed_failed,
         .ctx = g,
     };
     kvix_enginefeed *f;

@@ -58,6 +58,11 @@ typedef struct kvix_enginefeed_opts {
      * the feed's count so far (kvix_enginefeed_counts.applied): a tool's
      * save every N events from every source. Optional. */
     void (*on_applied)(void *ctx, uint64_t applied);
+    /* The thread stopped on an error it cannot go on from (KVIX_ENOMEM,
+     * KVIX_ESYS; kvix_enginefeed_stop returns it): once, on the feed's
+     * thread, as its last act. Without it nobody would know until the stop
+     * that no engine's events are applied any more. Optional. */
+    void (*on_failed)(void *ctx, const kvix_err *err);
     void *ctx;
 } kvix_enginefeed_opts;
 

@@ -227,6 +227,10 @@ int kvix_ingest_feed_start(kvix_ingest *g, bool hold, kvix_err *err);
 void kvix_ingest_feed_release(kvix_ingest *g);
 /* Stop the feed's thread; its failure, if it failed. */
 int kvix_ingest_feed_stop(kvix_ingest *g, kvix_err *err);
+/* 1 once the feed's thread stopped on an error (out of memory, a system
+ * call): no engine's events are applied any more; kvix_ingest_feed_stop
+ * says why. opts.on_wake is called when it happens. Any thread. */
+int kvix_ingest_feed_failed(kvix_ingest *g);
 
 /* What kvix_ingest_recover did. */
 typedef struct kvix_ingest_recovery {
