@@ -9,8 +9,10 @@
  * promotion then reads inline ids frozen at the promotion, a state of the set
  * within its read; demoting in place would let it see a mix that never was.
  * Per-tier sets exist only once a non-gpu tier holds the block. The bitset
- * and the tier sets share one out-of-line record (kvix_wset), so an inline
- * set costs 16 bytes: the record's pointer and four ids.
+ * and the tier sets share one out-of-line record (kvix_wset), and a set is
+ * one 64-bit word: four inline ids, or (tagged) the record's address, the
+ * record then keeping the inline ids too while not promoted. So a set costs
+ * 8 bytes in its node until it needs a record.
  *
  * Inline ids: an add fills the first free entry, a delete frees its entry;
  * the four share one word, so a reader sees each holder once.
@@ -38,9 +40,10 @@ typedef struct kvix_bmem {
 } kvix_bmem;
 
 /* A set's out-of-line record, published by RCU and replaced whole (copy on
- * write) when its shape changes, so a node pays one pointer for both:
+ * write) when its shape changes, so a node pays one word for both:
  *  - big: w[0..nw) is the any-tier set, a bitset over slots (else the
- *    holders are the inline ids);
+ *    holders are the inline ids, kept in the record's ids; a big record's
+ *    ids are those at the promotion, frozen);
  *  - tiered: tier t's bitset is w[tw + t * nw ..) with tw = big ? nw : 0.
  * rcu first: freed with kvix_rcu_free. */
 typedef struct kvix_wset {
@@ -49,6 +52,7 @@ typedef struct kvix_wset {
     uint32_t count;  /* holders in any tier while big (writer side) */
     uint32_t nongpu; /* bits set in non-gpu tiers (writer side): the tiers go at 0 */
     uint8_t big, tiered;
+    _Atomic uint64_t ids; /* the inline ids while not big */
     kvix_aword w[];
 } kvix_wset;
 typedef kvix_wset kvix_tset; /* a record seen for its tier sets */
@@ -83,10 +87,19 @@ static inline size_t kvix_wset_size(uint32_t nw, int big, int tiered)
            ((big ? 1u : 0u) + (tiered ? KVIX_MEDIUM_COUNT : 0u)) * (size_t)nw * sizeof(uint64_t);
 }
 
+/* A record's address is kept below the set word's tag (48 bits: every
+ * user-space address of x86-64 and arm64 with 4-level tables); one above is
+ * refused like a failed allocation. */
+#define KVIX_HS_PTR ((UINT64_C(1) << 48) - 1)
+
 static inline kvix_wset *kvix_wset_new(uint32_t nw, int big, int tiered, kvix_bmem *mem)
 {
     size_t sz = kvix_wset_size(nw, big, tiered);
     kvix_wset *r = calloc(1, sz);
+    if (r && ((uint64_t)(uintptr_t)r & ~KVIX_HS_PTR)) {
+        free(r);
+        r = NULL;
+    }
     if (r) {
         r->nw = nw;
         r->big = (uint8_t)big;
@@ -105,28 +118,41 @@ static inline void kvix_wset_retire(kvix_wset *r, kvix_bmem *mem)
 
 /* Inline ids: four 16-bit lanes of one word (slots are below KVIX_SLOTS_MAX
  * = 2^16), so a reader loads all four at once, a state of the set. A free
- * lane is 0xffff, so slot 0xffff is never kept inline (a set it joins goes
- * big). */
+ * lane is 0xffff, and a top lane of 0xfffe tags the word as a record's
+ * address, so slots 0xfffe and 0xffff are never kept inline (a set they
+ * join goes big). */
 #define KVIX_HS_INLINE 4
 #define KVIX_HS_FREE16 UINT64_C(0xffff)
+#define KVIX_HS_TAG16 UINT64_C(0xfffe)
 #define KVIX_HS_LANES UINT64_C(0x0001000100010001)
 #define KVIX_HS_EMPTY UINT64_MAX
 
 typedef struct kvix_hset {
-    _Atomic(kvix_wset *) rec; /* NULL: inline holders, every one on gpu */
-    _Atomic uint64_t ids;     /* the inline ids, KVIX_HS_FREE16 in a free lane */
+    /* inline ids (every holder on gpu), or KVIX_HS_TAG16 << 48 | the record */
+    _Atomic uint64_t w;
 } kvix_hset;
 
 static inline void kvix_hs_init(kvix_hset *h)
 {
-    atomic_init(&h->rec, NULL);
-    atomic_init(&h->ids, KVIX_HS_EMPTY);
+    atomic_init(&h->w, KVIX_HS_EMPTY);
 }
 
-/* The inline ids word: load it once per look at the set. */
-static inline uint64_t kvix_hs_ids(const kvix_hset *h)
+/* The record of set word w, or NULL (w is the inline ids). */
+static inline kvix_wset *kvix_hw_rec(uint64_t w)
 {
-    return atomic_load_explicit(&h->ids, memory_order_relaxed);
+    return w >> 48 == KVIX_HS_TAG16 ? (kvix_wset *)(uintptr_t)(w & KVIX_HS_PTR) : NULL;
+}
+
+/* The set's word: acquire, so a record it names is seen whole. */
+static inline uint64_t kvix_hs_word(const kvix_hset *h)
+{
+    return atomic_load_explicit(&h->w, memory_order_acquire);
+}
+
+/* The record (writer side, or a reader inside a read-side section). */
+static inline kvix_wset *kvix_hs_rec(const kvix_hset *h)
+{
+    return kvix_hw_rec(kvix_hs_word(h));
 }
 
 /* Is s one of the inline ids of word w? (SWAR: a lane equal to s becomes 0,
@@ -142,40 +168,69 @@ static inline int kvix_wset_has(const kvix_wset *e, uint32_t s)
     return s / 64 < e->nw && (kvix_ld(&e->w[s / 64]) >> (s % 64) & 1);
 }
 
-/* The bitset of a promoted set, or NULL (the inline ids): load it once and
- * pass it to kvix_hs_list, so the room and the list agree. */
-static inline kvix_wset *kvix_hs_big(const kvix_hset *h)
+/* One look at a set: its bitset when promoted, else its inline ids, read
+ * once (a state of the set). Take it once per use, as the query does. */
+typedef struct kvix_hview {
+    const kvix_wset *big;
+    uint64_t ids; /* when big is NULL */
+} kvix_hview;
+
+static inline kvix_hview kvix_hs_view(const kvix_hset *h)
 {
-    kvix_wset *r = atomic_load_explicit(&h->rec, memory_order_acquire);
-    return r && r->big ? r : NULL;
+    uint64_t w = kvix_hs_word(h);
+    kvix_wset *r = kvix_hw_rec(w);
+    kvix_hview v = {NULL, w};
+    if (r) {
+        if (r->big)
+            v.big = r;
+        else
+            v.ids = atomic_load_explicit(&r->ids, memory_order_relaxed);
+    }
+    return v;
+}
+
+static inline int kvix_hv_has(kvix_hview v, uint32_t s)
+{
+    return v.big ? kvix_wset_has(v.big, s) : kvix_ids_have(v.ids, s);
 }
 
 /* The per-tier sets, or NULL when every holder holds the block on gpu. */
 static inline kvix_tset *kvix_hs_tset(const kvix_hset *h)
 {
-    kvix_wset *r = atomic_load_explicit(&h->rec, memory_order_acquire);
+    kvix_wset *r = kvix_hs_rec(h);
     return r && r->tiered ? r : NULL;
 }
 
 static inline int kvix_hs_has(const kvix_hset *h, uint32_t s)
 {
-    kvix_wset *e = kvix_hs_big(h);
-    if (e)
-        return kvix_wset_has(e, s);
-    return kvix_ids_have(kvix_hs_ids(h), s);
+    return kvix_hv_has(kvix_hs_view(h), s);
+}
+
+/* Where the inline ids are now (writer side): the word, or the record's. */
+static inline _Atomic uint64_t *kvix_hs_idsp(kvix_hset *h, kvix_wset *r)
+{
+    return r ? &r->ids : &h->w;
+}
+
+/* The inline ids (writer side; meaningless for a big set). */
+static inline uint64_t kvix_hs_ids(const kvix_hset *h)
+{
+    uint64_t w = atomic_load_explicit(&h->w, memory_order_relaxed);
+    kvix_wset *r = kvix_hw_rec(w);
+    return r ? atomic_load_explicit(&r->ids, memory_order_relaxed) : w;
 }
 
 /* No holder in any tier (writer side). */
 static inline int kvix_hs_empty(const kvix_hset *h)
 {
-    kvix_wset *r = atomic_load_explicit(&h->rec, memory_order_relaxed);
+    kvix_wset *r = kvix_hs_rec(h);
     return r && r->big ? r->count == 0 : kvix_hs_ids(h) == KVIX_HS_EMPTY;
 }
 
 /* Holders in any tier (writer side). */
 static inline uint32_t kvix_hs_count(const kvix_hset *h)
 {
-    kvix_wset *r = atomic_load_explicit(&h->rec, memory_order_relaxed);
+    kvix_wset *r = kvix_hs_rec(h);
     if (r && r->big)
         return r->count;
     uint32_t n = 0;
@@ -185,25 +240,25 @@ static inline uint32_t kvix_hs_count(const kvix_hset *h)
     return n;
 }
 
-/* Ids kvix_hs_list may write for big (from kvix_hs_big). */
-static inline uint32_t kvix_hs_room(const kvix_wset *big)
+/* Ids kvix_hv_list may write for view v. */
+static inline uint32_t kvix_hv_room(kvix_hview v)
 {
-    return big ? 64 * big->nw : KVIX_HS_INLINE;
+    return v.big ? 64 * v.big->nw : KVIX_HS_INLINE;
 }
 
-/* Write the holders to out (kvix_hs_room(big) ids), each once; returns how
- * many. big: kvix_hs_big's answer (if the set was promoted since, its inline
- * ids are frozen at the promotion: a state of the set since big was read). */
-static inline uint32_t kvix_hs_list(const kvix_hset *h, const kvix_wset *big, uint32_t *out)
+/* Write the holders of view v to out (kvix_hv_room(v) ids), each once;
+ * returns how many. */
+static inline uint32_t kvix_hv_list(kvix_hview v, uint32_t *out)
 {
     uint32_t n = 0;
+    const kvix_wset *big = v.big;
     if (big) {
         for (uint32_t wi = 0; wi < big->nw; wi++)
-            for (uint64_t v = kvix_ld(&big->w[wi]); v; v &= v - 1)
-                out[n++] = wi * 64 + (uint32_t)__builtin_ctzll(v);
+            for (uint64_t b = kvix_ld(&big->w[wi]); b; b &= b - 1)
+                out[n++] = wi * 64 + (uint32_t)__builtin_ctzll(b);
         return n;
     }
-    uint64_t w = kvix_hs_ids(h); /* one state of the set: each id once */
+    uint64_t w = v.ids; /* one state of the set: each id once */
     for (unsigned i = 0; i < KVIX_HS_INLINE; i++, w >>= 16)
         if ((w & KVIX_HS_FREE16) != KVIX_HS_FREE16)
             out[n++] = (uint32_t)(w & KVIX_HS_FREE16);
@@ -232,10 +287,13 @@ static inline uint32_t kvix_ids_nw(uint64_t w, uint32_t nw)
     return nw;
 }
 
-/* Publish n in place of r (NULL allowed on either side). */
+/* Publish n in place of r (NULL allowed on either side: a set with no
+ * record keeps r's inline ids in its word). */
 static inline void kvix_hs_publish(kvix_hset *h, kvix_wset *r, kvix_wset *n, kvix_bmem *mem)
 {
-    atomic_store_explicit(&h->rec, n, memory_order_release);
+    uint64_t w = n ? KVIX_HS_TAG16 << 48 | (uint64_t)(uintptr_t)n
+                   : atomic_load_explicit(&r->ids, memory_order_relaxed);
+    atomic_store_explicit(&h->w, w, memory_order_release);
     if (r)
         kvix_wset_retire(r, mem);
 }
@@ -246,12 +304,13 @@ static inline void kvix_hs_publish(kvix_hset *h, kvix_wset *r, kvix_wset *n, kvi
 static inline kvix_wset *kvix_hs_reshape(const kvix_hset *h, uint32_t nw, int big, int tiered,
                                          kvix_bmem *mem)
 {
-    kvix_wset *r = atomic_load_explicit(&h->rec, memory_order_relaxed);
+    kvix_wset *r = kvix_hs_rec(h);
     if (r && r->nw > nw)
         nw = r->nw;
     kvix_wset *n = kvix_wset_new(nw, big, tiered, mem);
     if (!n)
         return NULL;
+    atomic_init(&n->ids, kvix_hs_ids(h));
     int rbig = r && r->big;
     if (big) {
         if (rbig) {
@@ -286,7 +345,7 @@ static inline kvix_wset *kvix_hs_reshape(const kvix_hset *h, uint32_t nw, int bi
  * published), or NULL (out of memory: nothing changed). */
 static inline kvix_tset *kvix_hs_tiers(kvix_hset *h, uint32_t nw, kvix_bmem *mem)
 {
-    kvix_wset *r = atomic_load_explicit(&h->rec, memory_order_relaxed);
+    kvix_wset *r = kvix_hs_rec(h);
     if (r && r->tiered && r->nw >= nw)
         return r;
     if (!(r && r->big))
@@ -304,7 +363,7 @@ static inline kvix_tset *kvix_hs_tiers(kvix_hset *h, uint32_t nw, kvix_bmem *mem
  * (when a copy without them cannot be made, they stay, still exact). */
 static inline void kvix_hs_untier(kvix_hset *h, kvix_bmem *mem)
 {
-    kvix_wset *r = atomic_load_explicit(&h->rec, memory_order_relaxed);
+    kvix_wset *r = kvix_hs_rec(h);
     kvix_wset *n = NULL;
     if (r->big && !(n = kvix_hs_reshape(h, r->nw, 1, 0, mem)))
         return;
@@ -317,12 +376,13 @@ static inline void kvix_hs_untier(kvix_hset *h, kvix_bmem *mem)
 static inline int kvix_hs_insert(kvix_hset *h, uint32_t s, uint32_t hint_nw, kvix_bmem *mem)
 {
     uint32_t need = s / 64 + 1;
-    kvix_wset *r = atomic_load_explicit(&h->rec, memory_order_relaxed);
-    if (!(r && r->big) && s != KVIX_HS_FREE16) {
-        uint64_t w = kvix_hs_ids(h);
+    kvix_wset *r = kvix_hs_rec(h);
+    if (!(r && r->big) && s < KVIX_HS_TAG16) {
+        _Atomic uint64_t *ip = kvix_hs_idsp(h, r);
+        uint64_t w = atomic_load_explicit(ip, memory_order_relaxed);
         for (unsigned sh = 0; sh < 64; sh += 16)
             if ((w >> sh & KVIX_HS_FREE16) == KVIX_HS_FREE16) {
-                atomic_store_explicit(&h->ids, (w & ~(KVIX_HS_FREE16 << sh)) | (uint64_t)s << sh,
+                atomic_store_explicit(ip, (w & ~(KVIX_HS_FREE16 << sh)) | (uint64_t)s << sh,
                                       memory_order_relaxed);
                 return KVIX_OK;
             }
@@ -344,16 +404,17 @@ static inline int kvix_hs_insert(kvix_hset *h, uint32_t s, uint32_t hint_nw, kvi
 
 static inline void kvix_hs_remove(kvix_hset *h, uint32_t s)
 {
-    kvix_wset *e = atomic_load_explicit(&h->rec, memory_order_relaxed);
+    kvix_wset *e = kvix_hs_rec(h);
     if (e && e->big) {
         kvix_st(&e->w[s / 64], kvix_ld(&e->w[s / 64]) & ~(UINT64_C(1) << (s % 64)));
         e->count--;
         return;
     }
-    uint64_t w = kvix_hs_ids(h);
+    _Atomic uint64_t *ip = kvix_hs_idsp(h, e);
+    uint64_t w = atomic_load_explicit(ip, memory_order_relaxed);
     for (unsigned sh = 0; sh < 64; sh += 16)
         if ((w >> sh & KVIX_HS_FREE16) == s) {
-            atomic_store_explicit(&h->ids, w | KVIX_HS_FREE16 << sh, memory_order_relaxed);
+            atomic_store_explicit(ip, w | KVIX_HS_FREE16 << sh, memory_order_relaxed);
             return;
         }
 }
@@ -366,6 +427,19 @@ static inline int kvix_hs_add(kvix_hset *h, uint32_t s, unsigned t, uint32_t hin
                               kvix_bmem *mem, int *any_new)
 {
     *any_new = 0;
+    uint64_t w0 = atomic_load_explicit(&h->w, memory_order_relaxed);
+    if (t == KVIX_MEDIUM_GPU && !kvix_hw_rec(w0)) { /* most adds: inline, gpu only */
+        if (kvix_ids_have(w0, s))
+            return 1;
+        if (s < KVIX_HS_TAG16)
+            for (unsigned sh = 0; sh < 64; sh += 16)
+                if ((w0 >> sh & KVIX_HS_FREE16) == KVIX_HS_FREE16) {
+                    atomic_store_explicit(&h->w, (w0 & ~(KVIX_HS_FREE16 << sh)) | (uint64_t)s << sh,
+                                          memory_order_relaxed);
+                    *any_new = 1;
+                    return KVIX_OK;
+                }
+    }
     kvix_aword *tw = NULL;
     uint64_t bit = UINT64_C(1) << (s % 64);
     if (t != KVIX_MEDIUM_GPU || kvix_hs_tset(h)) {
@@ -385,7 +459,7 @@ static inline int kvix_hs_add(kvix_hset *h, uint32_t s, unsigned t, uint32_t hin
     if (kvix_hs_insert(h, s, hint_nw, mem) < 0) {
         if (tw) { /* undo the tier bit (the record was not replaced): the front
                    * end will not count this add */
-            kvix_tset *ts = atomic_load_explicit(&h->rec, memory_order_relaxed);
+            kvix_tset *ts = kvix_hs_rec(h);
             kvix_st(tw, kvix_ld(tw) & ~bit);
             if (t != KVIX_MEDIUM_GPU && --ts->nongpu == 0)
                 kvix_hs_untier(h, mem);
@@ -402,6 +476,17 @@ static inline void kvix_hs_del(kvix_hset *h, uint32_t s, unsigned t, kvix_bmem *
                                int *any_gone)
 {
     *any_gone = 0;
+    uint64_t w0 = atomic_load_explicit(&h->w, memory_order_relaxed);
+    if (!kvix_hw_rec(w0)) { /* most deletes: inline, gpu only */
+        if (t != KVIX_MEDIUM_GPU || !kvix_ids_have(w0, s))
+            return;
+        for (unsigned sh = 0; sh < 64; sh += 16)
+            if ((w0 >> sh & KVIX_HS_FREE16) == s) {
+                atomic_store_explicit(&h->w, w0 | KVIX_HS_FREE16 << sh, memory_order_relaxed);
+                *any_gone = 1;
+                return;
+            }
+    }
     if (!kvix_hs_has(h, s))
         return;
     uint64_t bit = UINT64_C(1) << (s % 64);
@@ -431,12 +516,14 @@ static inline void kvix_hs_del(kvix_hset *h, uint32_t s, unsigned t, kvix_bmem *
 /* Free the out-of-line record now (quiet backend) or after a grace period. */
 static inline void kvix_hs_free(kvix_hset *h)
 {
-    free(atomic_load_explicit(&h->rec, memory_order_relaxed));
+    kvix_wset *r = kvix_hs_rec(h);
+    if (r)
+        free(r);
 }
 
 static inline void kvix_hs_retire(kvix_hset *h, kvix_bmem *mem)
 {
-    kvix_wset *r = atomic_load_explicit(&h->rec, memory_order_relaxed);
+    kvix_wset *r = kvix_hs_rec(h);
     if (r) {
         if (r->tiered)
             atomic_fetch_sub_explicit(&mem->tiered, 1, memory_order_relaxed);

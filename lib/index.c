@@ -200,7 +200,7 @@ store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t c
         rc = kvix_err_set(err, KVIX_ESYS, "misaligned index node");
     else if (!(rc = note_parent(w, engine, pos ? parent : 0, b.parent_engine,
                                 err)) &&
-             kvix_ix_bm_add_at(&w->blocks, at, engine, (bent)(uintptr_t)node | (1u << tier)))
+             kvix_ix_bm_add_at(&w->blocks, at, engine, (bent)(uintptr_t)node | (1u << tier), b.num))
         rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block");
     if (rc) {
         if (w->side && kvix_hmap_size(&w->side->pexc))

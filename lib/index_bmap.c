@@ -58,15 +58,13 @@ static inline bent ent(const bmap *m, size_t i)
     return unpack(m, dir_of(m), ((const uint32_t *)m->v)[i]);
 }
 
-static inline void ent_set(bmap *m, size_t i, bent v)
+/* Entry i becomes v (num: v's node's number, when numbered). */
+static inline void ent_put(bmap *m, size_t i, bent v, uint32_t num)
 {
-    if (!m->dir) {
+    if (!m->dir)
         ((bent *)m->v)[i] = v;
-        return;
-    }
-    uint32_t num;
-    memcpy(&num, (const char *)bent_node(v) + m->soff, sizeof num);
-    ((uint32_t *)m->v)[i] = num << 4 | (uint32_t)bent_tiers(v);
+    else
+        ((uint32_t *)m->v)[i] = num << 4 | (uint32_t)bent_tiers(v);
 }
 
 static inline void ent_move(const bmap *m, size_t j, size_t i)
@@ -90,7 +88,6 @@ void kvix_ix_bm_init(bmap *m, const kvix_backend_ops *ops, void *be)
     m->eoff = (uint16_t)ops->engine_off;
     m->dir = ops->nodedir ? ops->nodedir(be) : NULL;
     m->nsize = (uint16_t)ops->node_size;
-    m->soff = (uint16_t)ops->self_off;
     m->other = NULL;
 }
 
@@ -140,8 +137,12 @@ bent kvix_ix_bm_get(const bmap *m, uint64_t engine, size_t *at)
 
 void kvix_ix_bm_set(bmap *m, size_t at, uint64_t engine, bent v)
 {
-    if (!(at & BM_MISS)) {
-        ent_set(m, at, v);
+    if (!(at & BM_MISS)) { /* the same node: a numbered entry keeps its number */
+        if (m->dir)
+            ((uint32_t *)m->v)[at] =
+                (((uint32_t *)m->v)[at] & ~(uint32_t)BENT_TIERS) | (uint32_t)bent_tiers(v);
+        else
+            ((bent *)m->v)[at] = v;
         return;
     }
     bent *e = kvix_hmap_get(m->other, &engine);
@@ -207,7 +208,7 @@ int kvix_ix_bm_reserve(bmap *m, size_t n)
     return cap == m->cap ? 0 : resize(m, cap);
 }
 
-int kvix_ix_bm_add(bmap *m, uint64_t engine, bent v)
+int kvix_ix_bm_add(bmap *m, uint64_t engine, bent v, uint32_t num)
 {
     if (kvix_ix_node_engine(bent_node(v), m->eoff) != engine) {
         int inserted;
@@ -224,19 +225,19 @@ int kvix_ix_bm_add(bmap *m, uint64_t engine, bent v)
     uint64_t h = kvix_mix64(engine);
     size_t i = kvix_hm_free_slot(m->ctrl, m->cap - 1, h);
     m->ctrl[i] = kvix_hm_tag(h);
-    ent_set(m, i, v);
+    ent_put(m, i, v, num);
     m->n++;
     return 0;
 }
 
-int kvix_ix_bm_add_at(bmap *m, size_t at, uint64_t engine, bent v)
+int kvix_ix_bm_add_at(bmap *m, size_t at, uint64_t engine, bent v, uint32_t num)
 {
     if (at == NO_SLOT || !(at & BM_MISS) || ((size_t)m->n + 1) * 5 > (size_t)m->cap * 4 ||
         kvix_ix_node_engine(bent_node(v), m->eoff) != engine)
-        return kvix_ix_bm_add(m, engine, v);
+        return kvix_ix_bm_add(m, engine, v, num);
     size_t i = at & ~BM_MISS; /* where kvix_hm_free_slot would put it */
     m->ctrl[i] = kvix_hm_tag(kvix_mix64(engine));
-    ent_set(m, i, v);
+    ent_put(m, i, v, num);
     m->n++;
     return 0;
 }

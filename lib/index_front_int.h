@@ -122,7 +122,7 @@ typedef struct bmap {
     kvix_hmap *other; /* engine hash -> bent, where the node's engine hash is another
                        * (made on first need: most workers hash alike) */
     uint32_t cap, n;
-    uint16_t eoff, nsize, soff; /* 48 bytes in all: one per (worker, dp) */
+    uint16_t eoff, nsize; /* 48 bytes in all: one per (worker, dp) */
 } bmap;
 
 /* ops: the partition's backend's, be: its instance (outlives the map). */
@@ -134,12 +134,16 @@ void kvix_ix_bm_release(bmap *m);
 bent kvix_ix_bm_get(const bmap *m, uint64_t engine, size_t *at);
 #define BM_MISS ((size_t)1 << (sizeof(size_t) * 8 - 2))
 /* Add engine (absent) -> v at the place kvix_ix_bm_get's miss named (no add
- * or del since): no second search. 0, or -1 when memory runs out. */
-int kvix_ix_bm_add_at(bmap *m, size_t at, uint64_t engine, bent v);
-/* Replace the entry named by at (from kvix_ix_bm_get of engine) with v. */
+ * or del since): no second search. 0, or -1 when memory runs out. num: the
+ * node's number (kvix_binfo.num from the backend's add; unused unless
+ * numbered). */
+int kvix_ix_bm_add_at(bmap *m, size_t at, uint64_t engine, bent v, uint32_t num);
+/* Replace the entry named by at (from kvix_ix_bm_get of engine) with v, the
+ * same node in other tiers. */
 void kvix_ix_bm_set(bmap *m, size_t at, uint64_t engine, bent v);
-/* Add engine (absent) -> v: 0, or -1 when memory runs out. */
-int kvix_ix_bm_add(bmap *m, uint64_t engine, bent v);
+/* Add engine (absent) -> v: 0, or -1 when memory runs out. num: as for
+ * kvix_ix_bm_add_at. */
+int kvix_ix_bm_add(bmap *m, uint64_t engine, bent v, uint32_t num);
 /* Remove engine (present; its node still valid). */
 void kvix_ix_bm_del(bmap *m, uint64_t engine);
 /* The same, engine's entry named by at (from kvix_ix_bm_get, no add or del

@@ -131,6 +131,7 @@ typedef struct kvix_binfo {
     const void *parent_node; /* add: NULL, or the parent's handle, which the adding slot
                               * holds (in some tier): a store of a chain passes the
                               * previous block's, so a backend need not look it up */
+    uint32_t num;           /* add, numbered backends (nodedir): the node's number */
 } kvix_binfo;
 
 /* Node handles are at least this aligned: the front end packs a tier mask
@@ -185,10 +186,10 @@ typedef struct kvix_backend_ops {
     size_t engine_off; /* where a node keeps its engine hash (a uint64_t) */
     size_t (*unique_blocks)(void *be); /* distinct (pos, canon) held by any slot */
     /* Optional (NULL: handles are only addresses): where the backend keeps
-     * its node directory; a node's own number (a uint32_t) is at self_off,
-     * fixed while it is held. */
+     * its node directory; add then sets b->num to the node's number, fixed
+     * while the node is held (nodes do not keep their own). */
     _Atomic(kvix_nodedir *) *(*nodedir)(void *be);
-    size_t node_size, self_off; /* engine_off, node_size, self_off: below 65536 */
+    size_t node_size; /* engine_off, node_size: below 65536 */
 } kvix_backend_ops;
 
 /* Key-based calls for backend tests and benchmarks (the front end keeps
@@ -198,7 +199,7 @@ static inline int kvix_backend_add_key(const kvix_backend_ops *ops, void *be, ui
                                        uint64_t local, uint64_t canon, uint64_t parent_canon,
                                        uint32_t slot, unsigned tier, kvix_err *err)
 {
-    kvix_binfo b = {pos, local, canon, pos ? parent_canon : 0, 0, canon, NULL};
+    kvix_binfo b = {pos, local, canon, pos ? parent_canon : 0, 0, canon, NULL, 0};
     void *node;
     return ops->add(be, &b, slot, tier, &node, err);
 }
@@ -207,7 +208,7 @@ static inline void kvix_backend_del_key(const kvix_backend_ops *ops, void *be, u
                                         uint64_t local, uint64_t canon, uint64_t parent_canon,
                                         uint32_t slot, unsigned tier)
 {
-    kvix_binfo b = {pos, local, canon, pos ? parent_canon : 0, 0, canon, NULL};
+    kvix_binfo b = {pos, local, canon, pos ? parent_canon : 0, 0, canon, NULL, 0};
     void *node;
     kvix_err err;
     if (ops->add(be, &b, slot, tier, &node, &err) >= 0)

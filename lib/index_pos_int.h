@@ -59,8 +59,10 @@ static inline void spin_unlock(spin_t *l)
  * other by 32-bit numbers in it, not by pointers: a node costs what the
  * index needs of it, not three words of links. A number is (chunk << 12 |
  * place); chunk k holds min(16 << k, 4096) nodes and never moves while the
- * backend holds a node, so the front end keeps node addresses (the shard
- * tables keep numbers). 0 is no node. */
+ * backend holds a node. The shard tables and the front end's blocks maps
+ * keep numbers, and whoever reaches a node got its number on the way (a
+ * table slot, a link, the slab), so a node does not keep its own. 0 is no
+ * node. */
 typedef uint32_t pidx;
 #define PNIL 0u
 #define SLAB_SHIFT 12
@@ -69,35 +71,28 @@ typedef uint32_t pidx;
 
 typedef struct pos_be pos_be;
 typedef struct pnode pnode;
+/* 48 bytes. Queries read canon, pos and h (also of a node retired within
+ * their read-side section); the rest is the writers'. */
 struct pnode {
-    /* read side: queries may look at a retired node until a grace period */
     uint64_t canon;
     uint32_t pos;
-    pidx self; /* this node's number: set when its place is first handed out */
-    union {
-        struct {
-            uint64_t engine; /* made under (the front end's key): fixed for life */
-            uint64_t local;  /* set when the node becomes held */
-        };
-        /* a retired node's are read by no one: the limbo batch's grace
-         * period (the batch's first node) reuses their bytes */
-        struct rcu_head rcu;
-    };
-    /* writer side, under the node's shard lock */
-    union {
-        struct {
-            pidx parent; /* node of (pos - 1, parent canon); PNIL at 0 or for a ghost */
-            pidx prev;   /* previous sibling */
-        };
-        pos_be *be; /* a limbo batch's first node: its backend */
-    };
-    pidx kids; /* nodes whose parent this is */
-    pidx next; /* next sibling (under the parent's shard lock); retired: next in limbo */
+    /* next sibling in the parent's ring (under the parent's shard lock);
+     * retired: next in limbo; free: next free place */
+    pidx next;
+    uint64_t engine; /* made under (the front end's key): fixed for life */
+    uint64_t local;  /* set when the node becomes held */
+    pidx parent;     /* node of (pos - 1, parent canon); PNIL at 0 or for a ghost */
+    /* the newest of the nodes whose parent this is: siblings are a ring
+     * through next, the newest linking to the oldest (so a new kid is put
+     * last in O(1), and the oldest, whom evictions take first, are found
+     * first by an unlink, which walks the ring: singly linked, no prev) */
+    pidx kids;
     kvix_hset h;
 };
 
 /* node handles keep a tier mask in their low bits */
 _Static_assert(sizeof(pnode) % KVIX_NODE_ALIGN == 0, "pnode size breaks handle alignment");
+_Static_assert(sizeof(pnode) == 48, "a node is paid per (worker, block) at thousands of workers");
 
 typedef struct porph {
     uint32_t n[ORPH_CHUNK];                 /* orphans (the slot's own writer) */
@@ -192,9 +187,10 @@ static inline unsigned shard_of(uint64_t h)
     return (unsigned)(h >> (64 - SHARD_BITS));
 }
 
-/* t may be NULL: a shard that never held a node has no table. */
+/* t may be NULL: a shard that never held a node has no table. *num (when
+ * not NULL) gets the found node's number. */
 static inline pnode *table_find(const pos_be *be, const ptable *t, uint64_t h, uint32_t pos,
-                                uint64_t canon)
+                                uint64_t canon, pidx *num)
 {
     if (!t)
         return NULL;
@@ -205,9 +201,28 @@ static inline pnode *table_find(const pos_be *be, const ptable *t, uint64_t h, u
             return NULL;
         if (w >> NUM_BITS == tag && w != TOMB) {
             pnode *n = pn(be, w & NUM_MASK);
-            if (n->canon == canon && n->pos == pos)
+            if (n->canon == canon && n->pos == pos) {
+                if (num)
+                    *num = w & NUM_MASK;
                 return n;
+            }
         }
+    }
+}
+
+/* The number of node n, which t holds under hash h (PNIL if it does not):
+ * compares addresses, so no node is read (under the shard lock). */
+static inline pidx table_num(const pos_be *be, const ptable *t, uint64_t h, const pnode *n)
+{
+    if (!t)
+        return PNIL;
+    uint32_t tag = slot_tag(h);
+    for (uint64_t i = h & t->mask;; i = (i + 1) & t->mask) {
+        uint32_t w = atomic_load_explicit(&t->s[i], memory_order_relaxed);
+        if (!w)
+            return PNIL;
+        if (w >> NUM_BITS == tag && w != TOMB && pn(be, w & NUM_MASK) == n)
+            return w & NUM_MASK;
     }
 }
 
@@ -216,24 +231,27 @@ static inline pnode *be_find(pos_be *be, uint32_t pos, uint64_t canon)
 {
     uint64_t h = key_hash(pos, canon);
     ptable *t = atomic_load_explicit(&be->shard[shard_of(h)].t, memory_order_acquire);
-    return table_find(be, t, h, pos, canon);
+    return table_find(be, t, h, pos, canon, NULL);
 }
 
 /* ---- lib/index_pos_store.c: shard tables and node storage ---- */
 
-/* Under the shard's lock. insert: KVIX_OK or KVIX_ENOMEM (nothing changed). */
-int kvix_pos_shard_insert(pos_be *be, pshard *sh, uint64_t h, pnode *n);
-void kvix_pos_shard_remove(pos_be *be, pshard *sh, uint64_t h, pnode *n);
+/* Under the shard's lock; i: the node's number. insert: KVIX_OK or
+ * KVIX_ENOMEM (nothing changed). */
+int kvix_pos_shard_insert(pos_be *be, pshard *sh, uint64_t h, pidx i);
+void kvix_pos_shard_remove(pos_be *be, pshard *sh, uint64_t h, pidx i);
 /* Most nodes a backend holds at once (held blocks and their ghost parents):
  * node numbers and a table slot's tag share 32 bits. */
 #define NODES_MAX (NUM_MASK - 1u)
-/* A fresh node (no links, empty holder set), or NULL (out of memory, or
- * NODES_MAX nodes: *full set). */
-pnode *kvix_pos_node_new(pos_be *be, uint32_t pos, uint64_t canon, uint64_t engine, int *full);
-/* A node no reader ever saw (never published). */
-void kvix_pos_node_free(pos_be *be, pnode *n);
-/* n is out of the table: readers may still see it until a grace period. */
-void kvix_pos_node_retire(pos_be *be, pnode *n);
+/* A fresh node (no links, empty holder set) and its number in *num, or NULL
+ * (out of memory, or NODES_MAX nodes: *full set). */
+pnode *kvix_pos_node_new(pos_be *be, uint32_t pos, uint64_t canon, uint64_t engine, pidx *num,
+                         int *full);
+/* A node no reader ever saw (never published), numbered i. */
+void kvix_pos_node_free(pos_be *be, pidx i);
+/* n (numbered i) is out of the table: readers may still see it until a
+ * grace period. */
+void kvix_pos_node_retire(pos_be *be, pnode *n, pidx i);
 /* Hand a full batch of retired nodes (or all, when the index is empty) to
  * one grace period. */
 void kvix_pos_limbo_drain(pos_be *be);

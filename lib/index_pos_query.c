@@ -51,17 +51,17 @@ static uint32_t split(pnode *nd, uint32_t *v, uint32_t n)
     if (!nd)
         return 0;
     uint32_t k = 0;
-    kvix_wset *big = kvix_hs_big(&nd->h);
-    if (big) {
+    kvix_hview hv = kvix_hs_view(&nd->h);
+    if (hv.big) {
         for (uint32_t i = 0; i < n; i++)
-            if (kvix_wset_has(big, v[i])) {
+            if (kvix_wset_has(hv.big, v[i])) {
                 uint32_t x = v[k];
                 v[k++] = v[i];
                 v[i] = x;
             }
         return k;
     }
-    uint64_t ids = kvix_hs_ids(&nd->h);
+    uint64_t ids = hv.ids;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t s = v[i];
         if (kvix_ids_have(ids, s)) {
@@ -167,11 +167,11 @@ int kvix_pos_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
         if (p1 != 1)
             prefetch_probe(&c, 1);
     }
-    kvix_wset *big0 = kvix_hs_big(&n0->h);
-    if ((c.rc = kvix_qhits_reserve(out, kvix_hs_room(big0), err)))
+    kvix_hview hv0 = kvix_hs_view(&n0->h);
+    if ((c.rc = kvix_qhits_reserve(out, kvix_hv_room(hv0), err)))
         goto done;
     uint32_t *cand = out->slot + out->n;
-    uint32_t nc = kvix_hs_list(&n0->h, big0, cand);
+    uint32_t nc = kvix_hv_list(hv0, cand);
     out->n += nc;
     int have_untr = atomic_load_explicit(&be->nuntrusted, memory_order_relaxed) > 0;
     uint32_t i = 1;

@@ -70,7 +70,7 @@ static int shard_rebuild(pos_be *be, pshard *sh, size_t want)
     return KVIX_OK;
 }
 
-int kvix_pos_shard_insert(pos_be *be, pshard *sh, uint64_t h, pnode *n)
+int kvix_pos_shard_insert(pos_be *be, pshard *sh, uint64_t h, pidx n)
 {
     ptable *t = atomic_load_explicit(&sh->t, memory_order_relaxed);
     if (!t || (sh->used + sh->tomb + 1) * 4 > (t->mask + 1) * 3) {
@@ -87,15 +87,15 @@ int kvix_pos_shard_insert(pos_be *be, pshard *sh, uint64_t h, pnode *n)
     }
     if (atomic_load_explicit(&t->s[i], memory_order_relaxed) == TOMB)
         sh->tomb--;
-    atomic_store_explicit(&t->s[i], slot_word(h, n->self), memory_order_release);
+    atomic_store_explicit(&t->s[i], slot_word(h, n), memory_order_release);
     sh->used++;
     return KVIX_OK;
 }
 
-void kvix_pos_shard_remove(pos_be *be, pshard *sh, uint64_t h, pnode *n)
+void kvix_pos_shard_remove(pos_be *be, pshard *sh, uint64_t h, pidx n)
 {
     ptable *t = atomic_load_explicit(&sh->t, memory_order_relaxed);
-    uint32_t want = slot_word(h, n->self);
+    uint32_t want = slot_word(h, n);
     for (uint64_t i = h & t->mask;; i = (i + 1) & t->mask) {
         uint32_t o = atomic_load_explicit(&t->s[i], memory_order_relaxed);
         if (!o)
@@ -205,7 +205,8 @@ static void slab_release(pos_be *be)
     be->free = PNIL;
 }
 
-pnode *kvix_pos_node_new(pos_be *be, uint32_t pos, uint64_t canon, uint64_t engine, int *full)
+pnode *kvix_pos_node_new(pos_be *be, uint32_t pos, uint64_t canon, uint64_t engine, pidx *num,
+                         int *full)
 {
     pnode *n;
     int rc;
@@ -222,7 +223,6 @@ pnode *kvix_pos_node_new(pos_be *be, uint32_t pos, uint64_t canon, uint64_t engi
         }
         i = be->bump++;
         n = pn(be, i);
-        n->self = i;
     }
     be->nlive++;
     spin_unlock(&be->slabmu);
@@ -230,30 +230,39 @@ pnode *kvix_pos_node_new(pos_be *be, uint32_t pos, uint64_t canon, uint64_t engi
     n->pos = pos;
     n->engine = engine;
     n->local = 0;
-    n->parent = n->prev = n->kids = n->next = PNIL;
+    n->parent = n->kids = n->next = PNIL;
     kvix_hs_init(&n->h);
+    *num = i;
     return n;
 }
 
-void kvix_pos_node_free(pos_be *be, pnode *n)
+void kvix_pos_node_free(pos_be *be, pidx i)
 {
     spin_lock(&be->slabmu);
-    n->next = be->free;
-    be->free = n->self;
+    pn(be, i)->next = be->free;
+    be->free = i;
     be->nlive--;
     spin_unlock(&be->slabmu);
 }
 
-void kvix_pos_node_retire(pos_be *be, pnode *n)
+void kvix_pos_node_retire(pos_be *be, pnode *n, pidx i)
 {
     kvix_hs_retire(&n->h, &be->mem);
     pidx head = atomic_load_explicit(&be->limbo, memory_order_relaxed);
     do
         n->next = head;
-    while (!atomic_compare_exchange_weak_explicit(&be->limbo, &head, n->self,
-                                                  memory_order_release, memory_order_relaxed));
+    while (!atomic_compare_exchange_weak_explicit(&be->limbo, &head, i, memory_order_release,
+                                                  memory_order_relaxed));
     atomic_fetch_add_explicit(&be->nlimbo, 1, memory_order_relaxed);
 }
+
+/* A batch of retired nodes waiting for its grace period (nodes keep no
+ * room for it: a batch of LIMBO_BATCH pays for one). */
+typedef struct plimbo {
+    struct rcu_head rcu;
+    pos_be *be;
+    pidx first; /* linked by next */
+} plimbo;
 
 /* After the grace period of a limbo batch (call_rcu thread): its nodes go
  * back to the free list; when no node is left, the slab goes too (memory
@@ -262,10 +271,12 @@ void kvix_pos_node_retire(pos_be *be, pnode *n)
 static void limbo_cb(struct rcu_head *head)
 {
     KVIX_RCU_TSAN_ACQUIRE();
-    pnode *n = (pnode *)(void *)((char *)head - offsetof(pnode, rcu));
-    pos_be *be = n->be;
+    plimbo *lb = (plimbo *)(void *)((char *)head - offsetof(plimbo, rcu));
+    pos_be *be = lb->be;
+    pidx first = lb->first;
+    free(lb);
     spin_lock(&be->slabmu);
-    for (pidx i = n->self; i != PNIL;) {
+    for (pidx i = first; i != PNIL;) {
         pnode *k = pn(be, i);
         pidx next = k->next;
         k->next = be->free;
@@ -284,19 +295,24 @@ void kvix_pos_limbo_drain(pos_be *be)
     long nl = atomic_load_explicit(&be->nlimbo, memory_order_relaxed);
     if (nl < LIMBO_BATCH && !(nl > 0 && atomic_load_explicit(&be->unique, memory_order_relaxed) == 0))
         return;
-    pidx first = atomic_exchange_explicit(&be->limbo, PNIL, memory_order_acquire);
-    if (first == PNIL)
+    plimbo *lb = malloc(sizeof *lb); /* none: the nodes wait for the next drain */
+    if (!lb)
         return;
+    pidx first = atomic_exchange_explicit(&be->limbo, PNIL, memory_order_acquire);
+    if (first == PNIL) {
+        free(lb);
+        return;
+    }
     long taken = 0;
     for (pidx i = first; i != PNIL; i = pn(be, i)->next)
         taken++;
     atomic_fetch_sub_explicit(&be->nlimbo, taken, memory_order_relaxed);
-    pnode *n = pn(be, first);
-    n->be = be;
+    lb->be = be;
+    lb->first = first;
     atomic_fetch_add_explicit(&be->pending, 1, memory_order_relaxed);
     kvix_rcu_writer();
     KVIX_RCU_TSAN_RELEASE();
-    call_rcu(&n->rcu, limbo_cb);
+    call_rcu(&lb->rcu, limbo_cb);
 }
 
 void kvix_pos_store_free(pos_be *be)

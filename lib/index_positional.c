@@ -61,24 +61,36 @@ static inline int node_removable(const pnode *n)
     return kvix_hs_empty(&n->h) && n->kids == PNIL && !kvix_hs_tset(&n->h);
 }
 
-static void kid_link(pos_be *be, pnode *p, pnode *k)
+/* k (numbered ki) becomes p's (numbered pi) newest kid. */
+static void kid_link(pos_be *be, pnode *p, pidx pi, pnode *k, pidx ki)
 {
-    k->parent = p->self;
-    k->prev = PNIL;
-    k->next = p->kids;
-    if (p->kids != PNIL)
-        pn(be, p->kids)->prev = k->self;
-    p->kids = k->self;
+    k->parent = pi;
+    if (p->kids == PNIL) {
+        k->next = ki;
+    } else {
+        pnode *last = pn(be, p->kids);
+        k->next = last->next;
+        last->next = ki;
+    }
+    p->kids = ki;
 }
 
-static void kid_unlink(pos_be *be, pnode *p, pnode *k)
+/* k (numbered ki) leaves p's ring: found from the oldest kid on. */
+static void kid_unlink(pos_be *be, pnode *p, const pnode *k, pidx ki)
 {
-    if (k->prev != PNIL)
-        pn(be, k->prev)->next = k->next;
-    else
-        p->kids = k->next;
-    if (k->next != PNIL)
-        pn(be, k->next)->prev = k->prev;
+    pidx b = p->kids;
+    pnode *bn = pn(be, b);
+    while (bn->next != ki) {
+        b = bn->next;
+        bn = pn(be, b);
+    }
+    if (b == ki) {
+        p->kids = PNIL;
+        return;
+    }
+    bn->next = k->next;
+    if (p->kids == ki)
+        p->kids = b;
 }
 
 static void lock2(pos_be *be, unsigned a, unsigned b)
@@ -142,10 +154,11 @@ static void orph_change(pos_be *be, porph *c, uint32_t s, int delta)
  * and free the old one after a grace period, which holds back only read-side
  * sections. Most nodes have no record (their holders are inline in the node,
  * which n's kid or parent pins), so only a record is read in a section. */
-static inline int node_has(pnode *n, uint32_t s)
+static inline int node_has(const pnode *n, uint32_t s)
 {
-    if (!atomic_load_explicit(&n->h.rec, memory_order_acquire))
-        return kvix_ids_have(kvix_hs_ids(&n->h), s);
+    uint64_t w = kvix_hs_word(&n->h);
+    if (!kvix_hw_rec(w))
+        return kvix_ids_have(w, s);
     kvix_rcu_lock();
     int has = kvix_hs_has(&n->h, s);
     kvix_rcu_unlock();
@@ -207,20 +220,22 @@ static void reclaim(pos_be *be, uint32_t pos, uint64_t canon)
     for (;;) {
         uint64_t h = key_hash(pos, canon);
         unsigned si = shard_of(h), pi;
+        pidx ni;
         spin_lock(&be->shard[si].mu);
         pnode *n = table_find(be, atomic_load_explicit(&be->shard[si].t, memory_order_relaxed), h,
-                              pos, canon);
+                              pos, canon, &ni);
         if (!n || !node_removable(n)) {
             spin_unlock(&be->shard[si].mu);
             return;
         }
         if (n->parent == PNIL) {
-            kvix_pos_shard_remove(be, &be->shard[si], h, n);
+            kvix_pos_shard_remove(be, &be->shard[si], h, ni);
             spin_unlock(&be->shard[si].mu);
-            kvix_pos_node_retire(be, n);
+            kvix_pos_node_retire(be, n, ni);
             return;
         }
-        pnode *p = pn(be, n->parent);
+        pidx pnum = n->parent;
+        pnode *p = pn(be, pnum);
         uint64_t hp = key_hash(p->pos, p->canon);
         pi = shard_of(hp);
         if (pi > si) {
@@ -229,21 +244,21 @@ static void reclaim(pos_be *be, uint32_t pos, uint64_t canon)
             spin_unlock(&be->shard[si].mu);
             lock2(be, si, pi);
             n = table_find(be, atomic_load_explicit(&be->shard[si].t, memory_order_relaxed), h, pos,
-                           canon);
+                           canon, &ni);
             /* n's parent never changes once set; a re-made n may have a re-made
              * parent at the same number, with the same key: still right */
-            if (!n || !node_removable(n) || n->parent != p->self) {
+            if (!n || !node_removable(n) || n->parent != pnum) {
                 unlock2(be, si, pi);
                 return;
             }
         }
-        kvix_pos_shard_remove(be, &be->shard[si], h, n);
-        kid_unlink(be, p, n);
+        kvix_pos_shard_remove(be, &be->shard[si], h, ni);
+        kid_unlink(be, p, n, ni);
         int more = node_removable(p);
         pos = p->pos;
         canon = p->canon;
         unlock2(be, si, pi);
-        kvix_pos_node_retire(be, n);
+        kvix_pos_node_retire(be, n, ni);
         if (!more)
             return;
     }
@@ -280,8 +295,10 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
     uint64_t h = key_hash(pos, canon);
     unsigned si = shard_of(h), pi = si;
     pshard *sh = &be->shard[si];
+    pidx ni = PNIL;
     spin_lock(&sh->mu);
-    pnode *n = table_find(be, atomic_load_explicit(&sh->t, memory_order_relaxed), h, pos, canon);
+    pnode *n =
+        table_find(be, atomic_load_explicit(&sh->t, memory_order_relaxed), h, pos, canon, &ni);
     if (!n || (pos > 0 && n->parent == PNIL)) {
         /* a new node (or a ghost learning its parent): lock the parent's shard
          * too, in index order, or by trylock to keep the one we hold */
@@ -295,14 +312,15 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
         } else if (pi < si && !spin_trylock(&be->shard[pi].mu)) {
             spin_unlock(&sh->mu);
             lock2(be, si, pi);
-            n = table_find(be, atomic_load_explicit(&sh->t, memory_order_relaxed), h, pos, canon);
+            n = table_find(be, atomic_load_explicit(&sh->t, memory_order_relaxed), h, pos, canon,
+                           &ni);
         }
         int made = 0, full = 0;
         if (!n) {
-            n = kvix_pos_node_new(be, pos, canon, b->engine, &full);
-            if (!n || kvix_pos_shard_insert(be, sh, h, n) < 0) {
+            n = kvix_pos_node_new(be, pos, canon, b->engine, &ni, &full);
+            if (!n || kvix_pos_shard_insert(be, sh, h, ni) < 0) {
                 if (n)
-                    kvix_pos_node_free(be, n);
+                    kvix_pos_node_free(be, ni);
                 unlock2(be, si, pi);
                 return node_err(err, full);
             }
@@ -310,21 +328,25 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
         }
         if (pos > 0 && n->parent == PNIL) {
             pshard *ps = &be->shard[pi];
-            pnode *p = hint ? hint
-                            : table_find(be, atomic_load_explicit(&ps->t, memory_order_relaxed),
-                                         hp, pos - 1, parent_canon);
+            pidx pnum = hint ? table_num(be, atomic_load_explicit(&ps->t, memory_order_relaxed), hp,
+                                         hint)
+                             : PNIL;
+            pnode *p = pnum != PNIL
+                           ? hint
+                           : table_find(be, atomic_load_explicit(&ps->t, memory_order_relaxed), hp,
+                                        pos - 1, parent_canon, &pnum);
             if (!p) { /* a parent nobody holds: a ghost, so holes stay exact */
-                p = kvix_pos_node_new(be, pos - 1, parent_canon, b->parent_engine, &full);
-                if (!p || kvix_pos_shard_insert(be, ps, hp, p) < 0) {
+                p = kvix_pos_node_new(be, pos - 1, parent_canon, b->parent_engine, &pnum, &full);
+                if (!p || kvix_pos_shard_insert(be, ps, hp, pnum) < 0) {
                     if (p)
-                        kvix_pos_node_free(be, p);
+                        kvix_pos_node_free(be, pnum);
                     unlock2(be, si, pi);
                     if (made)
                         reclaim(be, pos, canon);
                     return node_err(err, full);
                 }
             }
-            kid_link(be, p, n);
+            kid_link(be, p, pnum, n, ni);
         }
         if (pi != si)
             spin_unlock(&be->shard[pi].mu);
@@ -332,7 +354,7 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
     /* n's shard lock held; n->parent (if any) is pinned by n. A block of
      * this key under another parent (a chunk-hash collision) is not hint's
      * child: hint says nothing of it. */
-    if (hint && n->parent != hint->self)
+    if (hint && (n->parent == PNIL || pn(be, n->parent) != hint))
         hint = NULL;
     int any_new;
     int was_empty = kvix_hs_empty(&n->h);
@@ -347,10 +369,15 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
         uint32_t o_before = orph->n[slot % ORPH_CHUNK];
         if (pos > 0 && !hint && !node_has(pn(be, n->parent), slot))
             orph_change(be, orph, slot, +1);
-        if (o_before > 0)
-            for (pidx k = n->kids; k != PNIL; k = pn(be, k)->next)
-                if (node_has(pn(be, k), slot))
+        if (o_before > 0 && n->kids != PNIL) {
+            pidx k = n->kids;
+            do {
+                pnode *kn = pn(be, k);
+                if (node_has(kn, slot))
                     orph_change(be, orph, slot, -1);
+                k = kn->next;
+            } while (k != n->kids);
+        }
         if (was_empty) {
             atomic_fetch_add_explicit(&be->unique, 1, memory_order_relaxed);
             n->local = b->local; /* nobody held it: no front end reads it */
@@ -359,6 +386,7 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
     b->parent_engine = hint ? hint->engine : pos ? pn(be, n->parent)->engine : 0;
     spin_unlock(&sh->mu);
     *node = n;
+    b->num = ni;
     return held; /* 1: held in that tier already */
 }
 
@@ -380,9 +408,14 @@ static void pos_del(void *vbe, void *node, uint32_t slot, unsigned tier)
         if (orph) {
             if (pos > 0 && (n->parent == PNIL || !node_has(pn(be, n->parent), slot)))
                 orph_change(be, orph, slot, -1);
-            for (pidx k = n->kids; k != PNIL; k = pn(be, k)->next)
-                if (node_has(pn(be, k), slot))
-                    orph_change(be, orph, slot, +1);
+            pidx k = n->kids;
+            if (k != PNIL)
+                do {
+                    pnode *kn = pn(be, k);
+                    if (node_has(kn, slot))
+                        orph_change(be, orph, slot, +1);
+                    k = kn->next;
+                } while (k != n->kids);
         }
         if (kvix_hs_empty(&n->h))
             atomic_fetch_sub_explicit(&be->unique, 1, memory_order_relaxed);
@@ -443,5 +476,4 @@ const kvix_backend_ops kvix_backend_positional_ops = {
     .engine_off = offsetof(pnode, engine),
     .nodedir = pos_nodedir,
     .node_size = sizeof(pnode),
-    .self_off = offsetof(pnode, self),
 };

@@ -405,8 +405,9 @@ static int push_list(kvix_qhits *out, const uint32_t *v, uint32_t n, uint32_t bl
 static uint32_t split(const rnode *k, uint32_t *v, uint32_t n)
 {
     uint32_t keep = 0;
+    kvix_hview hv = kvix_hs_view(&k->h); /* one state of the set */
     for (uint32_t i = 0; i < n; i++)
-        if (kvix_hs_has(&k->h, v[i])) {
+        if (kvix_hv_has(hv, v[i])) {
             uint32_t x = v[keep];
             v[keep++] = v[i];
             v[i] = x;
@@ -434,11 +435,11 @@ static int radix_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err
                          kvix_canon_at(q, 0));
     if (!k)
         goto done;
-    kvix_wset *big0 = kvix_hs_big(&k->h);
-    if ((rc = kvix_qhits_reserve(out, kvix_hs_room(big0), err)) < 0)
+    kvix_hview hv0 = kvix_hs_view(&k->h);
+    if ((rc = kvix_qhits_reserve(out, kvix_hv_room(hv0), err)) < 0)
         goto done;
     cand = out->slot + out->n;
-    nc = kvix_hs_list(&k->h, big0, cand);
+    nc = kvix_hv_list(hv0, cand);
     out->n += nc;
     while (nc) {
         if (tiered) {

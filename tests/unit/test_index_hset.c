@@ -40,10 +40,10 @@ static int check(const kvix_hset *h, uint32_t count)
         if (kvix_hs_has(h, x + off) != held_any(x))
             ok = 0;
     }
-    kvix_wset *big = kvix_hs_big(h);
-    if (kvix_hs_room(big) > sizeof out / sizeof out[0])
+    kvix_hview v = kvix_hs_view(h);
+    if (kvix_hv_room(v) > sizeof out / sizeof out[0])
         return 0;
-    uint32_t m = kvix_hs_list(h, big, out);
+    uint32_t m = kvix_hv_list(v, out);
     static uint8_t seen[NS];
     memset(seen, 0, sizeof seen);
     for (uint32_t i = 0; i < m; i++) {
