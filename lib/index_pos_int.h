@@ -82,13 +82,18 @@ struct pnode {
     uint64_t engine; /* made under (the front end's key): fixed for life */
     uint64_t local;  /* set when the node becomes held */
     pidx parent;     /* node of (pos - 1, parent canon); PNIL at 0 or for a ghost */
-    /* the newest of the nodes whose parent this is: siblings are a ring
-     * through next, the newest linking to the oldest (so a new kid is put
-     * last in O(1), and the oldest, whom evictions take first, are found
-     * first by an unlink, which walks the ring: singly linked, no prev) */
+    /* the newest of the nodes whose parent this is (KIDS_NUM bits):
+     * siblings are a ring through next, the newest linking to the oldest,
+     * so a new kid is put last in O(1) and an unlink, which looks for the
+     * kid's predecessor (singly linked: no prev), finds the oldest first
+     * (evictions take them first). KIDS_WIDE: an unlink walked far, so the
+     * predecessors of this node's kids are kept in its shard's phint. */
     pidx kids;
     kvix_hset h;
 };
+
+#define KIDS_WIDE (UINT32_C(1) << 31)
+#define KIDS_NUM(k) ((k) & ~KIDS_WIDE)
 
 /* node handles keep a tier mask in their low bits */
 _Static_assert(sizeof(pnode) % KVIX_NODE_ALIGN == 0, "pnode size breaks handle alignment");
@@ -131,10 +136,24 @@ typedef struct ptable {
     pslot s[];
 } ptable;
 
+/* Predecessors of the kids of the shard's KIDS_WIDE nodes (writers only,
+ * under the shard's lock): kid -> the sibling linking to it, linear
+ * probing. A kid may have no entry (no memory to grow): its unlink walks the
+ * ring then; an entry present is always exact (every ring change of a wide
+ * node updates it). Made with the first wide node, freed with the last
+ * entry, so it costs only where fanouts are high. */
+typedef struct phint {
+    uint32_t mask, n;
+    struct {
+        pidx kid, prev; /* kid PNIL: empty */
+    } e[];
+} phint;
+
 typedef struct pshard {
     spin_t mu;
     _Atomic(ptable *) t; /* NULL until the shard's first node */
     size_t used, tomb;
+    phint *hint;
 } __attribute__((aligned(64))) pshard;
 
 struct pos_be {

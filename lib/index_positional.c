@@ -61,36 +61,166 @@ static inline int node_removable(const pnode *n)
     return kvix_hs_empty(&n->h) && n->kids == PNIL && !kvix_hs_tset(&n->h);
 }
 
-/* k (numbered ki) becomes p's (numbered pi) newest kid. */
-static void kid_link(pos_be *be, pnode *p, pidx pi, pnode *k, pidx ki)
+/* ---- sibling rings, and the predecessor hints of wide ones ---- */
+
+#define HINT_MIN 64u
+#define WIDE_WALK 16 /* an unlink that walks further makes the parent wide */
+
+static inline uint32_t hint_home(const phint *t, pidx k)
 {
-    k->parent = pi;
-    if (p->kids == PNIL) {
-        k->next = ki;
-    } else {
-        pnode *last = pn(be, p->kids);
-        k->next = last->next;
-        last->next = ki;
-    }
-    p->kids = ki;
+    return (uint32_t)((uint64_t)k * UINT64_C(0x9E3779B97F4A7C15) >> 32) & t->mask;
 }
 
-/* k (numbered ki) leaves p's ring: found from the oldest kid on. */
-static void kid_unlink(pos_be *be, pnode *p, const pnode *k, pidx ki)
+/* k's entry, or the empty one that ends its probe (linear probing; a table
+ * always has an empty entry). */
+static inline uint32_t hint_find(const phint *t, pidx k)
 {
-    pidx b = p->kids;
-    pnode *bn = pn(be, b);
-    while (bn->next != ki) {
-        b = bn->next;
-        bn = pn(be, b);
+    uint32_t i = hint_home(t, k);
+    while (t->e[i].kid != PNIL && t->e[i].kid != k)
+        i = (i + 1) & t->mask;
+    return i;
+}
+
+static size_t hint_bytes(uint32_t cap)
+{
+    return sizeof(phint) + cap * sizeof(((phint *)0)->e[0]);
+}
+
+/* sh's hints in a table of cap entries (no memory: the old one stays). */
+static void hint_resize(pos_be *be, pshard *sh, uint32_t cap)
+{
+    phint *o = sh->hint, *t = calloc(1, hint_bytes(cap));
+    if (!t)
+        return;
+    t->mask = cap - 1;
+    atomic_fetch_add_explicit(&be->mem.bytes, (long)hint_bytes(cap), memory_order_relaxed);
+    for (uint32_t i = 0; o && i <= o->mask; i++)
+        if (o->e[i].kid != PNIL)
+            t->e[hint_find(t, o->e[i].kid)] = o->e[i];
+    if (o) {
+        t->n = o->n;
+        atomic_fetch_sub_explicit(&be->mem.bytes, (long)hint_bytes(o->mask + 1),
+                                  memory_order_relaxed);
+        free(o);
     }
-    if (b == ki) {
+    sh->hint = t;
+}
+
+static void hint_put(pos_be *be, pshard *sh, pidx k, pidx prev)
+{
+    if (!sh->hint || (sh->hint->n + 1) * 2 > sh->hint->mask + 1)
+        hint_resize(be, sh, sh->hint ? (sh->hint->mask + 1) * 2 : HINT_MIN);
+    phint *t = sh->hint;
+    if (!t)
+        return;
+    uint32_t i = hint_find(t, k);
+    if (t->e[i].kid == PNIL) {
+        if (t->n + 2 > t->mask + 1)
+            return; /* full (no memory to grow): k's unlink will walk */
+        t->n++;
+        t->e[i].kid = k;
+    }
+    t->e[i].prev = prev;
+}
+
+static inline pidx hint_get(const pshard *sh, pidx k)
+{
+    const phint *t = sh->hint;
+    if (!t)
+        return PNIL;
+    uint32_t i = hint_find(t, k);
+    return t->e[i].kid == k ? t->e[i].prev : PNIL;
+}
+
+static void hint_drop(pos_be *be, pshard *sh, pidx k)
+{
+    phint *t = sh->hint;
+    if (!t)
+        return;
+    uint32_t i = hint_find(t, k);
+    if (t->e[i].kid != k)
+        return;
+    for (uint32_t j = i;;) { /* backward shift: probes stay unbroken */
+        j = (j + 1) & t->mask;
+        if (t->e[j].kid == PNIL)
+            break;
+        uint32_t home = hint_home(t, t->e[j].kid);
+        if (((j - home) & t->mask) >= ((j - i) & t->mask)) {
+            t->e[i] = t->e[j];
+            i = j;
+        }
+    }
+    t->e[i].kid = PNIL;
+    if (--t->n == 0) {
+        atomic_fetch_sub_explicit(&be->mem.bytes, (long)hint_bytes(t->mask + 1),
+                                  memory_order_relaxed);
+        free(t);
+        sh->hint = NULL;
+    } else if (t->mask + 1 > HINT_MIN && t->n * 8 < t->mask + 1) {
+        hint_resize(be, sh, (t->mask + 1) / 2);
+    }
+}
+
+/* k (numbered ki) becomes p's (numbered pi, in shard ps) newest kid. */
+static void kid_link(pos_be *be, pshard *ps, pnode *p, pidx pi, pnode *k, pidx ki)
+{
+    k->parent = pi;
+    pidx last = KIDS_NUM(p->kids);
+    if (last == PNIL) {
+        k->next = ki;
+        p->kids = ki;
+        return;
+    }
+    pnode *ln = pn(be, last);
+    pidx first = ln->next;
+    k->next = first;
+    ln->next = ki;
+    p->kids = (p->kids & KIDS_WIDE) | ki;
+    if (p->kids & KIDS_WIDE) {
+        hint_put(be, ps, ki, last);
+        hint_put(be, ps, first, ki);
+    }
+}
+
+/* k (numbered ki) leaves the ring of p (in shard ps): its predecessor is
+ * hinted (wide p), or found from the oldest kid on. */
+static void kid_unlink(pos_be *be, pshard *ps, pnode *p, const pnode *k, pidx ki)
+{
+    uint32_t wide = p->kids & KIDS_WIDE;
+    pidx last = KIDS_NUM(p->kids), b = wide ? hint_get(ps, ki) : PNIL;
+    pnode *bn = b != PNIL ? pn(be, b) : NULL;
+    unsigned steps = 0;
+    if (!bn || bn->next != ki) {
+        b = last;
+        bn = pn(be, b);
+        while (bn->next != ki) {
+            b = bn->next;
+            bn = pn(be, b);
+            steps++;
+        }
+    }
+    if (wide)
+        hint_drop(be, ps, ki);
+    if (b == ki) { /* the only kid */
         p->kids = PNIL;
         return;
     }
-    bn->next = k->next;
-    if (p->kids == ki)
-        p->kids = b;
+    pidx c = k->next;
+    bn->next = c;
+    if (last == ki)
+        last = b;
+    p->kids = wide | last;
+    if (wide) {
+        hint_put(be, ps, c, b);
+    } else if (steps > WIDE_WALK) {
+        p->kids |= KIDS_WIDE;
+        for (pidx x = last, y;; x = y) {
+            y = pn(be, x)->next;
+            hint_put(be, ps, y, x);
+            if (y == last)
+                break;
+        }
+    }
 }
 
 static void lock2(pos_be *be, unsigned a, unsigned b)
@@ -253,7 +383,7 @@ static void reclaim(pos_be *be, uint32_t pos, uint64_t canon)
             }
         }
         kvix_pos_shard_remove(be, &be->shard[si], h, ni);
-        kid_unlink(be, p, n, ni);
+        kid_unlink(be, &be->shard[pi], p, n, ni);
         int more = node_removable(p);
         pos = p->pos;
         canon = p->canon;
@@ -346,7 +476,7 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
                     return node_err(err, full);
                 }
             }
-            kid_link(be, p, pnum, n, ni);
+            kid_link(be, ps, p, pnum, n, ni);
         }
         if (pi != si)
             spin_unlock(&be->shard[pi].mu);
@@ -369,15 +499,14 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
         uint32_t o_before = orph->n[slot % ORPH_CHUNK];
         if (pos > 0 && !hint && !node_has(pn(be, n->parent), slot))
             orph_change(be, orph, slot, +1);
-        if (o_before > 0 && n->kids != PNIL) {
-            pidx k = n->kids;
+        pidx last = KIDS_NUM(n->kids), k = last;
+        if (o_before > 0 && last != PNIL)
             do {
                 pnode *kn = pn(be, k);
                 if (node_has(kn, slot))
                     orph_change(be, orph, slot, -1);
                 k = kn->next;
-            } while (k != n->kids);
-        }
+            } while (k != last);
         if (was_empty) {
             atomic_fetch_add_explicit(&be->unique, 1, memory_order_relaxed);
             n->local = b->local; /* nobody held it: no front end reads it */
@@ -408,14 +537,14 @@ static void pos_del(void *vbe, void *node, uint32_t slot, unsigned tier)
         if (orph) {
             if (pos > 0 && (n->parent == PNIL || !node_has(pn(be, n->parent), slot)))
                 orph_change(be, orph, slot, -1);
-            pidx k = n->kids;
-            if (k != PNIL)
+            pidx last = KIDS_NUM(n->kids), k = last;
+            if (last != PNIL)
                 do {
                     pnode *kn = pn(be, k);
                     if (node_has(kn, slot))
                         orph_change(be, orph, slot, +1);
                     k = kn->next;
-                } while (k != n->kids);
+                } while (k != last);
         }
         if (kvix_hs_empty(&n->h))
             atomic_fetch_sub_explicit(&be->unique, 1, memory_order_relaxed);

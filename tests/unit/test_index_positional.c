@@ -113,3 +113,68 @@ TEST(positional_small_backend)
     kvix_backend_del_key(ops, be, 0, 42, 42, 0, 0, 0);
     ops->destroy(be);
 }
+
+/* Siblings are a singly linked ring, so removing a kid looks for its
+ * predecessor; a parent whose unlinks walk far keeps hints in its shard.
+ * One block with 800 kids (each with a kid of its own) held and dropped by
+ * 24 slots in random order: answers as the model says all along, and the
+ * hints' memory goes with the last kid. */
+TEST(positional_wide_fanout)
+{
+    enum { KIDS = 800, NODES = 1 + 2 * KIDS, SLOTS = 24, QMAX = 8 };
+    void *be = bc_create(ops, 0, 1);
+    if (!be)
+        return;
+    uint64_t rng = th_seed();
+    bc_model m = {calloc(NODES, sizeof(bc_node)), NODES, SLOTS, calloc((size_t)NODES * SLOTS, 1),
+                  calloc(NODES, sizeof(int))};
+    for (int k = 0; k < NODES; k++) {
+        bc_node *n = &m.nodes[k];
+        n->parent = k == 0 ? -1 : k <= KIDS ? 0 : k - KIDS;
+        n->local = 5000 + (uint64_t)k;
+        if (n->parent < 0) {
+            n->canon = n->local;
+        } else {
+            const bc_node *p = &m.nodes[n->parent];
+            n->pos = p->pos + 1;
+            n->pcanon = p->canon;
+            n->canon = kvix_hash_seq_next(p->canon, n->local);
+        }
+        m.rep[k] = k;
+    }
+    size_t base = ops->memory(be);
+    uint64_t local[QMAX];
+    int bad = 0;
+    long steps = 40000 * th_scale();
+    for (long step = 0; step < steps && !bad; step++) {
+        int s = (int)(bc_rand(&rng) % SLOTS), k = 1 + (int)(bc_rand(&rng) % (NODES - 1));
+        unsigned r = (unsigned)(bc_rand(&rng) % 100);
+        if (r < 45) {
+            for (int j = k; j > 0; j = m.nodes[j].parent) /* k and its kid-of-root */
+                bad |= bc_add(ops, be, &m, s, j, 0) != KVIX_OK;
+            bad |= bc_add(ops, be, &m, s, 0, 0) != KVIX_OK;
+        } else if (r < 95) {
+            bc_del(ops, be, &m, s, k, 0);
+            if (r < 60) /* now and then the whole branch (hole or not) */
+                bc_del(ops, be, &m, s, k > KIDS ? k - KIDS : k + KIDS, 0);
+        } else {
+            size_t n = bc_path(&m, k, local, QMAX, 1, &rng);
+            if (n && !bc_check_locals(ops, be, &m, local, n, "wide fanout"))
+                bad = 1;
+        }
+    }
+    CHECK(!bad);
+    for (int k = 1; k < NODES && !bad; k += 5) {
+        size_t n = bc_path(&m, k, local, QMAX, 0, &rng);
+        if (n && !bc_check_locals(ops, be, &m, local, n, "wide fanout: final"))
+            bad = 1;
+    }
+    for (int k = NODES - 1; k >= 0; k--) /* in an order unlike the links' */
+        for (int s = 0; s < SLOTS; s++)
+            bc_del(ops, be, &m, s, (int)(((uint64_t)k * 7919) % NODES), 0);
+    CHECK_U64(ops->unique_blocks(be), 0);
+    size_t after = bc_settled_memory(ops, be, base + 16384);
+    CHECK(after <= base + 16384);
+    ops->destroy(be);
+    bc_model_free(&m);
+}
