@@ -10,9 +10,9 @@
  * within its read; demoting in place would let it see a mix that never was.
  * Per-tier sets exist only once a non-gpu tier holds the block. The bitset
  * and the tier sets share one out-of-line record (kvix_wset), and a set is
- * one 64-bit word: four inline ids, or (tagged) the record's address, the
- * record then keeping the inline ids too while not promoted. So a set costs
- * 8 bytes in its node until it needs a record.
+ * one 64-bit word: four inline ids, or the record's address (the record
+ * then keeps the inline ids too while not promoted). So a set costs 8 bytes
+ * in its node until it needs a record.
  *
  * Inline ids: an add fills the first free entry, a delete frees its entry;
  * the four share one word, so a reader sees each holder once.
@@ -87,9 +87,10 @@ static inline size_t kvix_wset_size(uint32_t nw, int big, int tiered)
            ((big ? 1u : 0u) + (tiered ? KVIX_MEDIUM_COUNT : 0u)) * (size_t)nw * sizeof(uint64_t);
 }
 
-/* A record's address is kept below the set word's tag (48 bits: every
- * user-space address of x86-64 and arm64 with 4-level tables); one above is
- * refused like a failed allocation. */
+/* A set word whose top 16 bits are 0 is a record's address, kept as is (so
+ * LeakSanitizer follows it): every user-space address of x86-64 and arm64
+ * with 4-level tables is below 2^48; one above is refused like a failed
+ * allocation. */
 #define KVIX_HS_PTR ((UINT64_C(1) << 48) - 1)
 
 static inline kvix_wset *kvix_wset_new(uint32_t nw, int big, int tiered, kvix_bmem *mem)
@@ -118,18 +119,16 @@ static inline void kvix_wset_retire(kvix_wset *r, kvix_bmem *mem)
 
 /* Inline ids: four 16-bit lanes of one word (slots are below KVIX_SLOTS_MAX
  * = 2^16), so a reader loads all four at once, a state of the set. A free
- * lane is 0xffff, and a top lane of 0xfffe tags the word as a record's
- * address, so slots 0xfffe and 0xffff are never kept inline (a set they
- * join goes big). */
+ * lane is 0xffff, so slot 0xffff is never kept inline (a set it joins goes
+ * big); and a top lane of 0 would make the word an address, so slot 0 never
+ * takes the top lane (a set it would join as a fourth goes big). */
 #define KVIX_HS_INLINE 4
 #define KVIX_HS_FREE16 UINT64_C(0xffff)
-#define KVIX_HS_TAG16 UINT64_C(0xfffe)
 #define KVIX_HS_LANES UINT64_C(0x0001000100010001)
 #define KVIX_HS_EMPTY UINT64_MAX
 
 typedef struct kvix_hset {
-    /* inline ids (every holder on gpu), or KVIX_HS_TAG16 << 48 | the record */
-    _Atomic uint64_t w;
+    _Atomic uint64_t w; /* inline ids (every holder on gpu), or the record's address */
 } kvix_hset;
 
 static inline void kvix_hs_init(kvix_hset *h)
@@ -140,7 +139,13 @@ static inline void kvix_hs_init(kvix_hset *h)
 /* The record of set word w, or NULL (w is the inline ids). */
 static inline kvix_wset *kvix_hw_rec(uint64_t w)
 {
-    return w >> 48 == KVIX_HS_TAG16 ? (kvix_wset *)(uintptr_t)(w & KVIX_HS_PTR) : NULL;
+    return w >> 48 ? NULL : (kvix_wset *)(uintptr_t)w;
+}
+
+/* May slot s take the lane at bit sh of an inline word? */
+static inline int kvix_lane_ok(uint32_t s, unsigned sh)
+{
+    return s != KVIX_HS_FREE16 && (s != 0 || sh < 48);
 }
 
 /* The set's word: acquire, so a record it names is seen whole. */
@@ -291,8 +296,7 @@ static inline uint32_t kvix_ids_nw(uint64_t w, uint32_t nw)
  * record keeps r's inline ids in its word). */
 static inline void kvix_hs_publish(kvix_hset *h, kvix_wset *r, kvix_wset *n, kvix_bmem *mem)
 {
-    uint64_t w = n ? KVIX_HS_TAG16 << 48 | (uint64_t)(uintptr_t)n
-                   : atomic_load_explicit(&r->ids, memory_order_relaxed);
+    uint64_t w = n ? (uint64_t)(uintptr_t)n : atomic_load_explicit(&r->ids, memory_order_relaxed);
     atomic_store_explicit(&h->w, w, memory_order_release);
     if (r)
         kvix_wset_retire(r, mem);
@@ -377,11 +381,11 @@ static inline int kvix_hs_insert(kvix_hset *h, uint32_t s, uint32_t hint_nw, kvi
 {
     uint32_t need = s / 64 + 1;
     kvix_wset *r = kvix_hs_rec(h);
-    if (!(r && r->big) && s < KVIX_HS_TAG16) {
+    if (!(r && r->big)) {
         _Atomic uint64_t *ip = kvix_hs_idsp(h, r);
         uint64_t w = atomic_load_explicit(ip, memory_order_relaxed);
         for (unsigned sh = 0; sh < 64; sh += 16)
-            if ((w >> sh & KVIX_HS_FREE16) == KVIX_HS_FREE16) {
+            if ((w >> sh & KVIX_HS_FREE16) == KVIX_HS_FREE16 && kvix_lane_ok(s, sh)) {
                 atomic_store_explicit(ip, (w & ~(KVIX_HS_FREE16 << sh)) | (uint64_t)s << sh,
                                       memory_order_relaxed);
                 return KVIX_OK;
@@ -431,14 +435,13 @@ static inline int kvix_hs_add(kvix_hset *h, uint32_t s, unsigned t, uint32_t hin
     if (t == KVIX_MEDIUM_GPU && !kvix_hw_rec(w0)) { /* most adds: inline, gpu only */
         if (kvix_ids_have(w0, s))
             return 1;
-        if (s < KVIX_HS_TAG16)
-            for (unsigned sh = 0; sh < 64; sh += 16)
-                if ((w0 >> sh & KVIX_HS_FREE16) == KVIX_HS_FREE16) {
-                    atomic_store_explicit(&h->w, (w0 & ~(KVIX_HS_FREE16 << sh)) | (uint64_t)s << sh,
-                                          memory_order_relaxed);
-                    *any_new = 1;
-                    return KVIX_OK;
-                }
+        for (unsigned sh = 0; sh < 64; sh += 16)
+            if ((w0 >> sh & KVIX_HS_FREE16) == KVIX_HS_FREE16 && kvix_lane_ok(s, sh)) {
+                atomic_store_explicit(&h->w, (w0 & ~(KVIX_HS_FREE16 << sh)) | (uint64_t)s << sh,
+                                      memory_order_relaxed);
+                *any_new = 1;
+                return KVIX_OK;
+            }
     }
     kvix_aword *tw = NULL;
     uint64_t bit = UINT64_C(1) << (s % 64);

@@ -32,10 +32,13 @@
  * a shared system prompt) checks each child, O(children); a per-slot count of
  * held children on high-fanout nodes would make that O(1).
  *
- * Memory. A node is 64 bytes (lib/index_pos_int.h): its key, the engine and
- * local hashes, 32-bit links (parent, siblings, first child) into the
- * backend's slab instead of pointers, and a 16-byte holder set (four inline
- * slot ids, one pointer to a bitset and tier sets when needed). A shard
+ * Memory. A node is 48 bytes (lib/index_pos_int.h): its key, the engine and
+ * local hashes, 32-bit links (parent, next sibling, newest kid) into the
+ * backend's slab instead of pointers, and an 8-byte holder set (four inline
+ * slot ids, or the address of a bitset and tier sets when needed). It keeps
+ * no number of its own and no previous sibling: whoever reaches a node got
+ * its number on the way, and an unlink walks the sibling ring (a wide
+ * parent's kids have their predecessors hinted: phint). A shard
  * table's slot is 4 bytes (the node's number and 4 bits of its hash), and so
  * is a front end's blocks-map entry (the number and a tier mask: the slab's
  * directory is kvix_backend_ops.nodedir). At thousands

@@ -131,3 +131,27 @@ TEST(hset_last_slot)
     run(NS - 40, 40, 1, 5000);
     kvix_hs_free(&h);
 }
+
+/* A set word whose top lane is 0 is a record's address, so slot 0 never
+ * takes the top lane: with three others inline it goes big, and every order
+ * of four adds and their deletes keeps has() and list() exact. */
+TEST(hset_slot0_fourth)
+{
+    start();
+    static const uint32_t four[][4] = {{1, 2, 3, 0}, {0, 1, 2, 3}, {2, 0, 3, 1}, {3, 2, 1, 0}};
+    for (size_t o = 0; o < sizeof four / sizeof four[0]; o++) {
+        int flag;
+        for (unsigned i = 0; i < 4; i++) {
+            CHECK(kvix_hs_add(&h, four[o][i], KVIX_MEDIUM_GPU, 1, &mem, &flag) == KVIX_OK);
+            model[four[o][i]][KVIX_MEDIUM_GPU] = 1;
+            CHECK(check(&h, kvix_hs_count(&h)));
+        }
+        for (unsigned i = 0; i < 4; i++) {
+            kvix_hs_del(&h, four[o][(i + o) % 4], KVIX_MEDIUM_GPU, &mem, &flag);
+            model[four[o][(i + o) % 4]][KVIX_MEDIUM_GPU] = 0;
+            CHECK(flag == 1 && check(&h, kvix_hs_count(&h)));
+        }
+        CHECK(kvix_hs_empty(&h));
+    }
+    kvix_hs_free(&h);
+}
