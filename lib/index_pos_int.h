@@ -87,7 +87,7 @@ struct pnode {
      * so a new kid is put last in O(1) and an unlink, which looks for the
      * kid's predecessor (singly linked: no prev), finds the oldest first
      * (evictions take them first). KIDS_WIDE: an unlink walked far, so the
-     * predecessors of this node's kids are kept in its shard's phint. */
+     * predecessors of this node's kids are kept in its shard's ppred. */
     pidx kids;
     kvix_hset h;
 };
@@ -142,18 +142,18 @@ typedef struct ptable {
  * ring then; an entry present is always exact (every ring change of a wide
  * node updates it). Made with the first wide node, freed with the last
  * entry, so it costs only where fanouts are high. */
-typedef struct phint {
+typedef struct ppred {
     uint32_t mask, n;
     struct {
         pidx kid, prev; /* kid PNIL: empty */
     } e[];
-} phint;
+} ppred;
 
 typedef struct pshard {
     spin_t mu;
     _Atomic(ptable *) t; /* NULL until the shard's first node */
     size_t used, tomb;
-    phint *hint;
+    ppred *pred;
 } __attribute__((aligned(64))) pshard;
 
 struct pos_be {

@@ -325,7 +325,7 @@ void kvix_pos_store_free(pos_be *be)
                 kvix_hs_free(&pn(be, w & NUM_MASK)->h);
         }
         free(t);
-        free(be->shard[i].hint);
+        free(be->shard[i].pred);
     }
     slab_release(be);
 }

@@ -38,7 +38,7 @@
  * slot ids, or the address of a bitset and tier sets when needed). It keeps
  * no number of its own and no previous sibling: whoever reaches a node got
  * its number on the way, and an unlink walks the sibling ring (a wide
- * parent's kids have their predecessors hinted: phint). A shard
+ * parent's kids have their predecessors hinted: ppred). A shard
  * table's slot is 4 bytes (the node's number and 4 bits of its hash), and so
  * is a front end's blocks-map entry (the number and a tier mask: the slab's
  * directory is kvix_backend_ops.nodedir). At thousands
@@ -66,57 +66,57 @@ static inline int node_removable(const pnode *n)
 
 /* ---- sibling rings, and the predecessor hints of wide ones ---- */
 
-#define HINT_MIN 64u
+#define PRED_MIN 64u
 #define WIDE_WALK 16 /* an unlink that walks further makes the parent wide */
 
-static inline uint32_t hint_home(const phint *t, pidx k)
+static inline uint32_t pred_home(const ppred *t, pidx k)
 {
     return (uint32_t)((uint64_t)k * UINT64_C(0x9E3779B97F4A7C15) >> 32) & t->mask;
 }
 
 /* k's entry, or the empty one that ends its probe (linear probing; a table
  * always has an empty entry). */
-static inline uint32_t hint_find(const phint *t, pidx k)
+static inline uint32_t pred_find(const ppred *t, pidx k)
 {
-    uint32_t i = hint_home(t, k);
+    uint32_t i = pred_home(t, k);
     while (t->e[i].kid != PNIL && t->e[i].kid != k)
         i = (i + 1) & t->mask;
     return i;
 }
 
-static size_t hint_bytes(uint32_t cap)
+static size_t pred_bytes(uint32_t cap)
 {
-    return sizeof(phint) + cap * sizeof(((phint *)0)->e[0]);
+    return sizeof(ppred) + cap * sizeof(((ppred *)0)->e[0]);
 }
 
 /* sh's hints in a table of cap entries (no memory: the old one stays). */
-static void hint_resize(pos_be *be, pshard *sh, uint32_t cap)
+static void pred_resize(pos_be *be, pshard *sh, uint32_t cap)
 {
-    phint *o = sh->hint, *t = calloc(1, hint_bytes(cap));
+    ppred *o = sh->pred, *t = calloc(1, pred_bytes(cap));
     if (!t)
         return;
     t->mask = cap - 1;
-    atomic_fetch_add_explicit(&be->mem.bytes, (long)hint_bytes(cap), memory_order_relaxed);
+    atomic_fetch_add_explicit(&be->mem.bytes, (long)pred_bytes(cap), memory_order_relaxed);
     for (uint32_t i = 0; o && i <= o->mask; i++)
         if (o->e[i].kid != PNIL)
-            t->e[hint_find(t, o->e[i].kid)] = o->e[i];
+            t->e[pred_find(t, o->e[i].kid)] = o->e[i];
     if (o) {
         t->n = o->n;
-        atomic_fetch_sub_explicit(&be->mem.bytes, (long)hint_bytes(o->mask + 1),
+        atomic_fetch_sub_explicit(&be->mem.bytes, (long)pred_bytes(o->mask + 1),
                                   memory_order_relaxed);
         free(o);
     }
-    sh->hint = t;
+    sh->pred = t;
 }
 
-static void hint_put(pos_be *be, pshard *sh, pidx k, pidx prev)
+static void pred_put(pos_be *be, pshard *sh, pidx k, pidx prev)
 {
-    if (!sh->hint || (sh->hint->n + 1) * 2 > sh->hint->mask + 1)
-        hint_resize(be, sh, sh->hint ? (sh->hint->mask + 1) * 2 : HINT_MIN);
-    phint *t = sh->hint;
+    if (!sh->pred || (sh->pred->n + 1) * 2 > sh->pred->mask + 1)
+        pred_resize(be, sh, sh->pred ? (sh->pred->mask + 1) * 2 : PRED_MIN);
+    ppred *t = sh->pred;
     if (!t)
         return;
-    uint32_t i = hint_find(t, k);
+    uint32_t i = pred_find(t, k);
     if (t->e[i].kid == PNIL) {
         if (t->n + 2 > t->mask + 1)
             return; /* full (no memory to grow): k's unlink will walk */
@@ -126,28 +126,28 @@ static void hint_put(pos_be *be, pshard *sh, pidx k, pidx prev)
     t->e[i].prev = prev;
 }
 
-static inline pidx hint_get(const pshard *sh, pidx k)
+static inline pidx pred_get(const pshard *sh, pidx k)
 {
-    const phint *t = sh->hint;
+    const ppred *t = sh->pred;
     if (!t)
         return PNIL;
-    uint32_t i = hint_find(t, k);
+    uint32_t i = pred_find(t, k);
     return t->e[i].kid == k ? t->e[i].prev : PNIL;
 }
 
-static void hint_drop(pos_be *be, pshard *sh, pidx k)
+static void pred_drop(pos_be *be, pshard *sh, pidx k)
 {
-    phint *t = sh->hint;
+    ppred *t = sh->pred;
     if (!t)
         return;
-    uint32_t i = hint_find(t, k);
+    uint32_t i = pred_find(t, k);
     if (t->e[i].kid != k)
         return;
     for (uint32_t j = i;;) { /* backward shift: probes stay unbroken */
         j = (j + 1) & t->mask;
         if (t->e[j].kid == PNIL)
             break;
-        uint32_t home = hint_home(t, t->e[j].kid);
+        uint32_t home = pred_home(t, t->e[j].kid);
         if (((j - home) & t->mask) >= ((j - i) & t->mask)) {
             t->e[i] = t->e[j];
             i = j;
@@ -155,12 +155,12 @@ static void hint_drop(pos_be *be, pshard *sh, pidx k)
     }
     t->e[i].kid = PNIL;
     if (--t->n == 0) {
-        atomic_fetch_sub_explicit(&be->mem.bytes, (long)hint_bytes(t->mask + 1),
+        atomic_fetch_sub_explicit(&be->mem.bytes, (long)pred_bytes(t->mask + 1),
                                   memory_order_relaxed);
         free(t);
-        sh->hint = NULL;
-    } else if (t->mask + 1 > HINT_MIN && t->n * 8 < t->mask + 1) {
-        hint_resize(be, sh, (t->mask + 1) / 2);
+        sh->pred = NULL;
+    } else if (t->mask + 1 > PRED_MIN && t->n * 8 < t->mask + 1) {
+        pred_resize(be, sh, (t->mask + 1) / 2);
     }
 }
 
@@ -180,8 +180,8 @@ static void kid_link(pos_be *be, pshard *ps, pnode *p, pidx pi, pnode *k, pidx k
     ln->next = ki;
     p->kids = (p->kids & KIDS_WIDE) | ki;
     if (p->kids & KIDS_WIDE) {
-        hint_put(be, ps, ki, last);
-        hint_put(be, ps, first, ki);
+        pred_put(be, ps, ki, last);
+        pred_put(be, ps, first, ki);
     }
 }
 
@@ -190,7 +190,7 @@ static void kid_link(pos_be *be, pshard *ps, pnode *p, pidx pi, pnode *k, pidx k
 static void kid_unlink(pos_be *be, pshard *ps, pnode *p, const pnode *k, pidx ki)
 {
     uint32_t wide = p->kids & KIDS_WIDE;
-    pidx last = KIDS_NUM(p->kids), b = wide ? hint_get(ps, ki) : PNIL;
+    pidx last = KIDS_NUM(p->kids), b = wide ? pred_get(ps, ki) : PNIL;
     pnode *bn = b != PNIL ? pn(be, b) : NULL;
     unsigned steps = 0;
     if (!bn || bn->next != ki) {
@@ -203,7 +203,7 @@ static void kid_unlink(pos_be *be, pshard *ps, pnode *p, const pnode *k, pidx ki
         }
     }
     if (wide)
-        hint_drop(be, ps, ki);
+        pred_drop(be, ps, ki);
     if (b == ki) { /* the only kid */
         p->kids = PNIL;
         return;
@@ -214,12 +214,12 @@ static void kid_unlink(pos_be *be, pshard *ps, pnode *p, const pnode *k, pidx ki
         last = b;
     p->kids = wide | last;
     if (wide) {
-        hint_put(be, ps, c, b);
+        pred_put(be, ps, c, b);
     } else if (steps > WIDE_WALK) {
         p->kids |= KIDS_WIDE;
         for (pidx x = last, y;; x = y) {
             y = pn(be, x)->next;
-            hint_put(be, ps, y, x);
+            pred_put(be, ps, y, x);
             if (y == last)
                 break;
         }
