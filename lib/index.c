@@ -154,8 +154,8 @@ static void forget_hash(wstate *w, uint64_t engine)
  * the stored event's loop (eleven arguments a block). */
 static inline __attribute__((always_inline)) int
 store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t canon,
-            uint64_t parent, uint64_t pcanon, unsigned tier, void **chain, kvix_apply_result *r,
-            kvix_err *err)
+            uint64_t parent, uint64_t pcanon, unsigned tier, kvix_ix_chain *chain,
+            kvix_apply_result *r, kvix_err *err)
 {
     const kvix_backend_ops *ops = w->p->ops;
     kvix_binfo b = {.pos = pos,
@@ -164,7 +164,8 @@ store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t c
                     .parent_canon = pos ? pcanon : 0,
                     .parent_engine = pos ? parent : 0,
                     .engine = engine,
-                    .parent_node = pos && chain ? *chain : NULL};
+                    .parent_node = pos && chain ? chain->node : NULL,
+                    .parent_num = pos && chain ? chain->num : 0};
     int rc;
     void *node;
     size_t at;
@@ -174,7 +175,7 @@ store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t c
         ops->info(part_be(w->p), bent_node(e), &o);
         if (o.pos == pos && o.canon == canon) { /* the same block: the canon says it */
             if (chain)
-                *chain = bent_node(e);
+                *chain = (kvix_ix_chain){bent_node(e), kvix_ix_bm_num(&w->blocks, at)};
             if (bent_tiers(e) & (1u << tier)) {
                 r->duplicate++;
                 return KVIX_OK;
@@ -193,7 +194,7 @@ store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t c
         at = (size_t)-1;      /* the map changed: no place to add at */
     }
     if (chain)
-        *chain = NULL;
+        chain->node = NULL;
     if ((rc = tier_ref(w, &b, tier, &node, err)))
         return rc;
     if ((uintptr_t)node & BENT_TIERS) /* backends align their nodes: never met */
@@ -209,13 +210,13 @@ store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t c
         return rc;
     }
     if (chain)
-        *chain = node;
+        *chain = (kvix_ix_chain){node, b.num};
     r->stored++;
     return KVIX_OK;
 }
 
 int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t canon,
-                       uint64_t parent, uint64_t pcanon, unsigned tier, void **chain,
+                       uint64_t parent, uint64_t pcanon, unsigned tier, kvix_ix_chain *chain,
                        kvix_apply_result *r, kvix_err *err)
 {
     return store_block(w, engine, pos, local, canon, parent, pcanon, tier, chain, r, err);
@@ -276,7 +277,7 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
     wstate *w = p ? kvix_ix_ws_find(p, ev->worker, ev->dp) : NULL;
     uint32_t pos0 = 0;
     uint64_t prev = 0, parent = 0;
-    void *chain = NULL; /* the previous block's node, which w holds: the next one's parent */
+    kvix_ix_chain chain = {NULL, 0}; /* the previous block's node, which w holds: the next one's parent */
     if (ev->has_parent_at && !ev->has_parent)
         return kvix_err_set(err, KVIX_EINVAL, "a parent's placement without its hash");
     if (ev->has_parent_at) { /* the event says where the parent sat: held there or not */
@@ -284,7 +285,8 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
         prev = ev->parent_canon;
         parent = ev->parent;
     } else if (ev->has_parent) {
-        bent pe = w ? kvix_ix_bm_get(&w->blocks, ev->parent, NULL) : 0;
+        size_t at;
+        bent pe = w ? kvix_ix_bm_get(&w->blocks, ev->parent, &at) : 0;
         if (!pe)
             return kvix_err_set(err, KVIX_EPARENT,
                                 "parent %016" PRIx64 " is not held by worker %" PRIu64
@@ -295,7 +297,7 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
         pos0 = pb.pos + 1;
         prev = pb.canon;
         parent = ev->parent;
-        chain = bent_node(pe);
+        chain = (kvix_ix_chain){bent_node(pe), kvix_ix_bm_num(&w->blocks, at)};
     }
     if ((uint64_t)pos0 + ev->nblocks > KVIX_INDEX_DEPTH_MAX)
         return kvix_err_set(err, KVIX_ERANGE, "block position %" PRIu64 " too deep (limit %u)",

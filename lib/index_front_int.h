@@ -150,6 +150,12 @@ void kvix_ix_bm_del(bmap *m, uint64_t engine);
  * since): no second search. */
 void kvix_ix_bm_del_at(bmap *m, size_t at, uint64_t engine);
 int kvix_ix_bm_reserve(bmap *m, size_t n);
+/* The node number of the entry named by at (kvix_ix_bm_get), or 0 when not
+ * known (a backend without numbers, or an entry of the keyed side map). */
+static inline uint32_t kvix_ix_bm_num(const bmap *m, size_t at)
+{
+    return m->dir && at != (size_t)-1 ? ((const uint32_t *)m->v)[at] >> 4 : 0;
+}
 /* Iterate (it from 0): the next entry and its engine hash (when engine is
  * not NULL: reads the node, which must be valid), or 0 at the end. */
 bent kvix_ix_bm_next(const bmap *m, size_t *it, uint64_t *engine);
@@ -410,11 +416,16 @@ part **kvix_ix_parts_list(const kvix_index *idx, size_t *n);
 size_t kvix_ix_count_blocks(kvix_index *idx, size_t *parts);
 
 /* lib/index.c */
-/* w holds engine at (pos, canon) in tier. chain (NULL: none): on entry NULL
- * or the node of the parent block, which w holds; set to the block's node
- * when w holds it after the call, else NULL. */
+/* A node handle and, with a numbered backend, its number (0: unknown). */
+typedef struct kvix_ix_chain {
+    void *node;
+    uint32_t num;
+} kvix_ix_chain;
+/* w holds engine at (pos, canon) in tier. chain (NULL: none): on entry node
+ * NULL or the node of the parent block, which w holds; set to the block's
+ * node when w holds it after the call, else node NULL. */
 int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t canon,
-                uint64_t parent, uint64_t pcanon, unsigned tier, void **chain,
+                uint64_t parent, uint64_t pcanon, unsigned tier, kvix_ix_chain *chain,
                 kvix_apply_result *r, kvix_err *err);
 void kvix_ix_add_totals(kvix_index *idx, const kvix_apply_result *r);
 /* The parent engine hash w stored engine under (b: the info of its node). */

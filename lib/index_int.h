@@ -132,6 +132,7 @@ typedef struct kvix_binfo {
                               * holds (in some tier): a store of a chain passes the
                               * previous block's, so a backend need not look it up */
     uint32_t num;           /* add, numbered backends (nodedir): the node's number */
+    uint32_t parent_num;    /* add, with parent_node: its number (nodedir), or 0: unknown */
 } kvix_binfo;
 
 /* Node handles are at least this aligned: the front end packs a tier mask
@@ -199,7 +200,7 @@ static inline int kvix_backend_add_key(const kvix_backend_ops *ops, void *be, ui
                                        uint64_t local, uint64_t canon, uint64_t parent_canon,
                                        uint32_t slot, unsigned tier, kvix_err *err)
 {
-    kvix_binfo b = {pos, local, canon, pos ? parent_canon : 0, 0, canon, NULL, 0};
+    kvix_binfo b = {pos, local, canon, pos ? parent_canon : 0, 0, canon, NULL, 0, 0};
     void *node;
     return ops->add(be, &b, slot, tier, &node, err);
 }
@@ -208,7 +209,7 @@ static inline void kvix_backend_del_key(const kvix_backend_ops *ops, void *be, u
                                         uint64_t local, uint64_t canon, uint64_t parent_canon,
                                         uint32_t slot, unsigned tier)
 {
-    kvix_binfo b = {pos, local, canon, pos ? parent_canon : 0, 0, canon, NULL, 0};
+    kvix_binfo b = {pos, local, canon, pos ? parent_canon : 0, 0, canon, NULL, 0, 0};
     void *node;
     kvix_err err;
     if (ops->add(be, &b, slot, tier, &node, &err) >= 0)

@@ -461,9 +461,12 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
         }
         if (pos > 0 && n->parent == PNIL) {
             pshard *ps = &be->shard[pi];
-            pidx pnum = hint ? table_num(be, atomic_load_explicit(&ps->t, memory_order_relaxed), hp,
-                                         hint)
-                             : PNIL;
+            /* the hint's number: the front end's, else its table slot */
+            pidx pnum = !hint             ? PNIL
+                        : b->parent_num ? b->parent_num
+                                        : table_num(be, atomic_load_explicit(&ps->t,
+                                                                             memory_order_relaxed),
+                                                    hp, hint);
             pnode *p = pnum != PNIL
                            ? hint
                            : table_find(be, atomic_load_explicit(&ps->t, memory_order_relaxed), hp,
@@ -487,7 +490,8 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
     /* n's shard lock held; n->parent (if any) is pinned by n. A block of
      * this key under another parent (a chunk-hash collision) is not hint's
      * child: hint says nothing of it. */
-    if (hint && (n->parent == PNIL || pn(be, n->parent) != hint))
+    if (hint && (n->parent == PNIL || (b->parent_num ? n->parent != b->parent_num
+                                                     : pn(be, n->parent) != hint)))
         hint = NULL;
     int any_new;
     int was_empty = kvix_hs_empty(&n->h);
