@@ -154,7 +154,7 @@ int kvix_ix_bm_reserve(bmap *m, size_t n);
  * known (a backend without numbers, or an entry of the keyed side map). */
 static inline uint32_t kvix_ix_bm_num(const bmap *m, size_t at)
 {
-    return m->dir && at != (size_t)-1 ? ((const uint32_t *)m->v)[at] >> 4 : 0;
+    return m->dir && !(at & BM_MISS) ? ((const uint32_t *)m->v)[at] >> 4 : 0;
 }
 /* Iterate (it from 0): the next entry and its engine hash (when engine is
  * not NULL: reads the node, which must be valid), or 0 at the end. */
