@@ -476,6 +476,8 @@ static rankview rank_view(const part *p, kvix_answer *ans)
     if (rv.seq & 1)
         return rv;
     size_t words = (rv.n + 63) / 64;
+    if (!words) /* nothing ranked yet: and no scratch (NULL + 0 is undefined) */
+        return rv;
     if (words * 64 > ans->rank_cap) {
         size_t cap = 64 * words;
         /* bits, then the filed records, then their hits; calloc: bits start clear */
