@@ -250,7 +250,8 @@ typedef struct part {
     uint32_t depth;               /* atomic: 1 + the deepest position stored since the
                                    * partition was last empty */
     srec **chunks; /* atomic: SLOT_CHUNKS atomic pointers to chunks of SLOT_CHUNK slot
-                    * records; NULL while the partition is empty */
+                    * records (kvix_ix_no_slots' chunk until made); NULL while the
+                    * partition is empty */
     /* The (worker, dp) order as ranks in the records, so a query files its
      * hits by rank instead of sorting worker ids (lib/index_part.c). */
     uint32_t rank_seq; /* atomic: odd while ranks are rewritten */
@@ -311,26 +312,34 @@ typedef struct slotmap {
     uint32_t n;
 } slotmap;
 
+/* lib/index_part.c: SLOT_CHUNKS pointers to one chunk of free records (rank
+ * RANK_NONE, no state), the top of a partition without slots and what a
+ * partition's top holds where no chunk was made yet. */
+extern srec *const kvix_ix_no_slots[SLOT_CHUNKS];
+/* Free a top and its chunks (NULL is fine). */
+void kvix_ix_slots_free(srec **top);
+
 static inline slotmap slots_of(const part *p)
 {
     slotmap m;
     m.n = part_nslots(p); /* before top: a raised count's tables are published first */
     m.top = __atomic_load_n(&p->chunks, __ATOMIC_ACQUIRE);
-    if (!m.top)
+    if (!m.top) {
         m.n = 0;
+        m.top = (srec **)kvix_ix_no_slots;
+    }
     return m;
 }
 
-/* The record of a slot, NULL when none was ever made: a slot without a
+/* The record of a slot (NULL only past KVIX_SLOTS_MAX): a slot without a
  * state (free, or not yet registered) has rank RANK_NONE and w NULL, so a
  * query filing by rank tests w only for unranked records. Outside a quiet
  * index, use it only within the read-side section the map was loaded in. */
 static inline const srec *slotmap_any(slotmap m, uint32_t slot)
 {
-    if (slot >= KVIX_SLOTS_MAX || !m.top)
+    if (slot >= KVIX_SLOTS_MAX)
         return NULL;
-    const srec *c = __atomic_load_n(&m.top[slot / SLOT_CHUNK], __ATOMIC_ACQUIRE);
-    return c ? c + slot % SLOT_CHUNK : NULL;
+    return __atomic_load_n(&m.top[slot / SLOT_CHUNK], __ATOMIC_ACQUIRE) + slot % SLOT_CHUNK;
 }
 
 /* The record of a slot with a state (NULL: free); same rule. */
@@ -338,10 +347,7 @@ static inline const srec *slotmap_rec(slotmap m, uint32_t slot)
 {
     if (slot >= m.n)
         return NULL;
-    const srec *c = __atomic_load_n(&m.top[slot / SLOT_CHUNK], __ATOMIC_ACQUIRE);
-    if (!c)
-        return NULL;
-    c += slot % SLOT_CHUNK;
+    const srec *c = __atomic_load_n(&m.top[slot / SLOT_CHUNK], __ATOMIC_ACQUIRE) + slot % SLOT_CHUNK;
     return __atomic_load_n(&c->w, __ATOMIC_ACQUIRE) ? c : NULL;
 }
 

@@ -223,9 +223,7 @@ void kvix_ix_part_free(void *e)
     part *p = e;
     kvix_ix_cmap_release(&p->workers, ws_free);
     kvix_ix_cmap_release(&p->wheads, free);
-    for (unsigned i = 0; p->chunks && i < SLOT_CHUNKS; i++)
-        free(p->chunks[i]);
-    free(p->chunks);
+    kvix_ix_slots_free(p->chunks);
     free(p->free_slots);
     free(p->order);
     free(p->fresh);
@@ -266,9 +264,7 @@ static void empty_cb(struct rcu_head *head)
     }
     if (x->be)
         p->ops->destroy(x->be);
-    for (unsigned i = 0; x->chunks && i < SLOT_CHUNKS; i++)
-        free(x->chunks[i]);
-    free(x->chunks);
+    kvix_ix_slots_free(x->chunks);
     free(x);
     inflight_done(p);
 }
@@ -482,12 +478,13 @@ static int slot_take(part *p, uint32_t *slot, int *fresh, kvix_err *err)
         p->fcap = cap;
     }
     if (!p->chunks) {
-        srec **top = calloc(SLOT_CHUNKS, sizeof *top);
+        srec **top = malloc(SLOT_CHUNKS * sizeof *top);
         if (!top)
             return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a worker");
+        memcpy(top, kvix_ix_no_slots, SLOT_CHUNKS * sizeof *top);
         __atomic_store_n(&p->chunks, top, __ATOMIC_RELEASE);
     }
-    if (!p->chunks[p->nslots / SLOT_CHUNK]) {
+    if (p->chunks[p->nslots / SLOT_CHUNK] == kvix_ix_no_slots[0]) {
         srec *c = calloc(SLOT_CHUNK, sizeof *c);
         if (!c)
             return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a worker");
@@ -509,10 +506,10 @@ static int slot_take(part *p, uint32_t *slot, int *fresh, kvix_err *err)
  * query sorts those few apart and merges them in. The ranking is redone
  * when they pass 1/16 of the ranked ones, merging the sorted newcomers into
  * the kept order: O(slots) each time, amortized O(1) a registration; and
- * when queries have merged unranked slots about half as many times as
- * there are ranked ones (the last few registrations of a fleet would
- * otherwise stay unranked). Ranks
- * change only inside the rank_seq window, which a query checks around its
+ * when queries have merged unranked slots an eighth as many times as
+ * there are ranked ones (a merge costs about what ranking a few dozen
+ * slots costs; the last few registrations of a fleet would otherwise stay
+ * unranked). Ranks change only inside the rank_seq window, which a query checks around its
  * filing (and falls back to sorting worker ids when it moved). */
 
 static int rkey_cmp(const void *a, const void *b)
@@ -521,6 +518,19 @@ static int rkey_cmp(const void *a, const void *b)
     if (x->worker != y->worker)
         return x->worker < y->worker ? -1 : 1;
     return x->dp < y->dp ? -1 : x->dp > y->dp;
+}
+
+/* Chunks not yet made are this one (static, never written): a query maps
+ * any slot below KVIX_SLOTS_MAX without a test for a missing chunk. */
+static const srec no_chunk[SLOT_CHUNK] = {[0 ... SLOT_CHUNK - 1] = {.rank = RANK_NONE}};
+srec *const kvix_ix_no_slots[SLOT_CHUNKS] = {[0 ... SLOT_CHUNKS - 1] = (srec *)no_chunk};
+
+void kvix_ix_slots_free(srec **top)
+{
+    for (unsigned i = 0; top && i < SLOT_CHUNKS; i++)
+        if (top[i] != no_chunk)
+            free(top[i]);
+    free(top);
 }
 
 static inline srec *slot_rec(part *p, uint32_t s)
@@ -545,17 +555,17 @@ static void rank_slots(part *p)
         }
     }
     qsort(k, nk, sizeof *k, rkey_cmp);
-    while (i < p->norder || j < nk) {
-        srec *r = i < p->norder ? slot_rec(p, p->order[i]) : NULL;
-        if (r && (!r->w || r->rank >= RANK_PICKED)) { /* gone, or taken again since */
-            i++;
+    for (; i < p->norder; i++) {
+        uint32_t s = p->order[i];
+        const srec *r = slot_rec(p, s);
+        if (!r->w || r->rank >= RANK_PICKED) /* gone, or taken again since */
             continue;
-        }
-        if (r && (j == nk || rkey_cmp(&(rkey){r->worker, r->dp, 0}, &k[j]) < 0))
-            next[n++] = p->order[i++];
-        else
+        while (j < nk && (k[j].worker < r->worker || (k[j].worker == r->worker && k[j].dp < r->dp)))
             next[n++] = k[j++].slot;
+        next[n++] = s;
     }
+    while (j < nk)
+        next[n++] = k[j++].slot;
     uint32_t seq = p->rank_seq;
     __atomic_store_n(&p->rank_seq, seq + 1, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE);
@@ -579,7 +589,7 @@ static void rank_if_due(part *p)
 void kvix_ix_unranked_seen(part *p, uint32_t n)
 {
     uint32_t seen = __atomic_add_fetch(&p->unranked_seen, n, __ATOMIC_RELAXED);
-    if (seen <= __atomic_load_n(&p->nranked, __ATOMIC_RELAXED) / 2 + 64 ||
+    if (seen <= __atomic_load_n(&p->nranked, __ATOMIC_RELAXED) / 8 + 64 ||
         pthread_mutex_trylock(&p->lock))
         return;
     if (p->chunks && p->nfresh)
