@@ -307,6 +307,7 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
         return rc;
     if (!w && (rc = kvix_ix_ws_get(p, ev->worker, ev->dp, &w, err)))
         return rc;
+    kvix_ix_rank_if_asked(p);
     raise_depth(p, pos0 + (uint32_t)ev->nblocks);
     /* Room for the event's blocks at once: a map grown block by block
      * rehashes (reading each entry's node) at every doubling on the way.

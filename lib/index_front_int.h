@@ -257,6 +257,7 @@ typedef struct part {
     uint32_t rank_seq; /* atomic: odd while ranks are rewritten */
     uint32_t nranked;  /* atomic: ranks are below it */
     uint32_t unranked_seen; /* atomic: unranked hits queries merged since the ranking */
+    uint32_t rank_due;      /* atomic: past it, a writer ranks (kvix_ix_rank_if_asked) */
     /* under lock: */
     uint32_t live;    /* registered states */
     uint32_t limbo;   /* released slots waiting for their grace period */
@@ -401,9 +402,21 @@ int kvix_ix_ws_get(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix_err
  * the partition's last, the partition gives its backend and slot tables
  * back. */
 void kvix_ix_ws_done(wstate *w);
-/* A query merged n hits of unranked slots: past a bound (amortized against
- * that work), the slots are ranked now, unless p's lock is busy. */
-void kvix_ix_unranked_seen(part *p, uint32_t n);
+/* A query merged n hits of unranked slots: counted, so that past a bound
+ * (amortized against that work) a writer ranks them. */
+static inline void kvix_ix_unranked_seen(part *p, uint32_t n)
+{
+    __atomic_fetch_add(&p->unranked_seen, n, __ATOMIC_RELAXED);
+}
+/* Rank p's slots now unless p's lock is busy (a writer asked by queries). */
+void kvix_ix_rank_asked(part *p);
+/* Called by writers at each stored event: one compare when nothing is asked. */
+static inline void kvix_ix_rank_if_asked(part *p)
+{
+    if (__atomic_load_n(&p->unranked_seen, __ATOMIC_RELAXED) >
+        __atomic_load_n(&p->rank_due, __ATOMIC_RELAXED))
+        kvix_ix_rank_asked(p);
+}
 /* The backend of p for a writer that holds a registered state of p. */
 static inline void *part_be(const part *p)
 {

@@ -509,7 +509,9 @@ static int slot_take(part *p, uint32_t *slot, int *fresh, kvix_err *err)
  * when queries have merged unranked slots an eighth as many times as
  * there are ranked ones (a merge costs about what ranking a few dozen
  * slots costs; the last few registrations of a fleet would otherwise stay
- * unranked). Ranks change only inside the rank_seq window, which a query checks around its
+ * unranked): then the partition's next stored event ranks them, so the
+ * O(slots) work stays off the query path (a query's tail latency). Ranks
+ * change only inside the rank_seq window, which a query checks around its
  * filing (and falls back to sorting worker ids when it moved). */
 
 static int rkey_cmp(const void *a, const void *b)
@@ -578,6 +580,7 @@ static void rank_slots(part *p)
     p->norder = n;
     p->nfresh = 0;
     __atomic_store_n(&p->unranked_seen, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->rank_due, n / 8 + 64, __ATOMIC_RELAXED);
 }
 
 static void rank_if_due(part *p)
@@ -586,14 +589,14 @@ static void rank_if_due(part *p)
         rank_slots(p);
 }
 
-void kvix_ix_unranked_seen(part *p, uint32_t n)
+void kvix_ix_rank_asked(part *p)
 {
-    uint32_t seen = __atomic_add_fetch(&p->unranked_seen, n, __ATOMIC_RELAXED);
-    if (seen <= __atomic_load_n(&p->nranked, __ATOMIC_RELAXED) / 8 + 64 ||
-        pthread_mutex_trylock(&p->lock))
-        return;
+    if (pthread_mutex_trylock(&p->lock))
+        return; /* another writer holds it: asked again at the next event */
     if (p->chunks && p->nfresh)
         rank_slots(p);
+    else /* the unranked ones are gone meanwhile */
+        __atomic_store_n(&p->unranked_seen, 0, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&p->lock);
 }
 
