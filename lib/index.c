@@ -262,6 +262,26 @@ static void record_eid(wstate *w, const kvix_event *ev)
     }
 }
 
+/* A stored event's blocks are taken STORE_AHEAD at a time: their canonical
+ * hashes first, then a load of the blocks-map slot and the backend's table
+ * slot each will read is started for all of them, so that at thousands of
+ * workers (an index far larger than the caches) their misses overlap
+ * instead of coming one block after another. */
+#define STORE_AHEAD 16u
+
+static void prefetch_blocks(wstate *w, const kvix_event *ev, size_t i0, uint32_t pos,
+                            uint64_t prev, uint64_t *canon, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        uint64_t local = ev->blocks[i0 + k].local;
+        prev = canon[k] = pos + k == 0 ? local : kvix_hash_seq_next(prev, local);
+        kvix_ix_bm_prefetch(&w->blocks, ev->blocks[i0 + k].seq);
+    }
+    const kvix_backend_ops *ops = w->p->ops;
+    if (ops->prefetch)
+        ops->prefetch(part_be(w->p), pos, canon, n);
+}
+
 static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result *r,
                         kvix_err *err)
 {
@@ -316,14 +336,18 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
     rc = kvix_ix_bm_reserve(&w->blocks, (size_t)w->blocks.n + ev->nblocks)
              ? kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block")
              : KVIX_OK;
-    for (size_t i = 0; i < ev->nblocks && !rc; i++) {
-        uint32_t pos = pos0 + (uint32_t)i;
-        uint64_t local = ev->blocks[i].local;
-        uint64_t canon = pos == 0 ? local : kvix_hash_seq_next(prev, local);
-        rc = store_block(w, ev->blocks[i].seq, pos, local, canon, parent, prev,
-                         (unsigned)ev->medium, &chain, r, err);
-        prev = canon;
-        parent = ev->blocks[i].seq;
+    uint64_t canons[STORE_AHEAD];
+    for (size_t i0 = 0; i0 < ev->nblocks && !rc; i0 += STORE_AHEAD) {
+        size_t nw = ev->nblocks - i0 < STORE_AHEAD ? ev->nblocks - i0 : STORE_AHEAD;
+        prefetch_blocks(w, ev, i0, pos0 + (uint32_t)i0, prev, canons, nw);
+        for (size_t k = 0; k < nw && !rc; k++) {
+            size_t i = i0 + k;
+            uint64_t canon = canons[k];
+            rc = store_block(w, ev->blocks[i].seq, pos0 + (uint32_t)i, ev->blocks[i].local, canon,
+                             parent, prev, (unsigned)ev->medium, &chain, r, err);
+            prev = canon;
+            parent = ev->blocks[i].seq;
+        }
     }
     kvix_ix_publish_held(w);
     if (!rc)

@@ -138,6 +138,16 @@ bent kvix_ix_bm_get(const bmap *m, uint64_t engine, size_t *at);
  * node's number (kvix_binfo.num from the backend's add; unused unless
  * numbered). */
 int kvix_ix_bm_add_at(bmap *m, size_t at, uint64_t engine, bent v, uint32_t num);
+/* A get or add of engine is coming soon: start loading the slot it reads
+ * (inline: a stored event asks it of every block). */
+static inline void kvix_ix_bm_prefetch(const bmap *m, uint64_t engine)
+{
+    if (!m->cap)
+        return;
+    size_t i = kvix_mix64(engine) & (m->cap - 1);
+    __builtin_prefetch(&m->ctrl[i]);
+    __builtin_prefetch((const char *)m->v + (m->dir ? i * sizeof(uint32_t) : i * sizeof(bent)));
+}
 /* Replace the entry named by at (from kvix_ix_bm_get of engine) with v, the
  * same node in other tiers. */
 void kvix_ix_bm_set(bmap *m, size_t at, uint64_t engine, bent v);

@@ -191,6 +191,10 @@ typedef struct kvix_backend_ops {
      * while the node is held (nodes do not keep their own). */
     _Atomic(kvix_nodedir *) *(*nodedir)(void *be);
     size_t node_size; /* engine_off, node_size: below 65536 */
+    /* Optional: adds of (pos0 + k, canon[k]) for k < n are coming soon (a
+     * stored event's next blocks): start loading what they will read first.
+     * Writer side; a hint, it changes nothing. */
+    void (*prefetch)(void *be, uint32_t pos0, const uint64_t *canon, size_t n);
 } kvix_backend_ops;
 
 /* Key-based calls for backend tests and benchmarks (the front end keeps

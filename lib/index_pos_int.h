@@ -274,6 +274,8 @@ void kvix_pos_node_retire(pos_be *be, pnode *n, pidx i);
 /* Hand a full batch of retired nodes (or all, when the index is empty) to
  * one grace period. */
 void kvix_pos_limbo_drain(pos_be *be);
+/* kvix_backend_ops.prefetch: the table slots the adds will read first. */
+void kvix_pos_prefetch(void *vbe, uint32_t pos0, const uint64_t *canon, size_t n);
 /* Free every node, table and the slab (quiet backend, no pending batch). */
 void kvix_pos_store_free(pos_be *be);
 

@@ -92,6 +92,19 @@ int kvix_pos_shard_insert(pos_be *be, pshard *sh, uint64_t h, pidx n)
     return KVIX_OK;
 }
 
+void kvix_pos_prefetch(void *vbe, uint32_t pos0, const uint64_t *canon, size_t n)
+{
+    pos_be *be = vbe;
+    kvix_rcu_lock(); /* another writer may replace a table meanwhile */
+    for (size_t k = 0; k < n; k++) {
+        uint64_t h = key_hash(pos0 + (uint32_t)k, canon[k]);
+        const ptable *t = atomic_load_explicit(&be->shard[shard_of(h)].t, memory_order_acquire);
+        if (t)
+            __builtin_prefetch(&t->s[h & t->mask]);
+    }
+    kvix_rcu_unlock();
+}
+
 void kvix_pos_shard_remove(pos_be *be, pshard *sh, uint64_t h, pidx n)
 {
     ptable *t = atomic_load_explicit(&sh->t, memory_order_relaxed);

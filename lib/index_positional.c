@@ -604,6 +604,7 @@ const kvix_backend_ops kvix_backend_positional_ops = {
     .destroy = pos_destroy,
     .busy = pos_busy,
     .add = pos_add,
+    .prefetch = kvix_pos_prefetch,
     .del = pos_del,
     .info = pos_info,
     .query = kvix_pos_query,
