@@ -570,9 +570,10 @@ static void rank_slots(part *p)
         next[n++] = k[j++].slot;
     uint32_t seq = p->rank_seq;
     __atomic_store_n(&p->rank_seq, seq + 1, __ATOMIC_RELAXED);
-    __atomic_thread_fence(__ATOMIC_RELEASE);
+    /* release stores, not a release fence (which TSan cannot follow): a
+     * query that reads a new rank then sees the odd rank_seq before it */
     for (uint32_t t = 0; t < n; t++)
-        __atomic_store_n(&slot_rec(p, next[t])->rank, t, __ATOMIC_RELAXED);
+        __atomic_store_n(&slot_rec(p, next[t])->rank, t, __ATOMIC_RELEASE);
     __atomic_store_n(&p->nranked, n, __ATOMIC_RELAXED);
     __atomic_store_n(&p->rank_seq, seq + 2, __ATOMIC_RELEASE);
     p->spare = p->order;

@@ -413,7 +413,9 @@ emit_run_rank(const hrun *r, const kvix_qhits *hs, slotmap sm, kvix_score *v, qe
         const srec *x = slotmap_any(sm, *sp);
         if (!x)
             continue;
-        uint32_t k = __atomic_load_n(&x->rank, __ATOMIC_RELAXED);
+        /* acquire (plain loads on x86): a rank a ranking wrote after rv->seq
+         * makes the rank_seq below differ (see rank_slots) */
+        uint32_t k = __atomic_load_n(&x->rank, __ATOMIC_ACQUIRE);
         if (k >= nr) {
             if (__atomic_load_n(&x->w, __ATOMIC_ACQUIRE))
                 ex[ne++] = (qent){x, (size_t)(sp - hs->slot)};
@@ -427,7 +429,6 @@ emit_run_rank(const hrun *r, const kvix_qhits *hs, slotmap sm, kvix_score *v, qe
         and_ &= k;
         nf++;
     }
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
     int moved = __atomic_load_n(&rv->p->rank_seq, __ATOMIC_RELAXED) != rv->seq;
     uint32_t gpu[KVIX_MEDIUM_COUNT] = {0};
     gpu[KVIX_MEDIUM_GPU] = r->blocks;
