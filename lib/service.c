@@ -75,8 +75,7 @@ void kvix_service_free(kvix_service *s)
         return;
     kvix_service_shutdown(s, 0);
     pthread_rwlock_destroy(&s->quiet);
-    kvix_answer *a = pthread_getspecific(s->ans_key);
-    kvix_service_answer_free(a);
+    kvix_service_answer_free(pthread_getspecific(s->ans_key));
     pthread_key_delete(s->ans_key);
     free(s->rejected_reason);
     if (s->own_peers)
@@ -184,22 +183,35 @@ void kvix_service_respond_err(kvix_service_response *r, const kvix_err *e)
 
 /* ---- queries ---- */
 
+/* What a server thread keeps across queries (under s->ans_key). */
+typedef struct thread_state {
+    kvix_answer ans; /* first: kvix_service_answer_free takes either */
+    kvix_u64_refs refs;
+} thread_state;
+
+static thread_state *thread_get(kvix_service *s)
+{
+    thread_state *t = pthread_getspecific(s->ans_key);
+    if (!t && (t = calloc(1, sizeof *t))) {
+        kvix_answer_init(&t->ans);
+        pthread_setspecific(s->ans_key, t);
+    }
+    return t;
+}
+
 kvix_answer *kvix_service_answer(kvix_service *s)
 {
-    kvix_answer *a = pthread_getspecific(s->ans_key);
-    if (!a && (a = malloc(sizeof *a))) {
-        kvix_answer_init(a);
-        pthread_setspecific(s->ans_key, a);
-    }
-    return a;
+    thread_state *t = thread_get(s);
+    return t ? &t->ans : NULL;
 }
 
 void kvix_service_answer_free(void *p)
 {
-    kvix_answer *a = p;
-    if (a) {
-        kvix_answer_release(a);
-        free(a);
+    thread_state *t = p;
+    if (t) {
+        kvix_answer_release(&t->ans);
+        kvix_u64_refs_release(&t->refs);
+        free(t);
     }
 }
 
@@ -351,7 +363,8 @@ static int read_partition(json_t *o, kvix_event *q, int with_lora, kvix_err *err
     return KVIX_OK;
 }
 
-static int read_u64_array(json_t *o, const char *key, kvix_event *q, int tokens, kvix_err *err)
+static int read_u64_array(json_t *o, const char *key, const kvix_u64_refs *refs, kvix_event *q,
+                          int tokens, kvix_err *err)
 {
     json_t *a = json_object_get(o, key);
     if (!a)
@@ -364,7 +377,7 @@ static int read_u64_array(json_t *o, const char *key, kvix_event *q, int tokens,
         json_t *v = json_array_get(a, i);
         if (!json_is_integer(v))
             return kvix_err_set(err, KVIX_EINVAL, "%s[%zu] is not an unsigned integer", key, i);
-        uint64_t u = (uint64_t)json_integer_value(v);
+        uint64_t u = kvix_u64_ref(refs, json_integer_value(v));
         if (tokens && u > UINT32_MAX)
             return kvix_err_set(err, KVIX_ERANGE, "%s[%zu] = %" PRIu64 " is above 2^32-1", key,
                                 i, u);
@@ -383,7 +396,8 @@ static int read_u64_array(json_t *o, const char *key, kvix_event *q, int tokens,
 }
 
 /* POST /query and /query_by_hash in Dynamo's shape. */
-static void dynamo_query(kvix_service *s, json_t *o, int by_hash, kvix_service_response *r)
+static void dynamo_query(kvix_service *s, json_t *o, const kvix_u64_refs *refs, int by_hash,
+                         kvix_service_response *r)
 {
     kvix_err e;
     kvix_event q;
@@ -393,7 +407,7 @@ static void dynamo_query(kvix_service *s, json_t *o, int by_hash, kvix_service_r
     int rc = ans ? read_partition(o, &q, !by_hash, &e)
                  : kvix_err_set(&e, KVIX_ENOMEM, "out of memory");
     if (!rc)
-        rc = read_u64_array(o, by_hash ? "block_hashes" : "token_ids", &q, !by_hash, &e);
+        rc = read_u64_array(o, by_hash ? "block_hashes" : "token_ids", refs, &q, !by_hash, &e);
     if (!rc && !kvix_index_block_size(s->o.idx, q.model, q.tenant))
         rc = kvix_err_set(&e, KVIX_ENOTFOUND, "unknown model \"%s\" (tenant \"%s\")", q.model,
                           q.tenant);
@@ -447,7 +461,12 @@ static void post_query_json(kvix_service *s, const char *body, size_t len, int b
                             int arena, kvix_service_response *r)
 {
     kvix_err e;
-    json_t *o = kvix_json_u64_loadb(body, len, &e);
+    thread_state *ts = thread_get(s);
+    if (!ts) {
+        kvix_service_respond_error(r, 500, "out of memory");
+        return;
+    }
+    json_t *o = kvix_json_u64_loadb_refs(body, len, &ts->refs, &e);
     if (!o && !by_hash) {
         /* A kvix query may hold what the u64 reader refuses (a negative
          * token, to be told apart); a Dynamo query gets the reader's error. */
@@ -467,7 +486,7 @@ static void post_query_json(kvix_service *s, const char *body, size_t len, int b
     if (!json_is_object(o))
         kvix_service_respond_error(r, 400, "the body is not a JSON object");
     else if (by_hash || json_object_get(o, "model_name"))
-        dynamo_query(s, o, by_hash, r);
+        dynamo_query(s, o, &ts->refs, by_hash, r);
     else
         kvix_query(s, body, len, r);
     if (!arena)

@@ -68,6 +68,23 @@ static inline size_t kvix_sj_u64_put(char *out, uint64_t v)
 /* A JSON string literal (quotes included), escaped by jansson. */
 int kvix_sj_str(kvix_buf *b, const char *s, size_t len, kvix_err *err);
 
+/* The literals a body's references stand for (kvix_json_u64_loadb_refs);
+ * reusable across bodies, released with kvix_u64_refs_release. */
+typedef struct kvix_u64_refs {
+    uint64_t *v;
+    size_t n, cap;
+} kvix_u64_refs;
+/* kvix_json_u64_loadb, but long integer literals reach jansson as references
+ * -(i + 1) to refs->v[i] (see u64_rewrite): read every integer of the
+ * document back with kvix_u64_ref. Same documents accepted, same errors. */
+json_t *kvix_json_u64_loadb_refs(const char *text, size_t len, kvix_u64_refs *refs,
+                                 kvix_err *err);
+void kvix_u64_refs_release(kvix_u64_refs *refs);
+static inline uint64_t kvix_u64_ref(const kvix_u64_refs *refs, json_int_t v)
+{
+    return v >= 0 ? (uint64_t)v : refs->v[(uint64_t)-(v + 1)];
+}
+
 /* Members of a request object, by type; `what` names the field in messages
  * ("\"model_name\" is not a string"). Absent: *present = 0 (when present is
  * NULL an absent field is an error "missing ..."). */

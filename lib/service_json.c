@@ -22,14 +22,25 @@ static int is_digit(char c) { return c >= '0' && c <= '9'; }
  * text between two rewrites is copied in one piece (a bodies' hashes are
  * 19-20 digit literals, about half of them above INT64_MAX). Written in
  * place after one reservation: a rewritten literal (19 or 20 digits) grows
- * by one byte at most, so the text never outgrows len + len / 16 + 16. */
-static int u64_rewrite(const char *t, size_t len, kvix_buf *out, kvix_err *err)
+ * by one byte at most, so the text never outgrows len + len / 16 + 16.
+ *
+ * With refs, every literal above INT64_MAX and every other one longer than
+ * its reference (leading zeros aside: jansson refuses those as they are) is
+ * replaced by the reference -(i + 1) to refs->v[i], the literal's value:
+ * jansson's lexer costs per byte and its strtoll ~250 instructions a 20-digit
+ * hash, so it reads "-7" for a fraction of that. A reference is never longer
+ * than what it replaces, and refs->v has room for len / 4 + 1 (a replaced
+ * literal is 3 digits or more and a non-digit or the end follows it). */
+static int u64_rewrite(const char *t, size_t len, kvix_buf *out, kvix_u64_refs *refs,
+                       kvix_err *err)
 {
     int rc = kvix_buf_reserve(out, len + len / 16 + 16, err);
     if (rc)
         return rc;
     char *o = out->data + out->len;
     size_t i = 0, kept = 0; /* t[kept..i) is still to copy */
+    size_t next_len = 2;    /* the length of the next reference, "-1" */
+    uint64_t next_pow = 10; /* the next reference number that is one digit longer */
     while (i < len) {
         char c = t[i];
         if (c == '"') {
@@ -60,6 +71,17 @@ static int u64_rewrite(const char *t, size_t len, kvix_buf *out, kvix_err *err)
                 j++;
         } else if (over) {
             return kvix_err_set(err, KVIX_ERANGE, "number at byte %zu is above 2^64-1", i + 1);
+        } else if (refs && (v > INT64_MAX || (j - i > next_len && c != '0'))) {
+            memcpy(o, t + kept, i - kept);
+            o += i - kept;
+            refs->v[refs->n++] = v;
+            *o++ = '-';
+            o += kvix_sj_u64_put(o, refs->n);
+            if (refs->n + 1 == next_pow) {
+                next_len++;
+                next_pow = next_pow > UINT64_MAX / 10 ? UINT64_MAX : next_pow * 10;
+            }
+            kept = j;
         } else if (v > INT64_MAX) {
             memcpy(o, t + kept, i - kept);
             o += i - kept;
@@ -81,7 +103,7 @@ json_t *kvix_json_u64_loadb(const char *text, size_t len, kvix_err *err)
     kvix_buf b;
     kvix_buf_init(&b);
     json_t *j = NULL;
-    if (u64_rewrite(text, len, &b, err) == KVIX_OK) {
+    if (u64_rewrite(text, len, &b, NULL, err) == KVIX_OK) {
         json_error_t je;
         j = json_loadb(b.data ? b.data : "", b.len, JSON_REJECT_DUPLICATES, &je);
         if (!j)
@@ -89,6 +111,44 @@ json_t *kvix_json_u64_loadb(const char *text, size_t len, kvix_err *err)
     }
     kvix_buf_release(&b);
     return j;
+}
+
+json_t *kvix_json_u64_loadb_refs(const char *text, size_t len, kvix_u64_refs *refs,
+                                 kvix_err *err)
+{
+    refs->n = 0;
+    size_t need = len / 4 + 1;
+    if (need > refs->cap) {
+        uint64_t *v = need > SIZE_MAX / sizeof *v ? NULL : realloc(refs->v, need * sizeof *v);
+        if (!v) {
+            kvix_err_set(err, KVIX_ENOMEM, "out of memory for a body of %zu bytes", len);
+            return NULL;
+        }
+        refs->v = v;
+        refs->cap = need;
+    }
+    kvix_buf b;
+    kvix_buf_init(&b);
+    json_t *j = NULL;
+    if (u64_rewrite(text, len, &b, refs, err) == KVIX_OK) {
+        j = json_loadb(b.data ? b.data : "", b.len, JSON_REJECT_DUPLICATES, NULL);
+        /* the references moved jansson's columns: its message comes from
+         * the text as the plain reader gives it (errors are the rare path) */
+        if (!j && (j = kvix_json_u64_loadb(text, len, err))) {
+            json_decref(j);
+            j = NULL;
+            kvix_err_set(err, KVIX_EINVAL, "malformed json");
+        }
+    }
+    kvix_buf_release(&b);
+    return j;
+}
+
+void kvix_u64_refs_release(kvix_u64_refs *refs)
+{
+    free(refs->v);
+    refs->v = NULL;
+    refs->n = refs->cap = 0;
 }
 
 /* ---- appenders ---- */

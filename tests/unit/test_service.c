@@ -1,6 +1,7 @@
 /* The service protocol without sockets: exact u64 JSON, routing and error
  * mapping of kvix_service_handle, /dump read back into an equal index. */
 #include <jansson.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "harness.h"
@@ -8,6 +9,7 @@
 #include "kvix/service.h"
 #include "kvix/snapshot.h"
 #include "kvix/stream.h"
+#include "service_int.h"
 
 static int u64_of(const char *text, uint64_t *out)
 {
@@ -46,6 +48,79 @@ TEST(u64_reads_every_value_exactly)
         CHECK(json_is_real(json_object_get(j, "b")));
         json_decref(j);
     }
+}
+
+/* a (plain reader) and b (references through refs) hold the same values */
+static int same_doc(json_t *a, json_t *b, const kvix_u64_refs *refs)
+{
+    if (json_is_integer(a))
+        return json_is_integer(b) && (uint64_t)json_integer_value(a) ==
+                                         kvix_u64_ref(refs, json_integer_value(b));
+    if (json_is_array(a)) {
+        if (!json_is_array(b) || json_array_size(a) != json_array_size(b))
+            return 0;
+        for (size_t i = 0; i < json_array_size(a); i++)
+            if (!same_doc(json_array_get(a, i), json_array_get(b, i), refs))
+                return 0;
+        return 1;
+    }
+    if (json_is_object(a)) {
+        const char *k;
+        json_t *v;
+        if (!json_is_object(b) || json_object_size(a) != json_object_size(b))
+            return 0;
+        json_object_foreach(a, k, v) if (!same_doc(v, json_object_get(b, k), refs)) return 0;
+        return 1;
+    }
+    return json_equal(a, b);
+}
+
+/* The reader with references accepts what the plain one accepts, with the
+ * same values, and refuses the rest with the same error. */
+static int same_reading(const char *t, size_t len, kvix_u64_refs *refs)
+{
+    kvix_err e1, e2;
+    json_t *a = kvix_json_u64_loadb(t, len, &e1), *b = kvix_json_u64_loadb_refs(t, len, refs, &e2);
+    int ok = a ? b && same_doc(a, b, refs)
+               : !b && e1.code == e2.code && strcmp(e1.msg, e2.msg) == 0;
+    json_decref(a);
+    json_decref(b);
+    return ok;
+}
+
+TEST(u64_references_read_as_the_plain_reader)
+{
+    static const char *const texts[] = {
+        "[0]", "[1,22,333,4444,55555]", "[18446744073709551615,9223372036854775808]",
+        "[9223372036854775807,1]", "[18446744073709551616]", "[-1]", "[1,", "[0123]",
+        "[00000000000000000000000123]", "[018446744073709551615]", "[1.5e300,123456]",
+        "{\"a\":\"123456 \\\" 18446744073709551616\",\"b\":[123456789,12]}",
+        "{\"a\":1234,\"a\":5678}", "[123456,+123456]", "[.123456]", "[e123456]",
+        "[123456abc]", "[1234567]x", "", " ", "{\"block_hashes\":[],\"model_name\":\"m\"}",
+    };
+    kvix_u64_refs refs = {0};
+    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++)
+        if (!CHECK(same_reading(texts[i], strlen(texts[i]), &refs)))
+            fprintf(stderr, "  text: %s\n", texts[i]);
+    /* random arrays of literals of every length (more than 10 and 100 of
+     * them: the references grow a digit), some of them broken */
+    uint64_t seed = th_seed();
+    char t[8192];
+    int rounds = (int)(400 * th_scale()) + 1;
+    for (int r = 0; r < rounds; r++) {
+        size_t n = 0, count = th_splitmix(&seed) % 300;
+        t[n++] = '[';
+        for (size_t i = 0; i < count && n < sizeof t - 64; i++) {
+            uint64_t x = th_splitmix(&seed), shift = th_splitmix(&seed) % 64;
+            n += (size_t)snprintf(t + n, 32, "%s%" PRIu64, i ? "," : "", x >> shift);
+        }
+        t[n++] = ']';
+        if (r % 4 == 3) /* a byte changed anywhere */
+            t[th_splitmix(&seed) % n] = "-.e0x,]\"9 "[th_splitmix(&seed) % 10];
+        if (!CHECK(same_reading(t, n, &refs)))
+            fprintf(stderr, "  text: %.*s\n", (int)n, t);
+    }
+    kvix_u64_refs_release(&refs);
 }
 
 static void feed(kvix_index *idx, const char *line)
