@@ -1,12 +1,24 @@
-/* The service behind libmicrohttpd: a pool of server threads, each request's
- * body gathered (up to the ceiling) and handed to kvix_service_handle. */
+/* The service behind libmicrohttpd: server threads of our own, one daemon
+ * each, all accepting on one listening socket, each request's body gathered
+ * (up to the ceiling) and handed to kvix_service_handle.
+ *
+ * Why not libmicrohttpd's own thread pool: its internal loop (0.9.75, Debian
+ * 12) drains epoll 128 events at a time and, when a call returned exactly
+ * 128, waits again with the connections' timeout (60 s) before serving the
+ * 128 it has: with 128 (or 256, ...) connections ready on one thread and no
+ * other traffic, the server stalls (wrk -c128 on one thread: ~100 requests
+ * a second instead of ~40 000). Run from outside, libmicrohttpd never
+ * blocks (MHD_run drains with a zero timeout) and the wait is ours: poll on
+ * its epoll descriptor, at most until its next connection timeout. */
 #define _GNU_SOURCE /* gettid */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -35,14 +47,11 @@ static void conn_done(kvix_service *s)
     pthread_mutex_unlock(&s->inflight_mu);
 }
 
-/* Once per server thread. A failure leaves the thread as it was: lowering
- * one's own priority is always allowed, and the service works either way. */
+/* At a server thread's start. A failure leaves the thread as it was:
+ * lowering one's own priority is always allowed, and the service works
+ * either way. */
 static void lower_priority(int by)
 {
-    static __thread int done;
-    if (done)
-        return;
-    done = 1;
     id_t tid = (id_t)gettid();
     errno = 0;
     int cur = getpriority(PRIO_PROCESS, tid);
@@ -83,8 +92,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     (void)version;
     conn *k = *ctx;
     if (!k) { /* first call: headers only */
-        if (s->o.server_nice > 0)
-            lower_priority(s->o.server_nice);
         k = calloc(1, sizeof *k);
         if (!k)
             return MHD_NO;
@@ -127,16 +134,120 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
     conn_done(s);
 }
 
+/* One server thread and its daemon. */
+typedef struct http_worker {
+    kvix_service *s;
+    struct MHD_Daemon *d;
+    pthread_t th;
+    int started;
+} http_worker;
+
+/* The server: s->http. state: HTTP_RUN, then HTTP_QUIESCE (every worker
+ * stops accepting), then HTTP_EXIT; each change is signalled on wake. */
+enum { HTTP_RUN, HTTP_QUIESCE, HTTP_EXIT };
+struct kvix_http {
+    int wake;           /* eventfd: readable once the state left HTTP_RUN */
+    int state;          /* atomic */
+    MHD_socket listen;  /* shared by every daemon; closed once none accepts */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned quiesced; /* under mu: workers that stopped accepting */
+    unsigned n;
+    http_worker w[];
+};
+
+/* The wait before the next MHD_run: libmicrohttpd's next connection timeout
+ * (0 when it holds data already read), capped so that a quiesced worker sees
+ * HTTP_EXIT soon without the wake descriptor. */
+static int wait_ms(struct MHD_Daemon *d, int cap)
+{
+    MHD_UNSIGNED_LONG_LONG to;
+    if (MHD_get_timeout(d, &to) != MHD_YES)
+        return cap;
+    return cap >= 0 && to > (MHD_UNSIGNED_LONG_LONG)cap ? cap : (int)to;
+}
+
+static void *serve(void *arg)
+{
+    http_worker *w = arg;
+    struct kvix_http *h = w->s->http;
+    if (w->s->o.server_nice > 0)
+        lower_priority(w->s->o.server_nice);
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(w->d, MHD_DAEMON_INFO_EPOLL_FD);
+    struct pollfd p[2] = {{di ? di->epoll_fd : -1, POLLIN, 0}, {h->wake, POLLIN, 0}};
+    int cap = -1; /* no cap while the wake descriptor is watched */
+    for (;;) {
+        int state = __atomic_load_n(&h->state, __ATOMIC_ACQUIRE);
+        if (state == HTTP_EXIT)
+            break;
+        if (state == HTTP_QUIESCE && p[1].fd >= 0) {
+            /* our daemon's accepting ends in the thread that runs it; the
+             * shared socket is closed once every daemon has stopped */
+            (void)MHD_quiesce_daemon(w->d);
+            p[1].fd = -1;
+            cap = 20;
+            pthread_mutex_lock(&h->mu);
+            h->quiesced++;
+            pthread_cond_broadcast(&h->cv);
+            pthread_mutex_unlock(&h->mu);
+        }
+        if (poll(p, 2, wait_ms(w->d, cap)) < 0 && errno != EINTR)
+            break;
+        MHD_run(w->d);
+    }
+    return NULL;
+}
+
+/* The daemon of one worker: on listen_fd when it is valid, else on ss. */
+static struct MHD_Daemon *start_daemon(kvix_service *s, unsigned flags, uint16_t port,
+                                       const struct sockaddr_storage *ss, MHD_socket listen_fd)
+{
+    if (listen_fd != MHD_INVALID_SOCKET)
+        return MHD_start_daemon(
+            flags, port, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, listen_fd,
+            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
+            (unsigned)60, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)POOL_BYTES,
+            MHD_OPTION_END);
+    return MHD_start_daemon(
+        flags, port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)ss,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)60, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)POOL_BYTES, MHD_OPTION_END);
+}
+
+/* Stop and free what kvix_service_listen started (the workers' state is
+ * HTTP_EXIT or they never ran). */
+static void http_free(kvix_service *s)
+{
+    struct kvix_http *h = s->http;
+    for (unsigned i = 0; i < h->n; i++)
+        if (h->w[i].started)
+            pthread_join(h->w[i].th, NULL);
+    for (unsigned i = 0; i < h->n; i++)
+        if (h->w[i].d) {
+            /* a daemon not quiesced would close the shared socket itself */
+            (void)MHD_quiesce_daemon(h->w[i].d);
+            MHD_stop_daemon(h->w[i].d);
+        }
+    if (h->listen != MHD_INVALID_SOCKET)
+        close(h->listen);
+    close(h->wake);
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->cv);
+    free(h);
+    s->http = NULL;
+}
+
 int kvix_service_listen(kvix_service *s, const char *addr, unsigned port, unsigned threads,
                         kvix_err *err)
 {
-    if (s->daemon)
+    if (s->http)
         return kvix_err_set(err, KVIX_EINVAL, "the service is already listening");
     if (port > 65535)
         return kvix_err_set(err, KVIX_ERANGE, "port %u out of range", port);
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC;
+    unsigned flags = MHD_USE_EPOLL;
     struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
     struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
     if (!addr)
@@ -152,19 +263,53 @@ int kvix_service_listen(kvix_service *s, const char *addr, unsigned port, unsign
         return kvix_err_set(err, KVIX_EINVAL, "bad listen address \"%.64s\" (an IP literal)",
                             addr);
     }
-    errno = 0;
-    s->daemon = MHD_start_daemon(
-        flags, (uint16_t)port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
-        (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE, threads ? threads : 2u,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)60, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)POOL_BYTES, MHD_OPTION_END);
-    if (!s->daemon)
-        return kvix_err_set(err, KVIX_ESYS, "cannot listen on %s port %u%s%s", addr, port,
-                            errno ? ": " : "", errno ? strerror(errno) : "");
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : port;
-    return KVIX_OK;
+    unsigned n = threads ? threads : 2u;
+    struct kvix_http *h = calloc(1, sizeof *h + n * sizeof h->w[0]);
+    if (!h)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    h->listen = MHD_INVALID_SOCKET;
+    h->n = n;
+    h->mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    h->cv = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+    h->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (h->wake < 0) {
+        int e = errno;
+        free(h);
+        return kvix_err_set(err, KVIX_ESYS, "cannot make an eventfd: %s", strerror(e));
+    }
+    s->http = h;
+    int rc = KVIX_OK;
+    for (unsigned i = 0; i < n && !rc; i++) {
+        errno = 0;
+        h->w[i].s = s;
+        h->w[i].d = start_daemon(s, flags, (uint16_t)port, &ss, h->listen);
+        if (!h->w[i].d) {
+            rc = kvix_err_set(err, KVIX_ESYS, "cannot listen on %s port %u%s%s", addr, port,
+                              errno ? ": " : "", errno ? strerror(errno) : "");
+        } else if (i == 0) {
+            const union MHD_DaemonInfo *di =
+                MHD_get_daemon_info(h->w[0].d, MHD_DAEMON_INFO_LISTEN_FD);
+            const union MHD_DaemonInfo *pi =
+                MHD_get_daemon_info(h->w[0].d, MHD_DAEMON_INFO_BIND_PORT);
+            h->listen = di ? di->listen_fd : MHD_INVALID_SOCKET;
+            s->port = pi ? pi->port : port;
+            if (h->listen == MHD_INVALID_SOCKET)
+                rc = kvix_err_set(err, KVIX_ESYS, "cannot listen on %s port %u", addr, port);
+        }
+    }
+    for (unsigned i = 0; i < n && !rc; i++) {
+        int e = pthread_create(&h->w[i].th, NULL, serve, &h->w[i]);
+        if (e)
+            rc = kvix_err_set(err, KVIX_ESYS, "cannot start a server thread: %s", strerror(e));
+        else
+            h->w[i].started = 1;
+    }
+    if (rc) {
+        __atomic_store_n(&h->state, HTTP_EXIT, __ATOMIC_RELEASE);
+        (void)!write(h->wake, &(uint64_t){1}, sizeof(uint64_t));
+        http_free(s);
+    }
+    return rc;
 }
 
 unsigned kvix_service_port(const kvix_service *s)
@@ -174,11 +319,9 @@ unsigned kvix_service_port(const kvix_service *s)
 
 void kvix_service_shutdown(kvix_service *s, unsigned timeout_ms)
 {
-    if (!s->daemon)
+    struct kvix_http *h = s->http;
+    if (!h)
         return;
-    MHD_socket lfd = MHD_quiesce_daemon(s->daemon);
-    if (lfd != MHD_INVALID_SOCKET)
-        close(lfd);
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += timeout_ms / 1000;
@@ -187,10 +330,23 @@ void kvix_service_shutdown(kvix_service *s, unsigned timeout_ms)
         until.tv_sec++;
         until.tv_nsec -= 1000000000L;
     }
+    /* every worker stops accepting, then the socket closes: new connections
+     * are refused while the requests in flight finish */
+    __atomic_store_n(&h->state, HTTP_QUIESCE, __ATOMIC_RELEASE);
+    (void)!write(h->wake, &(uint64_t){1}, sizeof(uint64_t));
+    pthread_mutex_lock(&h->mu);
+    while (h->quiesced < h->n && pthread_cond_timedwait(&h->cv, &h->mu, &until) == 0)
+        ;
+    int all = h->quiesced == h->n;
+    pthread_mutex_unlock(&h->mu);
+    if (all) {
+        close(h->listen);
+        h->listen = MHD_INVALID_SOCKET;
+    }
     pthread_mutex_lock(&s->inflight_mu);
     while (s->inflight && pthread_cond_timedwait(&s->inflight_cv, &s->inflight_mu, &until) == 0)
         ;
     pthread_mutex_unlock(&s->inflight_mu);
-    MHD_stop_daemon(s->daemon);
-    s->daemon = NULL;
+    __atomic_store_n(&h->state, HTTP_EXIT, __ATOMIC_RELEASE);
+    http_free(s);
 }

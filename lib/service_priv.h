@@ -48,7 +48,7 @@ struct kvix_service {
     uint64_t saves;
     pthread_mutex_t register_mu; /* a registration's checks and its add, as one */
     /* the server (lib/service_http.c) */
-    struct MHD_Daemon *daemon;
+    struct kvix_http *http; /* NULL: not listening */
     unsigned port;
 };
 

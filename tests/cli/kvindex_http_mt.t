@@ -258,6 +258,20 @@ expect_rc 2
 assert_grep "nice value" err
 end
 
+begin "kvindex --listen: 128 and 256 connections ready at once on one server thread are all answered"
+# libmicrohttpd's own loop (0.9.75) stalled up to the connection timeout when
+# one of its epoll waits returned exactly 128 ready connections
+: >in
+serve --http-threads 1
+for n in 128 256; do
+    "$PY" "$HC" burst "$URL" "$n" 20 >burst.out 2>&1 || { fail "$n connections"; sed 's/^/#     /' burst.out; }
+done
+req GET /metrics
+assert_grep '^dynamo_kvindexer_requests_total{endpoint="/health",method="GET"} 7680$' body
+stop
+assert_eq "$rc" 0 "exit status"
+end
+
 begin "kvindex --listen: SIGTERM stops accepting, finishes the request in flight, saves, exits 0"
 "$PY" "$HC" gen 11 ev.ndjson model.json q.json
 mkfifo in

@@ -15,6 +15,9 @@
     http_client.py inflight URL PID             a request in flight across SIGTERM
     http_client.py serve-dump FILE PORTFILE     serve FILE at GET /dump (a fake peer, as
                                                 Dynamo's: 404 on GET /snapshot)
+    http_client.py burst URL N ROUNDS           N keep-alive connections each send
+        GET /health at once, ROUNDS times, every answer read before the next
+        round (a closed loop, as wrk's): all answered within 30 s
 
 Exits 1 with a message on the first mismatch."""
 import http.client
@@ -22,6 +25,7 @@ import http.server
 import json
 import os
 import random
+import selectors
 import signal
 import socket
 import sys
@@ -248,6 +252,41 @@ def serve_dump(path, portfile):
         srv.handle_request()
 
 
+def burst(url, n, rounds):
+    """libmicrohttpd's own loop stalled when exactly 128 connections were
+    ready on one thread (it waited for more before serving them)."""
+    u = urllib.parse.urlparse(url)
+    req = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    socks = [socket.create_connection((u.hostname, u.port), timeout=30) for _ in range(n)]
+    sel = selectors.DefaultSelector()
+    for s in socks:
+        s.setblocking(False)
+        sel.register(s, selectors.EVENT_READ)
+    deadline = time.monotonic() + 30
+    for r in range(rounds):
+        for s in socks:
+            s.sendall(req)
+        got = {s: b"" for s in socks}
+        while len(got):
+            if time.monotonic() > deadline:
+                die("round %d of %d: %d of %d connections unanswered after 30 s"
+                    % (r + 1, rounds, len(got), n))
+            for k, _ in sel.select(0.5):
+                s = k.fileobj
+                if s not in got:
+                    continue
+                d = s.recv(65536)
+                if not d:
+                    die("round %d: a connection closed" % (r + 1))
+                got[s] += d
+                if got[s].endswith(b'{"status":"ok"}'):
+                    if not got[s].startswith(b"HTTP/1.1 200"):
+                        die("round %d: got %r" % (r + 1, got[s][:200]))
+                    del got[s]
+    for s in socks:
+        s.close()
+
+
 def main():
     a = sys.argv[1:]
     if a[:1] == ["gen"] and len(a) == 5:
@@ -258,6 +297,8 @@ def main():
         kvix_queries(a[1])
     elif a[:1] == ["inflight"] and len(a) == 3:
         inflight(a[1], int(a[2]))
+    elif a[:1] == ["burst"] and len(a) == 4:
+        burst(a[1], int(a[2]), int(a[3]))
     elif a[:1] == ["serve-dump"] and len(a) == 3:
         serve_dump(a[1], a[2])
     else:
