@@ -136,8 +136,9 @@ static void usage(FILE *f)
             "      --query-cost FILE one more replay per backend (in this process, after\n"
             "                        the timed runs) writing each query's latency grouped\n"
             "                        by scored workers and matched blocks, as gnuplot data\n"
-            "      --perf-ctl FD     write enable/disable around each replay to FD\n"
-            "                        (perf record -D -1 --control fd:FD)\n"
+            "      --perf-ctl FD     write enable/disable around each timed replay to FD\n"
+            "                        (perf record -D -1 --control fd:FD; not the cold\n"
+            "                        replay before a warm one)\n"
             "  -q, --quiet           no progress on stderr\n"
             "  -h, --help\n");
 }

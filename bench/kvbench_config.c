@@ -105,8 +105,11 @@ static void once_fn(void *vctx, void *vout)
     o->rss_base_kb = rss_now_kb();
     if (c->bo->warm) {
         warm_heap();
+        int perf_fd = g_perf_fd; /* --perf-ctl profiles the timed (warm) replay */
+        g_perf_fd = -1;
         o->rc = replay_run(c->lg, c->sc, &c->cr->bc, c->cr->T, c->cr->R, c->cr->submit, 0,
                            c->bo->timing, c->bo->spin, 0, &o->cold);
+        g_perf_fd = perf_fd;
         if (o->rc) {
             o->ro = o->cold;
             return;
