@@ -167,13 +167,15 @@ struct pos_be {
      * its slots first adds a block (a small partition pays for its slots,
      * not for KVIX_SLOTS_MAX) */
     _Atomic(porph *) orph[KVIX_SLOTS_MAX / ORPH_CHUNK];
-    /* retired nodes wait in limbo for one grace period per batch, then go
-     * back to the slab's free list */
-    _Atomic pidx limbo;
-    _Atomic long nlimbo;
     _Atomic long pending; /* limbo batches waiting for their grace period */
     /* the slab, under slabmu (dir is also read by writers without it) */
     spin_t slabmu;
+    /* retired nodes wait in limbo (under slabmu, linked by next, newest
+     * first) for one grace period per batch, then go back to the free list
+     * whole: the batch keeps its ends and count, so neither the drain nor
+     * the grace period's callback walks its nodes */
+    pidx limbo, limbo_tail;
+    _Atomic long nlimbo; /* written under slabmu; read without it to decide a drain */
     _Atomic(pdir *) dir;
     uint32_t nchunk;     /* chunks made */
     pidx bump, bump_end; /* next never used place, end of the last chunk */

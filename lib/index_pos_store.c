@@ -261,12 +261,14 @@ void kvix_pos_node_free(pos_be *be, pidx i)
 void kvix_pos_node_retire(pos_be *be, pnode *n, pidx i)
 {
     kvix_hs_retire(&n->h, &be->mem);
-    pidx head = atomic_load_explicit(&be->limbo, memory_order_relaxed);
-    do
-        n->next = head;
-    while (!atomic_compare_exchange_weak_explicit(&be->limbo, &head, i, memory_order_release,
-                                                  memory_order_relaxed));
-    atomic_fetch_add_explicit(&be->nlimbo, 1, memory_order_relaxed);
+    spin_lock(&be->slabmu);
+    n->next = be->limbo;
+    if (be->limbo == PNIL)
+        be->limbo_tail = i;
+    be->limbo = i;
+    atomic_store_explicit(&be->nlimbo, atomic_load_explicit(&be->nlimbo, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    spin_unlock(&be->slabmu);
 }
 
 /* A batch of retired nodes waiting for its grace period (nodes keep no
@@ -274,32 +276,29 @@ void kvix_pos_node_retire(pos_be *be, pnode *n, pidx i)
 typedef struct plimbo {
     struct rcu_head rcu;
     pos_be *be;
-    pidx first; /* linked by next */
+    pidx first, last; /* linked by next, from first to last */
+    long n;
 } plimbo;
 
 /* After the grace period of a limbo batch (call_rcu thread): its nodes go
- * back to the free list; when no node is left, the slab goes too (memory
- * follows the index down to nothing; short of that the slab keeps its
- * high-water mark and hands places out again). */
+ * back to the free list, spliced in front of it whole (one node written:
+ * the nodes stay in the writer's cache, not pulled to this thread's); when
+ * no node is left, the slab goes too (memory follows the index down to
+ * nothing; short of that the slab keeps its high-water mark and hands
+ * places out again). */
 static void limbo_cb(struct rcu_head *head)
 {
     KVIX_RCU_TSAN_ACQUIRE();
     plimbo *lb = (plimbo *)(void *)((char *)head - offsetof(plimbo, rcu));
     pos_be *be = lb->be;
-    pidx first = lb->first;
-    free(lb);
     spin_lock(&be->slabmu);
-    for (pidx i = first; i != PNIL;) {
-        pnode *k = pn(be, i);
-        pidx next = k->next;
-        k->next = be->free;
-        be->free = i;
-        be->nlive--;
-        i = next;
-    }
+    pn(be, lb->last)->next = be->free;
+    be->free = lb->first;
+    be->nlive -= (size_t)lb->n;
     if (be->nlive == 0)
         slab_release(be);
     spin_unlock(&be->slabmu);
+    free(lb);
     atomic_fetch_sub_explicit(&be->pending, 1, memory_order_release);
 }
 
@@ -311,17 +310,18 @@ void kvix_pos_limbo_drain(pos_be *be)
     plimbo *lb = malloc(sizeof *lb); /* none: the nodes wait for the next drain */
     if (!lb)
         return;
-    pidx first = atomic_exchange_explicit(&be->limbo, PNIL, memory_order_acquire);
-    if (first == PNIL) {
+    spin_lock(&be->slabmu);
+    lb->first = be->limbo;
+    lb->last = be->limbo_tail;
+    lb->n = atomic_load_explicit(&be->nlimbo, memory_order_relaxed);
+    be->limbo = be->limbo_tail = PNIL;
+    atomic_store_explicit(&be->nlimbo, 0, memory_order_relaxed);
+    spin_unlock(&be->slabmu);
+    if (lb->first == PNIL) {
         free(lb);
         return;
     }
-    long taken = 0;
-    for (pidx i = first; i != PNIL; i = pn(be, i)->next)
-        taken++;
-    atomic_fetch_sub_explicit(&be->nlimbo, taken, memory_order_relaxed);
     lb->be = be;
-    lb->first = first;
     atomic_fetch_add_explicit(&be->pending, 1, memory_order_relaxed);
     kvix_rcu_writer();
     KVIX_RCU_TSAN_RELEASE();
