@@ -222,13 +222,15 @@ int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local
     return store_block(w, engine, pos, local, canon, parent, pcanon, tier, chain, r, err);
 }
 
-static void remove_hash(wstate *w, uint64_t engine, unsigned tier, kvix_apply_result *r)
+/* engine leaves tier in w's map: its node, which the backend is still to
+ * hear about (tier_unref), or NULL when w did not hold it there. */
+static void *forget_tier(wstate *w, uint64_t engine, unsigned tier, kvix_apply_result *r)
 {
     size_t at;
     bent v = kvix_ix_bm_get(&w->blocks, engine, &at);
     if (!v || !(bent_tiers(v) & (1u << tier))) {
         r->unknown++;
-        return;
+        return NULL;
     }
     if (bent_tiers(v) == (1u << tier)) { /* forget it first: the backend may free the node */
         kvix_ix_bm_del_at(&w->blocks, at, engine);
@@ -236,8 +238,52 @@ static void remove_hash(wstate *w, uint64_t engine, unsigned tier, kvix_apply_re
             kvix_hmap_del(&w->side->pexc, &engine);
     } else
         kvix_ix_bm_set(&w->blocks, at, engine, v & ~(bent)(1u << tier));
-    tier_unref(w, bent_node(v), tier);
     r->removed++;
+    return bent_node(v);
+}
+
+/* A removed event's hashes are taken REMOVE_BATCH at a time, in passes,
+ * so that in an index far larger than the caches the loads of one pass
+ * overlap instead of missing one after another: their blocks-map slots are
+ * asked for; then (the slots loaded) the nodes their lookups and the
+ * backward shifts of their deletions read; then the entries are dropped
+ * (each node stays valid: the slot holds it in the backend until its del);
+ * then what the backend's dels will read is asked for (the nodes loaded);
+ * then the backend hears. The order of every change is a hash-by-hash
+ * loop's: the map's changes in the hashes' order, then the backend's. */
+#define REMOVE_BATCH 16u
+
+static void remove_hashes(wstate *w, const uint64_t *hashes, size_t n, unsigned tier,
+                          kvix_apply_result *r)
+{
+    const kvix_backend_ops *ops = w->p->ops;
+    bmap *m = &w->blocks;
+    void *nodes[REMOVE_BATCH];
+    for (size_t i0 = 0; i0 < n; i0 += REMOVE_BATCH) {
+        size_t nb = n - i0 < REMOVE_BATCH ? n - i0 : REMOVE_BATCH;
+        const uint64_t *h = hashes + i0;
+#ifndef NO_P1
+        for (size_t k = 0; k < nb; k++)
+            kvix_ix_bm_prefetch(m, h[k]);
+#endif
+#ifndef NO_P2
+        for (size_t k = 0; k < nb; k++)
+            kvix_ix_bm_prefetch_nodes(m, h[k]);
+#endif
+        for (size_t k = 0; k < nb; k++)
+            nodes[k] = forget_tier(w, h[k], tier, r);
+#ifndef NO_P3
+        if (ops->prefetch_del)
+#else
+        if (0)
+#endif
+            for (size_t k = 0; k < nb; k++)
+                if (nodes[k])
+                    ops->prefetch_del(part_be(w->p), nodes[k]);
+        for (size_t k = 0; k < nb; k++)
+            if (nodes[k])
+                tier_unref(w, nodes[k], tier);
+    }
 }
 
 static void clear_ws(wstate *w, kvix_apply_result *r)
@@ -385,8 +431,7 @@ static int apply_removed(kvix_index *idx, const kvix_event *ev, kvix_apply_resul
     if (!w)
         r->unknown += (uint32_t)ev->nhashes;
     else {
-        for (size_t i = 0; i < ev->nhashes; i++)
-            remove_hash(w, ev->hashes[i], (unsigned)ev->medium, r);
+        remove_hashes(w, ev->hashes, ev->nhashes, (unsigned)ev->medium, r);
         kvix_ix_publish_held(w);
     }
     int rc = eid_state(idx, p, ev, &w, err);

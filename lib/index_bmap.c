@@ -123,6 +123,26 @@ static size_t find(const bmap *m, uint64_t engine, uint64_t h)
     }
 }
 
+#define PREFETCH_PROBE 8u
+
+void kvix_ix_bm_prefetch_nodes(const bmap *m, uint64_t engine)
+{
+    if (!m->cap)
+        return;
+    uint64_t h = kvix_mix64(engine);
+    size_t mask = m->cap - 1, i = h & mask;
+    uint8_t tag = kvix_hm_tag(h);
+    for (unsigned k = 0; m->ctrl[i] != tag; k++, i = (i + 1) & mask)
+        if (!m->ctrl[i] || k == PREFETCH_PROBE)
+            return;
+    /* the first tag match (most often engine's) and the slot after it (a
+     * backward shift reads its node when it is not empty) */
+    __builtin_prefetch(bent_node(ent(m, i)));
+    i = (i + 1) & mask;
+    if (m->ctrl[i])
+        __builtin_prefetch(bent_node(ent(m, i)));
+}
+
 bent kvix_ix_bm_get(const bmap *m, uint64_t engine, size_t *at)
 {
     size_t i = find(m, engine, kvix_mix64(engine));

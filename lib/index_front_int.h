@@ -151,6 +151,11 @@ static inline __attribute__((always_inline)) void kvix_ix_bm_prefetch(const bmap
     __builtin_prefetch(&m->ctrl[i]);
     __builtin_prefetch((const char *)m->v + (m->dir ? i * sizeof(uint32_t) : i * sizeof(bent)));
 }
+/* A get and del of engine is coming, its slot loaded or loading
+ * (kvix_ix_bm_prefetch): start loading the nodes they will read, those of
+ * the slots whose tag is engine's and of the slots after it that a
+ * backward shift reads (no node is read here). */
+void kvix_ix_bm_prefetch_nodes(const bmap *m, uint64_t engine);
 /* Replace the entry named by at (from kvix_ix_bm_get of engine) with v, the
  * same node in other tiers. */
 void kvix_ix_bm_set(bmap *m, size_t at, uint64_t engine, bent v);

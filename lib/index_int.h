@@ -195,6 +195,9 @@ typedef struct kvix_backend_ops {
      * stored event's next blocks): start loading what they will read first.
      * Writer side; a hint, it changes nothing. */
     void (*prefetch)(void *be, uint32_t pos0, const uint64_t *canon, size_t n);
+    /* Optional: a del of node (held, its lines loading or loaded) is coming
+     * soon: start loading what it will read next. Writer side; a hint. */
+    void (*prefetch_del)(void *be, const void *node);
 } kvix_backend_ops;
 
 /* Key-based calls for backend tests and benchmarks (the front end keeps

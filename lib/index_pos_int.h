@@ -152,6 +152,10 @@ typedef struct ppred {
 typedef struct pshard {
     spin_t mu;
     _Atomic(ptable *) t; /* NULL until the shard's first node */
+    /* t's mask, stored after t: a prefetch computes a slot's address from
+     * the two without reading the table (no read-side section), which may
+     * be a replaced table's or past the end: a hint either way */
+    _Atomic uint64_t mask;
     size_t used, tomb;
     ppred *pred;
 } __attribute__((aligned(64))) pshard;
@@ -278,6 +282,8 @@ void kvix_pos_node_retire(pos_be *be, pnode *n, pidx i);
 void kvix_pos_limbo_drain(pos_be *be);
 /* kvix_backend_ops.prefetch: the table slots the adds will read first. */
 void kvix_pos_prefetch(void *vbe, uint32_t pos0, const uint64_t *canon, size_t n);
+/* kvix_backend_ops.prefetch_del: the table slot and parent a del reads. */
+void kvix_pos_prefetch_del(void *vbe, const void *node);
 /* Free every node, table and the slab (quiet backend, no pending batch). */
 void kvix_pos_store_free(pos_be *be);
 

@@ -64,6 +64,7 @@ static int shard_rebuild(pos_be *be, pshard *sh, size_t want)
         }
     }
     atomic_store_explicit(&sh->t, t, memory_order_release);
+    atomic_store_explicit(&sh->mask, t->mask, memory_order_relaxed);
     sh->tomb = 0;
     if (old)
         table_retire(old, mem);
@@ -103,6 +104,21 @@ void kvix_pos_prefetch(void *vbe, uint32_t pos0, const uint64_t *canon, size_t n
             __builtin_prefetch(&t->s[h & t->mask]);
     }
     kvix_rcu_unlock();
+}
+
+void kvix_pos_prefetch_del(void *vbe, const void *node)
+{
+    pos_be *be = vbe;
+    const pnode *n = node;
+    uint64_t h = key_hash(n->pos, n->canon);
+    const pshard *sh = &be->shard[shard_of(h)];
+    const ptable *t = atomic_load_explicit(&sh->t, memory_order_relaxed);
+    uint64_t mask = atomic_load_explicit(&sh->mask, memory_order_relaxed);
+    __builtin_prefetch(&t->s[h & mask]);
+    /* a held node's parent is fixed (it was set before the slot's add
+     * returned); its kids are other writers' (no hint read of them) */
+    if (n->parent != PNIL)
+        __builtin_prefetch(pn(be, n->parent));
 }
 
 void kvix_pos_shard_remove(pos_be *be, pshard *sh, uint64_t h, pidx n)

@@ -347,54 +347,66 @@ static void note_slot(pos_be *be, uint32_t s)
         ;
 }
 
+/* One step of a reclaim: n (numbered ni, key hash h) is removable and the
+ * caller holds its shard's lock (si), which this releases. n leaves the
+ * table and its parent's ring, and is retired. Returns 1 when that left
+ * the parent removable (a childless ghost): its key in *pos, *canon. */
+static int reclaim_step(pos_be *be, unsigned si, uint64_t h, pnode *n, pidx ni, uint32_t *pos,
+                        uint64_t *canon)
+{
+    if (n->parent == PNIL) {
+        kvix_pos_shard_remove(be, &be->shard[si], h, ni);
+        spin_unlock(&be->shard[si].mu);
+        kvix_pos_node_retire(be, n, ni);
+        return 0;
+    }
+    pidx pnum = n->parent;
+    pnode *p = pn(be, pnum);
+    unsigned pi = shard_of(key_hash(p->pos, p->canon));
+    if (pi > si) {
+        spin_lock(&be->shard[pi].mu);
+    } else if (pi < si && !spin_trylock(&be->shard[pi].mu)) {
+        uint32_t npos = n->pos;
+        uint64_t ncanon = n->canon;
+        spin_unlock(&be->shard[si].mu);
+        lock2(be, si, pi);
+        n = table_find(be, atomic_load_explicit(&be->shard[si].t, memory_order_relaxed), h, npos,
+                       ncanon, &ni);
+        /* n's parent never changes once set; a re-made n may have a re-made
+         * parent at the same number, with the same key: still right */
+        if (!n || !node_removable(n) || n->parent != pnum) {
+            unlock2(be, si, pi);
+            return 0;
+        }
+    }
+    kvix_pos_shard_remove(be, &be->shard[si], h, ni);
+    kid_unlink(be, &be->shard[pi], p, n, ni);
+    int more = node_removable(p);
+    *pos = p->pos;
+    *canon = p->canon;
+    unlock2(be, si, pi);
+    kvix_pos_node_retire(be, n, ni);
+    return more;
+}
+
 /* Remove n (found by key) and every ghost ancestor it leaves childless. */
 static void reclaim(pos_be *be, uint32_t pos, uint64_t canon)
 {
-    for (;;) {
-        uint64_t h = key_hash(pos, canon);
-        unsigned si = shard_of(h), pi;
-        pidx ni;
+    uint64_t h;
+    unsigned si;
+    pnode *n;
+    pidx ni;
+    do {
+        h = key_hash(pos, canon);
+        si = shard_of(h);
         spin_lock(&be->shard[si].mu);
-        pnode *n = table_find(be, atomic_load_explicit(&be->shard[si].t, memory_order_relaxed), h,
-                              pos, canon, &ni);
+        n = table_find(be, atomic_load_explicit(&be->shard[si].t, memory_order_relaxed), h, pos,
+                       canon, &ni);
         if (!n || !node_removable(n)) {
             spin_unlock(&be->shard[si].mu);
             return;
         }
-        if (n->parent == PNIL) {
-            kvix_pos_shard_remove(be, &be->shard[si], h, ni);
-            spin_unlock(&be->shard[si].mu);
-            kvix_pos_node_retire(be, n, ni);
-            return;
-        }
-        pidx pnum = n->parent;
-        pnode *p = pn(be, pnum);
-        uint64_t hp = key_hash(p->pos, p->canon);
-        pi = shard_of(hp);
-        if (pi > si) {
-            spin_lock(&be->shard[pi].mu);
-        } else if (pi < si) {
-            spin_unlock(&be->shard[si].mu);
-            lock2(be, si, pi);
-            n = table_find(be, atomic_load_explicit(&be->shard[si].t, memory_order_relaxed), h, pos,
-                           canon, &ni);
-            /* n's parent never changes once set; a re-made n may have a re-made
-             * parent at the same number, with the same key: still right */
-            if (!n || !node_removable(n) || n->parent != pnum) {
-                unlock2(be, si, pi);
-                return;
-            }
-        }
-        kvix_pos_shard_remove(be, &be->shard[si], h, ni);
-        kid_unlink(be, &be->shard[pi], p, n, ni);
-        int more = node_removable(p);
-        pos = p->pos;
-        canon = p->canon;
-        unlock2(be, si, pi);
-        kvix_pos_node_retire(be, n, ni);
-        if (!more)
-            return;
-    }
+    } while (reclaim_step(be, si, h, n, ni, &pos, &canon));
 }
 
 static int node_err(kvix_err *err, int full)
@@ -535,7 +547,9 @@ static void pos_del(void *vbe, void *node, uint32_t slot, unsigned tier)
     kvix_rcu_writer();
     uint32_t pos = n->pos;
     uint64_t canon = n->canon;
-    pshard *sh = &be->shard[shard_of(key_hash(pos, canon))];
+    uint64_t h = key_hash(pos, canon);
+    unsigned si = shard_of(h);
+    pshard *sh = &be->shard[si];
     spin_lock(&sh->mu);
     int gone;
     kvix_hs_del(&n->h, slot, tier, &be->mem, &gone);
@@ -556,12 +570,18 @@ static void pos_del(void *vbe, void *node, uint32_t slot, unsigned tier)
         if (kvix_hs_empty(&n->h))
             atomic_fetch_sub_explicit(&be->unique, 1, memory_order_relaxed);
     }
-    int rm = node_removable(n);
-    spin_unlock(&sh->mu);
-    if (rm) {
-        reclaim(be, pos, canon);
-        kvix_pos_limbo_drain(be);
+    /* removable: no second lookup by key, the lock is kept (n is in the
+     * table until it is removed under this lock: its number by address) */
+    pidx ni = node_removable(n)
+                  ? table_num(be, atomic_load_explicit(&sh->t, memory_order_relaxed), h, n)
+                  : PNIL;
+    if (ni == PNIL) {
+        spin_unlock(&sh->mu);
+        return;
     }
+    if (reclaim_step(be, si, h, n, ni, &pos, &canon))
+        reclaim(be, pos, canon);
+    kvix_pos_limbo_drain(be);
 }
 
 static size_t pos_memory(void *vbe)
@@ -605,6 +625,7 @@ const kvix_backend_ops kvix_backend_positional_ops = {
     .busy = pos_busy,
     .add = pos_add,
     .prefetch = kvix_pos_prefetch,
+    .prefetch_del = kvix_pos_prefetch_del,
     .del = pos_del,
     .info = pos_info,
     .query = kvix_pos_query,
