@@ -243,14 +243,15 @@ static void *forget_tier(wstate *w, uint64_t engine, unsigned tier, kvix_apply_r
 }
 
 /* A removed event's hashes are taken REMOVE_BATCH at a time, in passes,
- * so that in an index far larger than the caches the loads of one pass
- * overlap instead of missing one after another: their blocks-map slots are
- * asked for; then (the slots loaded) the nodes their lookups and the
- * backward shifts of their deletions read; then the entries are dropped
- * (each node stays valid: the slot holds it in the backend until its del);
- * then what the backend's dels will read is asked for (the nodes loaded);
- * then the backend hears. The order of every change is a hash-by-hash
- * loop's: the map's changes in the hashes' order, then the backend's. */
+ * so that in an index larger than the caches the loads of one pass overlap
+ * instead of missing one after another (a worker whose cache is full
+ * evicts about a block for each block it stores): their blocks-map slots
+ * are asked for; then (the slots loaded) the nodes their lookups read; then
+ * the entries are dropped (each node stays valid: the slot holds it in the
+ * backend until its del); then what the backend's dels will read is asked
+ * for (the nodes loaded); then the backend hears. Each of the two sees its
+ * changes in the hashes' order, the map's for a batch before the backend's,
+ * as a hash-by-hash loop would leave them. */
 #define REMOVE_BATCH 16u
 
 static void remove_hashes(wstate *w, const uint64_t *hashes, size_t n, unsigned tier,
@@ -262,21 +263,13 @@ static void remove_hashes(wstate *w, const uint64_t *hashes, size_t n, unsigned 
     for (size_t i0 = 0; i0 < n; i0 += REMOVE_BATCH) {
         size_t nb = n - i0 < REMOVE_BATCH ? n - i0 : REMOVE_BATCH;
         const uint64_t *h = hashes + i0;
-#ifndef NO_P1
         for (size_t k = 0; k < nb; k++)
             kvix_ix_bm_prefetch(m, h[k]);
-#endif
-#ifndef NO_P2
         for (size_t k = 0; k < nb; k++)
             kvix_ix_bm_prefetch_nodes(m, h[k]);
-#endif
         for (size_t k = 0; k < nb; k++)
             nodes[k] = forget_tier(w, h[k], tier, r);
-#ifndef NO_P3
         if (ops->prefetch_del)
-#else
-        if (0)
-#endif
             for (size_t k = 0; k < nb; k++)
                 if (nodes[k])
                     ops->prefetch_del(part_be(w->p), nodes[k]);

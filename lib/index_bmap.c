@@ -7,8 +7,18 @@
  * engine hash, so the main table does not store keys: a slot is the bent
  * and a control byte (empty, or 7 bits of the key's hash), and a key is
  * compared with its node's engine hash. Entries whose engine hash is not
- * their node's go to `other`, a plain keyed map. Linear probing, backward-
- * shift deletion, load between 10% and 80% (as kvix_hmap).
+ * their node's go to `other`, a plain keyed map. Linear probing, load
+ * between 10% and 80% (as kvix_hmap), live entries and tombstones counted
+ * together.
+ *
+ * Deletion leaves a tombstone (or an empty slot when the next slot is
+ * empty: no probe runs through it then), not a backward shift as kvix_hmap:
+ * a shift reads the node of every entry it passes for the entry's home
+ * (slots keep no key), a cache miss each in a large index, and a worker
+ * whose cache is full evicts a block for every block it stores. Adds take
+ * the first tombstone of their probe; a table whose entries and tombstones
+ * reach the load limit is rebuilt (the rebuild reads the nodes in table
+ * order, ahead of need).
  *
  * With a numbered backend a slot keeps the node's number (below 2^28) and
  * the tier mask in 32 bits, and the node's address is computed from the
@@ -31,6 +41,13 @@ _Static_assert(KVIX_NODE_ALIGN == 16u && KVIX_NODENUM_BITS + 4 == 32,
 _Static_assert(sizeof(bmap) == 48, "a (worker, dp) pays for its blocks map's header");
 
 #define NO_SLOT ((size_t)-1)
+/* ctrl bytes: 0 empty, TOMB deleted, else a tag (0x80 | 7 bits of hash) */
+#define TOMB 0x01u
+#define LIVE(c) ((c) & 0x80u)
+/* a miss's place keeps the key's tag above the slot (below 2^32) */
+#define AT_TAG_SHIFT 40
+#define AT_SLOT(at) ((at) & UINT32_MAX)
+_Static_assert(sizeof(size_t) == 8 && BM_MISS >> AT_TAG_SHIFT > 0xff, "a miss's tag fits its place");
 _Static_assert((NO_SLOT & BM_MISS) == BM_MISS, "no table is a miss too");
 
 static inline size_t esize(const bmap *m)
@@ -84,7 +101,7 @@ void kvix_ix_bm_init(bmap *m, const kvix_backend_ops *ops, void *be)
 {
     m->ctrl = NULL;
     m->v = NULL;
-    m->cap = m->n = 0;
+    m->cap = m->n = m->tomb = 0;
     m->eoff = (uint16_t)ops->engine_off;
     m->dir = ops->nodedir ? ops->nodedir(be) : NULL;
     m->nsize = (uint16_t)ops->node_size;
@@ -97,7 +114,7 @@ void kvix_ix_bm_release(bmap *m)
     free(m->v);
     m->ctrl = NULL;
     m->v = NULL;
-    m->cap = m->n = 0;
+    m->cap = m->n = m->tomb = 0;
     if (m->other) {
         kvix_hmap_release(m->other);
         free(m->other);
@@ -105,8 +122,8 @@ void kvix_ix_bm_release(bmap *m)
     }
 }
 
-/* engine's slot, or BM_MISS | the empty slot its probe ended at (where an
- * add goes), or NO_SLOT without a table. */
+/* engine's slot, or BM_MISS | where an add goes (the probe's first
+ * tombstone, else the empty slot it ended at), or NO_SLOT without a table. */
 static size_t find(const bmap *m, uint64_t engine, uint64_t h)
 {
     if (!m->cap)
@@ -116,11 +133,27 @@ static size_t find(const bmap *m, uint64_t engine, uint64_t h)
     for (;;) {
         uint8_t c = m->ctrl[i];
         if (!c)
-            return BM_MISS | i;
+            break;
         if (c == tag && slot_engine(m, i) == engine)
             return i;
         i = (i + 1) & mask;
     }
+    if (m->tomb) /* a miss in a map with tombstones: the probe's first (no tag is TOMB) */
+        for (size_t j = h & mask; j != i; j = (j + 1) & mask)
+            if (m->ctrl[j] == TOMB) {
+                i = j;
+                break;
+            }
+    return BM_MISS | (size_t)tag << AT_TAG_SHIFT | i; /* the add needs no second hash */
+}
+
+/* The first slot hash h's probe may take (empty or a tombstone). */
+static inline size_t free_slot(const uint8_t *ctrl, size_t mask, uint64_t h)
+{
+    size_t i = h & mask;
+    while (LIVE(ctrl[i]))
+        i = (i + 1) & mask;
+    return i;
 }
 
 #define PREFETCH_PROBE 8u
@@ -135,12 +168,7 @@ void kvix_ix_bm_prefetch_nodes(const bmap *m, uint64_t engine)
     for (unsigned k = 0; m->ctrl[i] != tag; k++, i = (i + 1) & mask)
         if (!m->ctrl[i] || k == PREFETCH_PROBE)
             return;
-    /* the first tag match (most often engine's) and the slot after it (a
-     * backward shift reads its node when it is not empty) */
-    __builtin_prefetch(bent_node(ent(m, i)));
-    i = (i + 1) & mask;
-    if (m->ctrl[i])
-        __builtin_prefetch(bent_node(ent(m, i)));
+    __builtin_prefetch(bent_node(ent(m, i))); /* the first tag match: most often engine's */
 }
 
 bent kvix_ix_bm_get(const bmap *m, uint64_t engine, size_t *at)
@@ -190,9 +218,9 @@ static int resize(bmap *m, size_t cap)
         for (size_t j = 0; j < m->cap; j++) {
             /* every entry's node is read for its engine hash, scattered over
              * the slab: ask for the one RESIZE_AHEAD slots on meanwhile */
-            if (j + RESIZE_AHEAD < m->cap && m->ctrl[j + RESIZE_AHEAD])
+            if (j + RESIZE_AHEAD < m->cap && LIVE(m->ctrl[j + RESIZE_AHEAD]))
                 __builtin_prefetch(bent_node(unpack(m, d, ov[j + RESIZE_AHEAD])));
-            if (!m->ctrl[j])
+            if (!LIVE(m->ctrl[j]))
                 continue;
             uint64_t h = kvix_mix64(kvix_ix_node_engine(bent_node(unpack(m, d, ov[j])), m->eoff));
             size_t i = kvix_hm_free_slot(ctrl, mask, h);
@@ -202,9 +230,9 @@ static int resize(bmap *m, size_t cap)
     } else {
         const bent *ov = m->v;
         for (size_t j = 0; j < m->cap; j++) {
-            if (j + RESIZE_AHEAD < m->cap && m->ctrl[j + RESIZE_AHEAD])
+            if (j + RESIZE_AHEAD < m->cap && LIVE(m->ctrl[j + RESIZE_AHEAD]))
                 __builtin_prefetch(bent_node(ov[j + RESIZE_AHEAD]));
-            if (!m->ctrl[j])
+            if (!LIVE(m->ctrl[j]))
                 continue;
             uint64_t h = kvix_mix64(kvix_ix_node_engine(bent_node(ov[j]), m->eoff));
             size_t i = kvix_hm_free_slot(ctrl, mask, h);
@@ -217,15 +245,36 @@ static int resize(bmap *m, size_t cap)
     m->ctrl = ctrl;
     m->v = v;
     m->cap = (uint32_t)cap;
+    m->tomb = 0;
     return 0;
 }
 
+/* Room for n entries: a larger table, or this one without its tombstones
+ * when they would take the room. */
 int kvix_ix_bm_reserve(bmap *m, size_t n)
 {
     size_t cap = kvix_hm_cap_for(m->cap, n, esize(m));
     if (!cap)
         return -1;
-    return cap == m->cap ? 0 : resize(m, cap);
+    if (cap == m->cap && (n + m->tomb) * 5 <= (size_t)cap * 4)
+        return 0;
+    return resize(m, cap);
+}
+
+/* Whether an add into an empty slot passes the load limit. */
+static inline int full(const bmap *m)
+{
+    return ((size_t)m->n + m->tomb + 1) * 5 > (size_t)m->cap * 4;
+}
+
+/* Entry i (empty or a tombstone) becomes engine's (hash h) -> v. */
+static inline void put(bmap *m, size_t i, uint64_t h, bent v, uint32_t num)
+{
+    if (m->ctrl[i] == TOMB)
+        m->tomb--;
+    m->ctrl[i] = kvix_hm_tag(h);
+    ent_put(m, i, v, num);
+    m->n++;
 }
 
 int kvix_ix_bm_add(bmap *m, uint64_t engine, bent v, uint32_t num)
@@ -240,23 +289,22 @@ int kvix_ix_bm_add(bmap *m, uint64_t engine, bent v, uint32_t num)
         *e = v;
         return 0;
     }
-    if (((size_t)m->n + 1) * 5 > (size_t)m->cap * 4 && kvix_ix_bm_reserve(m, m->n + 1))
-        return -1; /* (the test is kvix_hm_cap_for's: most adds need no call) */
+    if (full(m) && kvix_ix_bm_reserve(m, m->n + 1))
+        return -1; /* (the test is kvix_ix_bm_reserve's: most adds need no call) */
     uint64_t h = kvix_mix64(engine);
-    size_t i = kvix_hm_free_slot(m->ctrl, m->cap - 1, h);
-    m->ctrl[i] = kvix_hm_tag(h);
-    ent_put(m, i, v, num);
-    m->n++;
+    put(m, free_slot(m->ctrl, m->cap - 1, h), h, v, num);
     return 0;
 }
 
 int kvix_ix_bm_add_at(bmap *m, size_t at, uint64_t engine, bent v, uint32_t num)
 {
-    if (at == NO_SLOT || !(at & BM_MISS) || ((size_t)m->n + 1) * 5 > (size_t)m->cap * 4 ||
+    if (at == NO_SLOT || !(at & BM_MISS) || full(m) ||
         kvix_ix_node_engine(bent_node(v), m->eoff) != engine)
-        return kvix_ix_bm_add(m, engine, v, num);
-    size_t i = at & ~BM_MISS; /* where kvix_hm_free_slot would put it */
-    m->ctrl[i] = kvix_hm_tag(kvix_mix64(engine));
+        return kvix_ix_bm_add(m, engine, v, num); /* (full: even into a tombstone) */
+    size_t i = AT_SLOT(at); /* where free_slot would put it */
+    if (m->ctrl[i] == TOMB)
+        m->tomb--;
+    m->ctrl[i] = (uint8_t)(at >> AT_TAG_SHIFT);
     ent_put(m, i, v, num);
     m->n++;
     return 0;
@@ -275,26 +323,24 @@ void kvix_ix_bm_del_at(bmap *m, size_t at, uint64_t engine)
             kvix_hmap_del(m->other, &engine);
         return;
     }
-    size_t mask = m->cap - 1, j = i;
-    for (;;) { /* backward shift, as kvix_hmap_del */
-        j = (j + 1) & mask;
-        if (!m->ctrl[j])
-            break;
-        size_t home = kvix_mix64(slot_engine(m, j)) & mask;
-        if (kvix_hm_fills_hole(i, j, home, mask)) {
-            m->ctrl[i] = m->ctrl[j];
-            ent_move(m, i, j);
-            i = j;
+    size_t mask = m->cap - 1;
+    if (m->ctrl[(i + 1) & mask]) {
+        m->ctrl[i] = TOMB; /* a probe may run through i: it must go on */
+        m->tomb++;
+    } else { /* no probe runs through i, nor through the tombstones before it */
+        m->ctrl[i] = 0;
+        while (m->ctrl[i = (i - 1) & mask] == TOMB) {
+            m->ctrl[i] = 0;
+            m->tomb--;
         }
     }
-    m->ctrl[i] = 0;
     m->n--;
     if (m->n == 0) {
         free(m->ctrl);
         free(m->v);
         m->ctrl = NULL;
         m->v = NULL;
-        m->cap = 0;
+        m->cap = m->tomb = 0;
     } else if (kvix_hm_shrinks(m->n, m->cap)) {
         (void)resize(m, m->cap / 2); /* on failure keep the larger table */
     }
@@ -303,7 +349,7 @@ void kvix_ix_bm_del_at(bmap *m, size_t at, uint64_t engine)
 bent kvix_ix_bm_next(const bmap *m, size_t *it, uint64_t *engine)
 {
     for (size_t i = *it; i < m->cap; i++) {
-        if (m->ctrl[i]) {
+        if (LIVE(m->ctrl[i])) {
             *it = i + 1;
             bent v = ent(m, i);
             if (engine)

@@ -121,8 +121,8 @@ typedef struct bmap {
     _Atomic(kvix_nodedir *) *dir; /* the backend's (kvix_backend_ops.nodedir), or NULL */
     kvix_hmap *other; /* engine hash -> bent, where the node's engine hash is another
                        * (made on first need: most workers hash alike) */
-    uint32_t cap, n;
-    uint16_t eoff, nsize; /* 48 bytes in all: one per (worker, dp) */
+    uint32_t cap, n, tomb; /* slots, entries, tombstones */
+    uint16_t eoff, nsize;  /* 48 bytes in all: one per (worker, dp) */
 } bmap;
 
 /* ops: the partition's backend's, be: its instance (outlives the map). */
@@ -151,10 +151,10 @@ static inline __attribute__((always_inline)) void kvix_ix_bm_prefetch(const bmap
     __builtin_prefetch(&m->ctrl[i]);
     __builtin_prefetch((const char *)m->v + (m->dir ? i * sizeof(uint32_t) : i * sizeof(bent)));
 }
-/* A get and del of engine is coming, its slot loaded or loading
- * (kvix_ix_bm_prefetch): start loading the nodes they will read, those of
- * the slots whose tag is engine's and of the slots after it that a
- * backward shift reads (no node is read here). */
+/* A get of engine is coming, its slot loaded or loading
+ * (kvix_ix_bm_prefetch): start loading the node it will compare engine
+ * with, the first of its probe whose tag is engine's (no node is read
+ * here). */
 void kvix_ix_bm_prefetch_nodes(const bmap *m, uint64_t engine);
 /* Replace the entry named by at (from kvix_ix_bm_get of engine) with v, the
  * same node in other tiers. */
