@@ -2,21 +2,33 @@
  * the fleet (the nodes of the positional and radix backends).
  *
  * Most blocks have one holder; the first blocks of shared prompts have
- * thousands. So a set holds up to KVIX_HS_INLINE slot ids inline (16 bits
- * each) and is promoted, on the next add, to a bitset as wide as the
- * backend's slots, published by RCU. A promoted set stays a bitset until
- * its node is freed: a reader that loaded "not promoted" just before a
- * promotion then reads inline ids frozen at the promotion, a state of the set
- * within its read; demoting in place would let it see a mix that never was.
- * Per-tier sets exist only once a non-gpu tier holds the block. The bitset
- * and the tier sets share one out-of-line record (kvix_wset), and a set is
- * one 64-bit word: four inline ids, or the record's address (the record
- * then keeps the inline ids too while not promoted). So a set costs 8 bytes
- * in its node until it needs a record.
+ * thousands, and at thousands of workers a block's holders are spread over
+ * the whole slot range. So a set takes one of three forms, by its size:
+ *  - inline: up to KVIX_HS_INLINE slot ids (16 bits each) in the node's set
+ *    word, every holder on gpu: 8 bytes, no record;
+ *  - array: a record of the holders' slot ids, sorted, 2 bytes each (and a
+ *    tier mask byte each when some holder holds the block off gpu);
+ *  - bits: a record with a bitset as wide as the backend's slots, only where
+ *    it is smaller than the array (dense sets; and at a few hundred slots,
+ *    where a bitset is a few words), plus a bitset per tier when tiered.
+ * The form is chosen again at every change that replaces the record, so a
+ * set that shrinks goes back down (bits to array when the array is well
+ * below the bitset, anything to inline when it fits): lib/hset_write_int.h,
+ * the writers' side.
  *
- * Inline ids: an add fills the first free entry, a delete frees its entry;
- * the four share one word, so a reader sees each holder once.
- * Writers change a set only under its node's lock; readers load lock-free.
+ * Concurrency: writers change a set only under its node's lock; readers load
+ * lock-free and always see a state of the set, each holder once:
+ *  - the inline ids are one word (an add fills a free lane, a delete frees
+ *    its lane: each one store);
+ *  - an array record is immutable once published: a change of its holders
+ *    publishes a new record (copy on write, release store of the set word)
+ *    and retires the old one after a grace period. Only a holder's tier mask
+ *    changes in place (one byte store), and, when no memory is left for the
+ *    copy, a delete marks its entry gone in place (kvix_arr_gone) so that a
+ *    delete never fails;
+ *  - a bitset changes in place, a bit per store, and is replaced whole when
+ *    it must widen, gain or lose tiers, or change form.
+ * A record always has a holder: the last holder's delete goes back inline.
  */
 #ifndef KVIX_HSET_INT_H
 #define KVIX_HSET_INT_H
@@ -32,30 +44,14 @@
 #include "rcu_int.h"
 
 typedef _Atomic uint64_t kvix_aword;
+typedef _Atomic uint16_t kvix_a16;
+typedef _Atomic uint8_t kvix_a8;
 
 /* Counters a backend shares with its nodes' sets. */
 typedef struct kvix_bmem {
     _Atomic long bytes;  /* bytes held */
     _Atomic long tiered; /* nodes with per-tier sets: queries count tiers only when > 0 */
 } kvix_bmem;
-
-/* A set's out-of-line record, published by RCU and replaced whole (copy on
- * write) when its shape changes, so a node pays one word for both:
- *  - big: w[0..nw) is the any-tier set, a bitset over slots (else the
- *    holders are the inline ids, kept in the record's ids; a big record's
- *    ids are those at the promotion, frozen);
- *  - tiered: tier t's bitset is w[tw + t * nw ..) with tw = big ? nw : 0.
- * rcu first: freed with kvix_rcu_free. */
-typedef struct kvix_wset {
-    struct rcu_head rcu;
-    uint32_t nw;
-    uint32_t count;  /* holders in any tier while big (writer side) */
-    uint32_t nongpu; /* bits set in non-gpu tiers (writer side): the tiers go at 0 */
-    uint8_t big, tiered;
-    _Atomic uint64_t ids; /* the inline ids while not big */
-    kvix_aword w[];
-} kvix_wset;
-typedef kvix_wset kvix_tset; /* a record seen for its tier sets */
 
 static inline uint64_t kvix_ld(const kvix_aword *w)
 {
@@ -67,24 +63,80 @@ static inline void kvix_st(kvix_aword *w, uint64_t v)
     atomic_store_explicit(w, v, memory_order_relaxed);
 }
 
-static inline kvix_aword *kvix_tset_word(const kvix_tset *r, unsigned t, uint32_t wi)
+static inline uint32_t kvix_ld16(const kvix_a16 *p)
 {
-    return (kvix_aword *)&r->w[(r->big ? r->nw : 0) + t * r->nw + wi];
+    return atomic_load_explicit(p, memory_order_relaxed);
 }
 
-/* Does s hold the block in tier t? (s is known to hold it in some tier;
- * ts: kvix_hs_tset's answer, NULL when every holder holds it on gpu.) */
-static inline int kvix_tset_has(const kvix_tset *ts, uint32_t s, unsigned t)
+static inline unsigned kvix_ld8(const kvix_a8 *p)
 {
-    if (!ts)
-        return t == KVIX_MEDIUM_GPU;
-    return s / 64 < ts->nw && (kvix_ld(kvix_tset_word(ts, t, s / 64)) >> (s % 64) & 1);
+    return atomic_load_explicit(p, memory_order_relaxed);
 }
 
-static inline size_t kvix_wset_size(uint32_t nw, int big, int tiered)
+/* ---- records ---- */
+
+#define KVIX_WS_ARR 0
+#define KVIX_WS_BITS 1
+#define KVIX_TM_GPU (1u << KVIX_MEDIUM_GPU)
+#define KVIX_TM_OFF (((1u << KVIX_MEDIUM_COUNT) - 1) & ~KVIX_TM_GPU) /* the non-gpu tiers */
+/* The most entries an array keeps (a bitset over every slot is smaller long
+ * before, kvix_hs_bits_ok). */
+#define KVIX_ARR_MAX 30000u
+
+/* A set's out-of-line record, published by RCU, rcu first (freed with
+ * kvix_rcu_free). The payload, 8-aligned, is
+ *  - array: n slot ids (kvix_arr_ids), sorted, then when tiered n tier masks
+ *    (kvix_arr_tm: bit t, the holder holds the block in tier t; 0: the entry
+ *    is gone). An untiered array may repeat an id (kvix_arr_gone): each
+ *    holder is listed once all the same;
+ *  - bits: n words of the any-tier bitset, then when tiered a bitset of n
+ *    words per tier and one word counting the (holder, non-gpu tier) pairs
+ *    (writer side). */
+typedef struct kvix_wset {
+    struct rcu_head rcu;
+    uint8_t kind;   /* KVIX_WS_ARR, KVIX_WS_BITS */
+    uint8_t tiered; /* some holder holds the block off gpu */
+    uint16_t n;     /* array: entries, fixed once published; bits: words */
+    uint32_t live;  /* holders in any tier (writer side) */
+    kvix_aword w[];
+} kvix_wset;
+typedef kvix_wset kvix_tset; /* a record seen for its tier masks */
+
+static inline kvix_a16 *kvix_arr_ids(const kvix_wset *r)
 {
-    return sizeof(kvix_wset) +
-           ((big ? 1u : 0u) + (tiered ? KVIX_MEDIUM_COUNT : 0u)) * (size_t)nw * sizeof(uint64_t);
+    return (kvix_a16 *)(void *)(uintptr_t)r->w;
+}
+
+static inline kvix_a8 *kvix_arr_tm(const kvix_wset *r)
+{
+    return (kvix_a8 *)(void *)(kvix_arr_ids(r) + r->n);
+}
+
+/* Tier t's bitset of a tiered bits record. */
+static inline kvix_aword *kvix_bits_tier(const kvix_wset *r, unsigned t)
+{
+    return (kvix_aword *)(uintptr_t)&r->w[(1 + t) * (uint32_t)r->n];
+}
+
+static inline kvix_aword *kvix_bits_nongpu(const kvix_wset *r)
+{
+    return (kvix_aword *)(uintptr_t)&r->w[(1 + KVIX_MEDIUM_COUNT) * (uint32_t)r->n];
+}
+
+static inline size_t kvix_arr_size(uint32_t n, int tiered)
+{
+    return (sizeof(kvix_wset) + n * (tiered ? 3u : 2u) + 7) & ~(size_t)7;
+}
+
+static inline size_t kvix_bits_size(uint32_t nw, int tiered)
+{
+    return sizeof(kvix_wset) + (tiered ? (1 + KVIX_MEDIUM_COUNT) * nw + 1 : nw) * sizeof(uint64_t);
+}
+
+static inline size_t kvix_wset_size(const kvix_wset *r)
+{
+    return r->kind == KVIX_WS_ARR ? kvix_arr_size(r->n, r->tiered)
+                                  : kvix_bits_size(r->n, r->tiered);
 }
 
 /* A set word whose top 16 bits are 0 is a record's address, kept as is (so
@@ -93,35 +145,13 @@ static inline size_t kvix_wset_size(uint32_t nw, int big, int tiered)
  * allocation. */
 #define KVIX_HS_PTR ((UINT64_C(1) << 48) - 1)
 
-static inline kvix_wset *kvix_wset_new(uint32_t nw, int big, int tiered, kvix_bmem *mem)
-{
-    size_t sz = kvix_wset_size(nw, big, tiered);
-    kvix_wset *r = calloc(1, sz);
-    if (r && ((uint64_t)(uintptr_t)r & ~KVIX_HS_PTR)) {
-        free(r);
-        r = NULL;
-    }
-    if (r) {
-        r->nw = nw;
-        r->big = (uint8_t)big;
-        r->tiered = (uint8_t)tiered;
-        atomic_fetch_add_explicit(&mem->bytes, (long)sz, memory_order_relaxed);
-    }
-    return r;
-}
-
-static inline void kvix_wset_retire(kvix_wset *r, kvix_bmem *mem)
-{
-    atomic_fetch_sub_explicit(&mem->bytes, (long)kvix_wset_size(r->nw, r->big, r->tiered),
-                              memory_order_relaxed);
-    kvix_rcu_free(&r->rcu);
-}
-
-/* Inline ids: four 16-bit lanes of one word (slots are below KVIX_SLOTS_MAX
- * = 2^16), so a reader loads all four at once, a state of the set. A free
- * lane is 0xffff, so slot 0xffff is never kept inline (a set it joins goes
- * big); and a top lane of 0 would make the word an address, so slot 0 never
- * takes the top lane (a set it would join as a fourth goes big). */
+/* ---- inline ids ----
+ * Four 16-bit lanes of one word (slots are below KVIX_SLOTS_MAX = 2^16), so
+ * a reader loads all four at once, a state of the set. A free lane is
+ * 0xffff, so slot 0xffff is never kept inline (a set it joins takes a
+ * record); and a top lane of 0 would make the word an address, so slot 0
+ * never takes the top lane (a set rebuilt inline puts its ids in order, slot
+ * 0 first). */
 #define KVIX_HS_INLINE 4
 #define KVIX_HS_FREE16 UINT64_C(0xffff)
 #define KVIX_HS_LANES UINT64_C(0x0001000100010001)
@@ -168,35 +198,92 @@ static inline int kvix_ids_have(uint64_t w, uint32_t s)
     return ((x - KVIX_HS_LANES) & ~x & (KVIX_HS_LANES << 15)) != 0 && s != KVIX_HS_FREE16;
 }
 
-static inline int kvix_wset_has(const kvix_wset *e, uint32_t s)
+static inline uint32_t kvix_ids_count(uint64_t w)
 {
-    return s / 64 < e->nw && (kvix_ld(&e->w[s / 64]) >> (s % 64) & 1);
+    uint32_t n = 0;
+    for (unsigned i = 0; i < KVIX_HS_INLINE; i++, w >>= 16)
+        n += (w & KVIX_HS_FREE16) != KVIX_HS_FREE16;
+    return n;
 }
 
-/* One look at a set: its bitset when promoted, else its inline ids, read
- * once (a state of the set). Take it once per use, as the query does. */
+/* ---- reading a record ---- */
+
+/* The first entry of the array a[0..n) (n > 0) not below s. */
+static inline uint32_t kvix_arr_lb(const kvix_a16 *a, uint32_t n, uint32_t s)
+{
+    const kvix_a16 *b = a;
+    while (n > 1) {
+        uint32_t half = n / 2;
+        b = kvix_ld16(&b[half - 1]) < s ? b + half : b;
+        n -= half;
+    }
+    return (uint32_t)(b - a) + (kvix_ld16(b) < s);
+}
+
+/* Entry of holder s in array record r, or r->n. */
+static inline uint32_t kvix_arr_find(const kvix_wset *r, uint32_t s)
+{
+    const kvix_a16 *a = kvix_arr_ids(r);
+    uint32_t i = kvix_arr_lb(a, r->n, s);
+    if (i < r->n && kvix_ld16(&a[i]) == s && (!r->tiered || kvix_ld8(&kvix_arr_tm(r)[i])))
+        return i;
+    return r->n;
+}
+
+static inline int kvix_bits_has(const kvix_aword *w, uint32_t nw, uint32_t s)
+{
+    return s / 64 < nw && (kvix_ld(&w[s / 64]) >> (s % 64) & 1);
+}
+
+static inline int kvix_wset_has(const kvix_wset *r, uint32_t s)
+{
+    if (r->kind == KVIX_WS_BITS)
+        return kvix_bits_has(r->w, r->n, s);
+    return kvix_arr_find(r, s) < r->n;
+}
+
+/* The tiers holder s holds the block in (a mask; 0: not a holder), r tiered. */
+static inline unsigned kvix_tset_mask(const kvix_tset *r, uint32_t s)
+{
+    if (r->kind == KVIX_WS_ARR) {
+        uint32_t i = kvix_arr_find(r, s);
+        return i < r->n ? kvix_ld8(&kvix_arr_tm(r)[i]) : 0;
+    }
+    unsigned m = 0;
+    if (s / 64 < r->n)
+        for (unsigned t = 0; t < KVIX_MEDIUM_COUNT; t++)
+            m |= (unsigned)(kvix_ld(&kvix_bits_tier(r, t)[s / 64]) >> (s % 64) & 1) << t;
+    return m;
+}
+
+/* Does s hold the block in tier t? (s is known to hold it in some tier;
+ * ts: kvix_hs_tset's answer, NULL when every holder holds it on gpu.) */
+static inline int kvix_tset_has(const kvix_tset *ts, uint32_t s, unsigned t)
+{
+    if (!ts)
+        return t == KVIX_MEDIUM_GPU;
+    return kvix_tset_mask(ts, s) >> t & 1;
+}
+
+/* ---- readers: one look at a set ---- */
+
+/* The set's record, or its inline ids, read once (a state of the set). Take
+ * it once per use, as the query does. */
 typedef struct kvix_hview {
-    const kvix_wset *big;
-    uint64_t ids; /* when big is NULL */
+    const kvix_wset *r;
+    uint64_t ids; /* when r is NULL */
 } kvix_hview;
 
 static inline kvix_hview kvix_hs_view(const kvix_hset *h)
 {
     uint64_t w = kvix_hs_word(h);
-    kvix_wset *r = kvix_hw_rec(w);
-    kvix_hview v = {NULL, w};
-    if (r) {
-        if (r->big)
-            v.big = r;
-        else
-            v.ids = atomic_load_explicit(&r->ids, memory_order_relaxed);
-    }
+    kvix_hview v = {kvix_hw_rec(w), w};
     return v;
 }
 
 static inline int kvix_hv_has(kvix_hview v, uint32_t s)
 {
-    return v.big ? kvix_wset_has(v.big, s) : kvix_ids_have(v.ids, s);
+    return v.r ? kvix_wset_has(v.r, s) : kvix_ids_have(v.ids, s);
 }
 
 /* The per-tier sets, or NULL when every holder holds the block on gpu. */
@@ -211,327 +298,117 @@ static inline int kvix_hs_has(const kvix_hset *h, uint32_t s)
     return kvix_hv_has(kvix_hs_view(h), s);
 }
 
-/* Where the inline ids are now (writer side): the word, or the record's. */
-static inline _Atomic uint64_t *kvix_hs_idsp(kvix_hset *h, kvix_wset *r)
-{
-    return r ? &r->ids : &h->w;
-}
-
-/* The inline ids (writer side; meaningless for a big set). */
-static inline uint64_t kvix_hs_ids(const kvix_hset *h)
-{
-    uint64_t w = atomic_load_explicit(&h->w, memory_order_relaxed);
-    kvix_wset *r = kvix_hw_rec(w);
-    return r ? atomic_load_explicit(&r->ids, memory_order_relaxed) : w;
-}
-
-/* No holder in any tier (writer side). */
-static inline int kvix_hs_empty(const kvix_hset *h)
-{
-    kvix_wset *r = kvix_hs_rec(h);
-    return r && r->big ? r->count == 0 : kvix_hs_ids(h) == KVIX_HS_EMPTY;
-}
-
-/* Holders in any tier (writer side). */
-static inline uint32_t kvix_hs_count(const kvix_hset *h)
-{
-    kvix_wset *r = kvix_hs_rec(h);
-    if (r && r->big)
-        return r->count;
-    uint32_t n = 0;
-    uint64_t w = kvix_hs_ids(h);
-    for (unsigned i = 0; i < KVIX_HS_INLINE; i++, w >>= 16)
-        n += (w & KVIX_HS_FREE16) != KVIX_HS_FREE16;
-    return n;
-}
-
 /* Ids kvix_hv_list may write for view v. */
 static inline uint32_t kvix_hv_room(kvix_hview v)
 {
-    return v.big ? 64 * v.big->nw : KVIX_HS_INLINE;
+    if (!v.r)
+        return KVIX_HS_INLINE;
+    return v.r->kind == KVIX_WS_BITS ? 64u * v.r->n : v.r->n;
 }
 
-/* Write the holders of view v to out (kvix_hv_room(v) ids), each once;
- * returns how many. */
+/* Write the holders of view v to out (kvix_hv_room(v) ids), each once, in
+ * slot order but for inline ids; returns how many. */
 static inline uint32_t kvix_hv_list(kvix_hview v, uint32_t *out)
 {
     uint32_t n = 0;
-    const kvix_wset *big = v.big;
-    if (big) {
-        for (uint32_t wi = 0; wi < big->nw; wi++)
-            for (uint64_t b = kvix_ld(&big->w[wi]); b; b &= b - 1)
+    const kvix_wset *r = v.r;
+    if (!r) {
+        uint64_t w = v.ids; /* one state of the set: each id once */
+        for (unsigned i = 0; i < KVIX_HS_INLINE; i++, w >>= 16)
+            if ((w & KVIX_HS_FREE16) != KVIX_HS_FREE16)
+                out[n++] = (uint32_t)(w & KVIX_HS_FREE16);
+        return n;
+    }
+    if (r->kind == KVIX_WS_BITS) {
+        for (uint32_t wi = 0; wi < r->n; wi++)
+            for (uint64_t b = kvix_ld(&r->w[wi]); b; b &= b - 1)
                 out[n++] = wi * 64 + (uint32_t)__builtin_ctzll(b);
         return n;
     }
-    uint64_t w = v.ids; /* one state of the set: each id once */
-    for (unsigned i = 0; i < KVIX_HS_INLINE; i++, w >>= 16)
-        if ((w & KVIX_HS_FREE16) != KVIX_HS_FREE16)
-            out[n++] = (uint32_t)(w & KVIX_HS_FREE16);
-    return n;
-}
-
-static inline void kvix_bit_set(kvix_aword *w, uint32_t s)
-{
-    kvix_st(&w[s / 64], kvix_ld(&w[s / 64]) | UINT64_C(1) << (s % 64));
-}
-
-/* Set the bits of the inline ids of w (the bitset covers them). */
-static inline void kvix_ids_to_bits(uint64_t w, kvix_aword *bits)
-{
-    for (unsigned i = 0; i < KVIX_HS_INLINE; i++, w >>= 16)
-        if ((w & KVIX_HS_FREE16) != KVIX_HS_FREE16)
-            kvix_bit_set(bits, (uint32_t)(w & KVIX_HS_FREE16));
-}
-
-/* The words covering the inline ids of w (at least nw). */
-static inline uint32_t kvix_ids_nw(uint64_t w, uint32_t nw)
-{
-    for (unsigned i = 0; i < KVIX_HS_INLINE; i++, w >>= 16)
-        if ((w & KVIX_HS_FREE16) != KVIX_HS_FREE16 && (w & KVIX_HS_FREE16) / 64 + 1 > nw)
-            nw = (uint32_t)(w & KVIX_HS_FREE16) / 64 + 1;
-    return nw;
-}
-
-/* Publish n in place of r (NULL allowed on either side: a set with no
- * record keeps r's inline ids in its word). */
-static inline void kvix_hs_publish(kvix_hset *h, kvix_wset *r, kvix_wset *n, kvix_bmem *mem)
-{
-    uint64_t w = n ? (uint64_t)(uintptr_t)n : atomic_load_explicit(&r->ids, memory_order_relaxed);
-    atomic_store_explicit(&h->w, w, memory_order_release);
-    if (r)
-        kvix_wset_retire(r, mem);
-}
-
-/* A copy of the set's record reshaped: nw words (at least r's), big and
- * tiered as asked. A new any-tier bitset gets the inline holders, new tier
- * sets get gpu = the any-tier set (until now every holder held it on gpu). */
-static inline kvix_wset *kvix_hs_reshape(const kvix_hset *h, uint32_t nw, int big, int tiered,
-                                         kvix_bmem *mem)
-{
-    kvix_wset *r = kvix_hs_rec(h);
-    if (r && r->nw > nw)
-        nw = r->nw;
-    kvix_wset *n = kvix_wset_new(nw, big, tiered, mem);
-    if (!n)
-        return NULL;
-    atomic_init(&n->ids, kvix_hs_ids(h));
-    int rbig = r && r->big;
-    if (big) {
-        if (rbig) {
-            for (uint32_t i = 0; i < r->nw; i++)
-                kvix_st(&n->w[i], kvix_ld(&r->w[i]));
-            n->count = r->count;
-        } else {
-            n->count = kvix_hs_count(h);
-            kvix_ids_to_bits(kvix_hs_ids(h), n->w);
-        }
+    const kvix_a16 *a = kvix_arr_ids(r);
+    if (r->tiered) {
+        const kvix_a8 *tm = kvix_arr_tm(r);
+        for (uint32_t i = 0; i < r->n; i++)
+            if (kvix_ld8(&tm[i]))
+                out[n++] = kvix_ld16(&a[i]);
+        return n;
     }
-    if (tiered) {
-        if (r && r->tiered) {
-            n->nongpu = r->nongpu;
-            for (unsigned t = 0; t < KVIX_MEDIUM_COUNT; t++)
-                for (uint32_t i = 0; i < r->nw; i++)
-                    kvix_st(kvix_tset_word(n, t, i), kvix_ld(kvix_tset_word(r, t, i)));
-        } else {
-            kvix_aword *gpu = kvix_tset_word(n, KVIX_MEDIUM_GPU, 0);
-            if (rbig) {
-                for (uint32_t i = 0; i < r->nw; i++)
-                    kvix_st(&gpu[i], kvix_ld(&r->w[i]));
-            } else {
-                kvix_ids_to_bits(kvix_hs_ids(h), gpu);
-            }
-        }
+    uint32_t last = KVIX_SLOTS_MAX; /* an id repeated (kvix_arr_gone) is listed once */
+    for (uint32_t i = 0; i < r->n; i++) {
+        uint32_t s = kvix_ld16(&a[i]);
+        out[n] = s;
+        n += s != last;
+        last = s;
     }
     return n;
 }
 
-/* The set's record with per-tier sets of at least nw words (made or grown,
- * published), or NULL (out of memory: nothing changed). */
-static inline kvix_tset *kvix_hs_tiers(kvix_hset *h, uint32_t nw, kvix_bmem *mem)
-{
-    kvix_wset *r = kvix_hs_rec(h);
-    if (r && r->tiered && r->nw >= nw)
-        return r;
-    if (!(r && r->big))
-        nw = kvix_ids_nw(kvix_hs_ids(h), nw);
-    kvix_wset *n = kvix_hs_reshape(h, nw, r && r->big, 1, mem);
-    if (!n)
-        return NULL;
-    if (!(r && r->tiered))
-        atomic_fetch_add_explicit(&mem->tiered, 1, memory_order_relaxed);
-    kvix_hs_publish(h, r, n, mem);
-    return n;
-}
+/* The calling thread's marks: KVIX_SLOTS_MAX bits of scratch for
+ * kvix_hv_split (whatever they hold between uses), made on the thread's
+ * first call and freed when it exits; NULL when no memory (splits then
+ * search). */
+uint64_t *kvix_hs_marks(void);
 
-/* No holder holds the block in a non-gpu tier any more: the tier sets go
- * (when a copy without them cannot be made, they stay, still exact). */
-static inline void kvix_hs_untier(kvix_hset *h, kvix_bmem *mem)
+/* Reorder c[0..n): the holders of view v first, in their order; returns
+ * how many. Against an array, many candidates are marked in the thread's
+ * marks and the array read once (each candidate then costs a few bit
+ * operations, as with a bitset), few are searched for. *marks: the marks,
+ * fetched on first need (NULL before; marks NULL: never). */
+static inline uint32_t kvix_hv_split(kvix_hview v, uint32_t *c, uint32_t n, uint64_t **marks)
 {
-    kvix_wset *r = kvix_hs_rec(h);
-    kvix_wset *n = NULL;
-    if (r->big && !(n = kvix_hs_reshape(h, r->nw, 1, 0, mem)))
-        return;
-    atomic_fetch_sub_explicit(&mem->tiered, 1, memory_order_relaxed);
-    kvix_hs_publish(h, r, n, mem);
-}
-
-/* The any-tier set gains s (not a holder): inline, or in a bitset of at
- * least hint_nw words (grown or promoted to, published by RCU). */
-static inline int kvix_hs_insert(kvix_hset *h, uint32_t s, uint32_t hint_nw, kvix_bmem *mem)
-{
-    uint32_t need = s / 64 + 1;
-    kvix_wset *r = kvix_hs_rec(h);
-    if (!(r && r->big)) {
-        _Atomic uint64_t *ip = kvix_hs_idsp(h, r);
-        uint64_t w = atomic_load_explicit(ip, memory_order_relaxed);
-        for (unsigned sh = 0; sh < 64; sh += 16)
-            if ((w >> sh & KVIX_HS_FREE16) == KVIX_HS_FREE16 && kvix_lane_ok(s, sh)) {
-                atomic_store_explicit(ip, (w & ~(KVIX_HS_FREE16 << sh)) | (uint64_t)s << sh,
-                                      memory_order_relaxed);
-                return KVIX_OK;
+    uint32_t k = 0;
+    const kvix_wset *r = v.r;
+    if (!r) {
+        uint64_t ids = v.ids;
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t s = c[i];
+            if (kvix_ids_have(ids, s)) {
+                c[i] = c[k];
+                c[k++] = s;
             }
-    }
-    if (!(r && r->big) || r->nw < need) {
-        uint32_t nw = hint_nw > need ? hint_nw : need;
-        kvix_wset *n = kvix_hs_reshape(h, nw, 1, r && r->tiered, mem);
-        if (!n)
-            return KVIX_ENOMEM;
-        kvix_bit_set(n->w, s);
-        n->count++;
-        kvix_hs_publish(h, r, n, mem);
-        return KVIX_OK;
-    }
-    kvix_bit_set(r->w, s);
-    r->count++;
-    return KVIX_OK;
-}
-
-static inline void kvix_hs_remove(kvix_hset *h, uint32_t s)
-{
-    kvix_wset *e = kvix_hs_rec(h);
-    if (e && e->big) {
-        kvix_st(&e->w[s / 64], kvix_ld(&e->w[s / 64]) & ~(UINT64_C(1) << (s % 64)));
-        e->count--;
-        return;
-    }
-    _Atomic uint64_t *ip = kvix_hs_idsp(h, e);
-    uint64_t w = atomic_load_explicit(ip, memory_order_relaxed);
-    for (unsigned sh = 0; sh < 64; sh += 16)
-        if ((w >> sh & KVIX_HS_FREE16) == s) {
-            atomic_store_explicit(ip, w | KVIX_HS_FREE16 << sh, memory_order_relaxed);
-            return;
         }
-}
-
-/* Slot s now holds the block in tier t: KVIX_OK, or 1 when it held it in
- * that tier already (nothing changes), or KVIX_ENOMEM (nothing changes).
- * *any_new: s did not hold it in any tier before. hint_nw: words covering
- * the backend's slots. */
-static inline int kvix_hs_add(kvix_hset *h, uint32_t s, unsigned t, uint32_t hint_nw,
-                              kvix_bmem *mem, int *any_new)
-{
-    *any_new = 0;
-    uint64_t w0 = atomic_load_explicit(&h->w, memory_order_relaxed);
-    if (t == KVIX_MEDIUM_GPU && !kvix_hw_rec(w0)) { /* most adds: inline, gpu only */
-        if (kvix_ids_have(w0, s))
-            return 1;
-        for (unsigned sh = 0; sh < 64; sh += 16)
-            if ((w0 >> sh & KVIX_HS_FREE16) == KVIX_HS_FREE16 && kvix_lane_ok(s, sh)) {
-                atomic_store_explicit(&h->w, (w0 & ~(KVIX_HS_FREE16 << sh)) | (uint64_t)s << sh,
-                                      memory_order_relaxed);
-                *any_new = 1;
-                return KVIX_OK;
+    } else if (r->kind == KVIX_WS_BITS) {
+        const kvix_aword *w = r->w;
+        uint32_t nw = r->n;
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t s = c[i];
+            if (kvix_bits_has(w, nw, s)) {
+                c[i] = c[k];
+                c[k++] = s;
             }
-    }
-    kvix_aword *tw = NULL;
-    uint64_t bit = UINT64_C(1) << (s % 64);
-    if (t != KVIX_MEDIUM_GPU || kvix_hs_tset(h)) {
-        kvix_tset *ts = kvix_hs_tiers(h, s / 64 + 1, mem);
-        if (!ts)
-            return KVIX_ENOMEM;
-        tw = kvix_tset_word(ts, t, s / 64);
-        uint64_t v = kvix_ld(tw);
-        if (v & bit)
-            return 1; /* already held in that tier: nothing changes */
-        kvix_st(tw, v | bit);
-        if (t != KVIX_MEDIUM_GPU)
-            ts->nongpu++;
-    }
-    if (kvix_hs_has(h, s))
-        return tw ? KVIX_OK : 1; /* untiered: the any-tier set is the gpu set */
-    if (kvix_hs_insert(h, s, hint_nw, mem) < 0) {
-        if (tw) { /* undo the tier bit (the record was not replaced): the front
-                   * end will not count this add */
-            kvix_tset *ts = kvix_hs_rec(h);
-            kvix_st(tw, kvix_ld(tw) & ~bit);
-            if (t != KVIX_MEDIUM_GPU && --ts->nongpu == 0)
-                kvix_hs_untier(h, mem);
         }
-        return KVIX_ENOMEM;
-    }
-    *any_new = 1;
-    return KVIX_OK;
-}
-
-/* Slot s no longer holds the block in tier t. *any_gone: s holds it in no
- * tier now. Unknown (slot, tier) pairs change nothing. */
-static inline void kvix_hs_del(kvix_hset *h, uint32_t s, unsigned t, kvix_bmem *mem,
-                               int *any_gone)
-{
-    *any_gone = 0;
-    uint64_t w0 = atomic_load_explicit(&h->w, memory_order_relaxed);
-    if (!kvix_hw_rec(w0)) { /* most deletes: inline, gpu only */
-        if (t != KVIX_MEDIUM_GPU || !kvix_ids_have(w0, s))
-            return;
-        for (unsigned sh = 0; sh < 64; sh += 16)
-            if ((w0 >> sh & KVIX_HS_FREE16) == s) {
-                atomic_store_explicit(&h->w, w0 | KVIX_HS_FREE16 << sh, memory_order_relaxed);
-                *any_gone = 1;
-                return;
+    } else if (marks && n >= 8 && r->n <= 16 * n && (*marks || (*marks = kvix_hs_marks()))) {
+        uint64_t *mk = *marks;
+        /* mark the candidates, unmark the holders, keep the unmarked (a
+         * candidate's bit is set first, so what other bits were matters not;
+         * nor what the array held while it was read: each entry read was a
+         * holder) */
+        const kvix_a16 *a = kvix_arr_ids(r);
+        const kvix_a8 *tm = r->tiered ? kvix_arr_tm(r) : NULL;
+        for (uint32_t i = 0; i < n; i++)
+            mk[c[i] / 64] |= UINT64_C(1) << (c[i] % 64);
+        for (uint32_t j = 0; j < r->n; j++) {
+            uint32_t s = kvix_ld16(&a[j]);
+            if (!tm || kvix_ld8(&tm[j]))
+                mk[s / 64] &= ~(UINT64_C(1) << (s % 64));
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t s = c[i];
+            if (!(mk[s / 64] >> (s % 64) & 1)) {
+                c[i] = c[k];
+                c[k++] = s;
             }
-    }
-    if (!kvix_hs_has(h, s))
-        return;
-    uint64_t bit = UINT64_C(1) << (s % 64);
-    kvix_tset *ts = kvix_hs_tset(h);
-    if (ts) {
-        if (!kvix_tset_has(ts, s, t))
-            return;
-        kvix_aword *tw = kvix_tset_word(ts, t, s / 64);
-        kvix_st(tw, kvix_ld(tw) & ~bit);
-        if (t != KVIX_MEDIUM_GPU)
-            ts->nongpu--;
-        *any_gone = 1;
-        for (unsigned u = 0; u < KVIX_MEDIUM_COUNT; u++)
-            if (kvix_tset_has(ts, s, u))
-                *any_gone = 0;
-        if (ts->nongpu == 0) /* gpu only again: the any-tier set says it all */
-            kvix_hs_untier(h, mem);
+        }
     } else {
-        if (t != KVIX_MEDIUM_GPU)
-            return;
-        *any_gone = 1;
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t s = c[i];
+            if (kvix_arr_find(r, s) < r->n) {
+                c[i] = c[k];
+                c[k++] = s;
+            }
+        }
     }
-    if (*any_gone)
-        kvix_hs_remove(h, s);
-}
-
-/* Free the out-of-line record now (quiet backend) or after a grace period. */
-static inline void kvix_hs_free(kvix_hset *h)
-{
-    kvix_wset *r = kvix_hs_rec(h);
-    if (r)
-        free(r);
-}
-
-static inline void kvix_hs_retire(kvix_hset *h, kvix_bmem *mem)
-{
-    kvix_wset *r = kvix_hs_rec(h);
-    if (r) {
-        if (r->tiered)
-            atomic_fetch_sub_explicit(&mem->tiered, 1, memory_order_relaxed);
-        kvix_wset_retire(r, mem);
-    }
+    return k;
 }
 
 #endif

@@ -8,8 +8,9 @@
 
 /* ---- query ----
  * Candidates are lists of slot ids, not bitsets over the fleet: a probe costs
- * one membership test per candidate (O(1): a few inline ids or one bit), so a
- * query costs its candidates times its probes, whatever the number of slots.
+ * one membership test per candidate (a few inline ids, a binary search of a
+ * sorted array, or one bit), so a query costs its candidates times its
+ * probes, whatever the number of slots.
  * A list is split in place (holders first), so bisection needs no scratch. */
 
 typedef struct qctx {
@@ -17,6 +18,7 @@ typedef struct qctx {
     kvix_qchain *q;
     kvix_qhits *out;
     kvix_err *err;
+    uint64_t *marks; /* kvix_hs_marks(), on first need */
     int rc;
 } qctx;
 
@@ -44,32 +46,11 @@ static void push_list(qctx *c, const uint32_t *v, uint32_t n, uint32_t blocks)
 }
 
 /* Reorder v[0..n): the holders of node nd first; returns how many. The set
- * is read once (its bitset, or its inline ids: a state of the set since the
- * split began), not once per candidate. */
-static uint32_t split(pnode *nd, uint32_t *v, uint32_t n)
+ * is read once (a state of the set since the split began), not once per
+ * candidate. */
+static uint32_t split(qctx *c, pnode *nd, uint32_t *v, uint32_t n)
 {
-    if (!nd)
-        return 0;
-    uint32_t k = 0;
-    kvix_hview hv = kvix_hs_view(&nd->h);
-    if (hv.big) {
-        for (uint32_t i = 0; i < n; i++)
-            if (kvix_wset_has(hv.big, v[i])) {
-                uint32_t x = v[k];
-                v[k++] = v[i];
-                v[i] = x;
-            }
-        return k;
-    }
-    uint64_t ids = hv.ids;
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t s = v[i];
-        if (kvix_ids_have(ids, s)) {
-            v[i] = v[k];
-            v[k++] = s;
-        }
-    }
-    return k;
+    return nd ? kvix_hv_split(kvix_hs_view(&nd->h), v, n, &c->marks) : 0;
 }
 
 /* Slots of d (trusted: monotone) have their match length in [lo, hi]. */
@@ -77,7 +58,7 @@ static void bisect(qctx *c, uint32_t *d, uint32_t nd, uint32_t lo, uint32_t hi)
 {
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
-        uint32_t k = split(probe(c, mid), d, nd); /* d[0..k): length in [mid+1, hi] */
+        uint32_t k = split(c, probe(c, mid), d, nd); /* d[0..k): length in [mid+1, hi] */
         if (k && k < nd) {
             bisect(c, d, k, mid + 1, hi);
             d += k;
@@ -96,7 +77,7 @@ static void bisect(qctx *c, uint32_t *d, uint32_t nd, uint32_t lo, uint32_t hi)
 static void scan(qctx *c, uint32_t *d, uint32_t nd, uint32_t lo, uint32_t hi)
 {
     for (uint32_t x = lo; x < hi && nd; x++) {
-        uint32_t k = split(probe(c, x), d, nd);
+        uint32_t k = split(c, probe(c, x), d, nd);
         push_list(c, d + k, nd - k, x);
         nd = k;
     }
@@ -124,11 +105,12 @@ static void count_tiers(qctx *c, size_t first)
             if (run->blocks <= pos)
                 continue;
             for (size_t k = run->first; k < (size_t)run->first + run->n; k++) {
-                uint32_t *tb = out->tier[k], slot = out->slot[k];
-                if (!kvix_tset_has(ts, slot, KVIX_MEDIUM_GPU))
+                uint32_t *tb = out->tier[k];
+                unsigned m = kvix_tset_mask(ts, out->slot[k]);
+                if (!(m & KVIX_TM_GPU))
                     tb[KVIX_MEDIUM_GPU]--;
                 for (unsigned t = 1; t < KVIX_MEDIUM_COUNT; t++)
-                    tb[t] += (uint32_t)kvix_tset_has(ts, slot, t);
+                    tb[t] += m >> t & 1;
             }
         }
     }
@@ -152,7 +134,7 @@ int kvix_pos_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
         return KVIX_OK;
     uint32_t n = q->n > UINT32_MAX ? UINT32_MAX : (uint32_t)q->n;
     kvix_rcu_lock();
-    qctx c = {.be = be, .q = q, .out = out, .err = err, .rc = KVIX_OK};
+    qctx c = {.be = be, .q = q, .out = out, .err = err, .marks = NULL, .rc = KVIX_OK};
     size_t first = out->nrun;
     pnode *n0 = probe(&c, 0);
     if (!n0)
@@ -184,7 +166,7 @@ int kvix_pos_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
                     break;
                 }
         uint32_t p = (n - i > step ? i + step : n) - 1;
-        uint32_t keep = split(probe(&c, p), cand, nc);
+        uint32_t keep = split(&c, probe(&c, p), cand, nc);
         if (keep < nc) {
             uint32_t *drop = cand + keep, nd = nc - keep;
             if (p == i) {
@@ -193,7 +175,7 @@ int kvix_pos_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
                 /* Most that drop in a window drop at its first position (a
                  * shared prompt's first block, then each its own): split
                  * there first, bisect only those that go further. */
-                uint32_t k = split(probe(&c, i), drop, nd);
+                uint32_t k = split(&c, probe(&c, i), drop, nd);
                 push_list(&c, drop + k, nd - k, i);
                 if (k)
                     bisect(&c, drop, k, i + 1, p);

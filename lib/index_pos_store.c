@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "hset_write_int.h"
 #include "index_pos_int.h"
 
 static ptable *table_new(uint64_t cap, kvix_bmem *mem)

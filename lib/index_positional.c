@@ -35,7 +35,8 @@
  * Memory. A node is 48 bytes (lib/index_pos_int.h): its key, the engine and
  * local hashes, 32-bit links (parent, next sibling, newest kid) into the
  * backend's slab instead of pointers, and an 8-byte holder set (four inline
- * slot ids, or the address of a bitset and tier sets when needed). It keeps
+ * slot ids, or the address of a record: a sorted array of slot ids, or a
+ * bitset for dense sets, lib/hset_int.h). It keeps
  * no number of its own and no previous sibling: whoever reaches a node got
  * its number on the way, and an unlink walks the sibling ring (a wide
  * parent's kids have their predecessors hinted: ppred). A shard
@@ -57,6 +58,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hset_write_int.h"
 #include "index_pos_int.h"
 
 static inline int node_removable(const pnode *n)

@@ -1,7 +1,8 @@
 /* The radix backend: a prefix tree of canonical blocks. A node is one
  * (position, canonical hash) held by some slots; its children are kept in a
  * small open-addressing table keyed by their canonical hash. A node's holders
- * are a kvix_hset (hset_int.h: a few slot ids inline, a bitset when many).
+ * are a kvix_hset (hset_int.h: a few slot ids inline, then a sorted array
+ * of them, a bitset when dense).
  * A query walks down from the root splitting its list of candidate slots at
  * each node, so a slot that lost a middle block drops out there by
  * construction (no hole bookkeeping), and the walk stops where the query's
@@ -24,7 +25,7 @@
 #include <string.h>
 
 #include "canon_int.h"
-#include "hset_int.h"
+#include "hset_write_int.h"
 #include "index_int.h"
 #include "rcu_int.h"
 
@@ -402,17 +403,9 @@ static int push_list(kvix_qhits *out, const uint32_t *v, uint32_t n, uint32_t bl
 }
 
 /* Reorder v[0..n): the holders of k first; returns how many. */
-static uint32_t split(const rnode *k, uint32_t *v, uint32_t n)
+static uint32_t split(const rnode *k, uint32_t *v, uint32_t n, uint64_t **marks)
 {
-    uint32_t keep = 0;
-    kvix_hview hv = kvix_hs_view(&k->h); /* one state of the set */
-    for (uint32_t i = 0; i < n; i++)
-        if (kvix_hv_has(hv, v[i])) {
-            uint32_t x = v[keep];
-            v[keep++] = v[i];
-            v[i] = x;
-        }
-    return keep;
+    return kvix_hv_split(kvix_hs_view(&k->h), v, n, marks); /* one state of the set */
 }
 
 /* Candidates are a list of slot ids (the first block's holders, listed
@@ -427,6 +420,7 @@ static int radix_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err
     int rc = KVIX_OK;
     kvix_rcu_lock();
     int tiered = atomic_load_explicit(&be->mem.tiered, memory_order_relaxed) > 0;
+    uint64_t *marks = NULL; /* kvix_hs_marks(), on first need */
     uint32_t *cand;
     rnode *pathbuf[64], **path = pathbuf; /* nodes walked, for tier counts */
     size_t first = out->nrun;
@@ -458,7 +452,7 @@ static int radix_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err
         k = kids_find(atomic_load_explicit(&k->kids, memory_order_acquire), kvix_canon_at(q, i));
         if (!k)
             break;
-        uint32_t keep = split(k, cand, nc);
+        uint32_t keep = split(k, cand, nc, &marks);
         if ((rc = push_list(out, cand + keep, nc - keep, i, err)) < 0)
             goto done;
         nc = keep;
@@ -477,10 +471,11 @@ static int radix_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err
                     kvix_tset *ts = kvix_hs_tset(&path[pos]->h);
                     if (!ts)
                         continue;
-                    if (!kvix_tset_has(ts, slot, KVIX_MEDIUM_GPU))
+                    unsigned m = kvix_tset_mask(ts, slot);
+                    if (!(m & KVIX_TM_GPU))
                         tb[KVIX_MEDIUM_GPU]--;
                     for (unsigned t = 1; t < KVIX_MEDIUM_COUNT; t++)
-                        tb[t] += (uint32_t)kvix_tset_has(ts, slot, t);
+                        tb[t] += m >> t & 1;
                 }
             }
         }

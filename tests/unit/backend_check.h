@@ -29,7 +29,34 @@ typedef struct bc_model {
     int nslots;
     uint8_t *held; /* [slot * nnodes + node]: tier mask */
     int *rep;      /* first node with the same (pos, canon) */
+    /* the backend's slot of model slot s: s * mul & mask (bc_spread), so
+     * that holders are spread over the slot range as at thousands of
+     * workers; mask 0: s itself */
+    uint32_t mul, inv, mask;
 } bc_model;
+
+static inline uint32_t bc_bslot(const bc_model *m, int s)
+{
+    return m->mask ? (uint32_t)s * m->mul & m->mask : (uint32_t)s;
+}
+
+/* The model slot of backend slot b. */
+static inline uint32_t bc_mslot(const bc_model *m, uint32_t b)
+{
+    return m->mask ? b * m->inv & m->mask : b;
+}
+
+/* Spread the model's slots: mul odd, mask + 1 a power of two and at least
+ * nslots (s * mul & mask is then one to one). */
+static inline void bc_spread(bc_model *m, uint32_t mul, uint32_t mask)
+{
+    uint32_t inv = mul;
+    for (int i = 0; i < 5; i++) /* Newton: inverse of mul mod 2^32 */
+        inv *= 2 - mul * inv;
+    m->mul = mul;
+    m->inv = inv;
+    m->mask = mask;
+}
 
 static inline uint64_t bc_rand(uint64_t *s)
 {
@@ -45,6 +72,7 @@ static inline uint64_t bc_rand(uint64_t *s)
 static inline void bc_model_init(bc_model *m, int nnodes, int nslots, unsigned alphabet,
                                  uint64_t *rng)
 {
+    memset(m, 0, sizeof *m);
     m->nodes = calloc((size_t)nnodes, sizeof *m->nodes);
     m->nnodes = nnodes;
     m->nslots = nslots;
@@ -103,7 +131,8 @@ static inline int bc_add(const kvix_backend_ops *ops, void *be, bc_model *m, int
         return 0;
     bc_node *n = &m->nodes[k];
     kvix_err err;
-    int rc = kvix_backend_add_key(ops, be, n->pos, n->local, n->canon, n->pcanon, (uint32_t)slot, tier, &err);
+    int rc = kvix_backend_add_key(ops, be, n->pos, n->local, n->canon, n->pcanon, bc_bslot(m, slot),
+                                  tier, &err);
     if (rc == KVIX_OK)
         *h |= (uint8_t)(1u << tier);
     return rc;
@@ -117,7 +146,7 @@ static inline void bc_del(const kvix_backend_ops *ops, void *be, bc_model *m, in
     if (!(*h & (1u << tier)))
         return;
     bc_node *n = &m->nodes[k];
-    kvix_backend_del_key(ops, be, n->pos, n->local, n->canon, n->pcanon, (uint32_t)slot, tier);
+    kvix_backend_del_key(ops, be, n->pos, n->local, n->canon, n->pcanon, bc_bslot(m, slot), tier);
     *h &= (uint8_t)~(1u << tier);
 }
 
@@ -214,7 +243,10 @@ static inline int bc_query_check(const kvix_backend_ops *ops, void *be, const bc
         printf("#   %s: the runs do not cover each hit once\n", what);
         ok = 0;
     }
-    bc_hit *rows = bc_rows(&hits);
+    bc_hit *rows = bc_unsorted_rows(&hits);
+    for (size_t i = 0; i < hits.n; i++)
+        rows[i].slot = bc_mslot(m, rows[i].slot);
+    qsort(rows, hits.n, sizeof *rows, bc_row_cmp);
     int *at = malloc((n + 1) * sizeof *at);
     for (size_t i = 0; i < n; i++)
         at[i] = bc_find(m, (uint32_t)i, kvix_qchain_at(&q, i));
@@ -307,6 +339,7 @@ static inline void bc_scenario_holes(const kvix_backend_ops *ops, unsigned jump,
         return;
     enum { L = 40 };
     bc_model m;
+    memset(&m, 0, sizeof m);
     m.nnodes = L;
     m.nslots = 4;
     m.nodes = calloc(L, sizeof *m.nodes);
@@ -401,9 +434,11 @@ static inline void bc_scenario_collision(const kvix_backend_ops *ops, unsigned j
 /* Random stores (parent first, like an engine), evictions (any block, so
  * middle ones too), stray adds of blocks whose parent the slot lacks, tiers,
  * and slots appearing over time past 64 and 128; every few steps a query is
- * checked against the model. */
-static inline void bc_scenario_random(const kvix_backend_ops *ops, unsigned jump, int binsearch,
-                                      uint64_t seed, int steps)
+ * checked against the model. Slots spread by mul and mask (bc_spread; mask
+ * 0: none), so that sets take every form (lib/hset_int.h). */
+static inline void bc_scenario_random_spread(const kvix_backend_ops *ops, unsigned jump,
+                                             int binsearch, uint64_t seed, int steps,
+                                             uint32_t mul, uint32_t mask)
 {
     void *be = bc_create(ops, jump, binsearch);
     if (!be)
@@ -412,6 +447,8 @@ static inline void bc_scenario_random(const kvix_backend_ops *ops, unsigned jump
     bc_model m;
     enum { NODES = 500, SLOTS = 150, QMAX = 512 };
     bc_model_init(&m, NODES, SLOTS, 3, &rng);
+    if (mask)
+        bc_spread(&m, mul, mask);
     size_t base = ops->memory(be);
     uint64_t local[QMAX];
     int bad = 0;
@@ -455,13 +492,21 @@ static inline void bc_scenario_random(const kvix_backend_ops *ops, unsigned jump
                 bc_del(ops, be, &m, s, k, t);
     CHECK_U64(ops->unique_blocks(be), 0);
     /* memory returns: nodes, tier sets and tables are reclaimed; what stays is
-     * the per-slot bookkeeping for the slots seen */
-    size_t after = bc_settled_memory(ops, be, base + 16384);
-    CHECK(after <= base + 16384);
-    if (after > base + 16384)
+     * the per-slot bookkeeping for the slots seen (in chunks of 256 slots:
+     * spread slots take one each) */
+    size_t keep = 16384 + (mask ? (size_t)SLOTS * 1100 : 0);
+    size_t after = bc_settled_memory(ops, be, base + keep);
+    CHECK(after <= base + keep);
+    if (after > base + keep)
         printf("#   memory %zu after removing everything, %zu when empty\n", after, base);
     ops->destroy(be);
     bc_model_free(&m);
+}
+
+static inline void bc_scenario_random(const kvix_backend_ops *ops, unsigned jump, int binsearch,
+                                      uint64_t seed, int steps)
+{
+    bc_scenario_random_spread(ops, jump, binsearch, seed, steps, 1, 0);
 }
 
 /* Many blocks, then none: memory goes back down. */
@@ -578,7 +623,8 @@ static void *bc_mt_reader(void *arg)
         int found0 = 0;
         bc_hit *rows = bc_unsorted_rows(&hits);
         for (size_t i = 0; i < hits.n; i++) {
-            const bc_hit *h = &rows[i];
+            bc_hit *h = &rows[i];
+            h->slot = bc_mslot(t->m, h->slot);
             uint32_t sum = 0;
             for (unsigned u = 0; u < KVIX_MEDIUM_COUNT; u++)
                 sum += h->tier_blocks[u];
@@ -594,8 +640,8 @@ static void *bc_mt_reader(void *arg)
             }
         }
         for (size_t i = 0; i < hits.n; i++)
-            if (hits.slot[i] < (uint32_t)total)
-                seen[hits.slot[i]] = 0;
+            if (bc_mslot(t->m, hits.slot[i]) < (uint32_t)total)
+                seen[bc_mslot(t->m, hits.slot[i])] = 0;
         free(rows);
         if (stable && !found0)
             atomic_fetch_add(t->bad, 1);
@@ -605,7 +651,8 @@ static void *bc_mt_reader(void *arg)
     return NULL;
 }
 
-static inline void bc_scenario_mt(const kvix_backend_ops *ops, unsigned jump, int binsearch)
+static inline void bc_scenario_mt_spread(const kvix_backend_ops *ops, unsigned jump,
+                                         int binsearch, uint32_t mul, uint32_t mask)
 {
     enum { WRITERS = 3, PER = 24, READERS = 2, NODES = 400 };
     void *be = bc_create(ops, jump, binsearch);
@@ -614,6 +661,8 @@ static inline void bc_scenario_mt(const kvix_backend_ops *ops, unsigned jump, in
     uint64_t rng = th_seed() ^ 0x5157;
     bc_model m;
     bc_model_init(&m, NODES, 1 + WRITERS * PER, 3, &rng);
+    if (mask)
+        bc_spread(&m, mul, mask);
     /* the stable chain: the deepest node's path, held by slot 0 on gpu */
     int deep = 0;
     for (int k = 0; k < NODES; k++)
@@ -653,6 +702,127 @@ static inline void bc_scenario_mt(const kvix_backend_ops *ops, unsigned jump, in
     }
     for (int s = 0; s < m.nslots; s++)
         for (int k = 0; k < NODES; k++)
+            for (unsigned t = 0; t < KVIX_MEDIUM_COUNT; t++)
+                bc_del(ops, be, &m, s, k, t);
+    CHECK_U64(ops->unique_blocks(be), 0);
+    ops->destroy(be);
+    bc_model_free(&m);
+}
+
+static inline void bc_scenario_mt(const kvix_backend_ops *ops, unsigned jump, int binsearch)
+{
+    bc_scenario_mt_spread(ops, jump, binsearch, 1, 0);
+}
+
+/* ---- concurrent: one chain's holder sets through every form and back ---- */
+
+/* Writer: each round, its slots (in random order) store the whole chain,
+ * every seventh also on cpu in odd rounds, then (in random order) remove
+ * it, deepest block first: the chain's sets go from a few holders inline to
+ * an array and a bitset (with tiers or not) and back, again and again,
+ * while readers query. */
+static void *bc_churn_writer(void *arg)
+{
+    bc_mt *t = arg;
+    uint64_t rng = t->seed;
+    int *order = malloc((size_t)t->nslots * sizeof *order);
+    for (int round = 0; round < t->steps; round++) {
+        for (int pass = 0; pass < 2; pass++) {
+            for (int i = 0; i < t->nslots; i++)
+                order[i] = t->slot0 + i;
+            for (int i = t->nslots; i > 1; i--) {
+                int j = (int)(bc_rand(&rng) % (uint64_t)i), x = order[i - 1];
+                order[i - 1] = order[j];
+                order[j] = x;
+            }
+            for (int i = 0; i < t->nslots; i++) {
+                int s = order[i];
+                for (int k = 0; k < t->m->nnodes; k++) {
+                    if (pass == 1) {
+                        for (unsigned u = 0; u < KVIX_MEDIUM_COUNT; u++)
+                            bc_del(t->ops, t->be, t->m, s, t->m->nnodes - 1 - k, u);
+                        continue;
+                    }
+                    if (bc_add(t->ops, t->be, t->m, s, k, KVIX_MEDIUM_GPU) != KVIX_OK ||
+                        (round % 2 && s % 7 == 0 &&
+                         bc_add(t->ops, t->be, t->m, s, k, KVIX_MEDIUM_CPU) != KVIX_OK))
+                        atomic_fetch_add(t->bad, 1);
+                }
+            }
+        }
+    }
+    free(order);
+    atomic_fetch_sub(t->writers_left, 1);
+    return NULL;
+}
+
+/* A chain of D blocks held by slot 0 all along (the stable chain) and by
+ * 2 x PER more slots coming and going, spread over 1024 slots (nw 16: sets
+ * of 5 to 63 holders are arrays, more a bitset, back to an array at 26;
+ * with tiers, a bitset from 216): queries must always see slot 0 with the
+ * whole chain on gpu, each hit once, well formed; exact against the model
+ * once quiet. */
+static inline void bc_scenario_churn(const kvix_backend_ops *ops)
+{
+    enum { WRITERS = 2, PER = 120, READERS = 2, D = 6 };
+    void *be = bc_create(ops, 0, 1);
+    if (!be)
+        return;
+    bc_model m;
+    memset(&m, 0, sizeof m);
+    m.nnodes = D;
+    m.nslots = 1 + WRITERS * PER;
+    m.nodes = calloc(D, sizeof *m.nodes);
+    m.held = calloc((size_t)D * (size_t)m.nslots, 1);
+    m.rep = calloc(D, sizeof *m.rep);
+    bc_spread(&m, 0x9e37 | 1, 0x3ff);
+    uint64_t stable[D];
+    for (int k = 0; k < D; k++) {
+        bc_node *n = &m.nodes[k];
+        m.rep[k] = k;
+        n->parent = k - 1;
+        n->pos = (uint32_t)k;
+        n->local = stable[k] = 7000 + (uint64_t)k;
+        n->pcanon = k ? m.nodes[k - 1].canon : 0;
+        n->canon = k ? kvix_hash_seq_next(n->pcanon, n->local) : n->local;
+        CHECK(bc_add(ops, be, &m, 0, k, KVIX_MEDIUM_GPU) == KVIX_OK);
+    }
+    _Atomic int left = WRITERS;
+    _Atomic long bad = 0, queries = 0;
+    bc_mt w[WRITERS], r[READERS];
+    pthread_t tw[WRITERS], tr[READERS];
+    int rounds = (int)(12 * th_scale()) + 1;
+    for (int i = 0; i < WRITERS + READERS; i++) {
+        bc_mt *t = i < WRITERS ? &w[i] : &r[i - WRITERS];
+        *t = (bc_mt){ops, be, &m, rounds, 1 + i * PER, PER, th_seed() + 31 * (uint64_t)i,
+                     stable, D, &left, &bad, &queries};
+    }
+    for (int i = 0; i < READERS; i++)
+        pthread_create(&tr[i], NULL, bc_mt_reader, &r[i]);
+    for (int i = 0; i < WRITERS; i++)
+        pthread_create(&tw[i], NULL, bc_churn_writer, &w[i]);
+    for (int i = 0; i < WRITERS; i++)
+        pthread_join(tw[i], NULL);
+    for (int i = 0; i < READERS; i++)
+        pthread_join(tr[i], NULL);
+    CHECK_U64(atomic_load(&bad), 0);
+    CHECK(atomic_load(&queries) > 0);
+    CHECK(bc_check_locals(ops, be, &m, stable, D, "churn: quiet"));
+    /* once more up to an array, a bitset, one with tiers, quiet, then down
+     * to nothing */
+    for (int s = 1; s < m.nslots; s++) {
+        for (int k = 0; k < D; k++)
+            CHECK(bc_add(ops, be, &m, s, k, KVIX_MEDIUM_GPU) == KVIX_OK);
+        if (s == 40)
+            CHECK(bc_check_locals(ops, be, &m, stable, D, "churn: 41 slots"));
+    }
+    CHECK(bc_check_locals(ops, be, &m, stable, D, "churn: all slots"));
+    for (int s = 5; s < m.nslots; s += 5)
+        for (int k = 0; k < D; k++)
+            CHECK(bc_add(ops, be, &m, s, k, KVIX_MEDIUM_DISK) == KVIX_OK);
+    CHECK(bc_check_locals(ops, be, &m, stable, D, "churn: tiers"));
+    for (int s = 0; s < m.nslots; s++)
+        for (int k = D; k-- > 0;)
             for (unsigned t = 0; t < KVIX_MEDIUM_COUNT; t++)
                 bc_del(ops, be, &m, s, k, t);
     CHECK_U64(ops->unique_blocks(be), 0);

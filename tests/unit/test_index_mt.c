@@ -616,3 +616,153 @@ TEST(registration_races_queries)
         kvix_index_free(r.idx);
     }
 }
+
+/* One prompt's holder sets pushed through every form and back (lib/hset_int.h:
+ * a few holders inline, an array, a bitset past 40 of these 601 slots, with
+ * tiers or not) by two threads storing and removing it for their workers,
+ * again and again, while two threads query it: every answer sorted, each
+ * worker once, within the prompt, and worker 0, which holds it all along,
+ * always with all of it on gpu. */
+#define CH_WRITERS 2
+#define CH_WORKERS 300 /* each */
+#define CH_BLOCKS 3
+
+typedef struct ch_run {
+    kvix_index *idx;
+    int stop, rounds;
+    long bad, queries;
+} ch_run;
+
+typedef struct ch_arg {
+    ch_run *r;
+    int id;
+} ch_arg;
+
+static const uint64_t ch_local[CH_BLOCKS] = {901, 902, 903};
+
+static void ch_event(kvix_event *ev, int type, uint64_t worker, kvix_medium medium)
+{
+    kvix_event_reset(ev);
+    ev->type = type;
+    ev->worker = worker;
+    ev->bs = 4;
+    ev->medium = medium;
+    if (type == KVIX_EV_STORED) {
+        kvix_event_reserve_blocks(ev, CH_BLOCKS, NULL);
+        for (int i = 0; i < CH_BLOCKS; i++) {
+            ev->blocks[i].local = ch_local[i];
+            ev->blocks[i].seq = 5000 + (uint64_t)i;
+        }
+        ev->nblocks = CH_BLOCKS;
+    } else {
+        kvix_event_reserve_hashes(ev, CH_BLOCKS, NULL);
+        for (int i = 0; i < CH_BLOCKS; i++)
+            ev->hashes[i] = 5000 + (uint64_t)(CH_BLOCKS - 1 - i);
+        ev->nhashes = CH_BLOCKS;
+    }
+}
+
+static void *ch_writer(void *arg)
+{
+    ch_arg *a = arg;
+    kvix_event ev;
+    kvix_event_init(&ev);
+    for (int round = 0; round < a->r->rounds; round++)
+        for (int pass = 0; pass < 2; pass++)
+            for (int i = 0; i < CH_WORKERS; i++) {
+                /* interleaved workers: each thread's slots spread over all */
+                uint64_t w = 1 + (uint64_t)(pass ? CH_WORKERS - 1 - i : i) * CH_WRITERS +
+                             (uint64_t)a->id;
+                ch_event(&ev, pass ? KVIX_EV_REMOVED : KVIX_EV_STORED, w, KVIX_MEDIUM_GPU);
+                if (kvix_index_apply(a->r->idx, &ev, NULL, NULL))
+                    __atomic_fetch_add(&a->r->bad, 1, __ATOMIC_RELAXED);
+                if (w % 7 == 0 && (pass || round % 2)) {
+                    ch_event(&ev, pass ? KVIX_EV_REMOVED : KVIX_EV_STORED, w, KVIX_MEDIUM_CPU);
+                    if (kvix_index_apply(a->r->idx, &ev, NULL, NULL))
+                        __atomic_fetch_add(&a->r->bad, 1, __ATOMIC_RELAXED);
+                }
+            }
+    kvix_event_release(&ev);
+    return NULL;
+}
+
+static void *ch_reader(void *arg)
+{
+    ch_run *r = arg;
+    kvix_answer ans;
+    kvix_answer_init(&ans);
+    static __thread uint8_t seen[1 + CH_WRITERS * CH_WORKERS];
+    long n = 0;
+    while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE) || n < 10) {
+        if (kvix_index_query(r->idx, "default", "default", ch_local, CH_BLOCKS, &ans, NULL)) {
+            __atomic_fetch_add(&r->bad, 1, __ATOMIC_RELAXED);
+            break;
+        }
+        int pinned = 0;
+        for (size_t i = 0; i < ans.nscores; i++) {
+            const kvix_score *s = &ans.scores[i];
+            if (s->worker > CH_WRITERS * CH_WORKERS || seen[s->worker] || s->blocks == 0 ||
+                s->blocks > CH_BLOCKS || s->dp != 0 ||
+                (i && (s->blocks > s[-1].blocks ||
+                       (s->blocks == s[-1].blocks && s->worker <= s[-1].worker)))) {
+                __atomic_fetch_add(&r->bad, 1, __ATOMIC_RELAXED);
+                break;
+            }
+            seen[s->worker] = 1;
+            if (s->worker == 0)
+                pinned = s->blocks == CH_BLOCKS && s->tier_blocks[KVIX_MEDIUM_GPU] == CH_BLOCKS;
+        }
+        for (size_t i = 0; i < ans.nscores; i++)
+            if (ans.scores[i].worker <= CH_WRITERS * CH_WORKERS)
+                seen[ans.scores[i].worker] = 0;
+        if (!pinned)
+            __atomic_fetch_add(&r->bad, 1, __ATOMIC_RELAXED);
+        n++;
+    }
+    __atomic_fetch_add(&r->queries, n, __ATOMIC_RELAXED);
+    kvix_answer_release(&ans);
+    return NULL;
+}
+
+TEST(sets_churn_through_every_form)
+{
+    for (int bi = 0; bi < 2; bi++) {
+        static const char *const names[] = {"positional", "radix"};
+        kvix_backend b;
+        kvix_backend_parse(names[bi], &b);
+        kvix_index_opts o;
+        kvix_index_opts_init(&o);
+        o.backend = b;
+        ch_run r;
+        memset(&r, 0, sizeof r);
+        r.rounds = (int)(6 * th_scale()) + 1;
+        CHECK(kvix_index_new(&r.idx, &o, NULL) == KVIX_OK);
+        if (!r.idx)
+            continue;
+        kvix_event ev;
+        kvix_event_init(&ev);
+        ch_event(&ev, KVIX_EV_STORED, 0, KVIX_MEDIUM_GPU);
+        CHECK(kvix_index_apply(r.idx, &ev, NULL, NULL) == KVIX_OK);
+        pthread_t tw[CH_WRITERS], tr[2];
+        ch_arg args[CH_WRITERS];
+        for (int i = 0; i < 2; i++)
+            CHECK(pthread_create(&tr[i], NULL, ch_reader, &r) == 0);
+        for (int i = 0; i < CH_WRITERS; i++) {
+            args[i].r = &r;
+            args[i].id = i;
+            CHECK(pthread_create(&tw[i], NULL, ch_writer, &args[i]) == 0);
+        }
+        for (int i = 0; i < CH_WRITERS; i++)
+            pthread_join(tw[i], NULL);
+        __atomic_store_n(&r.stop, 1, __ATOMIC_RELEASE);
+        for (int i = 0; i < 2; i++)
+            pthread_join(tr[i], NULL);
+        CHECK_U64(r.bad, 0);
+        CHECK(r.queries > 0);
+        kvix_index_stats st;
+        kvix_index_stats_get(r.idx, &st);
+        CHECK_U64(st.blocks, CH_BLOCKS); /* worker 0's only */
+        kvix_event_release(&ev);
+        kvix_index_free(r.idx);
+    }
+}

@@ -28,6 +28,19 @@ TEST(positional_random_jumps)
             bc_scenario_random(ops, jumps[j], bs, th_seed() + j, steps);
 }
 
+/* Holders spread over 1024 and over 65,536 slots: sets are arrays and
+ * bitsets (over a few hundred slots they are bitsets). */
+TEST(positional_random_spread_slots)
+{
+    int steps = (int)(3000 * th_scale());
+    static const unsigned jumps[] = {0, 1, 3, 32};
+    for (size_t j = 0; j < sizeof jumps / sizeof *jumps; j++) {
+        bc_scenario_random_spread(ops, jumps[j], 1, th_seed() + 50 + j, steps, 0x9e37 | 1, 0x3ff);
+        bc_scenario_random_spread(ops, jumps[j], j % 2, th_seed() + 60 + j, steps, 0x9e37 | 1,
+                                  0xffff);
+    }
+}
+
 TEST(positional_reclaim)
 {
     bc_scenario_reclaim(ops);
@@ -127,7 +140,7 @@ TEST(positional_wide_fanout)
         return;
     uint64_t rng = th_seed();
     bc_model m = {calloc(NODES, sizeof(bc_node)), NODES, SLOTS, calloc((size_t)NODES * SLOTS, 1),
-                  calloc(NODES, sizeof(int))};
+                  calloc(NODES, sizeof(int)), 1, 1, 0};
     for (int k = 0; k < NODES; k++) {
         bc_node *n = &m.nodes[k];
         n->parent = k == 0 ? -1 : k <= KIDS ? 0 : k - KIDS;
