@@ -97,7 +97,9 @@ typedef struct kvix_wset {
     uint8_t kind;   /* KVIX_WS_ARR, KVIX_WS_BITS */
     uint8_t tiered; /* some holder holds the block off gpu */
     uint16_t n;     /* array: entries, fixed once published; bits: words */
-    uint32_t live;  /* holders in any tier (writer side) */
+    /* holders in any tier: changed by the writer only; readers of an
+     * untiered array compare it with n (kvix_hv_list) */
+    _Atomic uint32_t live;
     kvix_aword w[];
 } kvix_wset;
 typedef kvix_wset kvix_tset; /* a record seen for its tier masks */
@@ -333,8 +335,19 @@ static inline uint32_t kvix_hv_list(kvix_hview v, uint32_t *out)
                 out[n++] = kvix_ld16(&a[i]);
         return n;
     }
+    /* Every entry a holder (live == n): copied as is. A delete that marks an
+     * entry gone (kvix_arr_gone) lowers live before it changes an id, and
+     * stores ids with release: a list that read a changed id sees live
+     * lowered after it, and is made again, each id once. */
+    uint32_t na = r->n;
+    if (atomic_load_explicit(&r->live, memory_order_relaxed) == na) {
+        for (uint32_t i = 0; i < na; i++)
+            out[i] = atomic_load_explicit(&a[i], memory_order_acquire);
+        if (atomic_load_explicit(&r->live, memory_order_relaxed) == na)
+            return na;
+    }
     uint32_t last = KVIX_SLOTS_MAX; /* an id repeated (kvix_arr_gone) is listed once */
-    for (uint32_t i = 0; i < r->n; i++) {
+    for (uint32_t i = 0; i < na; i++) {
         uint32_t s = kvix_ld16(&a[i]);
         out[n] = s;
         n += s != last;

@@ -55,12 +55,23 @@ static inline void kvix_wset_retire(kvix_wset *r, kvix_bmem *mem)
     kvix_rcu_free(&r->rcu);
 }
 
+/* Record r's holders, and setting them (writer side). */
+static inline uint32_t kvix_live(const kvix_wset *r)
+{
+    return atomic_load_explicit(&r->live, memory_order_relaxed);
+}
+
+static inline void kvix_live_set(kvix_wset *r, uint32_t n)
+{
+    atomic_store_explicit(&r->live, n, memory_order_relaxed);
+}
+
 /* Holders in any tier (writer side). */
 static inline uint32_t kvix_hs_count(const kvix_hset *h)
 {
     uint64_t w = atomic_load_explicit(&h->w, memory_order_relaxed);
     kvix_wset *r = kvix_hw_rec(w);
-    return r ? r->live : kvix_ids_count(w);
+    return r ? kvix_live(r) : kvix_ids_count(w);
 }
 
 /* No holder in any tier (writer side). */
@@ -268,7 +279,7 @@ static inline int kvix_hs_rebuild(kvix_hset *h, uint32_t s, unsigned m, uint32_t
         }
     }
     if (d.r) {
-        d.r->live = d.k;
+        kvix_live_set(d.r, d.k);
         if (d.r->kind == KVIX_WS_BITS && tiered)
             kvix_st(kvix_bits_nongpu(d.r), d.nongpu);
     }
@@ -283,7 +294,7 @@ static inline int kvix_hs_rebuild(kvix_hset *h, uint32_t s, unsigned m, uint32_t
  * last store), which readers list once. r keeps other holders. */
 static inline void kvix_arr_gone(kvix_wset *r, uint32_t i, uint32_t s)
 {
-    r->live--;
+    kvix_live_set(r, kvix_live(r) - 1); /* before any id changes: kvix_hv_list */
     if (r->tiered) {
         atomic_store_explicit(&kvix_arr_tm(r)[i], 0, memory_order_relaxed);
         return;
@@ -295,16 +306,16 @@ static inline void kvix_arr_gone(kvix_wset *r, uint32_t i, uint32_t s)
     if (i > 0) {
         uint16_t y = (uint16_t)kvix_ld16(&a[i - 1]);
         for (uint32_t k = i; k < j; k++)
-            atomic_store_explicit(&a[k], y, memory_order_relaxed);
+            atomic_store_explicit(&a[k], y, memory_order_release);
     } else {
         uint16_t y = (uint16_t)kvix_ld16(&a[j]); /* j < n: another holder follows */
         for (uint32_t k = j; k-- > i;)
-            atomic_store_explicit(&a[k], y, memory_order_relaxed);
+            atomic_store_explicit(&a[k], y, memory_order_release);
     }
 }
 
 /* A copy of untiered array r, whose entries are all holders (r->n ==
- * r->live), with s put at entry i (insert) or entry i left out; NULL when
+ * live), with s put at entry i (insert) or entry i left out; NULL when
  * no memory. */
 static inline kvix_wset *kvix_arr_cow(const kvix_wset *r, uint32_t i, int insert, uint32_t s,
                                       kvix_bmem *mem)
@@ -322,7 +333,7 @@ static inline kvix_wset *kvix_arr_cow(const kvix_wset *r, uint32_t i, int insert
     } else {
         memcpy(b + i, a + i + 1, (r->n - i - 1u) * sizeof *a);
     }
-    d->live = n;
+    kvix_live_set(d, n);
     return d;
 }
 
@@ -340,7 +351,7 @@ static inline kvix_wset *kvix_bits_widen(const kvix_wset *r, uint32_t nw, kvix_b
                 kvix_st(&kvix_bits_tier(d, t)[i], kvix_ld(&kvix_bits_tier(r, t)[i]));
         kvix_st(kvix_bits_nongpu(d), kvix_ld(kvix_bits_nongpu(r)));
     }
-    d->live = r->live;
+    kvix_live_set(d, kvix_live(r));
     return d;
 }
 
@@ -373,7 +384,7 @@ static inline int kvix_hs_add(kvix_hset *h, uint32_t s, unsigned t, uint32_t hin
             /* a slot past the bitset (the fleet grew since it was made):
              * wider, word by word, unless an array is now the smaller */
             uint32_t nw = hint_nw > s / 64 + 1 ? hint_nw : s / 64 + 1;
-            if (kvix_hs_bits_ok(r->live + 1, r->tiered, nw, 1)) {
+            if (kvix_hs_bits_ok(kvix_live(r) + 1, r->tiered, nw, 1)) {
                 kvix_wset *d = kvix_bits_widen(r, nw, mem);
                 if (!d)
                     return KVIX_ENOMEM;
@@ -396,7 +407,7 @@ static inline int kvix_hs_add(kvix_hset *h, uint32_t s, unsigned t, uint32_t hin
             }
             if (!held) {
                 kvix_st(aw, kvix_ld(aw) | wb);
-                r->live++;
+                kvix_live_set(r, kvix_live(r) + 1);
                 *any_new = 1;
             }
             return KVIX_OK;
@@ -417,7 +428,7 @@ static inline int kvix_hs_add(kvix_hset *h, uint32_t s, unsigned t, uint32_t hin
         } else if (at) {
             if (t == KVIX_MEDIUM_GPU)
                 return 1;
-        } else if (t == KVIX_MEDIUM_GPU && r->n == r->live) { /* most array adds */
+        } else if (t == KVIX_MEDIUM_GPU && r->n == kvix_live(r)) { /* most array adds */
             uint32_t hi = kvix_ld16(&a[r->n - 1]), nw = hint_nw;
             hi = hi > s ? hi : s;
             nw = nw > hi / 64 + 1 ? nw : hi / 64 + 1;
@@ -467,7 +478,7 @@ static inline void kvix_hs_del(kvix_hset *h, uint32_t s, unsigned t, kvix_bmem *
     unsigned m = om & ~bit;
     *any_gone = m == 0;
     uint32_t nongpu = kvix_wset_nongpu(r) - (t != KVIX_MEDIUM_GPU);
-    uint32_t live = r->live - (m == 0);
+    uint32_t live = kvix_live(r) - (m == 0);
     if (r->kind == KVIX_WS_BITS) {
         /* in place, unless the set is now small enough for another form */
         int keep = (nongpu > 0 || !r->tiered) && live > KVIX_HS_INLINE / 2 &&
@@ -482,13 +493,13 @@ static inline void kvix_hs_del(kvix_hset *h, uint32_t s, unsigned t, kvix_bmem *
             }
             if (m == 0) {
                 kvix_st(&r->w[s / 64], kvix_ld(&r->w[s / 64]) & ~wb);
-                r->live--;
+                kvix_live_set(r, live);
             }
         }
         return;
     }
     uint32_t i = kvix_arr_find(r, s);
-    if (!r->tiered && r->n == r->live && live > KVIX_HS_INLINE) { /* most array deletes */
+    if (!r->tiered && r->n == kvix_live(r) && live > KVIX_HS_INLINE) { /* most array deletes */
         kvix_wset *d = kvix_arr_cow(r, i, 0, s, mem);
         if (d)
             kvix_hs_publish(h, r, (uint64_t)(uintptr_t)d, mem);

@@ -465,7 +465,7 @@ TEST(hset_no_memory)
         fail_in = -1;
         CHECK(add(21, KVIX_MEDIUM_GPU) && add(0, KVIX_MEDIUM_GPU) && check());
         const kvix_wset *r = kvix_hs_rec(&h);
-        CHECK(r && r->n == r->live);
+        CHECK(r && r->n == kvix_live(r));
         fail_in = 0;
         for (uint32_t x = 0; x < 40; x++)
             del(x, KVIX_MEDIUM_GPU);
