@@ -9,7 +9,10 @@
 #   queries only  the feed stopped: requests/s and latency alone
 #   /health only  GET /health: what a request costs before any work (the floor)
 # then, on a second kvindex with --http-nice NICE, ingest only and both again
-# (the HTTP threads at a lower priority: the CPU share ingest keeps). Then at
+# (the HTTP threads at a lower priority: the CPU share ingest keeps); then
+# queries while the events arrive paced at PACE a second (kvreplay --rate: a
+# live fleet's rate, not ingest's ceiling), and queries only and GET /health
+# only at other connection counts (-c: p99 against throughput). Then at
 # 8192 workers (the trace copied 32 times side by side, `--copies 32 --limit
 # 600`, its events applied once): POST /query_by_hash and POST /query (token
 # ids of the stored prompts) alone. Each run starts fresh kvindexes; medians
@@ -24,6 +27,8 @@ CONNS=${KVIX_BENCH_HTTP_CONNS:-32}
 WRK_THREADS=${KVIX_BENCH_WRK_THREADS:-1}
 HTTP_THREADS=${KVIX_BENCH_HTTP_THREADS:-2}
 NICE=${KVIX_BENCH_HTTP_NICE:-10}
+PACE=${KVIX_BENCH_HTTP_PACE:-10000}
+SWEEP=${KVIX_BENCH_HTTP_SWEEP:-8 16 64 128}
 PY=/usr/bin/python3
 command -v wrk >/dev/null || { echo "80-http: wrk is not installed (apt-get install wrk)" >&2; exit 1; }
 for f in "$B/kvindex" "$B/kvreplay"; do
@@ -102,15 +107,15 @@ cpu_ticks() { # CPU time of a process so far (user + system), in clock ticks
     awk '{ print $14 + $15 }' "/proc/$1/stat"
 }
 
-# wrk_run OUT [PATH]: D seconds of queries (or GET PATH); "rps p50_ms p99_ms
-# max_ms kvindex_us wrk_us" into OUT, the last two the CPU time per request
-# of kvindex and of wrk
+# wrk_run OUT [PATH [CONNS]]: D seconds of queries (or GET PATH; "" for the
+# queries); "rps p50_ms p99_ms max_ms kvindex_us wrk_us" into OUT, the last
+# two the CPU time per request of kvindex and of wrk
 wrk_run() {
     local c0 c1 script=(-s "$tmp/post.lua") url=$URL
     [ -n "${2:-}" ] && script=() url=$URL$2
     c0=$(cpu_ticks "$kpid")
     /usr/bin/time -f "%U %S" -o "$tmp/wrk.time" \
-        wrk -t"$WRK_THREADS" -c"$CONNS" -d"${D}s" --latency "${script[@]}" "$url" \
+        wrk -t"$WRK_THREADS" -c"${3:-$CONNS}" -d"${D}s" --latency "${script[@]}" "$url" \
         >"$tmp/wrk.out" 2>&1
     c1=$(cpu_ticks "$kpid")
     awk -v tick="$(getconf CLK_TCK)" -v kv=$((c1 - c0)) -v wt="$(awk '{ print $1 + $2 }' "$tmp/wrk.time")" '
@@ -141,6 +146,8 @@ start_kv() {
     pids+=("$kpid")
     if [ "$loop" = 1 ]; then
         (while :; do cat "$events" || exit 0; done) >"$tmp/feed" &
+    elif [ "$loop" = 2 ]; then # paced: PACE records a second, over and over
+        (while :; do cat "$events" || exit 0; done | "$B/kvreplay" -q -r "$PACE") >"$tmp/feed" &
     else
         (cat "$events"; exec sleep 3600) >"$tmp/feed" &
     fi
@@ -153,6 +160,7 @@ start_kv() {
         URL=$(sed -n 's/^kvindex: listening on \(http:.*\)$/\1/p' "$tmp/kv.err")
     done
     [ -n "$URL" ] || { echo "80-http: kvindex did not listen" >&2; cat "$tmp/kv.err" >&2; exit 1; }
+    [ "$loop" = 2 ] && return 0 # paced: measured from where it is
     for i in $(seq 1200); do [ "$(applied)" -ge "$nev" ] && break; sleep 0.1; done
 }
 
@@ -184,6 +192,15 @@ for run in $(seq "$RUNS"); do
     sleep 0.5 # the pipe drained
     wrk_run "$tmp/alone.$run"
     wrk_run "$tmp/health.$run" /health
+    for c in $SWEEP; do
+        wrk_run "$tmp/alone_c$c.$run" "" "$c"
+        wrk_run "$tmp/health_c$c.$run" /health "$c"
+    done
+    stop_kv
+    start_kv "$tmp/events" "$NEV" 2
+    sleep 1
+    ingest_rate "$tmp/paced_alone"
+    ingest_rate "$tmp/paced_loaded" wrk_run "$tmp/paced.$run"
     stop_kv
     start_kv "$tmp/events" "$NEV" 1 --http-nice "$NICE"
     ingest_rate "$tmp/nice_alone"
@@ -205,6 +222,8 @@ ia=$(median <"$tmp/ingest_alone")
 il=$(median <"$tmp/ingest_loaded")
 bpe=$(awk -v b="$NBLK" -v e="$NEV" 'BEGIN { printf "%.1f", b / e }')
 slow=$(awk -v a="$ia" -v l="$il" 'BEGIN { printf "%.0f", (1 - l / a) * 100 }')
+pa=$(median <"$tmp/paced_alone")
+pl=$(median <"$tmp/paced_loaded")
 na=$(median <"$tmp/nice_alone")
 nl=$(median <"$tmp/nice_loaded")
 nslow=$(awk -v a="$na" -v l="$nl" 'BEGIN { printf "%.0f", (1 - l / a) * 100 }')
@@ -229,8 +248,20 @@ $(row "queries only" "$tmp/alone" -)
 $(row "GET /health only (the floor: libmicrohttpd, the kernel)" "$tmp/health" -)
 | --http-nice $NICE: ingest only | - | - | - | - | $na | - | - |
 $(row "--http-nice $NICE: queries while ingesting" "$tmp/nice" "$nl")
+| events paced at $PACE/s (kvreplay --rate): ingest only | - | - | - | - | $pa | - | - |
+$(row "events paced at $PACE/s: queries while ingesting" "$tmp/paced" "$pl")
 $(row "8192 workers: POST /query_by_hash only" "$tmp/hash8k" -)
 $(row "8192 workers: POST /query only ($TOKAVG token ids a body)" "$tmp/query8k" -)
+
+Other connection counts, on the same kvindex after its feed stopped (queries only and
+\`GET /health\` only, medians of $RUNS runs; the table above is -c$CONNS):
+
+| wrk -c | /query_by_hash requests/s | p50 | p99 | max | kvindex CPU/request | wrk CPU/request | GET /health requests/s | p50 | p99 | kvindex CPU/request | wrk CPU/request |
+|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+$(for c in $SWEEP $CONNS; do
+    if [ "$c" = "$CONNS" ]; then a="$tmp/alone" h="$tmp/health"; else a="$tmp/alone_c$c" h="$tmp/health_c$c"; fi
+    echo "| $c | $(col 1 "$a".*) | $(col 2 "$a".*) ms | $(col 3 "$a".*) ms | $(col 4 "$a".*) ms | $(col 5 "$a".*) us | $(col 6 "$a".*) us | $(col 1 "$h".*) | $(col 2 "$h".*) ms | $(col 3 "$h".*) ms | $(col 5 "$h".*) us | $(col 6 "$h".*) us |"
+done | sort -t'|' -k2 -n)
 
 Ingest slowed by $slow % under the query load, by $nslow % with the HTTP threads at nice
 $NICE (target: < 30 %; queries: >= 50 000/s with p99 <= 1 ms on 2 cores). 8192 workers:
