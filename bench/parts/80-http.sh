@@ -264,7 +264,9 @@ $(for c in $SWEEP $CONNS; do
 done | sort -t'|' -k2 -n)
 
 Ingest slowed by $slow % under the query load, by $nslow % with the HTTP threads at nice
-$NICE (target: < 30 %; queries: >= 50 000/s with p99 <= 1 ms on 2 cores). 8192 workers:
+$NICE (target: < 30 %; queries: >= 50 000/s with p99 <= 1 ms on 2 cores); events paced at
+$PACE/s (\`kvreplay --rate\`, a live fleet's rate rather than ingest's ceiling) were taken at
+$pl/s under the query load ($pa/s without it). 8192 workers:
 \`kvreplay --mooncake ... --copies 32 --limit 600\` ($NEV8 events applied once, then
 queries only): $NQ8 prompts as /query_by_hash, $NT8 prompts stored from the root as
 /query token ids. CPU per request: kvindex's (all its threads, ingest included
