@@ -249,7 +249,17 @@ static void unlock2(pos_be *be, unsigned a, unsigned b)
 
 /* ---- per-slot orphan counts (written only by the slot's own writer) ---- */
 
-static porph *orph_chunk(pos_be *be, uint32_t s)
+static porph *orph_chunk_new(pos_be *be, uint32_t s);
+
+/* Slot s's chunk, made on its first add (NULL: no memory). Inline: every
+ * add and del asks, and it exists but once. */
+static inline porph *orph_chunk(pos_be *be, uint32_t s)
+{
+    porph *c = atomic_load_explicit(&be->orph[s / ORPH_CHUNK], memory_order_acquire);
+    return c ? c : orph_chunk_new(be, s);
+}
+
+static porph *orph_chunk_new(pos_be *be, uint32_t s)
 {
     _Atomic(porph *) *cp = &be->orph[s / ORPH_CHUNK];
     porph *c = atomic_load_explicit(cp, memory_order_acquire);
