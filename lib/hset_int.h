@@ -47,11 +47,24 @@ typedef _Atomic uint64_t kvix_aword;
 typedef _Atomic uint16_t kvix_a16;
 typedef _Atomic uint8_t kvix_a8;
 
-/* Counters a backend shares with its nodes' sets. */
+/* Counters a backend shares with its nodes' sets, and the sets' records
+ * retired and not yet handed to call_rcu (lib/hset.c: a batch at a time, so
+ * that a copy on write does not cost a callback of its own). Zeroed with
+ * the backend; kvix_bmem_release when it is freed. */
+typedef struct kvix_rbatch kvix_rbatch;
 typedef struct kvix_bmem {
     _Atomic long bytes;  /* bytes held */
     _Atomic long tiered; /* nodes with per-tier sets: queries count tiers only when > 0 */
+    _Atomic int lock;    /* of batch */
+    kvix_rbatch *batch;
 } kvix_bmem;
+
+/* Free block p (a malloc'd set record) after a grace period: kept with
+ * others retired before it, the batch handed to call_rcu when full. Call
+ * from a registered thread. */
+void kvix_bmem_defer(kvix_bmem *m, void *p);
+/* Free what waits in m's batch now (the backend is quiet: no reader). */
+void kvix_bmem_release(kvix_bmem *m);
 
 static inline uint64_t kvix_ld(const kvix_aword *w)
 {

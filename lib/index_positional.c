@@ -341,9 +341,10 @@ static void pos_destroy(void *vbe)
     if (!be)
         return;
     /* limbo batches point back to the backend: wait for their callbacks
-     * (tables and bitsets retired alone do not, and free themselves) */
+     * (tables and set records retired do not, and free themselves) */
     while (atomic_load_explicit(&be->pending, memory_order_acquire) > 0)
         sched_yield();
+    kvix_bmem_release(&be->mem);
     kvix_pos_store_free(be);
     for (size_t i = 0; i < KVIX_SLOTS_MAX / ORPH_CHUNK; i++)
         free(atomic_load(&be->orph[i]));

@@ -316,6 +316,7 @@ static void radix_destroy(void *vbe)
     free(atomic_load(&be->root->kids));
     free(be->root);
     free(be->idx.s);
+    kvix_bmem_release(&be->mem);
     pthread_mutex_destroy(&be->mu);
     free(be);
 }

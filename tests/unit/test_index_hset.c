@@ -184,6 +184,7 @@ static void start(void)
 static void finish(void)
 {
     kvix_hs_retire(&h, &mem);
+    kvix_bmem_release(&mem); /* no reader */
     CHECK_U64(atomic_load(&mem.bytes), 0);
     CHECK_U64(atomic_load(&mem.tiered), 0);
 }
