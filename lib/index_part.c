@@ -619,11 +619,33 @@ static whead *head_get(part *p, uint64_t worker)
     return hd;
 }
 
+/* Under p->lock, every slot taken: wait (unlocked: the callbacks take the
+ * lock) until a released slot's grace period ends or LIMBO_WAIT_MS pass, if
+ * any is waiting. A writer that churns (worker, dp) pairs faster than the
+ * call_rcu thread frees them (a loaded machine) would otherwise be refused a
+ * pair while fewer than KVIX_SLOTS_MAX are registered. The caller is outside
+ * any read-side section (a writer), or no grace period could end. 1: retry. */
+#define LIMBO_WAIT_MS 10000
+static int wait_limbo(part *p)
+{
+    for (unsigned t = 0; p->limbo && !p->nfree && p->nslots >= KVIX_SLOTS_MAX &&
+                         t < LIMBO_WAIT_MS * 10;
+         t++) {
+        pthread_mutex_unlock(&p->lock);
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&p->lock);
+    }
+    return p->nfree || p->nslots < KVIX_SLOTS_MAX;
+}
+
 static int ws_register(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix_err *err)
 {
     uint32_t slot = 0;
-    int fresh = 0, rc;
-    if ((rc = slot_take(p, &slot, &fresh, err)))
+    int fresh = 0, rc = slot_take(p, &slot, &fresh, err);
+    if (rc == KVIX_ELIMIT && p->limbo && wait_limbo(p))
+        rc = slot_take(p, &slot, &fresh, err);
+    if (rc)
         return rc;
     if (!p->be) { /* the partition's first state since it was made or last emptied */
         void *be = p->ops->create(p->opts, err);

@@ -8,15 +8,20 @@
  * slots: a query that mapped a departed holder's slot to a newer pair would
  * credit that pair with more blocks than it ever stores. Readers check that
  * bound, the answer's order, and that every worker named is one a writer
- * brought. */
+ * brought. Also: every slot released while a reader holds back their
+ * reuse, and a new pair then. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "harness.h"
 #include "kvix/hash.h"
+#include "index_int.h" /* KVIX_SLOTS_MAX */
 #include "kvix/index.h"
+#include "rcu_int.h"
 
 #define DEPTH 12
 #define NWRITERS 2
@@ -176,3 +181,59 @@ static void run_backend(kvix_backend b)
 TEST(reuse_races_queries_positional) { run_backend(KVIX_BACKEND_POSITIONAL); }
 TEST(reuse_races_queries_radix) { run_backend(KVIX_BACKEND_RADIX); }
 TEST(reuse_races_queries_reference) { run_backend(KVIX_BACKEND_REFERENCE); }
+
+/* Every slot released while a reader is inside a read-side section, so none
+ * can come back until it leaves: a new pair waits for them and is accepted
+ * once the reader has gone (refused at once before: "more than 65536"). */
+typedef struct holdarg {
+    int held, go; /* atomic */
+} holdarg;
+
+static void *holder(void *arg)
+{
+    holdarg *h = arg;
+    kvix_rcu_lock();
+    __atomic_store_n(&h->held, 1, __ATOMIC_RELEASE);
+    while (!__atomic_load_n(&h->go, __ATOMIC_ACQUIRE))
+        sched_yield();
+    struct timespec ts = {0, 200 * 1000000};
+    nanosleep(&ts, NULL); /* the new pair is waiting by now */
+    kvix_rcu_unlock();
+    return NULL;
+}
+
+static void slots_in_limbo(kvix_backend b)
+{
+    kvix_index_opts o;
+    kvix_index_opts_init(&o);
+    o.backend = b;
+    run r = {0};
+    CHECK(kvix_index_new(&r.idx, &o, NULL) == KVIX_OK);
+    kvix_event ev;
+    kvix_event_init(&ev);
+    for (uint64_t w = 0; w < KVIX_SLOTS_MAX; w++) /* every slot taken */
+        store(&r, &ev, "m", BASE + w);
+    holdarg h = {0, 0};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, holder, &h) == 0);
+    while (!__atomic_load_n(&h.held, __ATOMIC_ACQUIRE))
+        sched_yield();
+    for (uint64_t w = 0; w < KVIX_SLOTS_MAX; w++) /* every slot released, none back yet */
+        depart(&r, &ev, "m", BASE + w);
+    CHECK(r.bad == 0);
+    __atomic_store_n(&h.go, 1, __ATOMIC_RELEASE);
+    store(&r, &ev, "m", 7); /* waits for the reader, then takes a slot */
+    CHECK(r.bad == 0);
+    CHECK(pthread_join(th, NULL) == 0);
+    kvix_answer ans;
+    kvix_answer_init(&ans);
+    kvix_err err;
+    CHECK(kvix_index_query(r.idx, "m", NULL, local, DEPTH, &ans, &err) == KVIX_OK);
+    CHECK(ans.nscores == 1 && ans.scores[0].worker == 7 && ans.scores[0].blocks == len_of(7));
+    kvix_answer_release(&ans);
+    kvix_event_release(&ev);
+    kvix_index_free(r.idx);
+}
+
+TEST(slots_in_limbo_wait_positional) { slots_in_limbo(KVIX_BACKEND_POSITIONAL); }
+TEST(slots_in_limbo_wait_reference) { slots_in_limbo(KVIX_BACKEND_REFERENCE); }
