@@ -651,6 +651,35 @@ static void *bc_mt_reader(void *arg)
     return NULL;
 }
 
+/* nw writer threads (writer; each per slots from slot 1 on, steps as its
+ * loop counts them) and nr readers checking the stable chain meanwhile
+ * (bc_mt_reader), started and joined: no wrong answer may be seen, and some
+ * queries must have run. */
+enum { BC_MT_MAX = 4 };
+static void bc_mt_run(const kvix_backend_ops *ops, void *be, bc_model *m, int nw, int per,
+                      int nr, int steps, uint64_t seed_mul, const uint64_t *stable,
+                      size_t nstable, void *(*writer)(void *))
+{
+    _Atomic int left = nw;
+    _Atomic long bad = 0, queries = 0;
+    bc_mt t[2 * BC_MT_MAX];
+    pthread_t th[2 * BC_MT_MAX];
+    if (!CHECK(nw <= BC_MT_MAX && nr <= BC_MT_MAX))
+        return;
+    for (int i = 0; i < nw + nr; i++)
+        t[i] = (bc_mt){ops, be, m, steps, 1 + i * per, per, th_seed() + seed_mul * (uint64_t)i,
+                       stable, nstable, &left, &bad, &queries};
+    for (int i = nw; i < nw + nr; i++) /* readers first: they watch every write */
+        pthread_create(&th[i], NULL, bc_mt_reader, &t[i]);
+    for (int i = 0; i < nw; i++)
+        pthread_create(&th[i], NULL, writer, &t[i]);
+    for (int i = 0; i < nw + nr; i++)
+        pthread_join(th[i], NULL);
+    CHECK_U64(atomic_load(&bad), 0);
+    CHECK(atomic_load(&queries) > 0);
+}
+
+
 static inline void bc_scenario_mt_spread(const kvix_backend_ops *ops, unsigned jump,
                                          int binsearch, uint32_t mul, uint32_t mask)
 {
@@ -672,26 +701,8 @@ static inline void bc_scenario_mt_spread(const kvix_backend_ops *ops, unsigned j
     size_t nstable = bc_path(&m, deep, stable, 600, 0, &rng);
     for (int j = deep; j >= 0; j = m.nodes[j].parent)
         CHECK(bc_add(ops, be, &m, 0, j, KVIX_MEDIUM_GPU) == KVIX_OK);
-    _Atomic int left = WRITERS;
-    _Atomic long bad = 0, queries = 0;
-    bc_mt w[WRITERS], r[READERS];
-    pthread_t tw[WRITERS], tr[READERS];
-    int steps = (int)(20000 * th_scale());
-    for (int i = 0; i < WRITERS + READERS; i++) {
-        bc_mt *t = i < WRITERS ? &w[i] : &r[i - WRITERS];
-        *t = (bc_mt){ops, be, &m, steps, 1 + i * PER, PER, th_seed() + 77 * (uint64_t)i,
-                     stable, nstable, &left, &bad, &queries};
-    }
-    for (int i = 0; i < READERS; i++)
-        pthread_create(&tr[i], NULL, bc_mt_reader, &r[i]);
-    for (int i = 0; i < WRITERS; i++)
-        pthread_create(&tw[i], NULL, bc_mt_writer, &w[i]);
-    for (int i = 0; i < WRITERS; i++)
-        pthread_join(tw[i], NULL);
-    for (int i = 0; i < READERS; i++)
-        pthread_join(tr[i], NULL);
-    CHECK_U64(atomic_load(&bad), 0);
-    CHECK(atomic_load(&queries) > 0);
+    bc_mt_run(ops, be, &m, WRITERS, PER, READERS, (int)(20000 * th_scale()), 77, stable, nstable,
+              bc_mt_writer);
     /* quiet again: every answer exact */
     uint64_t local[600];
     int wrong = 0;
@@ -787,26 +798,8 @@ static inline void bc_scenario_churn(const kvix_backend_ops *ops)
         n->canon = k ? kvix_hash_seq_next(n->pcanon, n->local) : n->local;
         CHECK(bc_add(ops, be, &m, 0, k, KVIX_MEDIUM_GPU) == KVIX_OK);
     }
-    _Atomic int left = WRITERS;
-    _Atomic long bad = 0, queries = 0;
-    bc_mt w[WRITERS], r[READERS];
-    pthread_t tw[WRITERS], tr[READERS];
-    int rounds = (int)(12 * th_scale()) + 1;
-    for (int i = 0; i < WRITERS + READERS; i++) {
-        bc_mt *t = i < WRITERS ? &w[i] : &r[i - WRITERS];
-        *t = (bc_mt){ops, be, &m, rounds, 1 + i * PER, PER, th_seed() + 31 * (uint64_t)i,
-                     stable, D, &left, &bad, &queries};
-    }
-    for (int i = 0; i < READERS; i++)
-        pthread_create(&tr[i], NULL, bc_mt_reader, &r[i]);
-    for (int i = 0; i < WRITERS; i++)
-        pthread_create(&tw[i], NULL, bc_churn_writer, &w[i]);
-    for (int i = 0; i < WRITERS; i++)
-        pthread_join(tw[i], NULL);
-    for (int i = 0; i < READERS; i++)
-        pthread_join(tr[i], NULL);
-    CHECK_U64(atomic_load(&bad), 0);
-    CHECK(atomic_load(&queries) > 0);
+    bc_mt_run(ops, be, &m, WRITERS, PER, READERS, (int)(12 * th_scale()) + 1, 31, stable, D,
+              bc_churn_writer);
     CHECK(bc_check_locals(ops, be, &m, stable, D, "churn: quiet"));
     /* once more up to an array, a bitset, one with tiers, quiet, then down
      * to nothing */

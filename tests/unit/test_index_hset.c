@@ -27,13 +27,7 @@ static void *hs_malloc(size_t n)
 #define NS 5000
 
 static uint64_t s;
-static uint64_t rnd(void)
-{
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-}
+static uint64_t rnd(void) { return th_splitmix(&s); }
 
 static uint8_t model[NS][KVIX_MEDIUM_COUNT];
 static uint32_t out[KVIX_SLOTS_MAX], cand[2 * NS];
@@ -168,7 +162,7 @@ static int check(void)
 
 static void start(void)
 {
-    s = th_seed() | 1;
+    s = th_seed();
     kvix_rcu_writer();
     atomic_init(&mem.bytes, 0);
     atomic_init(&mem.tiered, 0);
