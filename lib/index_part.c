@@ -643,7 +643,7 @@ static int ws_register(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix
 {
     uint32_t slot = 0;
     int fresh = 0, rc = slot_take(p, &slot, &fresh, err);
-    if (rc == KVIX_ELIMIT && p->limbo && wait_limbo(p))
+    if (rc == KVIX_ELIMIT && wait_limbo(p))
         rc = slot_take(p, &slot, &fresh, err);
     if (rc)
         return rc;
