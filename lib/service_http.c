@@ -202,17 +202,18 @@ static void *serve(void *arg)
 static struct MHD_Daemon *start_daemon(kvix_service *s, unsigned flags, uint16_t port,
                                        const struct sockaddr_storage *ss, MHD_socket listen_fd)
 {
+    struct MHD_OptionItem common[] = {
+        {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, s},
+        {MHD_OPTION_CONNECTION_TIMEOUT, 60, NULL},
+        {MHD_OPTION_CONNECTION_MEMORY_LIMIT, POOL_BYTES, NULL},
+        {MHD_OPTION_END, 0, NULL},
+    };
     if (listen_fd != MHD_INVALID_SOCKET)
-        return MHD_start_daemon(
-            flags, port, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, listen_fd,
-            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
-            (unsigned)60, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)POOL_BYTES,
-            MHD_OPTION_END);
-    return MHD_start_daemon(
-        flags, port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)ss,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)60, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)POOL_BYTES, MHD_OPTION_END);
+        return MHD_start_daemon(flags, port, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET,
+                                listen_fd, MHD_OPTION_ARRAY, common, MHD_OPTION_END);
+    return MHD_start_daemon(flags, port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
+                            (const struct sockaddr *)ss, MHD_OPTION_LISTENING_ADDRESS_REUSE,
+                            (unsigned)1, MHD_OPTION_ARRAY, common, MHD_OPTION_END);
 }
 
 /* Stop and free what kvix_service_listen started (the workers' state is
