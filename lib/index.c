@@ -467,7 +467,7 @@ int kvix_index_apply(kvix_index *idx, const kvix_event *ev, kvix_apply_result *r
     int rc;
     if (!idx || !ev)
         rc = kvix_err_set(err, KVIX_EINVAL, "no index or event");
-    else if (!memchr(ev->model, 0, KVIX_NAME_MAX) || !memchr(ev->tenant, 0, KVIX_NAME_MAX))
+    else if (!kvix_name_ok(ev->model) || !kvix_name_ok(ev->tenant))
         rc = kvix_err_set(err, KVIX_EINVAL, "model or tenant name not terminated");
     else if (ev->medium < 0 || ev->medium >= KVIX_MEDIUM_COUNT)
         rc = kvix_err_set(err, KVIX_EINVAL, "unknown medium %d", ev->medium);

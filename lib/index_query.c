@@ -707,8 +707,7 @@ int kvix_index_query_event(kvix_index *idx, const kvix_event *q, kvix_answer *an
         answer_reset(ans);
         return kvix_err_set(err, KVIX_EINVAL, "not a query (%s)", kvix_event_type_name(q->type));
     }
-    if (!memchr(q->model, 0, KVIX_NAME_MAX) || !memchr(q->tenant, 0, KVIX_NAME_MAX) ||
-        !memchr(q->lora, 0, KVIX_NAME_MAX)) {
+    if (!kvix_name_ok(q->model) || !kvix_name_ok(q->tenant) || !kvix_name_ok(q->lora)) {
         answer_reset(ans);
         return kvix_err_set(err, KVIX_EINVAL, "model, tenant or lora name not terminated");
     }
