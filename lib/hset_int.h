@@ -375,33 +375,122 @@ static inline uint32_t kvix_hv_list(kvix_hview v, uint32_t *out)
  * search). */
 uint64_t *kvix_hs_marks(void);
 
+/* One candidate s (at c[i]) classified: a holder goes to c[k] (k <= i,
+ * so c[i] was read already); a non-holder to tmp[m] when the split keeps
+ * order, else it stays where a holder swapped it. */
+static inline void kvix_split_put(uint32_t *c, uint32_t *tmp, uint32_t i, uint32_t s, int has,
+                                  uint32_t *k, uint32_t *m)
+{
+    if (tmp) {
+        if (has)
+            c[(*k)++] = s;
+        else
+            tmp[(*m)++] = s;
+    } else if (has) {
+        c[i] = c[*k];
+        c[(*k)++] = s;
+    }
+}
+
+/* Where s is in the ascending c[0..n), or n. */
+static inline uint32_t kvix_sorted_find(const uint32_t *c, uint32_t n, uint32_t s)
+{
+    uint32_t lo = 0, hi = n;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (c[mid] < s)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && c[lo] == s ? lo : n;
+}
+
+/* Move the candidates at the k ascending places at[] to the front of
+ * c[0..n), both parts keeping their order; val: room for k. The others
+ * shift right in k + 1 pieces, the last of which stays. */
+static inline void kvix_split_gather(uint32_t *c, const uint32_t *at, uint32_t k, uint32_t *val)
+{
+    for (uint32_t j = 0; j < k; j++)
+        val[j] = c[at[j]];
+    for (uint32_t j = k; j-- > 0;) { /* the piece before at[j] moves right by k - j */
+        uint32_t from = j ? at[j - 1] + 1 : 0;
+        memmove(c + from + (k - j), c + from, (size_t)(at[j] - from) * sizeof *c);
+    }
+    memcpy(c, val, (size_t)k * sizeof *c);
+}
+
+/* The sorted split when the set is far smaller than the candidates: each
+ * holder is searched for among them (n >= 32: a record's listing, so
+ * ascending), instead of each candidate in the set. tmp: room for n.
+ * Returns how many, or UINT32_MAX when the set is not small enough. */
+static inline uint32_t kvix_hv_split_few(kvix_hview v, uint32_t *c, uint32_t n, uint32_t *tmp)
+{
+    const kvix_wset *r = v.r;
+    uint32_t k = 0;
+    if (!r) {
+        uint64_t w = v.ids; /* one state of the set: each id once */
+        for (unsigned l = 0; l < KVIX_HS_INLINE; l++, w >>= 16) {
+            uint32_t s = (uint32_t)(w & KVIX_HS_FREE16), at;
+            if (s == KVIX_HS_FREE16 || (at = kvix_sorted_find(c, n, s)) == n)
+                continue;
+            uint32_t j = k++; /* inline ids are in no order: insert */
+            for (; j > 0 && tmp[j - 1] > at; j--)
+                tmp[j] = tmp[j - 1];
+            tmp[j] = at;
+        }
+    } else if (r->kind == KVIX_WS_ARR && (size_t)r->n * 8 <= n) {
+        /* ascending ids, each read once; a gone entry repeats its
+         * neighbour's id (kvix_arr_gone): found at the same place, kept once */
+        const kvix_a16 *a = kvix_arr_ids(r);
+        const kvix_a8 *tm = r->tiered ? kvix_arr_tm(r) : NULL;
+        uint32_t from = 0;
+        for (uint32_t j = 0; j < r->n && from < n; j++) {
+            uint32_t s = kvix_ld16(&a[j]);
+            if (tm && !kvix_ld8(&tm[j]))
+                continue;
+            uint32_t at = kvix_sorted_find(c + from, n - from, s);
+            if (at == n - from)
+                continue;
+            tmp[k++] = from + at;
+            from += at + 1;
+        }
+    } else {
+        return UINT32_MAX;
+    }
+    kvix_split_gather(c, tmp, k, tmp + k);
+    return k;
+}
+
 /* Reorder c[0..n): the holders of view v first, in their order; returns
  * how many. Against an array, many candidates are marked in the thread's
  * marks and the array read once (each candidate then costs a few bit
  * operations, as with a bitset), few are searched for. *marks: the marks,
- * fetched on first need (NULL before; marks NULL: never). */
-static inline uint32_t kvix_hv_split(kvix_hview v, uint32_t *c, uint32_t n, uint64_t **marks)
+ * fetched on first need (NULL before; marks NULL: never).
+ * tmp (room for n) or NULL: with tmp, c must be ascending and both parts
+ * stay so, and a set far smaller than the candidates is searched for in
+ * them (a query's first block is often held by every worker, the next by
+ * a few: a split then costs the few, not the fleet). */
+static inline uint32_t kvix_hv_split(kvix_hview v, uint32_t *c, uint32_t n, uint64_t **marks,
+                                     uint32_t *tmp)
 {
-    uint32_t k = 0;
+    uint32_t k = 0, m = 0;
     const kvix_wset *r = v.r;
+    if (tmp && n >= 32 && (k = kvix_hv_split_few(v, c, n, tmp)) != UINT32_MAX)
+        return k;
+    k = 0;
     if (!r) {
         uint64_t ids = v.ids;
         for (uint32_t i = 0; i < n; i++) {
             uint32_t s = c[i];
-            if (kvix_ids_have(ids, s)) {
-                c[i] = c[k];
-                c[k++] = s;
-            }
+            kvix_split_put(c, tmp, i, s, kvix_ids_have(ids, s), &k, &m);
         }
     } else if (r->kind == KVIX_WS_BITS) {
         const kvix_aword *w = r->w;
         uint32_t nw = r->n;
         for (uint32_t i = 0; i < n; i++) {
             uint32_t s = c[i];
-            if (kvix_bits_has(w, nw, s)) {
-                c[i] = c[k];
-                c[k++] = s;
-            }
+            kvix_split_put(c, tmp, i, s, kvix_bits_has(w, nw, s), &k, &m);
         }
     } else if (marks && n >= 8 && r->n <= 16 * n && (*marks || (*marks = kvix_hs_marks()))) {
         uint64_t *mk = *marks;
@@ -420,20 +509,16 @@ static inline uint32_t kvix_hv_split(kvix_hview v, uint32_t *c, uint32_t n, uint
         }
         for (uint32_t i = 0; i < n; i++) {
             uint32_t s = c[i];
-            if (!(mk[s / 64] >> (s % 64) & 1)) {
-                c[i] = c[k];
-                c[k++] = s;
-            }
+            kvix_split_put(c, tmp, i, s, !(mk[s / 64] >> (s % 64) & 1), &k, &m);
         }
     } else {
         for (uint32_t i = 0; i < n; i++) {
             uint32_t s = c[i];
-            if (kvix_arr_find(r, s) < r->n) {
-                c[i] = c[k];
-                c[k++] = s;
-            }
+            kvix_split_put(c, tmp, i, s, kvix_arr_find(r, s) < r->n, &k, &m);
         }
     }
+    if (m)
+        memcpy(c + k, tmp, (size_t)m * sizeof *c);
     return k;
 }
 

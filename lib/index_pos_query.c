@@ -19,6 +19,7 @@ typedef struct qctx {
     kvix_qhits *out;
     kvix_err *err;
     uint64_t *marks; /* kvix_hs_marks(), on first need */
+    uint32_t *tmp;   /* room for the candidates: splits keep them ascending */
     int rc;
 } qctx;
 
@@ -50,7 +51,7 @@ static void push_list(qctx *c, const uint32_t *v, uint32_t n, uint32_t blocks)
  * candidate. */
 static uint32_t split(qctx *c, pnode *nd, uint32_t *v, uint32_t n)
 {
-    return nd ? kvix_hv_split(kvix_hs_view(&nd->h), v, n, &c->marks) : 0;
+    return nd ? kvix_hv_split(kvix_hs_view(&nd->h), v, n, &c->marks, c->tmp) : 0;
 }
 
 /* Slots of d (trusted: monotone) have their match length in [lo, hi]. */
@@ -134,7 +135,7 @@ int kvix_pos_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
         return KVIX_OK;
     uint32_t n = q->n > UINT32_MAX ? UINT32_MAX : (uint32_t)q->n;
     kvix_rcu_lock();
-    qctx c = {.be = be, .q = q, .out = out, .err = err, .marks = NULL, .rc = KVIX_OK};
+    qctx c = {.be = be, .q = q, .out = out, .err = err, .marks = NULL, .tmp = NULL, .rc = KVIX_OK};
     size_t first = out->nrun;
     pnode *n0 = probe(&c, 0);
     if (!n0)
@@ -150,10 +151,13 @@ int kvix_pos_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
             prefetch_probe(&c, 1);
     }
     kvix_hview hv0 = kvix_hs_view(&n0->h);
-    if ((c.rc = kvix_qhits_reserve(out, kvix_hv_room(hv0), err)))
+    uint32_t room = kvix_hv_room(hv0);
+    /* the list, then the splits' scratch past the hits (no run reaches it) */
+    if ((c.rc = kvix_qhits_reserve(out, 2 * (size_t)room, err)))
         goto done;
     uint32_t *cand = out->slot + out->n;
     uint32_t nc = kvix_hv_list(hv0, cand);
+    c.tmp = cand + room;
     out->n += nc;
     int have_untr = atomic_load_explicit(&be->nuntrusted, memory_order_relaxed) > 0;
     uint32_t i = 1;

@@ -406,7 +406,7 @@ static int push_list(kvix_qhits *out, const uint32_t *v, uint32_t n, uint32_t bl
 /* Reorder v[0..n): the holders of k first; returns how many. */
 static uint32_t split(const rnode *k, uint32_t *v, uint32_t n, uint64_t **marks)
 {
-    return kvix_hv_split(kvix_hs_view(&k->h), v, n, marks); /* one state of the set */
+    return kvix_hv_split(kvix_hs_view(&k->h), v, n, marks, NULL); /* one state of the set */
 }
 
 /* Candidates are a list of slot ids (the first block's holders, listed

@@ -30,7 +30,7 @@ static uint64_t s;
 static uint64_t rnd(void) { return th_splitmix(&s); }
 
 static uint8_t model[NS][KVIX_MEDIUM_COUNT];
-static uint32_t out[KVIX_SLOTS_MAX], cand[2 * NS];
+static uint32_t out[KVIX_SLOTS_MAX], cand[2 * NS], tmp[2 * NS];
 /* slot of model entry x: x * mul + off, below 2^16 (mul odd and small
  * enough: distinct slots) */
 static uint32_t off, mul = 1;
@@ -90,27 +90,38 @@ static uint32_t entry_of(uint32_t sl)
     return inv[sl];
 }
 
-/* A split of the model's slots and some non-holders, shuffled: holders
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* A split of the model's slots and some non-holders, shuffled (or, sorted,
+ * ascending with scratch: then both parts must stay ascending): holders
  * first, each once, none lost. */
-static int split_ok(kvix_hview v, uint64_t **marks, uint32_t want)
+static int split_ok(kvix_hview v, uint64_t **marks, uint32_t want, int sorted)
 {
     uint32_t n = 0;
     for (uint32_t x = 0; x < NS && n < 2 * NS; x++)
-        if (held_any(x) || rnd() % 8 == 0)
+        if (held_any(x) || rnd() % (sorted ? 1 + rnd() % 64 : 8) == 0)
             cand[n++] = slot_of(x);
-    for (uint32_t i = n; i > 1; i--) {
+    for (uint32_t i = n; i > 1 && !sorted; i--) {
         uint32_t j = (uint32_t)(rnd() % i), t = cand[i - 1];
         cand[i - 1] = cand[j];
         cand[j] = t;
     }
+    if (sorted)
+        qsort(cand, n, sizeof cand[0], cmp_u32);
     /* also a short list (searched for, not marked) */
     uint32_t nn = rnd() % 2 ? n : (n < 3 ? n : 3);
-    uint32_t k = kvix_hv_split(v, cand, nn, marks);
+    uint32_t k = kvix_hv_split(v, cand, nn, marks, sorted ? tmp : NULL);
     int ok = 1;
     uint32_t holders = 0;
     for (uint32_t i = 0; i < nn; i++) {
         uint32_t x = entry_of(cand[i]);
         if (x >= NS || held_any(x) != (i < k))
+            ok = 0;
+        if (sorted && i > 0 && i != k && cand[i - 1] >= cand[i])
             ok = 0;
         holders += x < NS && held_any(x);
     }
@@ -156,7 +167,7 @@ static int check(void)
     ok &= atomic_load(&mem.bytes) == (long)(r ? kvix_wset_size(r) : 0);
     ok &= atomic_load(&mem.tiered) == (ts != NULL);
     uint64_t *marks = rnd() % 2 ? kvix_hs_marks() : NULL;
-    ok &= split_ok(v, &marks, n) && split_ok(v, NULL, n);
+    ok &= split_ok(v, &marks, n, 0) && split_ok(v, NULL, n, 0) && split_ok(v, &marks, n, 1);
     return ok;
 }
 

@@ -70,6 +70,7 @@ static void *reader(void *arg)
 {
     (void)arg;
     uint32_t *out = malloc(KVIX_SLOTS_MAX * sizeof *out), *cand = malloc(NSLOT * sizeof *cand);
+    uint32_t *tmp = malloc(NSLOT * sizeof *tmp);
     uint8_t *seen = calloc(KVIX_SLOTS_MAX, 1);
     uint64_t *marks = NULL, rng = 7;
     long n = 0;
@@ -89,9 +90,12 @@ static void *reader(void *arg)
         for (uint32_t x = 0; x < NSLOT; x++)
             if (mix(&rng) % 4 == 0)
                 cand[nc++] = x * MUL;
-        uint32_t k = kvix_hv_split(v, cand, nc, &marks);
-        /* a partition: the same candidates, once each */
+        uint32_t k = kvix_hv_split(v, cand, nc, &marks, n % 2 ? tmp : NULL);
+        /* a partition: the same candidates, once each (with scratch: both
+         * parts ascending, as the candidates were) */
         for (uint32_t i = 0; i < nc; i++) {
+            if (n % 2 && i > 0 && i != k && cand[i - 1] >= cand[i])
+                ok = 0;
             if (seen[cand[i]])
                 ok = 0;
             seen[cand[i]] = 1;
@@ -106,6 +110,7 @@ static void *reader(void *arg)
     atomic_fetch_add(&reads, n);
     free(out);
     free(cand);
+    free(tmp);
     free(seen);
     return NULL;
 }
