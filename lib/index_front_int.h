@@ -122,7 +122,9 @@ typedef struct bmap {
     kvix_hmap *other; /* engine hash -> bent, where the node's engine hash is another
                        * (made on first need: most workers hash alike) */
     uint32_t cap, n, tomb; /* slots, entries, tombstones */
-    uint16_t eoff, nsize;  /* 48 bytes in all: one per (worker, dp) */
+    uint16_t eoff;         /* 48 bytes in all: one per (worker, dp) */
+    uint8_t nsize;         /* a numbered backend's node size */
+    uint8_t young;         /* no entry deleted since the map was made or emptied */
 } bmap;
 
 /* ops: the partition's backend's, be: its instance (outlives the map). */

@@ -202,7 +202,7 @@ typedef struct kvix_backend_ops {
      * its node directory; add then sets b->num to the node's number, fixed
      * while the node is held (nodes do not keep their own). */
     _Atomic(kvix_nodedir *) *(*nodedir)(void *be);
-    size_t node_size; /* engine_off, node_size: below 65536 */
+    size_t node_size; /* engine_off: below 65536; node_size: below 256 */
     /* Optional: adds of (pos0 + k, canon[k]) for k < n are coming soon (a
      * stored event's next blocks): start loading what they will read first.
      * Writer side; a hint, it changes nothing. */

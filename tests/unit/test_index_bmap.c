@@ -2,7 +2,8 @@
  * a plain array, with handles and with node numbers, keys whose homes
  * crowd into a few slots (long probes through tombstones), a full cache
  * that evicts as it stores (tombstones reused and cleaned, the table never
- * growing), iteration, and the map given back when emptied. */
+ * growing), a young map packed at its first deletion, iteration, and the
+ * map given back when emptied. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,18 +26,24 @@ static _Atomic(kvix_nodedir *) dirp;
 static uint64_t s;
 static uint64_t rnd(void) { return th_splitmix(&s); }
 
-/* Keys whose homes in a table of 1024 or fewer slots fall in [0, spread):
- * every probe runs through the others' slots. */
-static void make_keys(unsigned spread)
+/* Keys whose homes in a table of 1024 slots fall in [lo, lo + spread)
+ * (and in a larger table's 1024-slot pieces alike): every probe runs
+ * through the others' slots, and past the table's end when lo is near it. */
+static void make_keys_at(unsigned lo, unsigned spread)
 {
     for (unsigned k = 0; k < NKEYS; k++) {
         uint64_t e;
         do
             e = rnd();
-        while ((kvix_mix64(e) & 1023) >= spread);
+        while ((((kvix_mix64(e) & 1023) - lo) & 1023) >= spread);
         keys[k] = e;
         nodes[k + 2].engine = e;
     }
+}
+
+static void make_keys(unsigned spread)
+{
+    make_keys_at(0, spread);
 }
 
 static bent handle(unsigned k, unsigned tiers)
@@ -171,8 +178,10 @@ TEST(bmap_random_numbers)
 }
 
 /* A worker whose cache is full evicts its oldest block for each it stores:
- * the map stays at one size, its deletions leave tombstones that later
- * adds reuse or a clean rebuild removes, and every block is found. */
+ * its first deletion packs the table it grew while young to at most twice
+ * its entries, then the map stays at one size, its deletions leave
+ * tombstones that later adds reuse or a clean rebuild removes, and every
+ * block is found. */
 TEST(bmap_full_cache_churn)
 {
     s = th_seed() * 7;
@@ -200,14 +209,66 @@ TEST(bmap_full_cache_churn)
         ring[head] = k;
         head = (head + 1) % CAP;
         saw_tomb |= m.tomb > 0;
+        if (st == 0) {
+            CHECK(m.cap < cap && m.cap <= 2 * CAP); /* the first deletion packed it */
+            cap = m.cap;
+        }
         bad |= m.cap != cap || kvix_ix_bm_size(&m) != CAP;
         if (st % 1000 == 0)
             for (unsigned i = 0; i < CAP; i++)
                 bad |= kvix_ix_bm_get(&m, keys[ring[i]], NULL) != handle(ring[i], 1);
     }
     CHECK(!bad);
+    CHECK(m.cap <= 2 * CAP); /* packed */
     CHECK(saw_tomb); /* deletions inside clusters leave tombstones, not shifts */
     CHECK(reused);   /* which adds take again before the table needs cleaning */
     kvix_ix_bm_release(&m);
+    teardown();
+}
+
+/* A young map (only adds so far) grows fourfold; its first deletion halves
+ * it, without reading a node, to at most twice its entries: every entry is
+ * still found, with crowded homes too (long clusters, some across the
+ * table's end), and the map goes on as any other. */
+static void young_pack(const kvix_backend_ops *ops, unsigned n)
+{
+    bmap m;
+    kvix_ix_bm_init(&m, ops, NULL);
+    for (unsigned k = 0; k < n; k++)
+        CHECK(kvix_ix_bm_add(&m, keys[k], handle(k, 1), k + 2) == 0);
+    uint32_t grown = m.cap;
+    unsigned d = (unsigned)(rnd() % n), live = n - 1;
+    kvix_ix_bm_del(&m, keys[d]);
+    CHECK(m.cap <= grown && (m.cap == grown || (size_t)live * 2 <= m.cap));
+    CHECK(m.cap / 2 < KVIX_HM_MIN_CAP || (size_t)live * 2 > m.cap / 2 || m.cap == grown);
+    int bad = kvix_ix_bm_get(&m, keys[d], NULL) != 0;
+    for (unsigned k = 0; k < n; k++)
+        bad |= k != d && kvix_ix_bm_get(&m, keys[k], NULL) != handle(k, 1);
+    /* then adds and deletions as ever */
+    for (unsigned k = n; k < n + 50 && k < NKEYS; k++, live++)
+        bad |= kvix_ix_bm_add(&m, keys[k], handle(k, 2), k + 2) != 0;
+    for (unsigned k = 0; k < n + 50 && k < NKEYS; k++)
+        if (k != d && rnd() % 3 == 0) {
+            kvix_ix_bm_del(&m, keys[k]);
+            live--;
+            bad |= kvix_ix_bm_get(&m, keys[k], NULL) != 0;
+        }
+    bad |= kvix_ix_bm_size(&m) != live;
+    CHECK(!bad);
+    kvix_ix_bm_release(&m);
+}
+
+TEST(bmap_young_pack)
+{
+    s = th_seed() * 11;
+    setup();
+    static const unsigned at[][2] = {{0, 1024}, {0, 8}, {1012, 24}};
+    static const unsigned sizes[] = {3, 20, 90, 300, 700, 1500, 3000};
+    for (unsigned o = 0; o < 2; o++)
+        for (unsigned a = 0; a < sizeof at / sizeof at[0]; a++) {
+            make_keys_at(at[a][0], at[a][1]);
+            for (unsigned z = 0; z < sizeof sizes / sizeof sizes[0]; z++)
+                young_pack(o ? &numbered_ops : &handles_ops, sizes[z]);
+        }
     teardown();
 }
