@@ -335,10 +335,13 @@ static inline uint32_t kvix_hv_list(kvix_hview v, uint32_t *out)
         return n;
     }
     if (r->kind == KVIX_WS_BITS) {
-        for (uint32_t wi = 0; wi < r->n; wi++)
+        uint32_t *o = out;
+        for (uint32_t wi = 0; wi < r->n; wi++) {
+            uint32_t base = wi * 64;
             for (uint64_t b = kvix_ld(&r->w[wi]); b; b &= b - 1)
-                out[n++] = wi * 64 + (uint32_t)__builtin_ctzll(b);
-        return n;
+                *o++ = base + (uint32_t)__builtin_ctzll(b);
+        }
+        return (uint32_t)(o - out);
     }
     const kvix_a16 *a = kvix_arr_ids(r);
     if (r->tiered) {

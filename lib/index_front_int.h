@@ -352,14 +352,17 @@ static inline slotmap slots_of(const part *p)
     return m;
 }
 
-/* The record of a slot (NULL only past KVIX_SLOTS_MAX): a slot without a
- * state (free, or not yet registered) has rank RANK_NONE and w NULL, so a
- * query filing by rank tests w only for unranked records. Outside a quiet
- * index, use it only within the read-side section the map was loaded in. */
+/* The record of a hit's slot, never NULL: a slot without a state (free, or
+ * not yet registered) has rank RANK_NONE and w NULL, so a query filing by
+ * rank tests w only for unranked records. Hits' slots are below
+ * KVIX_SLOTS_MAX (holder sets keep 16-bit ids); the mask only keeps a wrong
+ * one inside the table. Outside a quiet index, use it only within the
+ * read-side section the map was loaded in. */
+_Static_assert((KVIX_SLOTS_MAX & (KVIX_SLOTS_MAX - 1)) == 0, "a slot is masked into the table");
+
 static inline const srec *slotmap_any(slotmap m, uint32_t slot)
 {
-    if (slot >= KVIX_SLOTS_MAX)
-        return NULL;
+    slot &= KVIX_SLOTS_MAX - 1;
     return __atomic_load_n(&m.top[slot / SLOT_CHUNK], __ATOMIC_ACQUIRE) + slot % SLOT_CHUNK;
 }
 

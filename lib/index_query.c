@@ -411,8 +411,6 @@ emit_run_rank(const hrun *r, const kvix_qhits *hs, slotmap sm, kvix_score *v, qe
     const uint32_t *sp = hs->slot + r->first, *const se = sp + r->n;
     for (; sp < se; sp++) {
         const srec *x = slotmap_any(sm, *sp);
-        if (!x)
-            continue;
         /* acquire (plain loads on x86): a rank a ranking wrote after rv->seq
          * makes the rank_seq below differ (see rank_slots) */
         uint32_t k = __atomic_load_n(&x->rank, __ATOMIC_ACQUIRE);
