@@ -202,17 +202,35 @@ void kvix_ix_bm_set(bmap *m, size_t at, uint64_t engine, bent v)
 
 #define RESIZE_AHEAD 16u
 
+/* A new table of cap slots for m, all empty: 0, or -1 without memory. */
+static inline int table_alloc(const bmap *m, size_t cap, uint8_t **ctrl, void **v)
+{
+    *ctrl = calloc(cap, 1);
+    *v = malloc(cap * esize(m));
+    if (*ctrl && *v)
+        return 0;
+    free(*ctrl);
+    free(*v);
+    return -1;
+}
+
+/* m's table becomes the one filled from it (no tombstone), the old freed. */
+static inline void table_install(bmap *m, uint8_t *ctrl, void *v, size_t cap)
+{
+    free(m->ctrl);
+    free(m->v);
+    m->ctrl = ctrl;
+    m->v = v;
+    m->cap = (uint32_t)cap;
+    m->tomb = 0;
+}
+
 static int resize(bmap *m, size_t cap)
 {
-    if (cap > UINT32_MAX)
+    uint8_t *ctrl;
+    void *v;
+    if (cap > UINT32_MAX || table_alloc(m, cap, &ctrl, &v))
         return -1;
-    uint8_t *ctrl = calloc(cap, 1);
-    void *v = malloc(cap * esize(m));
-    if (!ctrl || !v) {
-        free(ctrl);
-        free(v);
-        return -1;
-    }
     size_t mask = cap - 1;
     if (m->dir) { /* two loops: no test of the width per entry */
         const kvix_nodedir *d = m->cap ? dir_of(m) : NULL;
@@ -242,12 +260,7 @@ static int resize(bmap *m, size_t cap)
             ((bent *)v)[i] = ov[j];
         }
     }
-    free(m->ctrl);
-    free(m->v);
-    m->ctrl = ctrl;
-    m->v = v;
-    m->cap = (uint32_t)cap;
-    m->tomb = 0;
+    table_install(m, ctrl, v, cap);
     return 0;
 }
 
@@ -269,28 +282,19 @@ static int resize(bmap *m, size_t cap)
  * 0, or -1 without memory (nothing changed). */
 static int halve(bmap *m)
 {
-    size_t cap = m->cap / 2, mask = cap - 1, esz = esize(m);
-    uint8_t *ctrl = calloc(cap, 1);
-    char *v = malloc(cap * esz);
-    if (!ctrl || !v) {
-        free(ctrl);
-        free(v);
+    size_t cap = m->cap / 2, esz = esize(m);
+    uint8_t *ctrl;
+    void *v;
+    if (table_alloc(m, cap, &ctrl, &v))
         return -1;
-    }
     for (size_t j = 0; j < m->cap; j++) {
         if (!LIVE(m->ctrl[j]))
             continue;
-        size_t i = j & mask;
-        while (ctrl[i])
-            i = (i + 1) & mask;
+        size_t i = kvix_hm_free_slot(ctrl, cap - 1, j); /* from j's place in the half */
         ctrl[i] = m->ctrl[j];
-        memcpy(v + i * esz, (const char *)m->v + j * esz, esz);
+        memcpy((char *)v + i * esz, (const char *)m->v + j * esz, esz);
     }
-    free(m->ctrl);
-    free(m->v);
-    m->ctrl = ctrl;
-    m->v = v;
-    m->cap = (uint32_t)cap;
+    table_install(m, ctrl, v, cap);
     return 0;
 }
 
