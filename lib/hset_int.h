@@ -477,11 +477,13 @@ static inline uint32_t kvix_hv_split_few(kvix_hview v, uint32_t *c, uint32_t n, 
 static inline uint32_t kvix_hv_split(kvix_hview v, uint32_t *c, uint32_t n, uint64_t **marks,
                                      uint32_t *tmp)
 {
+    if (tmp && n >= 32) {
+        uint32_t few = kvix_hv_split_few(v, c, n, tmp);
+        if (few != UINT32_MAX)
+            return few;
+    }
     uint32_t k = 0, m = 0;
     const kvix_wset *r = v.r;
-    if (tmp && n >= 32 && (k = kvix_hv_split_few(v, c, n, tmp)) != UINT32_MAX)
-        return k;
-    k = 0;
     if (!r) {
         uint64_t ids = v.ids;
         for (uint32_t i = 0; i < n; i++) {
