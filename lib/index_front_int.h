@@ -352,6 +352,12 @@ static inline slotmap slots_of(const part *p)
     return m;
 }
 
+/* slot's record in m's table (slot below KVIX_SLOTS_MAX) */
+static inline const srec *slot_at(slotmap m, uint32_t slot)
+{
+    return __atomic_load_n(&m.top[slot / SLOT_CHUNK], __ATOMIC_ACQUIRE) + slot % SLOT_CHUNK;
+}
+
 /* The record of a hit's slot, never NULL: a slot without a state (free, or
  * not yet registered) has rank RANK_NONE and w NULL, so a query filing by
  * rank tests w only for unranked records. Hits' slots are below
@@ -362,8 +368,7 @@ _Static_assert((KVIX_SLOTS_MAX & (KVIX_SLOTS_MAX - 1)) == 0, "a slot is masked i
 
 static inline const srec *slotmap_any(slotmap m, uint32_t slot)
 {
-    slot &= KVIX_SLOTS_MAX - 1;
-    return __atomic_load_n(&m.top[slot / SLOT_CHUNK], __ATOMIC_ACQUIRE) + slot % SLOT_CHUNK;
+    return slot_at(m, slot & (KVIX_SLOTS_MAX - 1));
 }
 
 /* The record of a slot with a state (NULL: free); same rule. */
@@ -371,7 +376,7 @@ static inline const srec *slotmap_rec(slotmap m, uint32_t slot)
 {
     if (slot >= m.n)
         return NULL;
-    const srec *c = __atomic_load_n(&m.top[slot / SLOT_CHUNK], __ATOMIC_ACQUIRE) + slot % SLOT_CHUNK;
+    const srec *c = slot_at(m, slot);
     return __atomic_load_n(&c->w, __ATOMIC_ACQUIRE) ? c : NULL;
 }
 

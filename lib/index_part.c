@@ -669,7 +669,7 @@ static int ws_register(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix
     }
     w->next_dp = hd->first;
     __atomic_store_n(&hd->first, w, __ATOMIC_RELEASE);
-    srec *r = &p->chunks[slot / SLOT_CHUNK][slot % SLOT_CHUNK];
+    srec *r = slot_rec(p, slot);
     w->rec = r;
     __atomic_store_n(&r->worker, worker, __ATOMIC_RELAXED);
     __atomic_store_n(&r->dp, dp, __ATOMIC_RELAXED);
