@@ -189,11 +189,6 @@ static int reconcile(kvix_enginesub *s, kvix_err *err)
     return first;
 }
 
-int kvix_enginesub_apply(kvix_enginesub *s, kvix_err *err)
-{
-    return reconcile(s, err);
-}
-
 /* ---- messages ------------------------------------------------------------ */
 
 static uint64_t get_be64(const unsigned char *p)
@@ -408,6 +403,13 @@ static void publish(kvix_enginesub *s)
     t.subscriptions = s->reg.n;
     s->pub = t;
     pthread_mutex_unlock(&s->mu);
+}
+
+int kvix_enginesub_apply(kvix_enginesub *s, kvix_err *err)
+{
+    int rc = reconcile(s, err);
+    publish(s); /* the sockets it opened are in the list before any step */
+    return rc;
 }
 
 static int fail_nomem(kvix_err *err)

@@ -31,7 +31,7 @@
  * valid and not a duplicate. Failures only a socket can tell (a --bind
  * address in use) come later, through ops.note and kvix_enginesub_apply's
  * return, and that subscription is dropped. Counters and the list are the
- * poll thread's figures as of the end of its last step.
+ * poll thread's figures as of the end of its last step or apply.
  *
  * Typical use (kvsub, cmd/kvsub.c, is the complete example):
  *

@@ -268,6 +268,12 @@ static int count_subs(void *ctx, const kvix_enginesub_status *st)
     return 0;
 }
 
+static int count_open(void *ctx, const kvix_enginesub_status *st)
+{
+    *(int *)ctx += st->open;
+    return 0;
+}
+
 TEST(registry_add_duplicates_remove_replace)
 {
     got g;
@@ -293,6 +299,14 @@ TEST(registry_add_duplicates_remove_replace)
     CHECK(kvix_enginesub_add(s, &sp, 0, &err) == KVIX_ELIMIT); /* worker 1 dp 2 twice */
     CHECK(strstr(err.msg, "already registered") != NULL);
     CHECK(kvix_enginesub_apply(s, &err) == KVIX_OK);
+    /* what apply opened is in the counters and the list at once, before any
+     * step (kvsub answers a SIGUSR1 from its start) */
+    kvix_enginesub_counts c0;
+    kvix_enginesub_counts_get(s, &c0);
+    CHECK_U64(c0.subscriptions, 1);
+    int nopen = 0;
+    kvix_enginesub_list(s, count_open, &nopen);
+    CHECK_U64(nopen, 1);
     /* group 1: two subscriptions, then one of them replaced */
     for (int i = 0; i < 3; i++) {
         kvix_enginesub_spec_init(&v[i]);
