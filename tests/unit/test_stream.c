@@ -786,6 +786,74 @@ TEST(reader_stop_drains_the_buffer)
     kvix_event_release(&ev);
 }
 
+/* kvix_reader_ready: 1 only when the next record (or the end, or a
+ * rejection) is in the buffer already, so that reading ahead never waits. */
+TEST(reader_ready_says_what_is_buffered)
+{
+    int p[2];
+    CHECK(pipe(p) == 0);
+    const char in[] = "{\"type\":\"cleared\",\"worker\":1}\n{\"type\":\"cleared\",\"worker\":2}\n"
+                      "\n{\"type\":\"cleared\",\"wor";
+    CHECK(write(p[1], in, sizeof in - 1) == (ssize_t)(sizeof in - 1));
+    kvix_reader *r;
+    kvix_err err;
+    kvix_event ev;
+    kvix_event_init(&ev);
+    CHECK(kvix_reader_new(&r, p[0], "<pipe>", KVIX_FMT_NDJSON, &err) == KVIX_OK);
+    CHECK(kvix_reader_ready(r) == 0); /* nothing read yet */
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_OK);
+    CHECK_U64(ev.worker, 1);
+    CHECK(kvix_reader_ready(r) == 1);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_OK);
+    CHECK_U64(ev.worker, 2);
+    CHECK(kvix_reader_ready(r) == 0); /* a blank line, then half a record */
+    const char more[] = "ker\":3}\n";
+    CHECK(write(p[1], more, sizeof more - 1) == (ssize_t)(sizeof more - 1));
+    CHECK(kvix_reader_ready(r) == 0); /* not read yet */
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_OK);
+    CHECK_U64(ev.worker, 3);
+    close(p[1]);
+    CHECK(kvix_reader_ready(r) == 0);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_EOF);
+    CHECK(kvix_reader_ready(r) == 1);
+    kvix_reader_free(r);
+    close(p[0]);
+
+    /* msgpack: the framer's verdict found by ready is the one next uses */
+    kvix_buf m;
+    kvix_buf_init(&m);
+    for (int i = 1; i <= 3; i++) {
+        kvix_event_reset(&ev);
+        ev.type = KVIX_EV_CLEARED;
+        ev.worker = (uint64_t)i;
+        kvix_event_to_msgpack(&ev, &m, &err);
+    }
+    size_t one = m.len / 3;
+    CHECK(pipe(p) == 0);
+    CHECK(write(p[1], m.data, 2 * one + 2) == (ssize_t)(2 * one + 2));
+    CHECK(kvix_reader_new(&r, p[0], "<pipe>", KVIX_FMT_MSGPACK, &err) == KVIX_OK);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_OK);
+    CHECK_U64(ev.worker, 1);
+    CHECK(kvix_reader_ready(r) == 1);
+    CHECK(kvix_reader_ready(r) == 1); /* asked twice: scanned once */
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_OK);
+    CHECK_U64(ev.worker, 2);
+    CHECK(kvix_reader_ready(r) == 0); /* two bytes of the third */
+    const unsigned char bad = 0xc1;   /* never used by msgpack */
+    CHECK(write(p[1], m.data + 2 * one + 2, one - 2) == (ssize_t)(one - 2));
+    CHECK(write(p[1], &bad, 1) == 1);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_OK);
+    CHECK_U64(ev.worker, 3);
+    CHECK(kvix_reader_ready(r) == 1); /* a malformed record is buffered */
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_EINVAL);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_EOF);
+    kvix_reader_free(r);
+    close(p[0]);
+    close(p[1]);
+    kvix_buf_release(&m);
+    kvix_event_release(&ev);
+}
+
 /* Contract section 2: a JSON integer hash over the whole u64 range, exactly
  * (jansson's integers stop at 2^63-1). */
 TEST(decimal_hashes_over_the_whole_u64_range)
