@@ -128,12 +128,6 @@ static void usage(FILE *f)
             "                        second replay on a warm heap, the first as \"cold\")\n"
             "      --no-verify       no sequential reference replay (profiling): no checksum\n"
             "                        check; query block-ops counted from the records\n"
-            "      --lookahead N     writers read the next N events of their lane ahead\n"
-            "                        (kvix_index_prefetch; 0 to %u, default %u; --submit:\n"
-            "                        the index's writer pool reads its queue ahead)\n"
-            "      --lookahead-ab    read ahead only half the writes (a fixed half of the\n"
-            "                        log's records) and time every write: print each\n"
-            "                        replay's ns a block of both halves and their ratio\n"
             "      --spin N          spin iterations before a thread sleeps (default 2000)\n"
             "      --no-timing       do not time each query\n"
             "      --no-fork         run every configuration in this process\n"
@@ -146,8 +140,7 @@ static void usage(FILE *f)
             "                        (perf record -D -1 --control fd:FD; not the cold\n"
             "                        replay before a warm one)\n"
             "  -q, --quiet           no progress on stderr\n"
-            "  -h, --help\n",
-            KVIX_INDEX_LOOKAHEAD, KVIX_INDEX_LOOKAHEAD);
+            "  -h, --help\n");
 }
 
 static const cli_tool tool = {.name = "kvbench"}; /* messages only */
@@ -166,7 +159,7 @@ int main(int argc, char **argv)
                      .fork = 1, .verify = 1, .warm = 1};
     enum { O_RULE = 256, O_SUBMIT, O_NOSWEEP, O_FROM, O_STEP, O_BUDGET, O_THRESH, O_SPIN,
            O_NOTIME, O_NOFORK, O_JSON, O_DAT, O_SWONLY, O_MOREBES, O_NOVERIFY, O_COLD, O_PERF,
-           O_QCOST, O_LOOKAHEAD, O_LOOKAB };
+           O_QCOST };
     static const struct option lo[] = {
         {"backends", required_argument, 0, 'b'}, {"threads", required_argument, 0, 't'},
         {"writers", required_argument, 0, 'T'},  {"readers", required_argument, 0, 'R'},
@@ -182,8 +175,6 @@ int main(int argc, char **argv)
         {"cold", no_argument, 0, O_COLD},
         {"perf-ctl", required_argument, 0, O_PERF},
         {"query-cost", required_argument, 0, O_QCOST},
-        {"lookahead", required_argument, 0, O_LOOKAHEAD},
-        {"lookahead-ab", no_argument, 0, O_LOOKAB},
         {"spin", required_argument, 0, O_SPIN},  {"no-timing", no_argument, 0, O_NOTIME},
         {"no-fork", no_argument, 0, O_NOFORK},   {"json", required_argument, 0, O_JSON},
         {"dat", required_argument, 0, O_DAT},    {"quiet", no_argument, 0, 'q'},
@@ -221,10 +212,6 @@ int main(int argc, char **argv)
         case O_JSON: json_path = optarg; break;
         case O_DAT: dat_path = optarg; break;
         case O_QCOST: qcost_path = optarg; break;
-        case O_LOOKAHEAD:
-            g_lookahead = (unsigned)cli_parse_uint(optarg, 0, KVIX_INDEX_LOOKAHEAD, "--lookahead");
-            break;
-        case O_LOOKAB: g_lookahead_ab = 1; break;
         default: usage(stderr); return 2;
         }
     }

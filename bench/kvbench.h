@@ -30,10 +30,6 @@ enum { SEG_W = 0, SEG_Q = 1 };
 extern int g_tty;
 extern double g_load[2]; /* 1-minute load average at the start and at the end */
 extern int g_perf_fd;    /* perf record --control fd: profile only the replays */
-/* Writers' kvix_index_prefetch: events read ahead (0: none), and, for
- * --lookahead-ab, whether only half the writes are (see do_writes). */
-extern unsigned g_lookahead;
-extern int g_lookahead_ab;
 
 static inline uint64_t ns_mono(void)
 {
@@ -116,9 +112,6 @@ typedef struct sched {
     unsigned T;
     uint32_t *lane_ev;
     uint32_t *lane_off;
-    /* lane_next[k]: where in lane_ev the next record of lane_ev[k]'s lane
-     * is, across segments (UINT32_MAX: none): what its writer reads ahead */
-    uint32_t *lane_next;
     double ts0, span;
 } sched;
 

@@ -158,14 +158,10 @@ void sched_lanes(sched *sc, const logdata *lg, unsigned T)
 {
     free(sc->lane_ev);
     free(sc->lane_off);
-    free(sc->lane_next);
     sc->T = T;
     sc->lane_ev = xcalloc(sc->n, sizeof *sc->lane_ev);
     sc->lane_off = xcalloc(sc->nseg * (T + 1) + 1, sizeof *sc->lane_off);
-    sc->lane_next = xcalloc(sc->n ? sc->n : 1, sizeof *sc->lane_next);
-    uint32_t k = 0, last[MAX_LANES];
-    for (unsigned l = 0; l < T; l++)
-        last[l] = UINT32_MAX;
+    uint32_t k = 0;
     for (size_t s = 0; s < sc->nseg; s++) {
         const seg *g = &sc->segs[s];
         uint32_t *off = &sc->lane_off[s * (T + 1)];
@@ -174,13 +170,8 @@ void sched_lanes(sched *sc, const logdata *lg, unsigned T)
             if (g->kind != SEG_W)
                 continue;
             for (uint32_t i = g->start; i < g->end; i++)
-                if (lane_of(&lg->ev[sc->ord[i]], T) == l) {
-                    if (last[l] != UINT32_MAX)
-                        sc->lane_next[last[l]] = k;
-                    sc->lane_next[k] = UINT32_MAX;
-                    last[l] = k;
+                if (lane_of(&lg->ev[sc->ord[i]], T) == l)
                     sc->lane_ev[k++] = sc->ord[i];
-                }
         }
         off[T] = k;
     }
@@ -192,5 +183,4 @@ void sched_free(sched *sc)
     free(sc->segs);
     free(sc->lane_ev);
     free(sc->lane_off);
-    free(sc->lane_next);
 }

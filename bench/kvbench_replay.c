@@ -75,9 +75,6 @@ typedef struct __attribute__((aligned(64))) reader_lane {
 
 typedef struct __attribute__((aligned(64))) writer_lane {
     uint64_t applied, rejects;
-    /* --lookahead-ab: nanoseconds applying and blocks of the writes read
-     * ahead ([1]) and of the others ([0]) */
-    uint64_t ab_ns[2], ab_blocks[2];
     kvix_err err;
 } writer_lane;
 
@@ -129,37 +126,6 @@ static void note_err(replay *rp, const kvix_err *err)
         snprintf(rp->first_err, sizeof rp->first_err, "%s", err->msg);
 }
 
-/* --lookahead-ab's half of the log's records that is read ahead: a mix of
- * the record's number, so each replay splits the writes alike. */
-static int ab_half(uint32_t rec)
-{
-    return (int)(mix64(rec + UINT64_C(0x9e3779b97f4a7c15)) >> 63);
-}
-
-/* kvix_index_prefetch for the lane's next records, from the one after lane_ev[i]
- * (the writer applies them in this order, whatever segments come between). */
-static void read_ahead(replay *rp, uint32_t i)
-{
-    const sched *sc = rp->sc;
-    uint32_t k = i;
-    for (unsigned d = 0; d < g_lookahead; d++) {
-        if ((k = sc->lane_next[k]) == UINT32_MAX)
-            return;
-        if (!g_lookahead_ab || ab_half(sc->lane_ev[k]))
-            kvix_index_prefetch(rp->idx, &rp->lg->ev[sc->lane_ev[k]], d);
-    }
-}
-
-static void apply_ab(replay *rp, writer_lane *w, uint32_t rec, const kvix_event *e)
-{
-    uint64_t t0 = ns_mono();
-    if (kvix_index_apply(rp->idx, e, NULL, &w->err))
-        w->rejects++;
-    int h = ab_half(rec);
-    w->ab_ns[h] += ns_mono() - t0;
-    w->ab_blocks[h] += e->type == KVIX_EV_STORED ? e->nblocks : e->nhashes;
-}
-
 static void do_writes(replay *rp, size_t s, unsigned l)
 {
     const sched *sc = rp->sc;
@@ -167,12 +133,9 @@ static void do_writes(replay *rp, size_t s, unsigned l)
     writer_lane *w = &rp->wl[l];
     for (uint32_t i = off[l]; i < off[l + 1]; i++) {
         const kvix_event *e = &rp->lg->ev[sc->lane_ev[i]];
-        if (g_lookahead)
-            read_ahead(rp, i);
-        if (g_lookahead_ab)
-            apply_ab(rp, w, sc->lane_ev[i], e);
-        else if (kvix_index_apply(rp->idx, e, NULL, &w->err))
+        if (kvix_index_apply(rp->idx, e, NULL, &w->err)) {
             w->rejects++;
+        }
         w->applied++;
     }
 }
@@ -409,18 +372,9 @@ int replay_run(const logdata *lg, const sched *sc, const bconf *bc, unsigned T,
         hist_merge(&out->h, &rl->h);
         kvix_answer_release(&rl->ans);
     }
-    uint64_t ab_ns[2] = {0, 0}, ab_blocks[2] = {0, 0};
     for (unsigned l = 0; l < T; l++) {
         out->ck.rejects += rp->wl[l].rejects;
         out->nw += rp->wl[l].applied;
-        for (int h = 0; h < 2; h++)
-            ab_ns[h] += rp->wl[l].ab_ns[h], ab_blocks[h] += rp->wl[l].ab_blocks[h];
-    }
-    if (g_lookahead_ab && ab_blocks[0] && ab_blocks[1]) {
-        double with = (double)ab_ns[1] / (double)ab_blocks[1];
-        double without = (double)ab_ns[0] / (double)ab_blocks[0];
-        warnx_("lookahead a/b: %.1f ns a block read ahead, %.1f not: %.3f", with, without,
-               with / without);
     }
     if (submit && o.threads)
         out->ck.rejects += atomic_load(&rp->submit_rejects);

@@ -15,8 +15,6 @@
 int g_tty;
 double g_load[2]; /* 1-minute load average at the start and at the end */
 int g_perf_fd = -1; /* perf record --control fd: profile only the replays */
-unsigned g_lookahead = KVIX_INDEX_LOOKAHEAD;
-int g_lookahead_ab;
 
 void perf_ctl(const char *cmd)
 {

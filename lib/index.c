@@ -489,47 +489,6 @@ int kvix_index_apply(kvix_index *idx, const kvix_event *ev, kvix_apply_result *r
     return rc;
 }
 
-/* The loads an event starts with depend on each other: its state's table
- * slot, the state, the blocks map's slots, the node an entry names. Each
- * call for an event goes one step deeper, reading only what the call before
- * loaded, and looks the state up anew: the events applied in between may
- * have released it. */
-void kvix_index_prefetch(kvix_index *idx, const kvix_event *ev, unsigned ahead)
-{
-    if (!idx || !ev || ahead >= KVIX_INDEX_LOOKAHEAD ||
-        (ev->type != KVIX_EV_STORED && ev->type != KVIX_EV_REMOVED) ||
-        !kvix_name_ok(ev->model) || !kvix_name_ok(ev->tenant))
-        return;
-    part *p = kvix_ix_part_find(idx, ev->model, ev->tenant);
-    if (!p)
-        return;
-    if (ahead >= 2) {
-        kvix_ix_ws_prefetch(p, ev->worker, ev->dp, ahead == 2);
-        return;
-    }
-    wstate *w = kvix_ix_ws_find(p, ev->worker, ev->dp);
-    if (!w)
-        return;
-    const bmap *m = &w->blocks;
-    int stored = ev->type == KVIX_EV_STORED;
-    size_t n = stored ? ev->nblocks : ev->nhashes;
-    size_t first = stored ? STORE_AHEAD : REMOVE_BATCH; /* what apply's first window reads */
-    n = n < first ? n : first;
-    if (ahead == 1) {
-        __builtin_prefetch(w->rec);
-        if (stored && ev->has_parent)
-            kvix_ix_bm_prefetch(m, ev->parent);
-        for (size_t k = 0; k < n; k++)
-            kvix_ix_bm_prefetch(m, stored ? ev->blocks[k].seq : ev->hashes[k]);
-    } else if (stored) {
-        if (ev->has_parent && !ev->has_parent_at)
-            kvix_ix_bm_prefetch_nodes(m, ev->parent);
-    } else {
-        for (size_t k = 0; k < n; k++)
-            kvix_ix_bm_prefetch_nodes(m, ev->hashes[k]);
-    }
-}
-
 void kvix_index_totals(const kvix_index *idx, kvix_apply_result *out)
 {
     out->stored = __atomic_load_n(&idx->tot_stored, __ATOMIC_RELAXED);

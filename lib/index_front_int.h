@@ -225,11 +225,6 @@ typedef struct wstate {
     struct rcu_head rcu; /* a released state is freed, and its slot reused, after a grace period */
 } wstate;
 
-/* kvix_index_prefetch's first two steps, which read no state: start
- * loading the table slot that names (worker, dp)'s state in p (state 0),
- * or the state that slot names (state 1; that slot loaded before). */
-void kvix_ix_ws_prefetch(const struct part *p, uint64_t worker, uint32_t dp, int state);
-
 /* w's side maps, made on first need (NULL: out of memory). */
 wside *kvix_ix_ws_side(wstate *w);
 /* Free w's side maps (w holds no block). */

@@ -194,23 +194,6 @@ wstate *kvix_ix_ws_find(const part *p, uint64_t worker, uint32_t dp)
     return cmap_find(&p->workers, ws_hash(worker, dp), ws_match, &k);
 }
 
-void kvix_ix_ws_prefetch(const part *p, uint64_t worker, uint32_t dp, int state)
-{
-    uint64_t h = ws_hash(worker, dp);
-    kvix_rcu_lock();
-    const ctab *t = __atomic_load_n(&p->workers.t, __ATOMIC_ACQUIRE);
-    if (t) {
-        void *const *at = (void *const *)&t->v[h & (t->cap - 1)];
-        const char *e = state ? __atomic_load_n(at, __ATOMIC_ACQUIRE) : NULL;
-        if (!state)
-            __builtin_prefetch(at);
-        else if (e && e != CTAB_TOMB) /* only the address: it may be another's, or gone */
-            for (size_t o = 0; o < sizeof(wstate); o += 64)
-                __builtin_prefetch(e + o);
-    }
-    kvix_rcu_unlock();
-}
-
 static uint64_t wh_hash(uint64_t worker)
 {
     return kvix_mix64(worker + UINT64_C(0x632be59bd9b4e019));

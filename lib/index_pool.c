@@ -23,12 +23,9 @@ static void *writer_main(void *arg)
             pthread_cond_wait(&q->nonempty, &q->mu);
         if (q->head == q->tail)
             break;
-        size_t i = q->head % q->cap, queued = q->tail - q->head;
+        size_t i = q->head % q->cap;
         pthread_mutex_unlock(&q->mu);
-        /* The slots from head to tail are the writer's until head moves on:
-         * the events queued behind this one are read ahead. */
-        for (size_t d = 1; d < queued && d <= KVIX_INDEX_LOOKAHEAD; d++)
-            kvix_index_prefetch(q->idx, &q->ring[(i + d) % q->cap], (unsigned)(d - 1));
+        /* The slot at head is the writer's until head moves on. */
         kvix_err err = {0, "", KVIX_REASON_OTHER};
         kvix_event *ev = &q->ring[i];
         if (kvix_index_apply(q->idx, ev, NULL, &err))

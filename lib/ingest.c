@@ -79,8 +79,7 @@ int kvix_ingest_new(kvix_ingest **out, const kvix_ingest_opts *opts, kvix_err *e
     }
     pthread_mutex_init(&g->mu, NULL);
     pthread_mutex_init(&g->write_mu, NULL);
-    for (size_t i = 0; i < INGEST_RING; i++)
-        kvix_event_init(&g->ring[i]);
+    kvix_event_init(&g->ev);
     kvix_answer_init(&g->ans);
     kvix_buf_init(&g->out);
     *out = g;
@@ -105,8 +104,7 @@ void kvix_ingest_free(kvix_ingest *g)
     for (size_t i = 0; i < g->nunknown; i++)
         free(g->unknown[i]);
     free(g->unknown);
-    for (size_t i = 0; i < INGEST_RING; i++)
-        kvix_event_release(&g->ring[i]);
+    kvix_event_release(&g->ev);
     kvix_answer_release(&g->ans);
     kvix_buf_release(&g->out);
     pthread_mutex_destroy(&g->mu);
@@ -262,14 +260,10 @@ static int apply(kvix_ingest *g, size_t src, uint64_t pos, const kvix_event *ev,
         kvix_service_write_begin(g->svc);
     lock_writes(g);
     int rc;
-    if (g->o.index.threads) {
+    if (g->o.index.threads)
         rc = kvix_index_submit(g->idx, ev, ingest_tag(ev->type, src, pos), err);
-    } else {
-        /* under the writers' lock, as an apply: another writer may be at work */
-        for (size_t d = 0; d < g->nahead; d++)
-            kvix_index_prefetch(g->idx, g->ahead[d], (unsigned)d);
+    else
         rc = kvix_index_apply(g->idx, ev, NULL, err);
-    }
     unlock_writes(g);
     if (g->svc && !g->svc_held)
         kvix_service_write_end(g->svc);
@@ -372,56 +366,12 @@ static void drain(int fd)
         ;
 }
 
-/* Read the next record into the ring's end: what kvix_reader_next said, its
- * error and position kept with it. */
-static int ring_read(kvix_ingest *g, kvix_reader *r)
-{
-    size_t i = (g->ring_head + g->ring_n) % INGEST_RING;
-    int rc = kvix_reader_next(r, &g->ring[i], &g->ring_err[i]);
-    g->ring_rc[i] = rc;
-    g->ring_pos[i] = kvix_reader_pos(r);
-    return rc;
-}
-
-/* Events applied inline are read ahead (kvix_index_prefetch), as far as the
- * reader has whole records buffered: reading ahead never waits on input, so
- * a query's answer never waits for the records after it. */
-static int reads_ahead(const kvix_ingest *g)
-{
-    return !g->o.index.threads && !g->o.query_only;
-}
-
-/* What ends a run of records: the input's end, a failure, a wake-up. */
-static int ring_stop(int rc)
-{
-    return rc == KVIX_EOF || rc == KVIX_EIO || rc == KVIX_ENOMEM || rc == KVIX_ESYS;
-}
-
-/* The records behind the next one, up to what is ready; an end or failure
- * is kept in its place, the last, and met when the records before it are
- * taken. */
-static void ring_fill(kvix_ingest *g, kvix_reader *r)
-{
-    while (g->ring_n < INGEST_RING &&
-           !ring_stop(g->ring_rc[(g->ring_head + g->ring_n - 1) % INGEST_RING]) &&
-           kvix_reader_ready(r)) {
-        ring_read(g, r);
-        g->ring_n++;
-    }
-    g->nahead = 0;
-    for (size_t d = 1; d < g->ring_n; d++) {
-        size_t i = (g->ring_head + d) % INGEST_RING;
-        if (g->ring_rc[i] == KVIX_OK)
-            g->ahead[g->nahead++] = &g->ring[i];
-    }
-}
-
 int kvix_ingest_run(kvix_ingest *g, kvix_reader *r, size_t source, const kvix_ingest_loop *lp,
                     kvix_err *err)
 {
+    kvix_event *ev = &g->ev;
     kvix_buf *out = &g->out;
     int stopping = 0;
-    g->ring_head = g->ring_n = 0;
     for (;;) {
         if (lp->between)
             lp->between(lp->ctx);
@@ -432,40 +382,23 @@ int kvix_ingest_run(kvix_ingest *g, kvix_reader *r, size_t source, const kvix_in
             kvix_reader_stop(r);
             stopping = 1;
         }
-        if (!g->ring_n) {
-            ring_read(g, r);
-            g->ring_n = 1;
-        }
-        size_t h = g->ring_head;
-        int rc = g->ring_rc[h];
-        if (rc == KVIX_EOF || rc == KVIX_EIO || rc == KVIX_ENOMEM) {
-            *err = g->ring_err[h];
-            g->ring_n = 0;
+        int rc = kvix_reader_next(r, ev, err);
+        if (rc == KVIX_EOF || rc == KVIX_EIO || rc == KVIX_ENOMEM)
             return rc;
-        }
         if (rc == KVIX_ESYS) { /* woken: the caller's flags are seen above */
-            g->ring_head = (h + 1) % INGEST_RING;
-            g->ring_n--;
             drain(lp->wake_fd);
             continue;
         }
-        if (reads_ahead(g))
-            ring_fill(g, r);
-        kvix_event *ev = &g->ring[h];
-        uint64_t pos = g->ring_pos[h];
         kvix_err e;
         int unknown;
-        int fatal = kvix_ingest_take(g, source, pos, ev, rc ? &g->ring_err[h] : NULL,
-                                     &g->ans, out, &unknown, &e);
-        g->nahead = 0;
-        g->ring_head = (h + 1) % INGEST_RING;
-        g->ring_n--;
+        int fatal = kvix_ingest_take(g, source, kvix_reader_pos(r), ev, rc ? err : NULL, &g->ans,
+                                     out, &unknown, &e);
         if (fatal) {
             *err = e;
             return fatal;
         }
         if (unknown && lp->on_unknown)
-            lp->on_unknown(lp->ctx, source, pos, ev, unknown);
+            lp->on_unknown(lp->ctx, source, kvix_reader_pos(r), ev, unknown);
         if (out->len && lp->on_answer)
             lp->on_answer(lp->ctx, out->data, out->len);
     }

@@ -13,9 +13,6 @@
 #define TAG_POS_BITS 44
 #define TAG_SRC_BITS 16
 
-/* the record taken and the events read ahead behind it */
-#define INGEST_RING (KVIX_INDEX_LOOKAHEAD + 1)
-
 struct kvix_ingest {
     kvix_ingest_opts o;
     kvix_index *idx;
@@ -35,16 +32,7 @@ struct kvix_ingest {
     int svc_held;            /* the service's writers' side held over a message */
     char **unknown;          /* "model\ttenant" already first asked for */
     size_t nunknown;
-    /* kvix_ingest_run's records: the one taken and those read ahead
-     * (ready in the reader's buffer) behind it, a ring from ring_head */
-    kvix_event ring[INGEST_RING];
-    int ring_rc[INGEST_RING];
-    kvix_err ring_err[INGEST_RING];
-    uint64_t ring_pos[INGEST_RING];
-    size_t ring_head, ring_n;
-    /* the events behind the one being taken, for apply's kvix_index_prefetch */
-    const kvix_event *ahead[KVIX_INDEX_LOOKAHEAD];
-    size_t nahead;
+    kvix_event ev;           /* kvix_ingest_run's buffers */
     kvix_answer ans;
     kvix_buf out;
 };

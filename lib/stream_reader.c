@@ -37,8 +37,6 @@ struct kvix_reader {
     size_t cap, start, end, scan;
     kvix_mp_framer *mp; /* msgpack: framing state of the record at start */
     size_t mp_off;      /* how far that record has been scanned */
-    int mp_s;           /* the framer's end of that record (1, -1, -2), found by
-                         * kvix_reader_ready; 0: not found yet */
 };
 
 int kvix_reader_new(kvix_reader **out, int fd, const char *name, kvix_format fmt,
@@ -275,8 +273,7 @@ static int next_msgpack(kvix_reader *r, kvix_event *ev, kvix_err *err)
         size_t have = r->end - r->start;
         if (have) {
             const char *rec = r->buf + r->start;
-            int s = r->mp_s ? r->mp_s : kvix_mp_framer_scan(r->mp, rec, have, &r->mp_off);
-            r->mp_s = 0;
+            int s = kvix_mp_framer_scan(r->mp, rec, have, &r->mp_off);
             if (s == 1) {
                 size_t len = r->mp_off;
                 r->mp_off = 0;
@@ -367,29 +364,6 @@ int kvix_reader_next(kvix_reader *r, kvix_event *ev, kvix_err *err)
     if (r->fmt == KVIX_FMT_MSGPACK && !r->mp && (rc = start_msgpack(r, err)))
         return rc;
     return r->fmt == KVIX_FMT_MSGPACK ? next_msgpack(r, ev, err) : next_ndjson(r, ev, err);
-}
-
-int kvix_reader_ready(kvix_reader *r)
-{
-    if (r->dead || r->eof || r->stopped) /* only the buffer is left */
-        return 1;
-    if (r->fmt == KVIX_FMT_NDJSON) {
-        const char *nl = r->end > r->scan ? memchr(r->buf + r->scan, '\n', r->end - r->scan) : NULL;
-        if (!nl)
-            return 0;
-        /* a blank line is skipped and the next one waited for: not ready */
-        size_t ls = r->start, le = (size_t)(nl - r->buf);
-        return r->skipping || (le > ls && !is_blank(r->buf + ls, le - ls));
-    }
-    /* msgpack, past the first record (before it, white space is skipped):
-     * the framer's verdict is kept for kvix_reader_next, which may not scan
-     * a record twice */
-    if (r->fmt != KVIX_FMT_MSGPACK || !r->mp || r->pos == 0)
-        return 0;
-    size_t have = r->end - r->start;
-    if (!r->mp_s && have)
-        r->mp_s = kvix_mp_framer_scan(r->mp, r->buf + r->start, have, &r->mp_off);
-    return r->mp_s != 0 || have > KVIX_LINE_MAX;
 }
 
 const char *kvix_format_name(kvix_format f)

@@ -173,22 +173,6 @@ void kvix_index_free(kvix_index *idx);
 int kvix_index_apply(kvix_index *idx, const kvix_event *ev, kvix_apply_result *res,
                      kvix_err *err);
 
-/* How many events ahead of its apply kvix_index_prefetch pays. */
-#define KVIX_INDEX_LOOKAHEAD 4
-
-/* A hint to a thread that applies a stream of events: ev is the one it will
- * apply after `ahead` others (0: the very next; up to KVIX_INDEX_LOOKAHEAD -
- * 1). At thousands of workers an event's first reads (its worker's state,
- * then the blocks map, then the parent's node) miss the caches one after
- * another; called for each of the next KVIX_INDEX_LOOKAHEAD events before
- * every kvix_index_apply, this starts each of those loads one event before
- * the next needs it, so they overlap the work of the events in between.
- * Changes nothing, reports nothing (a bad event is left to apply), reads ev
- * only during the call. Same rules as kvix_index_apply: call it from the
- * thread that will apply ev, the one writer of ev's worker. Queries gain
- * nothing from it. */
-void kvix_index_prefetch(kvix_index *idx, const kvix_event *ev, unsigned ahead);
-
 /* Queue a copy of ev for the writer pool (or apply inline when threads == 0,
  * reporting a rejection through on_reject as well as the return value). */
 int kvix_index_submit(kvix_index *idx, const kvix_event *ev, uint64_t tag, kvix_err *err);

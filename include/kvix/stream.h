@@ -73,12 +73,6 @@ void kvix_reader_free(kvix_reader *r);
  * framed) the next call returns KVIX_EOF. */
 int kvix_reader_next(kvix_reader *r, kvix_event *ev, kvix_err *err);
 
-/* 1 when the next kvix_reader_next returns without reading from the
- * descriptor: a whole record (or a rejected one, or the end) is buffered;
- * 0 when it may wait for input (or cannot tell yet). A caller reads ahead
- * only what is ready, so that nothing waits on input that has not come. */
-int kvix_reader_ready(kvix_reader *r);
-
 /* By default a read(2) interrupted by a signal is retried. With report != 0
  * kvix_reader_next returns KVIX_ESYS ("interrupted") instead, so a caller
  * whose signal handlers set flags (without SA_RESTART) can act on them;

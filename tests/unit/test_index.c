@@ -1152,7 +1152,6 @@ TEST(garbage_events_never_corrupt)
                 ev.hashes[j] = held[grnd() % 64];
             }
             ev.nblocks = ev.nhashes = k;
-            kvix_index_prefetch(idx, &ev, (unsigned)(grnd() % (KVIX_INDEX_LOOKAHEAD + 2)));
             int rc = kvix_index_apply(idx, &ev, NULL, NULL);
             int known = 0;
             for (size_t c = 0; c < sizeof ok_codes / sizeof *ok_codes; c++)
@@ -1186,71 +1185,6 @@ TEST(garbage_events_never_corrupt)
         kvix_buf_release(&walk_a);
         kvix_buf_release(&walk_b);
         kvix_index_free(two);
-    }
-}
-
-/* ev as a stored event of worker's dp 0 on gpu, block size 4: n blocks whose
- * engine hashes are their locals, under parent (when not 0). */
-static void ev_stored(uint64_t worker, uint64_t parent, const uint64_t *local, size_t n)
-{
-    ev_set(KVIX_EV_STORED, "default", worker, 0, KVIX_MEDIUM_GPU);
-    ev.bs = 4;
-    ev.has_parent = parent != 0;
-    ev.parent = parent;
-    kvix_event_reserve_blocks(&ev, n, NULL);
-    for (size_t i = 0; i < n; i++)
-        ev.blocks[i].local = ev.blocks[i].seq = local[i];
-    ev.nblocks = n;
-}
-
-/* Reading ahead is a hint: whatever the event (unknown partition or worker,
- * a name without its end, a query, NULLs, a depth past the lookahead), it
- * changes nothing, and an event read ahead then applied lands as without. */
-TEST(prefetch_changes_nothing)
-{
-    FOR_BACKENDS(idx, 0) {
-        const uint64_t a[3] = {0xa0, 0xa1, 0xa2}, b[2] = {0xb0, 0xb1};
-        ev_stored(1, 0, a, 3);
-        for (unsigned k = 0; k <= KVIX_INDEX_LOOKAHEAD; k++)
-            kvix_index_prefetch(idx, &ev, k); /* no partition yet */
-        kvix_index_prefetch(NULL, &ev, 0);
-        kvix_index_prefetch(idx, NULL, 0);
-        kvix_apply_result tot;
-        kvix_index_totals(idx, &tot);
-        CHECK_U64(tot.stored, 0);
-        CHECK(kvix_index_apply(idx, &ev, NULL, NULL) == KVIX_OK);
-        ev_stored(1, 0xa2, b, 2);
-        for (unsigned k = KVIX_INDEX_LOOKAHEAD + 1; k-- > 0;)
-            kvix_index_prefetch(idx, &ev, k);
-        memset(ev.model, 'x', sizeof ev.model); /* no terminating NUL */
-        kvix_index_prefetch(idx, &ev, 0);
-        kvix_index_prefetch(idx, &ev, 1);
-        kvix_event_set_name(ev.model, "default", 7, NULL);
-        ev.type = KVIX_EV_QUERY;
-        kvix_index_prefetch(idx, &ev, 0);
-        ev.type = KVIX_EV_STORED;
-        ev.worker = 2; /* no state */
-        kvix_index_prefetch(idx, &ev, 0);
-        kvix_index_prefetch(idx, &ev, 1);
-        kvix_index_totals(idx, &tot);
-        CHECK_U64(tot.stored, 3);
-        ev.worker = 1;
-        CHECK(kvix_index_apply(idx, &ev, NULL, NULL) == KVIX_OK);
-        ev_set(KVIX_EV_REMOVED, "default", 1, 0, KVIX_MEDIUM_GPU);
-        const uint64_t gone[2] = {0xb1, 0xdead};
-        kvix_event_reserve_hashes(&ev, 2, NULL);
-        memcpy(ev.hashes, gone, sizeof gone);
-        ev.nhashes = 2;
-        for (unsigned k = KVIX_INDEX_LOOKAHEAD; k-- > 0;)
-            kvix_index_prefetch(idx, &ev, k);
-        kvix_apply_result r;
-        CHECK(kvix_index_apply(idx, &ev, &r, NULL) == KVIX_OK);
-        CHECK_U64(r.removed, 1);
-        CHECK_U64(r.unknown, 1);
-        const uint64_t q[5] = {0xa0, 0xa1, 0xa2, 0xb0, 0xb1};
-        query(idx, "default", q, 5);
-        CHECK_U64(ans.nscores, 1);
-        CHECK_U64(matched(1, 0), 4);
     }
 }
 

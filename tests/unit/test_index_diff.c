@@ -463,19 +463,6 @@ static size_t rnd_query(int part, uint64_t *q)
     return n;
 }
 
-/* Odd seeds read every event ahead at each depth before applying it (the
- * worker's state may be gone, the parent unknown, the event refused): a
- * hint that must change nothing the checks see. */
-static int lookahead;
-
-static void apply_op(kvix_index *idx, kvix_apply_result *r, kvix_err *err, int *rc)
-{
-    if (lookahead)
-        for (unsigned a = KVIX_INDEX_LOOKAHEAD + 1; a-- > 0;)
-            kvix_index_prefetch(idx, &ev, a);
-    *rc = kvix_index_apply(idx, &ev, r, err);
-}
-
 static void one_op(kvix_index *idx, long op)
 {
     int part = (int)below(NPART), w = (int)below(NWORK), dp = (int)below(NDP);
@@ -523,7 +510,7 @@ static void one_op(kvix_index *idx, long op)
         }
         ev.nblocks = nb;
         want = model_stored(m, &ev, &mr);
-        apply_op(idx, &r, &err, &rc);
+        rc = kvix_index_apply(idx, &ev, &r, &err);
         check_result("stored", rc, want, &r, &mr, op);
     } else if (kind < 75) {
         ev.type = KVIX_EV_REMOVED;
@@ -533,12 +520,12 @@ static void one_op(kvix_index *idx, long op)
             ev.hashes[i] = m->n && below(5) ? m->v[below((unsigned)m->n)].engine : rnd();
         ev.nhashes = nh;
         want = model_removed(m, &ev, &mr);
-        apply_op(idx, &r, &err, &rc);
+        rc = kvix_index_apply(idx, &ev, &r, &err);
         check_result("removed", rc, want, &r, &mr, op);
     } else if (kind < 78) {
         ev.type = KVIX_EV_CLEARED;
         want = model_cleared(m, &ev, &mr);
-        apply_op(idx, &r, &err, &rc);
+        rc = kvix_index_apply(idx, &ev, &r, &err);
         check_result("cleared", rc, want, &r, &mr, op);
     } else if (kind < 79) {
         if (below(2)) {
@@ -715,7 +702,6 @@ static void run_backend(const char *name)
         if (!idx)
             return;
         rng_s = th_seed() + (uint64_t)s * 7919;
-        lookahead = s % 2;
         model_reset();
         failed = 0;
         for (long op = 0; op < ops_per_seed && !failed; op++) {
@@ -737,9 +723,8 @@ static void run_backend(const char *name)
         CHECK(failed || (tot.stored == mtot.stored && tot.duplicate == mtot.duplicate &&
                          tot.removed == mtot.removed && tot.unknown == mtot.unknown));
         if (failed)
-            printf("#   backend %s, seed %d of this run (KVIX_TEST_SEED base %" PRIu64
-                   ")%s\n",
-                   name, s, th_seed(), lookahead ? ", events read ahead" : "");
+            printf("#   backend %s, seed %d of this run (KVIX_TEST_SEED base %" PRIu64 ")\n",
+                   name, s, th_seed());
         total += ops_per_seed;
         kvix_index_free(idx);
     }
