@@ -91,29 +91,7 @@ static void out_flush(hasher *h)
 
 static char *put_dec64(char *o, uint64_t v)
 {
-    char tmp[20];
-    int n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while (n)
-        *o++ = tmp[--n];
-    return o;
-}
-
-static char *put_dec128(char *o, kvix_u128 x)
-{
-    unsigned __int128 v = (unsigned __int128)x.hi << 64 | x.lo;
-    char tmp[40];
-    int n = 0;
-    do {
-        tmp[n++] = (char)('0' + (unsigned)(v % 10));
-        v /= 10;
-    } while (v);
-    while (n)
-        *o++ = tmp[--n];
-    return o;
+    return o + kvix_dec64(v, o);
 }
 
 /* kvix_hex64 writes a NUL after the 16 digits: the buffer keeps one spare byte. */
@@ -128,7 +106,7 @@ static char *put_u64(const hasher *h, char *o, uint64_t v)
 static char *put_u128(const hasher *h, char *o, kvix_u128 v)
 {
     if (h->decimal)
-        return put_dec128(o, v);
+        return o + kvix_dec128(v, o);
     kvix_hex128(v, o);
     return o + 32;
 }

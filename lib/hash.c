@@ -199,6 +199,33 @@ void kvix_hex128(kvix_u128 v, char out[33])
     kvix_hex64(v.lo, out + 16);
 }
 
+/* Digits are made from the low end into a scratch array, then copied in
+ * order: the length is only known at the end. */
+size_t kvix_dec128(kvix_u128 v, char *out)
+{
+    unsigned __int128 x = (unsigned __int128)v.hi << 64 | v.lo;
+    char tmp[39];
+    size_t n = 0;
+    do {
+        tmp[sizeof tmp - ++n] = (char)('0' + (unsigned)(x % 10));
+        x /= 10;
+    } while (x);
+    memcpy(out, tmp + sizeof tmp - n, n);
+    return n;
+}
+
+size_t kvix_dec64(uint64_t v, char *out)
+{
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[sizeof tmp - ++n] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    memcpy(out, tmp + sizeof tmp - n, n);
+    return n;
+}
+
 int kvix_parse_hex64(const char *s, size_t len, uint64_t *out)
 {
     if (len == 0 || len > 16)

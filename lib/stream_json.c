@@ -294,17 +294,9 @@ static int decode_line(const char *line, size_t len, kvix_event *ev, kvix_err *e
 
 /* ---- encoding ---- */
 
-static char *put_u64(char *p, uint64_t v)
+static inline char *put_u64(char *p, uint64_t v)
 {
-    char tmp[20];
-    int n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while (n)
-        *p++ = tmp[--n];
-    return p;
+    return p + kvix_dec64(v, p);
 }
 
 static int app(kvix_buf *b, const char *s, kvix_err *err)

@@ -60,6 +60,10 @@ int kvix_hash_plh(uint64_t cur, uint64_t parent, uint64_t pos, kvix_u128 *out, k
 /* Text forms. out gets exactly 16 (u64) or 32 (u128) lowercase hex digits and a NUL. */
 void kvix_hex64(uint64_t v, char out[17]);
 void kvix_hex128(kvix_u128 v, char out[33]);
+/* Decimal forms, for output built in place: out gets the digits only (at
+ * most 20 for a u64, 39 for a u128), no NUL; returns how many. */
+size_t kvix_dec64(uint64_t v, char *out);
+size_t kvix_dec128(kvix_u128 v, char *out);
 
 /* Parse exactly 1..16 hex digits (either case) from s[0..len). Returns 0 or
  * KVIX_EINVAL. */

@@ -123,3 +123,25 @@ TEST(hex_round_trip)
     CHECK(kvix_parse_hex64("12345678901234567", 17, &v) == KVIX_EINVAL);
     CHECK(kvix_parse_hex64("12g4", 4, &v) == KVIX_EINVAL);
 }
+
+/* digits only, no NUL: the byte after them is left as it was */
+static void check_dec(size_t n, const char *buf, const char *want)
+{
+    CHECK(n == strlen(want));
+    CHECK(memcmp(buf, want, n) == 0);
+    CHECK(buf[n] == '#');
+}
+
+TEST(decimal_forms)
+{
+    char buf[48];
+    memset(buf, '#', sizeof buf);
+    check_dec(kvix_dec64(0, buf), buf, "0");
+    check_dec(kvix_dec64(10, buf), buf, "10");
+    check_dec(kvix_dec64(UINT64_MAX, buf), buf, "18446744073709551615");
+    memset(buf, '#', sizeof buf);
+    check_dec(kvix_dec128((kvix_u128){0, 0}, buf), buf, "0");
+    check_dec(kvix_dec128((kvix_u128){1, 0}, buf), buf, "18446744073709551616");
+    check_dec(kvix_dec128((kvix_u128){UINT64_MAX, UINT64_MAX}, buf), buf,
+              "340282366920938463463374607431768211455");
+}
