@@ -1,6 +1,7 @@
 # kvix: build, check, install, sanitizers, bench.
 #
-#   make                      libkvix.a and every tool in build/bin
+#   make                      the libraries (libkvix.a, libkvix-net.a, the tools' own
+#                             libkvix-tools.a) and every tool in build/bin
 #   make check                install missing packages, then every test: -Werror build,
 #                             ASan+UBSan, TSan (tests/check.sh prints "N passed, N failed")
 #   make demo                 the main job on the bundled example
@@ -8,8 +9,9 @@
 #   make fuzz                 the libFuzzer targets (clang), FUZZ_SECONDS each (default 60)
 #   make SANITIZE=address,undefined   instrumented build in build/asan
 #   make SANITIZE=thread              instrumented build in build/tsan
-#   make install PREFIX=/usr/local DESTDIR=   tools, man pages, completions, and libkvix
-#                             (static, shared with soname libkvix.so.$(SOVERSION)), headers, kvix.pc
+#   make install PREFIX=/usr/local DESTDIR=   tools, man pages, completions, libkvix and
+#                             libkvix-net (static, and shared with sonames libkvix.so.$(SOVERSION)
+#                             and libkvix-net.so.$(SOVERSION)), headers, kvix.pc and kvix-net.pc
 
 PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
@@ -46,17 +48,29 @@ BUILD ?= build/asan
 SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 endif
 
+KVIX_DIRS := lib/core lib/codec lib/index lib/index/backends lib/snapshot
+NET_DIRS := lib/net
+TOOLS_DIR := cmd/tools
+INCLUDES := -Iinclude $(addprefix -I,$(KVIX_DIRS) $(NET_DIRS) $(TOOLS_DIR))
+
 CFLAGS ?= $(OPT) -g
-ALL_CFLAGS := -std=gnu11 -pthread -Iinclude -Ilib $(WARN) $(SANFLAGS) $(PKG_CFLAGS) $(CFLAGS)
+ALL_CFLAGS := -std=gnu11 -pthread $(INCLUDES) $(WARN) $(SANFLAGS) $(PKG_CFLAGS) $(CFLAGS)
 ALL_LDFLAGS := -pthread $(SANFLAGS) $(LDFLAGS)
 LIBS := $(PKG_LIBS) -lm
 
-LIB_SRC := $(wildcard lib/*.c)
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
-CLI_SRC := $(wildcard cmd/cli*.c)
-CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
-# cmd/TOOL.c is a tool, one file each (its logic lives in lib/)
-TOOL_SRC := $(filter-out $(CLI_SRC),$(wildcard cmd/*.c))
+# The library in layers, each using only those below it (lib/README.md):
+# libkvix is what a router embeds (core, codec, index, snapshot), libkvix-net
+# the engine subscriber and publisher, NATS, peers and the HTTP service; the
+# tools' own machinery (cmd/tools) is a static library that is not installed.
+KVIX_SRC := $(foreach d,$(KVIX_DIRS),$(wildcard $(d)/*.c))
+NET_SRC := $(foreach d,$(NET_DIRS),$(wildcard $(d)/*.c))
+LIB_SRC := $(KVIX_SRC) $(NET_SRC)
+KVIX_OBJ := $(KVIX_SRC:%.c=$(BUILD)/obj/%.o)
+NET_OBJ := $(NET_SRC:%.c=$(BUILD)/obj/%.o)
+TOOLS_LIB_SRC := $(wildcard $(TOOLS_DIR)/*.c)
+TOOLS_LIB_OBJ := $(TOOLS_LIB_SRC:%.c=$(BUILD)/obj/%.o)
+# cmd/TOOL.c is a tool, one file each
+TOOL_SRC := $(wildcard cmd/*.c)
 TOOLS := $(TOOL_SRC:cmd/%.c=$(BUILD)/bin/%)
 KVINDEX_OBJ = $(BUILD)/obj/cmd/kvindex.o
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
@@ -69,16 +83,26 @@ KVBENCH_PART_OBJ := $(KVBENCH_PART_SRC:%.c=$(BUILD)/obj/%.o)
 BENCH_SRC := $(filter-out $(KVBENCH_PART_SRC),$(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 LIBKVIX := $(BUILD)/libkvix.a
-# The shared library has objects of its own (-fPIC): the tools keep linking the
-# static one, built without it, and only `make shared` or `make install` pay for it.
-LIB_PIC_OBJ := $(LIB_SRC:%.c=$(BUILD)/pic/%.o)
+LIBKVIX_NET := $(BUILD)/libkvix-net.a
+LIBKVIX_TOOLS := $(BUILD)/libkvix-tools.a
+# What every program of the tree links, in link order.
+ALL_LIBS := $(LIBKVIX_TOOLS) $(LIBKVIX_NET) $(LIBKVIX)
+# The shared libraries have objects of their own (-fPIC): the tools keep linking
+# the static ones, built without it, and only `make shared` or `make install` pay.
+KVIX_PIC_OBJ := $(KVIX_SRC:%.c=$(BUILD)/pic/%.o)
+NET_PIC_OBJ := $(NET_SRC:%.c=$(BUILD)/pic/%.o)
 LIBKVIX_SO := $(BUILD)/libkvix.so.$(VERSION)
+LIBKVIX_NET_SO := $(BUILD)/libkvix-net.so.$(VERSION)
 SONAME := libkvix.so.$(SOVERSION)
-PKG_REQUIRES := $(PKGS)
+NET_SONAME := libkvix-net.so.$(SOVERSION)
+KVIX_PKGS := libxxhash jansson msgpack liburcu
+NET_PKGS := libzmq libnats libmicrohttpd libcurl
+KVIX_LIBS := $(shell pkg-config --libs $(KVIX_PKGS) 2>/dev/null) -pthread -lm
+NET_LIBS := $(shell pkg-config --libs $(NET_PKGS) 2>/dev/null)
 
 .PHONY: all tools tests benches shared check demo bench deps install uninstall clean
-all: $(LIBKVIX) $(TOOLS)
-shared: $(LIBKVIX_SO)
+all: $(ALL_LIBS) $(TOOLS)
+shared: $(LIBKVIX_SO) $(LIBKVIX_NET_SO)
 tools: $(TOOLS)
 # kvindex with every allocation of kvix's code made to fail on demand (tests only)
 FAILALLOC := $(BUILD)/tests/kvindex_failalloc
@@ -89,7 +113,15 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
 
-$(LIBKVIX): $(LIB_OBJ)
+$(LIBKVIX): $(KVIX_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIBKVIX_NET): $(NET_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIBKVIX_TOOLS): $(TOOLS_LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
@@ -100,36 +132,47 @@ $(BUILD)/pic/%.o: %.c
 # Only the public API is exported: the kvix_ names the public headers declare
 # (lib/exports.sh writes the version script); the library's private helpers,
 # kvix_ named or not, and its dependencies' symbols stay inside.
-$(BUILD)/kvix.map: $(LIB_PIC_OBJ) $(wildcard include/kvix/*.h) lib/exports.sh
-	sh lib/exports.sh include $(LIB_PIC_OBJ) >$@.tmp && mv $@.tmp $@
+$(BUILD)/kvix.map: $(KVIX_PIC_OBJ) $(wildcard include/kvix/*.h) lib/exports.sh
+	sh lib/exports.sh include $(KVIX_PIC_OBJ) >$@.tmp && mv $@.tmp $@
 
-$(LIBKVIX_SO): $(LIB_PIC_OBJ) $(BUILD)/kvix.map
+$(BUILD)/kvix-net.map: $(NET_PIC_OBJ) $(wildcard include/kvix/*.h) lib/exports.sh
+	sh lib/exports.sh include $(NET_PIC_OBJ) >$@.tmp && mv $@.tmp $@
+
+# --no-undefined: libkvix must stand without libkvix-net (a router links it alone)
+$(LIBKVIX_SO): $(KVIX_PIC_OBJ) $(BUILD)/kvix.map
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=$(BUILD)/kvix.map \
-	    -o $@ $(LIB_PIC_OBJ) $(LIBS)
+	    -Wl,--no-undefined -o $@ $(KVIX_PIC_OBJ) $(KVIX_LIBS)
 
-$(BUILD)/bin/%: $(BUILD)/obj/cmd/%.o $(CLI_OBJ) $(LIBKVIX)
+# NET_SHARES: private helpers of libkvix that the service also uses, linked
+# into libkvix-net as hidden copies (libkvix does not export them).
+NET_SHARES := $(BUILD)/pic/lib/core/hashmap.o $(BUILD)/pic/lib/codec/json_arena.o
+$(LIBKVIX_NET_SO): $(NET_PIC_OBJ) $(NET_SHARES) $(BUILD)/kvix-net.map $(LIBKVIX_SO)
+	$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,$(NET_SONAME) \
+	    -Wl,--version-script=$(BUILD)/kvix-net.map -Wl,--no-undefined \
+	    -o $@ $(NET_PIC_OBJ) $(NET_SHARES) $(LIBKVIX_SO) $(NET_LIBS) $(KVIX_LIBS)
+
+$(BUILD)/bin/%: $(BUILD)/obj/cmd/%.o $(ALL_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIBKVIX) $(LIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(ALL_LIBS) $(LIBS)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(UNIT_SUPPORT_OBJ) $(LIBKVIX)
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(UNIT_SUPPORT_OBJ) $(ALL_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(UNIT_SUPPORT_OBJ) $(LIBKVIX) $(LIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(UNIT_SUPPORT_OBJ) $(ALL_LIBS) $(LIBS)
 
-$(FAILALLOC): $(KVINDEX_OBJ) $(BUILD)/obj/tests/failalloc/failalloc.o $(CLI_OBJ) $(LIBKVIX)
+$(FAILALLOC): $(KVINDEX_OBJ) $(BUILD)/obj/tests/failalloc/failalloc.o $(ALL_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc -o $@ \
-	    $(KVINDEX_OBJ) $(BUILD)/obj/tests/failalloc/failalloc.o $(CLI_OBJ) \
-	    $(LIBKVIX) $(LIBS)
+	    $(KVINDEX_OBJ) $(BUILD)/obj/tests/failalloc/failalloc.o $(ALL_LIBS) $(LIBS)
 
-# benches parse their numbers with the tools' checked parsers (cmd/cli.h)
-$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(CLI_OBJ) $(LIBKVIX)
+# benches parse their numbers with the tools' checked parsers (cmd/tools/cli.h)
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(ALL_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_LDFLAGS) -o $@ $< $(CLI_OBJ) $(LIBKVIX) $(LIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(ALL_LIBS) $(LIBS)
 
-$(BUILD)/bench/kvbench: $(BUILD)/obj/bench/kvbench.o $(KVBENCH_PART_OBJ) $(CLI_OBJ) $(LIBKVIX)
+$(BUILD)/bench/kvbench: $(BUILD)/obj/bench/kvbench.o $(KVBENCH_PART_OBJ) $(ALL_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(LIBKVIX) $(LIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(ALL_LIBS) $(LIBS)
 
 deps:
 	@sh .ci/deps
@@ -154,16 +197,23 @@ install: all shared
 	install -m 644 $(wildcard man/*.1) $(DESTDIR)$(MANDIR)/man1
 	install -m 644 $(wildcard man/*.5) $(DESTDIR)$(MANDIR)/man5
 	$(if $(wildcard man/*.7),install -m 644 $(wildcard man/*.7) $(DESTDIR)$(MANDIR)/man7)
-	install -m 644 $(LIBKVIX) $(DESTDIR)$(LIBDIR)
-	install -m 755 $(LIBKVIX_SO) $(DESTDIR)$(LIBDIR)
+	install -m 644 $(LIBKVIX) $(LIBKVIX_NET) $(DESTDIR)$(LIBDIR)
+	install -m 755 $(LIBKVIX_SO) $(LIBKVIX_NET_SO) $(DESTDIR)$(LIBDIR)
 	ln -sf libkvix.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libkvix.so
+	ln -sf libkvix-net.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(NET_SONAME)
+	ln -sf $(NET_SONAME) $(DESTDIR)$(LIBDIR)/libkvix-net.so
 	install -m 644 $(wildcard include/kvix/*.h) $(DESTDIR)$(INCLUDEDIR)/kvix
 	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCLUDEDIR)' '' \
 	    'Name: kvix' 'Description: global KV-cache block index: hashing, events, index, snapshots' \
-	    'Version: $(VERSION)' 'Requires.private: $(PKG_REQUIRES)' \
+	    'Version: $(VERSION)' 'Requires.private: $(KVIX_PKGS)' \
 	    'Libs: -L$${libdir} -lkvix' 'Libs.private: -pthread -lm' 'Cflags: -I$${includedir}' \
 	    >$(DESTDIR)$(PKGCONFIGDIR)/kvix.pc
+	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCLUDEDIR)' '' \
+	    'Name: kvix-net' 'Description: kvix on the network: engine subscriber and publisher, NATS, peers, HTTP service' \
+	    'Version: $(VERSION)' 'Requires: kvix = $(VERSION)' 'Requires.private: $(NET_PKGS)' \
+	    'Libs: -L$${libdir} -lkvix-net' 'Cflags: -I$${includedir}' \
+	    >$(DESTDIR)$(PKGCONFIGDIR)/kvix-net.pc
 	for f in completions/*.bash; do [ -e "$$f" ] || continue; \
 	    install -m 644 $$f $(DESTDIR)$(BASHCOMPDIR)/$$(basename $$f .bash); done
 	for f in completions/_*; do [ -e "$$f" ] || continue; \
@@ -178,6 +228,9 @@ uninstall:
 	rm -f $(patsubst man/%,$(DESTDIR)$(MANDIR)/man7/%,$(wildcard man/*.7))
 	rm -f $(DESTDIR)$(LIBDIR)/libkvix.a $(DESTDIR)$(LIBDIR)/libkvix.so.$(VERSION) \
 	    $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libkvix.so $(DESTDIR)$(PKGCONFIGDIR)/kvix.pc
+	rm -f $(DESTDIR)$(LIBDIR)/libkvix-net.a $(DESTDIR)$(LIBDIR)/libkvix-net.so.$(VERSION) \
+	    $(DESTDIR)$(LIBDIR)/$(NET_SONAME) $(DESTDIR)$(LIBDIR)/libkvix-net.so \
+	    $(DESTDIR)$(PKGCONFIGDIR)/kvix-net.pc
 	rm -f $(patsubst include/kvix/%,$(DESTDIR)$(INCLUDEDIR)/kvix/%,$(wildcard include/kvix/*.h))
 	rm -f $(patsubst completions/%.bash,$(DESTDIR)$(BASHCOMPDIR)/%,$(wildcard completions/*.bash))
 	rm -f $(patsubst completions/%,$(DESTDIR)$(ZSHCOMPDIR)/%,$(wildcard completions/_*))

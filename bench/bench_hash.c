@@ -12,7 +12,7 @@
 #include <time.h>
 #include <xxhash.h>
 
-#include "../cmd/cli.h"
+#include "cli.h"
 #include "kvix/hash.h"
 
 static double now(void)

@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../cmd/cli.h"
+#include "cli.h"
 #include "index_int.h"
 #include "kvix/hash.h"
 #include "kvix/index.h"

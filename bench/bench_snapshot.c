@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../cmd/cli.h"
+#include "cli.h"
 #include "kvix/snapshot.h"
 #include "../tests/unit/snapshot_gen.h"
 

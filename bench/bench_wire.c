@@ -17,7 +17,7 @@
 #include <time.h>
 #include <zmq.h>
 
-#include "../cmd/cli.h"
+#include "cli.h"
 #include "kvix/buf.h"
 #include "kvix/event.h"
 #include "kvix/stream.h"

@@ -51,7 +51,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
-#include "../cmd/cli.h"
+#include "cli.h"
 #include "kvbench.h"
 
 const char *const rule_names[RULE_COUNT] = {"exact", "timestamp"};

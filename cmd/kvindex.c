@@ -25,8 +25,8 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "kvix/follow.h"
-#include "kvix/ingest.h"
+#include "follow.h"
+#include "ingest.h"
 #include "kvix/natslog.h"
 #include "kvix/peers.h"
 #include "kvix/service.h"

@@ -25,7 +25,7 @@
 
 #include "cli.h"
 #include "kvix/enginepub.h"
-#include "kvix/player.h"
+#include "player.h"
 
 enum {
     O_FAST = 0x100, O_SINCE, O_UNTIL, O_SINCE_EID, O_UNTIL_EID, O_NO_QUERIES, O_STRICT,

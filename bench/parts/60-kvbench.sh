@@ -89,7 +89,7 @@ if command -v valgrind >/dev/null 2>&1 && command -v callgrind_annotate >/dev/nu
             -b "$b" -q "$log" >/dev/null 2>"$tmp/cg.$b.err" || continue
         ir=$(callgrind_annotate "$tmp/cg.$b" | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
         # Self cost of the front end's answer assembly: every function of
-        # lib/index_query.c (hits to scores, the sorts, inlined there) and the
+        # lib/index/index_query.c (hits to scores, the sorts, inlined there) and the
         # front end's inline helpers inlined into it; the backend's search is
         # called through its ops, so it is not counted.
         srt=$(callgrind_annotate --auto=no --threshold=100 "$tmp/cg.$b" |
@@ -168,7 +168,7 @@ VM, every answer checked.
 
 **Instructions** (callgrind: the same count on a loaded or an idle machine), one cold
 replay, exact rule, 1x1, creating and freeing the index included. "Answers" is the self
-cost of the index front end's answer assembly, \`lib/index_query.c\` (turning the
+cost of the index front end's answer assembly, \`lib/index/index_query.c\` (turning the
 backend's hits into scores and sorting them, the sorts inlined), not the backend's search:
 
 | backend | instructions per replay | per block-op | answers | per block-op without them |

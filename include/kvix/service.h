@@ -50,10 +50,13 @@ typedef struct kvix_service_opts {
      * borrowed (static strings). */
     const char *const *reject_reasons;
     size_t nreasons;
-    /* Borrowed, optional: the engine subscriptions behind POST /register,
+    /* Borrowed, optional: the engine subscriber behind POST /register,
      * POST /unregister and GET /workers (without: those answer 503), and
-     * their counters in /metrics. */
-    struct kvix_enginefeed *feed;
+     * its counters in /metrics; sub_cfg, the defaults of its specs (model,
+     * tenant, block size), is required with it. Whoever drives the
+     * subscriber (a tool's feed) applies what it delivers. */
+    struct kvix_enginesub *sub;
+    const struct kvix_enginesub_config *sub_cfg;
     /* The peer set behind /register_peer, /deregister_peer and /peers;
      * borrowed, must outlive the service. NULL: the service keeps its own. */
     struct kvix_peers *peers;

@@ -1,4 +1,4 @@
-# The one exit-code table: kvhash's codes, the table in cmd/cli.h, README.md
+# The one exit-code table: kvhash's codes, the table in cmd/tools/cli.h, README.md
 # and every man page's EXIT STATUS section agree; --help and --version exit 0
 # and an unknown option exits 2 for every tool.
 # shellcheck shell=bash
@@ -57,10 +57,10 @@ man_table() {
         END { flush() }' "$1" | sed -e 's/\\f[BIRP]//g' -e 's/\\-/-/g' -e 's/\\(aq/'"'"'/g'
 }
 
-begin "cmd/cli.h, README.md and --help list the same exit codes"
+begin "cmd/tools/cli.h, README.md and --help list the same exit codes"
 readme_table >readme
 [ "$(wc -l <readme)" -ge 7 ] || fail "README exit-status table not found"
-sed -nE 's/^ *KVIX_EXIT_[A-Z]+ = ([0-9]+),.*/\1/p' "$ROOT/cmd/cli.h" >header
+sed -nE 's/^ *KVIX_EXIT_[A-Z]+ = ([0-9]+),.*/\1/p' "$ROOT/cmd/tools/cli.h" >header
 assert_eq "$(tr '\n' ' ' <header)" "$(cut -d' ' -f1 readme | tr '\n' ' ')" "codes in cli.h and README"
 # kvindex can return every code
 kvindex --help >help

@@ -1,5 +1,6 @@
-# `make install` gives users a library to link (static and shared, headers,
-# kvix.pc), and a second make finds every tool up to date.
+# `make install` gives users two libraries to link (libkvix: what a router
+# embeds; libkvix-net: the network layer), static and shared, with headers,
+# kvix.pc and kvix-net.pc; and a second make finds every tool up to date.
 # shellcheck shell=bash
 . "$(dirname "$0")/lib.sh"
 
@@ -28,17 +29,25 @@ run make --no-print-directory -s -C "$ROOT" "${fresh[@]}" -n "$T/b/bin/kvhash"
 assert_eq "$(cat out)" "" "make -n after make"
 end
 
-begin "make install puts libkvix, its headers, kvix.pc and the section 7 pages in DESTDIR"
+begin "make install puts libkvix, libkvix-net, their headers, .pc files and the section 7 pages in DESTDIR"
 run mk install DESTDIR="$T/root" PREFIX=/usr
 expect_rc 0
 lib=$T/root/usr/lib
-for f in libkvix.a libkvix.so.0.1.0 pkgconfig/kvix.pc; do
+for f in libkvix.a libkvix.so.0.1.0 pkgconfig/kvix.pc \
+    libkvix-net.a libkvix-net.so.0.1.0 pkgconfig/kvix-net.pc; do
     [ -f "$lib/$f" ] || fail "no $f installed"
 done
 assert_eq "$(readlink "$lib/libkvix.so.0")" libkvix.so.0.1.0 "soname link"
 assert_eq "$(readlink "$lib/libkvix.so")" libkvix.so.0 "development link"
+assert_eq "$(readlink "$lib/libkvix-net.so.0")" libkvix-net.so.0.1.0 "net soname link"
+assert_eq "$(readlink "$lib/libkvix-net.so")" libkvix-net.so.0 "net development link"
 readelf -d "$lib/libkvix.so.0.1.0" >dyn
 assert_grep 'SONAME.*\[libkvix\.so\.0\]' dyn
+# what a router embeds needs none of the network libraries
+assert_no_grep 'NEEDED.*(zmq|nats|microhttpd|curl)' dyn
+readelf -d "$lib/libkvix-net.so.0.1.0" >dyn_net
+assert_grep 'SONAME.*\[libkvix-net\.so\.0\]' dyn_net
+assert_grep 'NEEDED.*\[libkvix\.so\.0\]' dyn_net
 for h in "$ROOT"/include/kvix/*.h; do
     cmp -s "$h" "$T/root/usr/include/kvix/$(basename "$h")" || fail "header $(basename "$h") not installed"
 done
@@ -47,20 +56,26 @@ for p in "$ROOT"/man/*.[157]; do
     [ -f "$T/root/usr/share/man/man$s/$(basename "$p")" ] || fail "$(basename "$p") not installed"
 done
 ls "$ROOT"/man/*.7 >/dev/null 2>&1 || fail "no section 7 page in man/"
-# the shared library exports exactly the functions the installed headers
-# declare: no dependency's symbol, no private kvix_ helper (hash maps, rcu,
-# index internals: lib/*_int.h)
-nm -D --defined-only "$lib/libkvix.so.0.1.0" | awk '$2 ~ /[TDBR]/ { print $3 }' | sort -u >syms
+# the shared libraries export exactly the functions the installed headers
+# declare, each once: no dependency's symbol, no private kvix_ helper (hash
+# maps, rcu, index internals: lib/*/*_int.h)
+exports() { nm -D --defined-only "$1" | awk '$2 ~ /[TDBR]/ { print $3 }' | sort -u; }
+exports "$lib/libkvix.so.0.1.0" >syms_kvix
+exports "$lib/libkvix-net.so.0.1.0" >syms_net
+sort syms_kvix syms_net >syms
 sed -nE 's/^[A-Za-z_][A-Za-z0-9_ ]*[ *](kvix_[a-z0-9_]+)\(.*/\1/p' "$T"/root/usr/include/kvix/*.h |
     sort -u >declared
-assert_grep '^kvix_index_new$' syms
+assert_grep '^kvix_index_new$' syms_kvix
+assert_grep '^kvix_service_new$' syms_net
 assert_no_grep '^[^k]' syms
 assert_no_grep '^kvix_((hmap|rcu|ix|sj|mp|mpb|qhits)_|backend_(positional|radix|reference))' syms
+uniq -d syms >twice
+[ -s twice ] && fail "exported by both libraries: $(head -5 twice | tr '\n' ' ')"
 comm -23 syms declared >undeclared
 [ -s undeclared ] && fail "exported but in no installed header: $(head -5 undeclared | tr '\n' ' ')"
 comm -13 syms declared >unexported
 [ -s unexported ] && fail "declared but not exported: $(head -5 unexported | tr '\n' ' ')"
-[ "$(wc -l <syms)" -gt 100 ] || fail "only $(wc -l <syms) symbols exported"
+[ "$(wc -l <syms_kvix)" -gt 100 ] || fail "only $(wc -l <syms_kvix) symbols exported by libkvix"
 end
 
 begin "a program builds against the installed copy with pkg-config --cflags --libs kvix"
@@ -72,7 +87,9 @@ assert_eq "$(cat out)" 0.1.0 "kvix.pc version"
 flags=$(pkg-config --cflags --libs kvix) || fail "pkg-config --cflags --libs kvix failed"
 # shellcheck disable=SC2086
 cc $sanflags -o embed "$ROOT/tests/fixtures/lib/embed.c" $flags 2>cc.err || { fail "shared build failed"; cat cc.err; }
-readelf -d embed | grep -q 'NEEDED.*\[libkvix\.so\.0\]' || fail "embed does not need libkvix.so.0"
+readelf -d embed >dyn
+grep -q 'NEEDED.*\[libkvix\.so\.0\]' dyn || fail "embed does not need libkvix.so.0"
+grep -qE 'NEEDED.*(kvix-net|zmq|nats|microhttpd|curl)' dyn && fail "embed needs a network library"
 LD_LIBRARY_PATH=$T/root/usr/lib run ./embed
 expect_rc 0
 assert_eq "$(cat out)" '{"id":"q1","blocks":3,"scores":[{"worker":7,"dp":0,"blocks":2,"tokens":4,"tiers":{"gpu":2}}]}' "answer (shared)"

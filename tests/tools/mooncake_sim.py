@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""Independent simulation of kvreplay --mooncake, for cross-checking lib/mooncake.c.
+"""Independent simulation of kvreplay --mooncake, for cross-checking cmd/tools/mooncake.c.
 
-Written from the documented rules (include/kvix/mooncake.h), not from the C code:
+Written from the documented rules (cmd/tools/mooncake.h), not from the C code:
 workers with LRU-of-leaves prefix caches, splitmix64 routing, whole blocks only.
 
   mooncake_sim.py sim TRACE --workers N --capacity C --route random|best --seed S [--limit N]

@@ -435,7 +435,7 @@ static inline void bc_scenario_collision(const kvix_backend_ops *ops, unsigned j
  * middle ones too), stray adds of blocks whose parent the slot lacks, tiers,
  * and slots appearing over time past 64 and 128; every few steps a query is
  * checked against the model. Slots spread by mul and mask (bc_spread; mask
- * 0: none), so that sets take every form (lib/hset_int.h). */
+ * 0: none), so that sets take every form (lib/core/hset_int.h). */
 static inline void bc_scenario_random_spread(const kvix_backend_ops *ops, unsigned jump,
                                              int binsearch, uint64_t seed, int steps,
                                              uint32_t mul, uint32_t mask)

@@ -14,7 +14,7 @@
 #include <zmq.h>
 
 #include "harness.h"
-#include "kvix/enginefeed.h"
+#include "enginefeed.h"
 #include "kvix/enginepub.h"
 #include "kvix/hash.h"
 #include "kvix/index.h"

@@ -2,7 +2,7 @@
  * relative bounds anchored at the first ts, records without ts judged by the
  * ts before them, and the worker filters' hits. */
 #include "harness.h"
-#include "kvix/filter.h"
+#include "filter.h"
 
 static kvix_event rec(int type, uint64_t worker, uint32_t dp, int has_eid, uint64_t eid,
                       int has_ts, double ts)

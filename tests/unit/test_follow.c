@@ -18,9 +18,9 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "kvix/follow.h"
+#include "follow.h"
 #include "kvix/index.h"
-#include "kvix/ingest.h"
+#include "ingest.h"
 #include "kvix/natslog.h"
 
 extern char **environ;

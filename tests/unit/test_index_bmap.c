@@ -1,4 +1,4 @@
-/* lib/index_bmap.c, the front end's keyless blocks map: randomized against
+/* lib/index/index_bmap.c, the front end's keyless blocks map: randomized against
  * a plain array, with handles and with node numbers, keys whose homes
  * crowd into a few slots (long probes through tombstones), a full cache
  * that evicts as it stores (tombstones reused and cleaned, the table never

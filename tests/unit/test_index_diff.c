@@ -3,7 +3,7 @@
  * aliases, re-stores, moves, unknown parents, wrong block sizes), removes
  * (with unknown hashes, per tier), clears, worker removals and queries, on
  * every backend, each answer compared exactly with a brute-force model
- * written here independently of lib/index.c; foreach, stats and totals
+ * written here independently of lib/index/index.c; foreach, stats and totals
  * compared periodically. */
 #include <stdio.h>
 #include <stdlib.h>

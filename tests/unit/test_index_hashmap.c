@@ -1,4 +1,4 @@
-/* lib/hashmap.c, the per-worker map of the index: randomized against a
+/* lib/core/hashmap.c, the per-worker map of the index: randomized against a
  * plain array, with keys that collide in the low bits, key 0, one- and
  * two-word keys, growth, shrinking and backward-shift deletion. */
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* lib/hset_int.h, a block's holder set: randomized against a plain array of
+/* lib/core/hset_int.h, a block's holder set: randomized against a plain array of
  * flags, with holders spread over thousands of slots so the set goes
  * through every form (inline ids, sorted array, bitset) and back, grows its
  * span down and up, and is emptied and refilled; tiers in every form; slot 0
@@ -30,7 +30,7 @@ static uint64_t s;
 static uint64_t rnd(void) { return th_splitmix(&s); }
 
 static uint8_t model[NS][KVIX_MEDIUM_COUNT];
-static uint32_t out[KVIX_SLOTS_MAX], cand[2 * NS], tmp[2 * NS];
+static uint32_t out[KVIX_HSET_IDS], cand[2 * NS], tmp[2 * NS];
 /* slot of model entry x: x * mul + off, below 2^16 (mul odd and small
  * enough: distinct slots) */
 static uint32_t off, mul = 1;
@@ -75,11 +75,11 @@ static int form(void)
 /* The model entry of slot s, or NS. */
 static uint32_t entry_of(uint32_t sl)
 {
-    static uint32_t inv[KVIX_SLOTS_MAX];
+    static uint32_t inv[KVIX_HSET_IDS];
     static uint32_t inv_mul, inv_off;
     static int made;
     if (!made || inv_mul != mul || inv_off != off) {
-        for (uint32_t i = 0; i < KVIX_SLOTS_MAX; i++)
+        for (uint32_t i = 0; i < KVIX_HSET_IDS; i++)
             inv[i] = NS;
         for (uint32_t x = 0; x < NS; x++)
             inv[slot_of(x)] = x;
@@ -129,7 +129,7 @@ static int split_ok(kvix_hview v, uint64_t **marks, uint32_t want, int sorted)
         ok = 0;
     if (marks && *marks) /* scratch: what it holds before a split does not matter */
         for (uint32_t i = 0; i < 8; i++)
-            (*marks)[rnd() % (KVIX_SLOTS_MAX / 64)] = rnd();
+            (*marks)[rnd() % (KVIX_HSET_IDS / 64)] = rnd();
     return ok;
 }
 
@@ -286,13 +286,13 @@ TEST(hset_fleet_grows)
 TEST(hset_last_slot)
 {
     start();
-    off = KVIX_SLOTS_MAX - NS;
+    off = KVIX_HSET_IDS - NS;
     run(NS - 3, 3, 1, 2000);
     run(NS - 6, 6, 0, 2000);
     run(NS - 40, 40, 1, 5000);
     finish();
     start();
-    off = KVIX_SLOTS_MAX - NS;
+    off = KVIX_HSET_IDS - NS;
     CHECK(add(NS - 1, KVIX_MEDIUM_GPU));
     CHECK(form() == F_ARR && check());
     CHECK(add(NS - 2, KVIX_MEDIUM_GPU) && form() == F_ARR && check());

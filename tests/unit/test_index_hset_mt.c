@@ -1,4 +1,4 @@
-/* lib/hset_int.h under a writer and lock-free readers: one set pushed
+/* lib/core/hset_int.h under a writer and lock-free readers: one set pushed
  * through every form and back, its deletes sometimes without memory (an
  * array's entries then marked gone in place), while readers list and split
  * it inside read-side sections: each holder listed once, every split a
@@ -69,15 +69,15 @@ static void *writer(void *arg)
 static void *reader(void *arg)
 {
     (void)arg;
-    uint32_t *out = malloc(KVIX_SLOTS_MAX * sizeof *out), *cand = malloc(NSLOT * sizeof *cand);
+    uint32_t *out = malloc(KVIX_HSET_IDS * sizeof *out), *cand = malloc(NSLOT * sizeof *cand);
     uint32_t *tmp = malloc(NSLOT * sizeof *tmp);
-    uint8_t *seen = calloc(KVIX_SLOTS_MAX, 1);
+    uint8_t *seen = calloc(KVIX_HSET_IDS, 1);
     uint64_t *marks = NULL, rng = 7;
     long n = 0;
     while (!atomic_load(&done) || n < 10) {
         kvix_rcu_lock();
         kvix_hview v = kvix_hs_view(&h);
-        uint32_t m = kvix_hv_room(v) <= KVIX_SLOTS_MAX ? kvix_hv_list(v, out) : 0;
+        uint32_t m = kvix_hv_room(v) <= KVIX_HSET_IDS ? kvix_hv_list(v, out) : 0;
         int ok = 1;
         for (uint32_t i = 0; i < m; i++) {
             if (out[i] % MUL || out[i] / MUL >= NSLOT || seen[out[i]])

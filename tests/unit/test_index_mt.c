@@ -617,7 +617,7 @@ TEST(registration_races_queries)
     }
 }
 
-/* One prompt's holder sets pushed through every form and back (lib/hset_int.h:
+/* One prompt's holder sets pushed through every form and back (lib/core/hset_int.h:
  * a few holders inline, an array, a bitset past 40 of these 601 slots, with
  * tiers or not) by two threads storing and removing it for their workers,
  * again and again, while two threads query it: every answer sorted, each

@@ -1,6 +1,6 @@
 /* Answer order while workers come and go on other threads: queries file
  * their hits by slot ranks that registrations (and queries themselves)
- * rewrite meanwhile (lib/index_part.c). Two writers register and remove
+ * rewrite meanwhile (lib/index/index_part.c). Two writers register and remove
  * workers with random 63-bit ids, never the same id twice; two readers
  * query a chain that 200 kept workers hold and check every answer: sorted
  * strictly (blocks descending, then worker, then dp), every kept worker

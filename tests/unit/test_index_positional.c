@@ -47,7 +47,7 @@ TEST(positional_reclaim)
 }
 
 /* A slab past its first chunks carves them from huge-page regions
- * (lib/index_pos_store.c): 3,600 chains of 50 blocks (180,000 nodes) reach
+ * (lib/index/backends/index_pos_store.c): 3,600 chains of 50 blocks (180,000 nodes) reach
  * the second region; every chain is found whole, the slab goes back to
  * nothing when the last node does, and is carved again the same way. */
 TEST(positional_slab_regions)

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "kvix/ingest.h"
+#include "ingest.h"
 #include "kvix/snapshot.h"
 #include "kvix/stream.h"
 

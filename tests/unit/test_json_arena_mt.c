@@ -1,4 +1,4 @@
-/* The per-thread arena behind jansson's allocator (lib/json_arena_int.h):
+/* The per-thread arena behind jansson's allocator (lib/codec/json_arena_int.h):
  * windows drop their values at once, nest, pass every other pointer to
  * free, and leave other threads' jansson values alone. */
 #include <jansson.h>

@@ -11,7 +11,7 @@
 
 #include "harness.h"
 #include "kvix/hash.h"
-#include "kvix/mooncake.h"
+#include "mooncake.h"
 
 TEST(splitmix64_reference)
 {

@@ -12,8 +12,8 @@
 #include <zstd.h>
 
 #include "harness.h"
-#include "kvix/logio.h"
-#include "kvix/mooncake.h"
+#include "logio.h"
+#include "mooncake.h"
 
 static unsigned char *sample(size_t n)
 {

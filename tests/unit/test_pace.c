@@ -1,7 +1,7 @@
 /* kvix_pace: when each record of a replay is due, on a clock the test moves
  * by hand (no sleeping, no reading the time). */
 #include "harness.h"
-#include "kvix/pace.h"
+#include "pace.h"
 
 /* a is evaluated once: kvix_pace_wait moves the clock. */
 static int near(double a, double b)

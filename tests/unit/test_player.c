@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "kvix/player.h"
+#include "player.h"
 
 typedef struct heard {
     int n[KVIX_PLAYER_BAD_REQUEST + 1];

@@ -11,7 +11,7 @@
 
 #include "harness.h"
 #include "kvix/enginesub.h"
-#include "kvix/pubset.h"
+#include "pubset.h"
 #include "kvix/wire.h"
 
 static kvix_pubset *make(const char *pub, const char *replay, const char *map, kvix_err *err)

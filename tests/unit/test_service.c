@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "kvix/enginefeed.h"
+#include "enginefeed.h"
 #include "kvix/service.h"
 #include "kvix/snapshot.h"
 #include "kvix/stream.h"
@@ -204,7 +204,8 @@ TEST(register_unregister_workers)
     kvix_err e;
     CHECK(kvix_enginefeed_new(&f, NULL, &fo, &e) == 0);
     kvix_service *s = NULL;
-    kvix_service_opts so = {.idx = idx, .feed = f};
+    kvix_service_opts so = {.idx = idx, .sub = kvix_enginefeed_sub(f),
+                           .sub_cfg = kvix_enginefeed_config(f)};
     CHECK(kvix_service_new(&s, &so, &e) == 0);
     kvix_service_response r;
     kvix_service_response_init(&r);

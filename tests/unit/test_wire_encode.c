@@ -174,7 +174,7 @@ TEST(rejects_what_engines_cannot_send)
 }
 
 /* Encode random batches in both styles and decode them with kvix_wire_decode
- * (lib/wire_decode.c, written independently): the events come back. */
+ * (lib/codec/wire_decode.c, written independently): the events come back. */
 typedef struct got {
     kvix_event ev[8];
     size_t n;

@@ -1,0 +1,640 @@
+/* The index front end: partitions, per-(worker, dp) state and engine-hash
+ * bookkeeping, canonical hashing, queries, and the writer pool. Backends
+ * (lib/index/index_int.h) hold the shared query-side structure. This file: block
+ * bookkeeping, events and the index's lifecycle; the others are listed in
+ * lib/index/index_front_int.h.
+ *
+ * Concurrency design: lib/index/index_front_int.h (lock-free readers; (worker,
+ * dp) states and slots reclaimed after a grace period).
+ *
+ * Block bookkeeping per (worker, dp): lib/index/index_front_int.h. In short, a
+ * (worker, dp) keeps engine hash -> backend node handle | tier mask, and the
+ * block's hashes are read from the node, kept there once for all holders. */
+#include "kvix/index.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "index_front_int.h"
+
+/* ---- block bookkeeping ------------------------------------------------ */
+
+wside *kvix_ix_ws_side(wstate *w)
+{
+    if (!w->side && (w->side = malloc(sizeof *w->side))) {
+        kvix_hmap_init(&w->side->pexc, 1, sizeof(uint64_t));
+        kvix_hmap_init(&w->side->extra, 2, sizeof(cref));
+    }
+    return w->side;
+}
+
+void kvix_ix_ws_side_free(wstate *w)
+{
+    if (w->side) {
+        kvix_hmap_release(&w->side->pexc);
+        kvix_hmap_release(&w->side->extra);
+        free(w->side);
+        w->side = NULL;
+    }
+}
+
+/* The block was held in that tier already: count its second engine hash. */
+static int tier_ref_more(wstate *w, const kvix_binfo *b, unsigned tier, kvix_err *err)
+{
+    uint64_t key[2] = {b->pos, b->canon};
+    int inserted;
+    wside *sd = kvix_ix_ws_side(w);
+    cref *c = sd ? kvix_hmap_put(&sd->extra, key, &inserted) : NULL;
+    if (!c)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block");
+    if (c->n[tier] == CREF_MAX - 1)
+        return kvix_err_set(err, KVIX_ELIMIT,
+                            "more than %u engine hashes for one block of worker %" PRIu64,
+                            CREF_MAX, w->worker);
+    c->n[tier]++;
+    return KVIX_OK;
+}
+
+/* The backend says whether the slot already held the block in a tier, so
+ * only a second engine hash of the same block costs an entry here. */
+static inline int tier_ref(wstate *w, kvix_binfo *b, unsigned tier, void **node, kvix_err *err)
+{
+    struct part *p = w->p;
+    int rc = p->ops->add(part_be(p), b, w->slot, tier, node, err);
+    return rc <= 0 ? rc /* new in the backend, or an error */ : tier_ref_more(w, b, tier, err);
+}
+
+static int cref_empty(const cref *c)
+{
+    for (unsigned t = 0; t < KVIX_MEDIUM_COUNT; t++)
+        if (c->n[t])
+            return 0;
+    return 1;
+}
+
+/* Whether another engine hash of w holds node's block in tier: if so, one
+ * fewer does now (w has an extra map). */
+static int tier_unref_more(wstate *w, void *node, unsigned tier)
+{
+    struct part *p = w->p;
+    kvix_binfo b;
+    p->ops->info(part_be(p), node, &b);
+    uint64_t key[2] = {b.pos, b.canon};
+    cref *c = kvix_hmap_get(&w->side->extra, key);
+    if (!c || !c->n[tier])
+        return 0;
+    if (--c->n[tier] == 0 && cref_empty(c))
+        kvix_hmap_del(&w->side->extra, key);
+    return 1;
+}
+
+/* node leaves tier: the backend hears of it when no other engine hash of
+ * this (worker, dp) holds the block in that tier. */
+static inline void tier_unref(wstate *w, void *node, unsigned tier)
+{
+    struct part *p = w->p;
+    if (w->side && kvix_hmap_size(&w->side->extra) && tier_unref_more(w, node, tier))
+        return;
+    p->ops->del(part_be(p), node, w->slot, tier);
+}
+
+static void untier_all(wstate *w, bent e)
+{
+    for (unsigned t = 0; t < KVIX_MEDIUM_COUNT; t++)
+        if (bent_tiers(e) & (1u << t))
+            tier_unref(w, bent_node(e), t);
+}
+
+/* The parent engine hash of engine (held at a node of info b). */
+uint64_t kvix_ix_parent_engine(const wstate *w, uint64_t engine, const kvix_binfo *b)
+{
+    if (b->pos && w->side && kvix_hmap_size(&w->side->pexc)) {
+        const uint64_t *x = kvix_hmap_get(&w->side->pexc, &engine);
+        if (x)
+            return *x;
+    }
+    return b->parent_engine;
+}
+
+static int note_parent_other(wstate *w, uint64_t engine, uint64_t parent, kvix_err *err);
+
+/* Record engine's parent engine hash where the node's hint is not it. */
+static inline int note_parent(wstate *w, uint64_t engine, uint64_t parent, uint64_t hint,
+                              kvix_err *err)
+{
+    if (hint != parent)
+        return note_parent_other(w, engine, parent, err);
+    if (w->side && kvix_hmap_size(&w->side->pexc))
+        kvix_hmap_del(&w->side->pexc, &engine);
+    return KVIX_OK;
+}
+
+static int note_parent_other(wstate *w, uint64_t engine, uint64_t parent, kvix_err *err)
+{
+    int inserted;
+    wside *sd = kvix_ix_ws_side(w);
+    uint64_t *x = sd ? kvix_hmap_put(&sd->pexc, &engine, &inserted) : NULL;
+    if (!x)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block");
+    *x = parent;
+    return KVIX_OK;
+}
+
+/* Drop engine's entry (its node still valid: before the backend hears). */
+static void forget_hash(wstate *w, uint64_t engine)
+{
+    kvix_ix_bm_del(&w->blocks, engine);
+    if (w->side && kvix_hmap_size(&w->side->pexc))
+        kvix_hmap_del(&w->side->pexc, &engine);
+}
+
+/* w holds engine at (pos, canon) in tier. An engine hash names one block per
+ * worker: a store of a held hash at another place moves it there. Inlined in
+ * the stored event's loop (eleven arguments a block). */
+static inline __attribute__((always_inline)) int
+store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t canon,
+            uint64_t parent, uint64_t pcanon, unsigned tier, kvix_ix_chain *chain,
+            kvix_apply_result *r, kvix_err *err)
+{
+    const kvix_backend_ops *ops = w->p->ops;
+    kvix_binfo b = {.pos = pos,
+                    .local = local,
+                    .canon = canon,
+                    .parent_canon = pos ? pcanon : 0,
+                    .parent_engine = pos ? parent : 0,
+                    .engine = engine,
+                    .parent_node = pos && chain ? chain->node : NULL,
+                    .parent_num = pos && chain ? chain->num : 0};
+    int rc;
+    void *node;
+    size_t at;
+    bent e = kvix_ix_bm_get(&w->blocks, engine, &at);
+    if (e) {
+        kvix_binfo o;
+        ops->info(part_be(w->p), bent_node(e), &o);
+        if (o.pos == pos && o.canon == canon) { /* the same block: the canon says it */
+            if (chain)
+                *chain = (kvix_ix_chain){bent_node(e), kvix_ix_bm_num(&w->blocks, at)};
+            if (bent_tiers(e) & (1u << tier)) {
+                r->duplicate++;
+                return KVIX_OK;
+            }
+            if ((rc = tier_ref(w, &b, tier, &node, err)))
+                return rc;
+            /* at still names it: no change to w->blocks since */
+            kvix_ix_bm_set(&w->blocks, at, engine, e | 1u << tier);
+            r->stored++;
+            return KVIX_OK;
+        }
+        bent old = e;
+        forget_hash(w, engine); /* while the old node is valid */
+        untier_all(w, old);
+        b.parent_node = NULL; /* the old node may have been the parent's, now let go */
+        at = (size_t)-1;      /* the map changed: no place to add at */
+    }
+    if (chain)
+        chain->node = NULL;
+    if ((rc = tier_ref(w, &b, tier, &node, err)))
+        return rc;
+    if ((uintptr_t)node & BENT_TIERS) /* backends align their nodes: never met */
+        rc = kvix_err_set(err, KVIX_ESYS, "misaligned index node");
+    else if (!(rc = note_parent(w, engine, pos ? parent : 0, b.parent_engine,
+                                err)) &&
+             kvix_ix_bm_add_at(&w->blocks, at, engine, (bent)(uintptr_t)node | (1u << tier), b.num))
+        rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block");
+    if (rc) {
+        if (w->side && kvix_hmap_size(&w->side->pexc))
+            kvix_hmap_del(&w->side->pexc, &engine);
+        tier_unref(w, node, tier);
+        return rc;
+    }
+    if (chain)
+        *chain = (kvix_ix_chain){node, b.num};
+    r->stored++;
+    return KVIX_OK;
+}
+
+int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t canon,
+                       uint64_t parent, uint64_t pcanon, unsigned tier, kvix_ix_chain *chain,
+                       kvix_apply_result *r, kvix_err *err)
+{
+    return store_block(w, engine, pos, local, canon, parent, pcanon, tier, chain, r, err);
+}
+
+/* engine leaves tier in w's map: its node, which the backend is still to
+ * hear about (tier_unref), or NULL when w did not hold it there. */
+static void *forget_tier(wstate *w, uint64_t engine, unsigned tier, kvix_apply_result *r)
+{
+    size_t at;
+    bent v = kvix_ix_bm_get(&w->blocks, engine, &at);
+    if (!v || !(bent_tiers(v) & (1u << tier))) {
+        r->unknown++;
+        return NULL;
+    }
+    if (bent_tiers(v) == (1u << tier)) { /* forget it first: the backend may free the node */
+        kvix_ix_bm_del_at(&w->blocks, at, engine);
+        if (w->side && kvix_hmap_size(&w->side->pexc))
+            kvix_hmap_del(&w->side->pexc, &engine);
+    } else
+        kvix_ix_bm_set(&w->blocks, at, engine, v & ~(bent)(1u << tier));
+    r->removed++;
+    return bent_node(v);
+}
+
+/* A removed event's hashes are taken REMOVE_BATCH at a time, in passes,
+ * so that in an index larger than the caches the loads of one pass overlap
+ * instead of missing one after another (a worker whose cache is full
+ * evicts about a block for each block it stores): their blocks-map slots
+ * are asked for; then (the slots loaded) the nodes their lookups read; then
+ * the entries are dropped (each node stays valid: the slot holds it in the
+ * backend until its del); then what the backend's dels will read is asked
+ * for (the nodes loaded); then the backend hears. Each of the two sees its
+ * changes in the hashes' order, the map's for a batch before the backend's,
+ * as a hash-by-hash loop would leave them. */
+#define REMOVE_BATCH 16u
+
+static void remove_hashes(wstate *w, const uint64_t *hashes, size_t n, unsigned tier,
+                          kvix_apply_result *r)
+{
+    const kvix_backend_ops *ops = w->p->ops;
+    bmap *m = &w->blocks;
+    void *nodes[REMOVE_BATCH];
+    for (size_t i0 = 0; i0 < n; i0 += REMOVE_BATCH) {
+        size_t nb = n - i0 < REMOVE_BATCH ? n - i0 : REMOVE_BATCH;
+        const uint64_t *h = hashes + i0;
+        for (size_t k = 0; k < nb; k++)
+            kvix_ix_bm_prefetch(m, h[k]);
+        for (size_t k = 0; k < nb; k++)
+            kvix_ix_bm_prefetch_nodes(m, h[k]);
+        for (size_t k = 0; k < nb; k++)
+            nodes[k] = forget_tier(w, h[k], tier, r);
+        if (ops->prefetch_del)
+            for (size_t k = 0; k < nb; k++)
+                if (nodes[k])
+                    ops->prefetch_del(part_be(w->p), nodes[k]);
+        for (size_t k = 0; k < nb; k++)
+            if (nodes[k])
+                tier_unref(w, nodes[k], tier);
+    }
+}
+
+static void clear_ws(wstate *w, kvix_apply_result *r)
+{
+    size_t it = 0;
+    bent e;
+    while ((e = kvix_ix_bm_next(&w->blocks, &it, NULL)))
+        untier_all(w, e);
+    r->removed += kvix_ix_bm_size(&w->blocks);
+    kvix_ix_bm_release(&w->blocks);
+    kvix_ix_publish_held(w);
+    kvix_ix_ws_side_free(w);
+}
+
+/* ---- events ----------------------------------------------------------- */
+
+static void record_eid(wstate *w, const kvix_event *ev)
+{
+    if (w && ev->has_eid) {
+        w->has_eid = 1;
+        w->eid = ev->eid;
+    }
+}
+
+/* A stored event's blocks are taken STORE_AHEAD at a time: their canonical
+ * hashes first, then a load of the blocks-map slot and the backend's table
+ * slot each will read is started for all of them, so that at thousands of
+ * workers (an index far larger than the caches) their misses overlap
+ * instead of coming one block after another. */
+#define STORE_AHEAD 16u
+
+static void prefetch_blocks(wstate *w, const kvix_event *ev, size_t i0, uint32_t pos,
+                            uint64_t prev, uint64_t *canon, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        uint64_t local = ev->blocks[i0 + k].local;
+        prev = canon[k] = pos + k == 0 ? local : kvix_hash_seq_next(prev, local);
+        kvix_ix_bm_prefetch(&w->blocks, ev->blocks[i0 + k].seq);
+    }
+    const kvix_backend_ops *ops = w->p->ops;
+    if (ops->prefetch)
+        ops->prefetch(part_be(w->p), pos, canon, n);
+}
+
+static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result *r,
+                        kvix_err *err)
+{
+    if (ev->bs == 0 || ev->bs > KVIX_BS_MAX)
+        return kvix_err_set(err, KVIX_ERANGE, "block size %" PRIu32 " out of range 1..%d",
+                            ev->bs, KVIX_BS_MAX);
+    if (ev->nblocks > KVIX_EVENT_BLOCKS_MAX)
+        return kvix_err_set(err, KVIX_ELIMIT, "%zu blocks in one event (limit %d)",
+                            ev->nblocks, KVIX_EVENT_BLOCKS_MAX);
+    part *p = kvix_ix_part_find(idx, ev->model, ev->tenant);
+    if (p && p->bs != ev->bs)
+        return kvix_ix_bs_mismatch(p, ev->bs, err);
+    wstate *w = p ? kvix_ix_ws_find(p, ev->worker, ev->dp) : NULL;
+    uint32_t pos0 = 0;
+    uint64_t prev = 0, parent = 0;
+    kvix_ix_chain chain = {NULL, 0}; /* the previous block's node, which w holds: the next one's parent */
+    if (ev->has_parent_at && !ev->has_parent)
+        return kvix_err_set(err, KVIX_EINVAL, "a parent's placement without its hash");
+    if (ev->has_parent_at) { /* the event says where the parent sat: held there or not */
+        pos0 = ev->parent_position + 1;
+        prev = ev->parent_canon;
+        parent = ev->parent;
+    } else if (ev->has_parent) {
+        size_t at;
+        bent pe = w ? kvix_ix_bm_get(&w->blocks, ev->parent, &at) : 0;
+        if (!pe)
+            return kvix_err_set(err, KVIX_EPARENT,
+                                "parent %016" PRIx64 " is not held by worker %" PRIu64
+                                " dp %" PRIu32,
+                                ev->parent, ev->worker, ev->dp);
+        kvix_binfo pb;
+        p->ops->info(part_be(p), bent_node(pe), &pb);
+        pos0 = pb.pos + 1;
+        prev = pb.canon;
+        parent = ev->parent;
+        chain = (kvix_ix_chain){bent_node(pe), kvix_ix_bm_num(&w->blocks, at)};
+    }
+    if ((uint64_t)pos0 + ev->nblocks > KVIX_INDEX_DEPTH_MAX)
+        return kvix_err_set(err, KVIX_ERANGE, "block position %" PRIu64 " too deep (limit %u)",
+                            (uint64_t)pos0 + ev->nblocks - 1, KVIX_INDEX_DEPTH_MAX - 1);
+    int rc;
+    if (!p && (rc = kvix_ix_part_get(idx, ev->model, ev->tenant, ev->bs, &p, err)))
+        return rc;
+    if (!w && (rc = kvix_ix_ws_get(p, ev->worker, ev->dp, &w, err)))
+        return rc;
+    kvix_ix_rank_if_asked(p);
+    raise_depth(p, pos0 + (uint32_t)ev->nblocks);
+    /* Room for the event's blocks at once: a map grown block by block
+     * rehashes (reading each entry's node) at every doubling on the way.
+     * Engines send stored events for blocks they did not hold, so this is
+     * the size the adds reach. */
+    rc = kvix_ix_bm_reserve(&w->blocks, (size_t)w->blocks.n + ev->nblocks)
+             ? kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block")
+             : KVIX_OK;
+    uint64_t canons[STORE_AHEAD];
+    for (size_t i0 = 0; i0 < ev->nblocks && !rc; i0 += STORE_AHEAD) {
+        size_t nw = ev->nblocks - i0 < STORE_AHEAD ? ev->nblocks - i0 : STORE_AHEAD;
+        prefetch_blocks(w, ev, i0, pos0 + (uint32_t)i0, prev, canons, nw);
+        for (size_t k = 0; k < nw && !rc; k++) {
+            size_t i = i0 + k;
+            uint64_t canon = canons[k];
+            rc = store_block(w, ev->blocks[i].seq, pos0 + (uint32_t)i, ev->blocks[i].local, canon,
+                             parent, prev, (unsigned)ev->medium, &chain, r, err);
+            prev = canon;
+            parent = ev->blocks[i].seq;
+        }
+    }
+    kvix_ix_publish_held(w);
+    if (!rc)
+        record_eid(w, ev);
+    kvix_ix_ws_done(w); /* nothing held (an empty event, or a first block refused): released */
+    return rc;
+}
+
+/* The state an eid-carrying removed/cleared event is recorded in: created
+ * when the partition exists (or the event has a block size to create it). */
+static int eid_state(kvix_index *idx, part *p, const kvix_event *ev, wstate **w, kvix_err *err)
+{
+    int rc;
+    if (!ev->has_eid || *w)
+        return (record_eid(*w, ev), KVIX_OK);
+    if (!p && !ev->bs)
+        return KVIX_OK;
+    if ((!p && (rc = kvix_ix_part_get(idx, ev->model, ev->tenant, ev->bs, &p, err))) ||
+        (rc = kvix_ix_ws_get(p, ev->worker, ev->dp, w, err)))
+        return rc;
+    record_eid(*w, ev);
+    return KVIX_OK;
+}
+
+static int apply_removed(kvix_index *idx, const kvix_event *ev, kvix_apply_result *r,
+                         kvix_err *err)
+{
+    if (ev->nhashes > KVIX_EVENT_BLOCKS_MAX)
+        return kvix_err_set(err, KVIX_ELIMIT, "%zu hashes in one event (limit %d)",
+                            ev->nhashes, KVIX_EVENT_BLOCKS_MAX);
+    part *p = kvix_ix_part_find(idx, ev->model, ev->tenant);
+    if (p && ev->bs && p->bs != ev->bs)
+        return kvix_ix_bs_mismatch(p, ev->bs, err);
+    wstate *w = p ? kvix_ix_ws_find(p, ev->worker, ev->dp) : NULL;
+    if (!w)
+        r->unknown += (uint32_t)ev->nhashes;
+    else {
+        remove_hashes(w, ev->hashes, ev->nhashes, (unsigned)ev->medium, r);
+        kvix_ix_publish_held(w);
+    }
+    int rc = eid_state(idx, p, ev, &w, err);
+    if (w)
+        kvix_ix_ws_done(w); /* its last block gone and no eid: released */
+    return rc;
+}
+
+static int apply_cleared(kvix_index *idx, const kvix_event *ev, kvix_apply_result *r,
+                         kvix_err *err)
+{
+    part *p = kvix_ix_part_find(idx, ev->model, ev->tenant);
+    if (p && ev->bs && p->bs != ev->bs)
+        return kvix_ix_bs_mismatch(p, ev->bs, err);
+    wstate *w = p ? kvix_ix_ws_find(p, ev->worker, ev->dp) : NULL;
+    if (w)
+        clear_ws(w, r);
+    int rc = eid_state(idx, p, ev, &w, err);
+    if (w)
+        kvix_ix_ws_done(w); /* cleared without an eid: released */
+    return rc;
+}
+
+void kvix_ix_add_totals(kvix_index *idx, const kvix_apply_result *r)
+{
+    if (r->stored)
+        __atomic_fetch_add(&idx->tot_stored, r->stored, __ATOMIC_RELAXED);
+    if (r->duplicate)
+        __atomic_fetch_add(&idx->tot_dup, r->duplicate, __ATOMIC_RELAXED);
+    if (r->removed)
+        __atomic_fetch_add(&idx->tot_removed, r->removed, __ATOMIC_RELAXED);
+    if (r->unknown)
+        __atomic_fetch_add(&idx->tot_unknown, r->unknown, __ATOMIC_RELAXED);
+}
+
+int kvix_index_apply(kvix_index *idx, const kvix_event *ev, kvix_apply_result *res,
+                     kvix_err *err)
+{
+    kvix_apply_result r = {0, 0, 0, 0};
+    int rc;
+    if (!idx || !ev)
+        rc = kvix_err_set(err, KVIX_EINVAL, "no index or event");
+    else if (!kvix_name_ok(ev->model) || !kvix_name_ok(ev->tenant))
+        rc = kvix_err_set(err, KVIX_EINVAL, "model or tenant name not terminated");
+    else if (ev->medium < 0 || ev->medium >= KVIX_MEDIUM_COUNT)
+        rc = kvix_err_set(err, KVIX_EINVAL, "unknown medium %d", ev->medium);
+    else if (ev->has_eid && ev->eid > KVIX_EID_MAX) /* a snapshot could not hold it */
+        rc = kvix_err_set(err, KVIX_ERANGE, "eid %" PRIu64 " out of range (0 to %" PRId64 ")",
+                          ev->eid, (int64_t)KVIX_EID_MAX);
+    else if (ev->type == KVIX_EV_STORED)
+        rc = apply_stored(idx, ev, &r, err);
+    else if (ev->type == KVIX_EV_REMOVED)
+        rc = apply_removed(idx, ev, &r, err);
+    else if (ev->type == KVIX_EV_CLEARED)
+        rc = apply_cleared(idx, ev, &r, err);
+    else
+        rc = kvix_err_set(err, KVIX_EINVAL, "not an event (%s)", kvix_event_type_name(ev->type));
+    if (idx)
+        kvix_ix_add_totals(idx, &r);
+    if (res)
+        *res = r;
+    return rc;
+}
+
+void kvix_index_totals(const kvix_index *idx, kvix_apply_result *out)
+{
+    out->stored = __atomic_load_n(&idx->tot_stored, __ATOMIC_RELAXED);
+    out->duplicate = __atomic_load_n(&idx->tot_dup, __ATOMIC_RELAXED);
+    out->removed = __atomic_load_n(&idx->tot_removed, __ATOMIC_RELAXED);
+    out->unknown = __atomic_load_n(&idx->tot_unknown, __ATOMIC_RELAXED);
+}
+
+static int remove_workers(kvix_index *idx, uint64_t worker, int all_dp, uint32_t dp,
+                          kvix_apply_result *res, kvix_err *err)
+{
+    kvix_apply_result r = {0, 0, 0, 0};
+    (void)err;
+    if (!idx)
+        return kvix_err_set(err, KVIX_EINVAL, "no index");
+    kvix_rcu_lock(); /* the partitions' table may be replaced meanwhile */
+    ctab *t = __atomic_load_n(&idx->parts.t, __ATOMIC_ACQUIRE);
+    for (size_t i = 0; t && i < t->cap; i++) {
+        part *p = __atomic_load_n(&t->v[i], __ATOMIC_ACQUIRE);
+        if (!p)
+            continue;
+        /* the worker's own states, not every slot of the partition */
+        wstate *w = all_dp ? kvix_ix_ws_first(p, worker) : kvix_ix_ws_find(p, worker, dp);
+        for (wstate *next; w; w = next) {
+            next = all_dp ? w->next_dp : NULL; /* w is released below */
+            clear_ws(w, &r);
+            w->has_eid = 0;
+            w->eid = 0;
+            kvix_ix_ws_done(w);
+        }
+    }
+    kvix_rcu_unlock();
+    kvix_ix_add_totals(idx, &r);
+    if (res)
+        *res = r;
+    return KVIX_OK;
+}
+
+int kvix_index_remove_worker(kvix_index *idx, uint64_t worker, kvix_apply_result *res,
+                             kvix_err *err)
+{
+    return remove_workers(idx, worker, 1, 0, res, err);
+}
+
+int kvix_index_remove_worker_dp(kvix_index *idx, uint64_t worker, uint32_t dp,
+                                kvix_apply_result *res, kvix_err *err)
+{
+    return remove_workers(idx, worker, 0, dp, res, err);
+}
+
+int kvix_index_forget_worker(kvix_index *idx, const char *model, const char *tenant,
+                             uint64_t worker, uint32_t dp, kvix_apply_result *res, kvix_err *err)
+{
+    kvix_apply_result r = {0, 0, 0, 0};
+    if (!idx)
+        return kvix_err_set(err, KVIX_EINVAL, "no index");
+    part *p = kvix_ix_part_find(idx, model ? model : "default", tenant ? tenant : "default");
+    wstate *w = p ? kvix_ix_ws_find(p, worker, dp) : NULL;
+    if (w) {
+        clear_ws(w, &r);
+        w->has_eid = 0;
+        w->eid = 0;
+        kvix_ix_ws_done(w);
+        kvix_ix_add_totals(idx, &r);
+    }
+    if (res)
+        *res = r;
+    return KVIX_OK;
+}
+
+/* ---- lifecycle -------------------------------------------------------- */
+
+static const kvix_backend_ops *backend_ops(kvix_backend b)
+{
+    switch (b) {
+    case KVIX_BACKEND_REFERENCE: return &kvix_backend_reference_ops;
+    case KVIX_BACKEND_POSITIONAL: return &kvix_backend_positional_ops;
+    case KVIX_BACKEND_RADIX: return &kvix_backend_radix_ops;
+    }
+    return NULL;
+}
+
+void kvix_index_opts_init(kvix_index_opts *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->backend = KVIX_BACKEND_POSITIONAL;
+    opts->binsearch = 1;
+}
+
+#define THREADS_MAX 256u
+
+int kvix_index_new(kvix_index **out, const kvix_index_opts *opts, kvix_err *err)
+{
+    kvix_index_opts def;
+    if (!opts) {
+        kvix_index_opts_init(&def);
+        opts = &def;
+    }
+    const kvix_backend_ops *ops = backend_ops(opts->backend);
+    if (!ops)
+        return kvix_err_set(err, KVIX_EINVAL, "backend %s not built",
+                            kvix_backend_name(opts->backend));
+    if (opts->threads > THREADS_MAX)
+        return kvix_err_set(err, KVIX_ERANGE, "%u writer threads (limit %u)", opts->threads,
+                            THREADS_MAX);
+    kvix_index *idx = calloc(1, sizeof *idx);
+    if (!idx)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for an index");
+    idx->opts = *opts;
+    idx->ops = ops;
+    pthread_mutex_init(&idx->lock, NULL);
+    int rc;
+    if (opts->threads && (rc = kvix_ix_pool_start(idx, opts->threads, err))) {
+        pthread_mutex_destroy(&idx->lock);
+        free(idx);
+        return rc;
+    }
+    *out = idx;
+    return KVIX_OK;
+}
+
+void kvix_index_free(kvix_index *idx)
+{
+    if (!idx)
+        return;
+    kvix_ix_pool_stop(idx);
+    kvix_ix_parts_quiesce(idx);
+    kvix_ix_cmap_release(&idx->parts, kvix_ix_part_free);
+    pthread_mutex_destroy(&idx->lock);
+    free(idx);
+}
+
+static const char *const backend_names[] = {"positional", "radix", "reference"};
+
+const char *kvix_backend_name(kvix_backend b)
+{
+    return (unsigned)b < sizeof backend_names / sizeof *backend_names ? backend_names[b] : "?";
+}
+
+int kvix_backend_parse(const char *s, kvix_backend *out)
+{
+    for (unsigned i = 0; i < sizeof backend_names / sizeof *backend_names; i++) {
+        if (s && strcmp(s, backend_names[i]) == 0) {
+            *out = (kvix_backend)i;
+            return KVIX_OK;
+        }
+    }
+    return KVIX_EINVAL;
+}

@@ -1,0 +1,76 @@
+/* libkvix private: the service object, shared by lib/net/service.c,
+ * lib/net/service_metrics.c and lib/net/service_http.c. */
+#ifndef KVIX_SERVICE_PRIV_H
+#define KVIX_SERVICE_PRIV_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "kvix/index.h"
+#include "kvix/service.h"
+
+enum {
+    EP_HEALTH, EP_METRICS, EP_QUERY, EP_QUERY_HASH, EP_DUMP, EP_SNAPSHOT,
+    EP_REGISTER, EP_UNREGISTER, EP_WORKERS, EP_REGISTER_PEER, EP_DEREGISTER_PEER, EP_PEERS,
+    EP_OTHER, EP_COUNT
+};
+enum { M_GET, M_POST, M_OTHER, M_COUNT };
+enum { SC_2XX, SC_4XX, SC_5XX, SC_COUNT };
+
+/* Histogram bucket upper bounds, seconds (Prometheus "le"); +Inf follows. */
+#define KVIX_HIST_BUCKETS 14
+extern const double kvix_service_buckets[KVIX_HIST_BUCKETS];
+extern const char *const kvix_service_endpoints[EP_COUNT];
+
+typedef struct kvix_hist {
+    uint64_t count[KVIX_HIST_BUCKETS + 1]; /* atomic; not cumulative: summed when printed */
+    uint64_t sum_ns;                      /* atomic */
+} kvix_hist;
+
+struct kvix_service {
+    kvix_service_opts o;
+    int own_peers;        /* o.peers was made by kvix_service_new */
+    uint64_t stream_seq;  /* o.stream: written under the writers' side, read quiet */
+    pthread_rwlock_t quiet;
+    pthread_key_t ans_key; /* per server thread: a kvix_answer reused across queries */
+    /* metrics (atomic) */
+    uint64_t requests[EP_COUNT][M_COUNT];
+    uint64_t errors[EP_COUNT][SC_COUNT];
+    kvix_hist req_hist[EP_COUNT];
+    kvix_hist query_hist;
+    uint64_t submitted[KVIX_EV_QUERY + 1], rejected_type[KVIX_EV_QUERY + 1];
+    uint64_t *rejected_reason; /* nreasons + 1 (the last: unnamed) */
+    /* under inflight_mu */
+    pthread_mutex_t inflight_mu;
+    pthread_cond_t inflight_cv;
+    unsigned inflight;
+    double save_seconds, save_when;
+    uint64_t saves;
+    pthread_mutex_t register_mu; /* a registration's checks and its add, as one */
+    /* the server (lib/net/service_http.c) */
+    struct kvix_http *http; /* NULL: not listening */
+    unsigned port;
+};
+
+kvix_answer *kvix_service_answer(kvix_service *s);
+void kvix_service_answer_free(void *p);
+void kvix_service_metrics(kvix_service *s, kvix_service_response *r);
+void kvix_service_observe_request(kvix_service *s, int ep, int method, int status, double secs);
+void kvix_service_observe_query(kvix_service *s, double secs);
+void kvix_service_respond(kvix_service_response *r, int status, const char *ctype,
+                          const char *text);
+void kvix_service_respond_error(kvix_service_response *r, int status, const char *msg);
+/* The status for e->code and {"error":e->msg}. */
+void kvix_service_respond_err(kvix_service_response *r, const kvix_err *e);
+/* POST /register, POST /unregister, GET /workers (lib/net/service_workers.c). */
+void kvix_service_register(kvix_service *s, const char *body, size_t len,
+                           kvix_service_response *r);
+void kvix_service_unregister(kvix_service *s, const char *body, size_t len,
+                             kvix_service_response *r);
+void kvix_service_workers(kvix_service *s, kvix_service_response *r);
+/* POST /register_peer (add) and /deregister_peer, GET /peers (lib/net/service_peers.c). */
+void kvix_service_post_peer(kvix_service *s, const char *body, size_t len, int add,
+                            kvix_service_response *r);
+void kvix_service_peers(kvix_service *s, kvix_service_response *r);
+
+#endif
