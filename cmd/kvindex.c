@@ -921,10 +921,10 @@ static void start_from_peers(kvi *k, kvargs *a, int feeding)
         start_feed(k, true);
     if (!recover_held(k) && k->snap) {
         if (k->svc)
-            kvix_service_write_begin(k->svc);
+            kvix_index_write_begin(kvix_ingest_index(k->g));
         load(k);
         if (k->svc)
-            kvix_service_write_end(k->svc);
+            kvix_index_write_end(kvix_ingest_index(k->g));
     }
     kvix_ingest_rebase(k->g);
     if (kvix_ingest_feed(k->g))

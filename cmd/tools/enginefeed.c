@@ -48,7 +48,7 @@ static void on_event(void *ctx, const kvix_event *ev)
         return;
     if (f->o.svc) {
         kvix_service_note_event(f->o.svc, ev->type, -1);
-        kvix_service_write_begin(f->o.svc);
+        kvix_index_write_begin(f->o.idx);
     }
     if (f->o.write_mu)
         pthread_mutex_lock(f->o.write_mu);
@@ -63,7 +63,7 @@ static void on_event(void *ctx, const kvix_event *ev)
     if (f->o.write_mu)
         pthread_mutex_unlock(f->o.write_mu);
     if (f->o.svc)
-        kvix_service_write_end(f->o.svc);
+        kvix_index_write_end(f->o.idx);
     if (rc && !f->o.submit) { /* with submit, the index's on_reject has it */
         __atomic_fetch_add(&f->rejected, 1, __ATOMIC_RELAXED);
         if (f->o.on_reject)

@@ -17,7 +17,7 @@
  * around each apply, and every other writer of the index (the tool's stdin
  * loop) must take it too, so the same worker fed from both is never written
  * by two threads. With opts.svc, each apply is also inside
- * kvix_service_write_begin/_end and counted for /metrics.
+ * the index's gate (kvix_index_write_begin/_end) and counted for /metrics.
  *
  * Hold-back (peer recovery): kvix_enginefeed_start with hold opens the
  * sockets and starts the thread, which takes nothing until

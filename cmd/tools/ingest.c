@@ -92,7 +92,7 @@ void kvix_ingest_free(kvix_ingest *g)
         return;
     if (g->svc) {
         if (g->svc_held) /* our own write section: the requests waiting on it may end */
-            kvix_service_write_end(g->svc);
+            kvix_index_write_end(g->idx);
         kvix_service_shutdown(g->svc, 1000);
         kvix_service_free(g->svc);
     }
@@ -257,7 +257,7 @@ static int apply(kvix_ingest *g, size_t src, uint64_t pos, const kvix_event *ev,
     if (g->svc)
         kvix_service_note_event(g->svc, ev->type, -1);
     if (g->svc && !g->svc_held)
-        kvix_service_write_begin(g->svc);
+        kvix_index_write_begin(g->idx);
     lock_writes(g);
     int rc;
     if (g->o.index.threads)
@@ -266,7 +266,7 @@ static int apply(kvix_ingest *g, size_t src, uint64_t pos, const kvix_event *ev,
         rc = kvix_index_apply(g->idx, ev, NULL, err);
     unlock_writes(g);
     if (g->svc && !g->svc_held)
-        kvix_service_write_end(g->svc);
+        kvix_index_write_end(g->idx);
     if (rc == KVIX_ENOMEM || rc == KVIX_ESYS)
         return rc;
     if (rc && !g->o.index.threads) { /* with threads, index_reject has reported it */
@@ -308,7 +308,7 @@ void kvix_ingest_message_begin(kvix_ingest *g)
     /* GET /snapshot pairs a state only with the sequence of the last
      * message wholly in it: the writers' side is held across a message */
     if (g->svc && !g->svc_held) {
-        kvix_service_write_begin(g->svc);
+        kvix_index_write_begin(g->idx);
         g->svc_held = 1;
     }
 }
@@ -318,7 +318,7 @@ void kvix_ingest_message_end(kvix_ingest *g, uint64_t seq)
     if (g->svc_held) {
         kvix_service_set_stream_seq(g->svc, seq);
         g->svc_held = 0;
-        kvix_service_write_end(g->svc);
+        kvix_index_write_end(g->idx);
     }
     g->dirty = 1;
 }
@@ -452,13 +452,13 @@ int kvix_ingest_save(kvix_ingest *g, const char *path, const char *stream, uint6
     kvix_snapshot_info tmp;
     double t0 = seconds(CLOCK_MONOTONIC);
     if (g->svc)
-        kvix_service_quiet_begin(g->svc); /* no /dump or /snapshot walks the index meanwhile */
+        kvix_index_quiet_begin(g->idx); /* no /dump or /snapshot walks the index meanwhile */
     quiet_begin(g);
     int rc = kvix_snapshot_save_at(g->idx, path, stream, seq, info ? info : &tmp, err);
     uint64_t fed = feed_count(g, 1), fed_applied = feed_count(g, 0);
     quiet_end(g);
     if (g->svc)
-        kvix_service_quiet_end(g->svc);
+        kvix_index_quiet_end(g->idx);
     if (rc)
         return rc;
     if (g->svc)
@@ -474,13 +474,13 @@ int kvix_ingest_save(kvix_ingest *g, const char *path, const char *stream, uint6
 int kvix_ingest_replace(kvix_ingest *g, kvix_snapshot *s, uint64_t seq, kvix_err *err)
 {
     if (g->svc)
-        kvix_service_quiet_begin(g->svc);
+        kvix_index_quiet_begin(g->idx);
     quiet_begin(g);
     int rc = kvix_snapshot_replace(s, g->idx, err);
     quiet_end(g);
     if (g->svc) {
         kvix_service_set_stream_seq(g->svc, seq);
-        kvix_service_quiet_end(g->svc);
+        kvix_index_quiet_end(g->idx);
     }
     if (rc)
         return rc;

@@ -145,7 +145,6 @@ int kvix_ingest_serve(kvix_ingest *g, const kvix_ingest_serve_opts *o, kvix_err 
         .idx = g->idx,
         .sub = g->feed ? kvix_enginefeed_sub(g->feed) : NULL,
         .sub_cfg = g->feed ? kvix_enginefeed_config(g->feed) : NULL,
-        .writer_threads = g->o.index.threads > 0,
         .tmpdir = o->tmpdir,
         .reject_reasons = reasons,
         .nreasons = KVIX_REASON_COUNT,
@@ -199,7 +198,7 @@ int kvix_ingest_recover(kvix_ingest *g, kvix_peers *peers, const char *stream,
     int rc = KVIX_ENOTFOUND;
     memset(rec, 0, sizeof *rec);
     if (g->svc)
-        kvix_service_write_begin(g->svc);
+        kvix_index_write_begin(g->idx);
     for (;;) {
         if (kvix_peers_list(peers, &urls, &n, err) ||
             !(fresh = realloc(fresh, (n ? n : 1) * sizeof *fresh)) ||
@@ -228,7 +227,7 @@ int kvix_ingest_recover(kvix_ingest *g, kvix_peers *peers, const char *stream,
     }
 out:
     if (g->svc)
-        kvix_service_write_end(g->svc);
+        kvix_index_write_end(g->idx);
     if (rc == KVIX_ENOTFOUND && !ntried)
         kvix_err_set(err, KVIX_ENOTFOUND, "no peer given");
     if (rc == KVIX_OK) {

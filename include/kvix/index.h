@@ -63,6 +63,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvix/answer.h"
 #include "kvix/error.h"
 #include "kvix/event.h"
 
@@ -112,50 +113,6 @@ typedef struct kvix_apply_result {
     uint64_t unknown;    /* removed hashes the worker did not hold: counted, skipped */
 } kvix_apply_result;
 
-typedef struct kvix_score {
-    uint64_t worker;
-    uint32_t dp;
-    uint32_t blocks;                        /* matched contiguous prefix, any tier */
-    uint32_t tier_blocks[KVIX_MEDIUM_COUNT]; /* of those, how many the worker holds per tier */
-    uint32_t held; /* blocks the (worker, dp) holds in the partition (read while writers
-                    * run: a recent value) */
-} kvix_score;
-
-/* Why a query's partition is unknown to the index (contract section 4: the
- * answer says so rather than look like a cache miss). */
-typedef enum kvix_unknown {
-    KVIX_UNKNOWN_NONE = 0, /* the partition exists */
-    KVIX_UNKNOWN_MODEL,    /* no partition has the query's model */
-    KVIX_UNKNOWN_TENANT,   /* the model is known, not with this tenant */
-} kvix_unknown;
-
-/* A query answer (contract section 4). Owns scores; reuse it across queries
- * and free its array with kvix_answer_release. */
-typedef struct kvix_answer {
-    uint32_t query_blocks; /* whole blocks in the query */
-    uint32_t bs;           /* the partition's block size (0 if the partition is unknown) */
-    int unknown;           /* kvix_unknown: the partition is unknown, and why */
-    kvix_score *scores;    /* sorted: blocks desc, then worker, then dp asc */
-    size_t nscores, cap;
-    /* Private scratch reused across queries (hashes, backend hits, their
-     * runs and per-tier counts; the scores' buffer of 2 x cap, of which
-     * scores points at one half; the hits filed by rank). */
-    kvix_score *scores_buf;
-    uint64_t *scratch;
-    size_t scratch_cap;
-    void *hits;
-    size_t hits_cap;
-    void *hit_runs;
-    size_t hit_runs_cap;
-    void *hit_tiers;
-    size_t hit_tiers_cap;
-    void *rank_buf;
-    size_t rank_cap;
-} kvix_answer;
-
-void kvix_answer_init(kvix_answer *ans);
-void kvix_answer_release(kvix_answer *ans);
-
 /* Defaults: positional backend, measured jump, binary search on, no threads. */
 void kvix_index_opts_init(kvix_index_opts *opts);
 
@@ -178,6 +135,18 @@ int kvix_index_apply(kvix_index *idx, const kvix_event *ev, kvix_apply_result *r
 int kvix_index_submit(kvix_index *idx, const kvix_event *ev, uint64_t tag, kvix_err *err);
 /* Wait until every submitted event has been applied. */
 void kvix_index_sync(kvix_index *idx);
+/* The index's gate, for a program whose threads write the index while
+ * others need it quiet (kvix_index_foreach, kvix_index_stats_get, a
+ * snapshot save, a service's /dump). Writers hold the shared side around
+ * each apply or submit; the exclusive side waits for them, syncs the writer
+ * pool, and keeps every writer out until its end. The exclusive side is
+ * preferred: a busy writer never starves it. Neither side nests. A program
+ * with one thread for everything needs none of this. */
+void kvix_index_write_begin(kvix_index *idx);
+void kvix_index_write_end(kvix_index *idx);
+void kvix_index_quiet_begin(kvix_index *idx);
+void kvix_index_quiet_end(kvix_index *idx);
+
 /* Totals of kvix_apply_result over every event applied so far (including
  * submitted ones once synced). */
 void kvix_index_totals(const kvix_index *idx, kvix_apply_result *out);

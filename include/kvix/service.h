@@ -15,11 +15,10 @@
  *
  * Concurrency: queries (/query, /query_by_hash) run on the server's threads
  * at the same time as the writers, as index.h allows. Whatever must read a
- * quiet index (/dump, /snapshot, the gauges of /metrics, a save) takes the
- * service's quiet lock exclusively; every writer of the index (the tool's
- * ingest loop) holds it shared around each apply or submit with
- * kvix_service_write_begin/_end. The lock prefers the exclusive side, so a
- * dump is never starved by a busy writer.
+ * quiet index (/dump, /snapshot, the gauges of /metrics) takes the index's
+ * gate exclusively (kvix_index_quiet_begin), so every other writer of the
+ * index (the tool's ingest loop, its engine feed) holds the gate's shared side
+ * around each apply or submit (kvix_index_write_begin).
  *
  * Peers: POST /register_peer and /deregister_peer change a kvix_peers set
  * (kvix/peers.h) that the tool also uses for recovery; GET /peers lists it. */
@@ -43,7 +42,6 @@ typedef struct kvix_service kvix_service;
 
 typedef struct kvix_service_opts {
     kvix_index *idx;          /* borrowed; must outlive the service */
-    int writer_threads;       /* the index has a writer pool: quiesce also syncs it */
     size_t body_max;          /* 0: KVIX_SERVICE_BODY_MAX */
     const char *tmpdir;       /* GET /snapshot writes (then unlinks) its file here; NULL: "/tmp" */
     /* Names of the tool's rejection reasons, for kvix_events_rejected_total{reason};
@@ -75,18 +73,13 @@ int kvix_service_new(kvix_service **out, const kvix_service_opts *opts, kvix_err
 /* Stops the server if it runs. NULL is fine. */
 void kvix_service_free(kvix_service *s);
 
-/* ---- the writers' side ---- */
-void kvix_service_write_begin(kvix_service *s); /* shared: around an apply / submit */
-void kvix_service_write_end(kvix_service *s);
-/* Exclusive, with the index's writer pool synced: a quiet index until _end. */
-void kvix_service_quiet_begin(kvix_service *s);
-void kvix_service_quiet_end(kvix_service *s);
+/* ---- what the service reports of its owner ---- */
 /* Counters for /metrics (thread-safe). type: kvix_event_type; reason: an index
  * into opts.reject_reasons, or -1 for an applied event. */
 void kvix_service_note_event(kvix_service *s, int type, int reason);
 /* The index reflects every message of opts.stream up to seq. Call it while
- * holding the writers' side (kvix_service_write_begin) around the apply of
- * that message, so GET /snapshot never pairs a state with another seq. */
+ * holding the index's writers' side (kvix_index_write_begin) around the apply
+ * of that message, so GET /snapshot never pairs a state with another seq. */
 void kvix_service_set_stream_seq(kvix_service *s, uint64_t seq);
 /* A snapshot save took `seconds`; it finished at wall-clock time `when`. */
 void kvix_service_note_save(kvix_service *s, double seconds, double when);

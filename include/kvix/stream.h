@@ -12,7 +12,7 @@
 #include "kvix/buf.h"
 #include "kvix/error.h"
 #include "kvix/event.h"
-#include "kvix/index.h"
+#include "kvix/answer.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -20,25 +20,6 @@
 
 /* ---- block bookkeeping ------------------------------------------------ */
 
-wside *kvix_ix_ws_side(wstate *w)
-{
-    if (!w->side && (w->side = malloc(sizeof *w->side))) {
-        kvix_hmap_init(&w->side->pexc, 1, sizeof(uint64_t));
-        kvix_hmap_init(&w->side->extra, 2, sizeof(cref));
-    }
-    return w->side;
-}
-
-void kvix_ix_ws_side_free(wstate *w)
-{
-    if (w->side) {
-        kvix_hmap_release(&w->side->pexc);
-        kvix_hmap_release(&w->side->extra);
-        free(w->side);
-        w->side = NULL;
-    }
-}
-
 /* The block was held in that tier already: count its second engine hash. */
 static int tier_ref_more(wstate *w, const kvix_binfo *b, unsigned tier, kvix_err *err)
 {
@@ -557,84 +538,4 @@ int kvix_index_forget_worker(kvix_index *idx, const char *model, const char *ten
     if (res)
         *res = r;
     return KVIX_OK;
-}
-
-/* ---- lifecycle -------------------------------------------------------- */
-
-static const kvix_backend_ops *backend_ops(kvix_backend b)
-{
-    switch (b) {
-    case KVIX_BACKEND_REFERENCE: return &kvix_backend_reference_ops;
-    case KVIX_BACKEND_POSITIONAL: return &kvix_backend_positional_ops;
-    case KVIX_BACKEND_RADIX: return &kvix_backend_radix_ops;
-    }
-    return NULL;
-}
-
-void kvix_index_opts_init(kvix_index_opts *opts)
-{
-    memset(opts, 0, sizeof *opts);
-    opts->backend = KVIX_BACKEND_POSITIONAL;
-    opts->binsearch = 1;
-}
-
-#define THREADS_MAX 256u
-
-int kvix_index_new(kvix_index **out, const kvix_index_opts *opts, kvix_err *err)
-{
-    kvix_index_opts def;
-    if (!opts) {
-        kvix_index_opts_init(&def);
-        opts = &def;
-    }
-    const kvix_backend_ops *ops = backend_ops(opts->backend);
-    if (!ops)
-        return kvix_err_set(err, KVIX_EINVAL, "backend %s not built",
-                            kvix_backend_name(opts->backend));
-    if (opts->threads > THREADS_MAX)
-        return kvix_err_set(err, KVIX_ERANGE, "%u writer threads (limit %u)", opts->threads,
-                            THREADS_MAX);
-    kvix_index *idx = calloc(1, sizeof *idx);
-    if (!idx)
-        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for an index");
-    idx->opts = *opts;
-    idx->ops = ops;
-    pthread_mutex_init(&idx->lock, NULL);
-    int rc;
-    if (opts->threads && (rc = kvix_ix_pool_start(idx, opts->threads, err))) {
-        pthread_mutex_destroy(&idx->lock);
-        free(idx);
-        return rc;
-    }
-    *out = idx;
-    return KVIX_OK;
-}
-
-void kvix_index_free(kvix_index *idx)
-{
-    if (!idx)
-        return;
-    kvix_ix_pool_stop(idx);
-    kvix_ix_parts_quiesce(idx);
-    kvix_ix_cmap_release(&idx->parts, kvix_ix_part_free);
-    pthread_mutex_destroy(&idx->lock);
-    free(idx);
-}
-
-static const char *const backend_names[] = {"positional", "radix", "reference"};
-
-const char *kvix_backend_name(kvix_backend b)
-{
-    return (unsigned)b < sizeof backend_names / sizeof *backend_names ? backend_names[b] : "?";
-}
-
-int kvix_backend_parse(const char *s, kvix_backend *out)
-{
-    for (unsigned i = 0; i < sizeof backend_names / sizeof *backend_names; i++) {
-        if (s && strcmp(s, backend_names[i]) == 0) {
-            *out = (kvix_backend)i;
-            return KVIX_OK;
-        }
-    }
-    return KVIX_EINVAL;
 }

@@ -318,6 +318,7 @@ struct kvix_index {
     uint64_t tot_stored, tot_dup, tot_removed, tot_unknown; /* atomic */
     wqueue *q;
     unsigned nq;
+    pthread_rwlock_t gate; /* writers shared, a quiet index exclusive (index_gate.c) */
 };
 
 static inline uint32_t part_nslots(const part *p)
@@ -481,5 +482,8 @@ uint64_t kvix_ix_parent_engine(const wstate *w, uint64_t engine, const kvix_binf
 /* lib/index/index_pool.c */
 int kvix_ix_pool_start(kvix_index *idx, unsigned threads, kvix_err *err);
 void kvix_ix_pool_stop(kvix_index *idx);
+
+/* lib/index/index_gate.c: the gate's lock, made with the index. */
+void kvix_ix_gate_init(kvix_index *idx);
 
 #endif

@@ -14,6 +14,26 @@ typedef int (*cmatch_fn)(const void *elem, const void *key);
 
 static inline uint64_t elem_hash(const void *e) { return *(const uint64_t *)e; }
 
+/* A worker state's side maps (index_front_int.h), made on first use. */
+wside *kvix_ix_ws_side(wstate *w)
+{
+    if (!w->side && (w->side = malloc(sizeof *w->side))) {
+        kvix_hmap_init(&w->side->pexc, 1, sizeof(uint64_t));
+        kvix_hmap_init(&w->side->extra, 2, sizeof(cref));
+    }
+    return w->side;
+}
+
+void kvix_ix_ws_side_free(wstate *w)
+{
+    if (w->side) {
+        kvix_hmap_release(&w->side->pexc);
+        kvix_hmap_release(&w->side->extra);
+        free(w->side);
+        w->side = NULL;
+    }
+}
+
 /* Inside a read-side section, or under the table's lock. */
 static void *cmap_find_locked(const cmap *m, uint64_t h, cmatch_fn match, const void *key)
 {

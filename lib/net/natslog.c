@@ -32,16 +32,6 @@ void kvix_natslog_opts_init(kvix_natslog_opts *o)
     o->window = 256;
 }
 
-int natslog_fail(kvix_err *err, int code, const char *what, natsStatus s, jsErrCode je)
-{
-    const char *last = nats_GetLastError(NULL);
-    if (je)
-        return kvix_err_set(err, code, "nats: %s: %s (jetstream error %d)", what,
-                            last && *last ? last : natsStatus_GetText(s), (int)je);
-    return kvix_err_set(err, code, "nats: %s: %s", what,
-                        last && *last ? last : natsStatus_GetText(s));
-}
-
 static void on_reconnected(natsConnection *nc, void *closure)
 {
     (void)nc;

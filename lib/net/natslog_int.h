@@ -67,7 +67,18 @@ struct kvix_natslog {
     natslog_pub pub;
 };
 
-int natslog_fail(kvix_err *err, int code, const char *what, natsStatus s, jsErrCode je);
+/* err from a nats.c failure: its last error text, else the status's. Inline:
+ * the handle's files and the publisher's all report through it. */
+static inline int natslog_fail(kvix_err *err, int code, const char *what, natsStatus s,
+                               jsErrCode je)
+{
+    const char *last = nats_GetLastError(NULL);
+    if (je)
+        return kvix_err_set(err, code, "nats: %s: %s (jetstream error %d)", what,
+                            last && *last ? last : natsStatus_GetText(s), (int)je);
+    return kvix_err_set(err, code, "nats: %s: %s", what,
+                        last && *last ? last : natsStatus_GetText(s));
+}
 
 /* natslog_pub.c: the window made and freed with the handle; the context
  * options that route acknowledgements to it. */

@@ -279,6 +279,7 @@ int kvix_service_listen(kvix_service *s, const char *addr, unsigned port, unsign
         return kvix_err_set(err, KVIX_ESYS, "cannot make an eventfd: %s", strerror(e));
     }
     s->http = h;
+    s->stop = kvix_service_shutdown;
     int rc = KVIX_OK;
     for (unsigned i = 0; i < n && !rc; i++) {
         errno = 0;

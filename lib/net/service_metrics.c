@@ -204,9 +204,9 @@ static void sub_metrics(kvix_service *s, out *o)
 void kvix_service_metrics(kvix_service *s, kvix_service_response *r)
 {
     kvix_index_stats st;
-    kvix_service_quiet_begin(s);
+    kvix_index_quiet_begin(s->o.idx);
     kvix_index_stats_get(s->o.idx, &st);
-    kvix_service_quiet_end(s);
+    kvix_index_quiet_end(s->o.idx);
     out o = {&r->body, 0};
     r->body.len = 0;
     dynamo_metrics(s, &o, &st);

@@ -1,5 +1,7 @@
-/* libkvix private: the service object, shared by lib/net/service.c,
- * lib/net/service_metrics.c and lib/net/service_http.c. */
+/* libkvix private: the service object, shared by lib/net/service*.c. Lowest
+ * first: service_respond.c, service.c, the handlers (service_query.c,
+ * service_state.c, service_metrics.c, service_workers.c, service_peers.c),
+ * service_route.c, service_http.c; each calls only those before it. */
 #ifndef KVIX_SERVICE_PRIV_H
 #define KVIX_SERVICE_PRIV_H
 
@@ -8,6 +10,7 @@
 
 #include "kvix/index.h"
 #include "kvix/service.h"
+#include "service_int.h"
 
 enum {
     EP_HEALTH, EP_METRICS, EP_QUERY, EP_QUERY_HASH, EP_DUMP, EP_SNAPSHOT,
@@ -30,8 +33,7 @@ typedef struct kvix_hist {
 struct kvix_service {
     kvix_service_opts o;
     int own_peers;        /* o.peers was made by kvix_service_new */
-    uint64_t stream_seq;  /* o.stream: written under the writers' side, read quiet */
-    pthread_rwlock_t quiet;
+    uint64_t stream_seq;  /* o.stream: written under the index's writers' side, read quiet */
     pthread_key_t ans_key; /* per server thread: a kvix_answer reused across queries */
     /* metrics (atomic) */
     uint64_t requests[EP_COUNT][M_COUNT];
@@ -49,9 +51,19 @@ struct kvix_service {
     pthread_mutex_t register_mu; /* a registration's checks and its add, as one */
     /* the server (lib/net/service_http.c) */
     struct kvix_http *http; /* NULL: not listening */
+    /* stops the server (kvix_service_shutdown), set with http: the object
+     * is below the server and frees it through this */
+    void (*stop)(kvix_service *s, unsigned timeout_ms);
     unsigned port;
 };
 
+/* What a server thread keeps across queries (under s->ans_key), made on its
+ * first query; kvix_service_answer_free frees it (the key's destructor). */
+typedef struct kvix_service_thread {
+    kvix_answer ans; /* first: kvix_service_answer_free takes either */
+    kvix_u64_refs refs;
+} kvix_service_thread;
+kvix_service_thread *kvix_service_thread_get(kvix_service *s);
 kvix_answer *kvix_service_answer(kvix_service *s);
 void kvix_service_answer_free(void *p);
 void kvix_service_metrics(kvix_service *s, kvix_service_response *r);
@@ -62,6 +74,12 @@ void kvix_service_respond(kvix_service_response *r, int status, const char *ctyp
 void kvix_service_respond_error(kvix_service_response *r, int status, const char *msg);
 /* The status for e->code and {"error":e->msg}. */
 void kvix_service_respond_err(kvix_service_response *r, const kvix_err *e);
+/* POST /query (by_hash 0), /query_by_hash (1) (lib/net/service_query.c). */
+void kvix_service_post_query(kvix_service *s, const char *body, size_t len, int by_hash,
+                             kvix_service_response *r);
+/* GET /dump, GET /snapshot (lib/net/service_state.c). */
+void kvix_service_get_dump(kvix_service *s, kvix_service_response *r);
+void kvix_service_get_snapshot(kvix_service *s, kvix_service_response *r);
 /* POST /register, POST /unregister, GET /workers (lib/net/service_workers.c). */
 void kvix_service_register(kvix_service *s, const char *body, size_t len,
                            kvix_service_response *r);

@@ -1,0 +1,69 @@
+/* The service protocol's entry: kvix_service_handle routes a request to its
+ * endpoint's handler, checks method and body size, and times it for /metrics.
+ * Above every handler; only the server (lib/net/service_http.c) is above it. */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvix/service.h"
+#include "service_priv.h"
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- routing ---- */
+
+static int route(const char *path)
+{
+    for (int i = 0; i < EP_OTHER; i++)
+        if (strcmp(path, kvix_service_endpoints[i]) == 0)
+            return i;
+    return EP_OTHER;
+}
+
+static const char *const ep_method[EP_COUNT] = {"GET",  "GET",  "POST", "POST", "GET", "GET",
+                                                "POST", "POST", "GET",  "POST", "POST", "GET", ""};
+
+void kvix_service_handle(kvix_service *s, const char *method, const char *path,
+                         const char *body, size_t len, kvix_service_response *r)
+{
+    double t0 = mono_now();
+    int ep = route(path);
+    int m = strcmp(method, "GET") == 0 ? M_GET : strcmp(method, "POST") == 0 ? M_POST : M_OTHER;
+    if (r->fd >= 0)
+        close(r->fd);
+    r->fd = -1;
+    r->body.len = 0;
+    if (ep == EP_OTHER) {
+        kvix_service_respond_error(r, 404, "no such endpoint");
+    } else if (strcmp(method, ep_method[ep]) != 0) {
+        char msg[64];
+        snprintf(msg, sizeof msg, "method not allowed (use %s)", ep_method[ep]);
+        kvix_service_respond_error(r, 405, msg);
+    } else if (len > s->o.body_max) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "request body over the limit of %zu bytes", s->o.body_max);
+        kvix_service_respond_error(r, 413, msg);
+    } else {
+        switch (ep) {
+        case EP_HEALTH: kvix_service_respond(r, 200, "application/json", "{\"status\":\"ok\"}"); break;
+        case EP_METRICS: kvix_service_metrics(s, r); break;
+        case EP_QUERY: kvix_service_post_query(s, body ? body : "", len, 0, r); break;
+        case EP_QUERY_HASH: kvix_service_post_query(s, body ? body : "", len, 1, r); break;
+        case EP_DUMP: kvix_service_get_dump(s, r); break;
+        case EP_SNAPSHOT: kvix_service_get_snapshot(s, r); break;
+        case EP_REGISTER: kvix_service_register(s, body ? body : "", len, r); break;
+        case EP_UNREGISTER: kvix_service_unregister(s, body ? body : "", len, r); break;
+        case EP_WORKERS: kvix_service_workers(s, r); break;
+        case EP_REGISTER_PEER: kvix_service_post_peer(s, body ? body : "", len, 1, r); break;
+        case EP_DEREGISTER_PEER: kvix_service_post_peer(s, body ? body : "", len, 0, r); break;
+        case EP_PEERS: kvix_service_peers(s, r); break;
+        }
+    }
+    kvix_service_observe_request(s, ep, m, r->status, mono_now() - t0);
+}
