@@ -7,7 +7,8 @@
 # the stages before them run: those tests spend much of their time waiting on
 # servers and engines, and the build takes the CPU they leave. Each stage's
 # tests start once its own build is done.
-# The last line is "N passed, M failed" over all three.
+# Each stage ends with the time it took (its build's wait included); the
+# last lines list the stages' times, then "N passed, M failed" over all three.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -28,8 +29,9 @@ build() { # build KEY MAKEVARS: make a stage's tests; log in $tmp/KEY.log, statu
     echo $? >"$tmp/$1.rc.tmp" && mv "$tmp/$1.rc.tmp" "$tmp/$1.rc"
 }
 
+times=""
 stage() { # stage NAME KEY MAKEVARS RUNARGS...
-    local name=$1 key=$2 vars=$3 build
+    local name=$1 key=$2 vars=$3 build t0=$SECONDS
     shift 3
     echo "## $name"
     while [ ! -f "$tmp/$key.rc" ]; do sleep 0.5; done
@@ -37,6 +39,7 @@ stage() { # stage NAME KEY MAKEVARS RUNARGS...
         cat "$tmp/$key.log"
         echo "not ok - $name: build failed"
         total_f=$((total_f + 1))
+        stage_done "$name" "$t0"
         return
     fi
     # shellcheck disable=SC2086
@@ -48,9 +51,19 @@ stage() { # stage NAME KEY MAKEVARS RUNARGS...
     f=${f%% failed*}
     total_p=$((total_p + p))
     total_f=$((total_f + f))
+    stage_done "$name" "$t0"
 }
 
+stage_done() { # stage_done NAME T0: say how long the stage took
+    local line
+    line=$(printf '%5d s  %s' $((SECONDS - $2)) "$1")
+    echo "# took $((SECONDS - $2)) s: $1"
+    times="$times$line"$'\n'
+}
+
+t0=$SECONDS
 build release ""
+stage_done "the -Werror build" "$t0"
 (
     renice -n 10 "$BASHPID" >/dev/null 2>&1 # the tests running meanwhile come first
     build asan SANITIZE=address,undefined
@@ -64,5 +77,8 @@ KVIX_TEST_SCALE=${KVIX_SAN_SCALE:-0.25} stage "AddressSanitizer + UndefinedBehav
 KVIX_TEST_SCALE=${KVIX_SAN_SCALE:-0.25} stage "ThreadSanitizer: concurrent tests" \
     tsan "SANITIZE=thread" --mt
 builder=""
+echo "## time per stage"
+printf '%s' "$times"
+printf '%5d s  %s\n' "$SECONDS" "in all"
 echo "$total_p passed, $total_f failed"
 [ "$total_f" = 0 ]

@@ -8,7 +8,7 @@
  * frames [topic, seq 8B big-endian, payload], decodes the batches
  * (kvix/wire.h) and delivers their events in sequence order through
  * ops.event. Sequence numbers belong to the publisher socket, so they are
- * tracked per subscription (kvix/seqtrack.h): a batch's data-parallel rank
+ * tracked per subscription: a batch's data-parallel rank
  * only labels its events, and one port may carry several ranks. A gap is
  * asked for again from the replay endpoint (a DEALER sends ["", start_seq])
  * while later batches wait, bounded in count and bytes; a recovery is bounded
@@ -60,7 +60,6 @@
 
 #include "kvix/error.h"
 #include "kvix/event.h"
-#include "kvix/seqtrack.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -168,12 +167,25 @@ typedef struct kvix_enginesub_ops {
     void (*note)(void *ctx, const kvix_enginesub_note *n);
 } kvix_enginesub_ops;
 
+/* What the sequence tracking of one stream (or of them all) has seen. */
+typedef struct kvix_enginesub_seq_counts {
+    uint64_t gaps;       /* seqs skipped on the live stream */
+    uint64_t replays;    /* replays asked for */
+    uint64_t replayed;   /* batches delivered from a replay */
+    uint64_t losses;     /* clears for a loss */
+    uint64_t restarts;   /* clears for a restart */
+    uint64_t duplicates; /* a live batch with the seq of the one before it */
+    uint64_t stale;      /* batches older than the next expected (already applied) */
+    uint64_t refused;    /* replay answers outside the range asked: below its start,
+                            or past the newest live seq (a lying replay service) */
+} kvix_enginesub_seq_counts;
+
 typedef struct kvix_enginesub_counts {
     uint64_t subscriptions;
     uint64_t batches;          /* delivered */
     uint64_t events[4];        /* delivered, by kvix_event_type (engines' own) */
     uint64_t cleared;          /* clears of the subscriber's own (losses, restarts, removals) */
-    kvix_seqtrack_counts seq;  /* gaps, replays, replayed, losses, restarts, duplicates,
+    kvix_enginesub_seq_counts seq;  /* gaps, replays, replayed, losses, restarts, duplicates,
                                   stale, refused: every subscription's, removed ones too */
     uint64_t decode_errors, bad_frames, partial_blocks, unknown_events;
     uint64_t dropped;          /* batches of ranks past ranks_max */
@@ -253,7 +265,7 @@ typedef struct kvix_enginesub_status {
     bool has_seq;
     uint64_t last_seq;               /* the last batch applied, when has_seq */
     uint64_t idle_ms;                /* since its last message; UINT64_MAX: none yet */
-    kvix_seqtrack_counts seq;
+    kvix_enginesub_seq_counts seq;
 } kvix_enginesub_status;
 
 /* Call fn for every subscription (in the order added) under the registry's

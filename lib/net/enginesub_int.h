@@ -16,7 +16,7 @@
 #include <zmq.h>
 
 #include "kvix/enginesub.h"
-#include "kvix/seqtrack.h"
+#include "seqtrack_int.h"
 
 
 #define SEQ_FRAME 8

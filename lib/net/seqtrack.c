@@ -1,8 +1,8 @@
-/* The sequence tracker of one engine stream: see kvix/seqtrack.h.
+/* The sequence tracker of one engine stream: see seqtrack_int.h.
  *
  * Items fed from the hold buffer are the tracker's own (owned = true): held
  * again they move without a copy, otherwise they are released once used. */
-#include "kvix/seqtrack.h"
+#include "seqtrack_int.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -21,7 +21,7 @@ PUBLIC = {
     "index": "index",
     "snapshot": "snapshot", "snapshot_diff": "snapshot", "snapshot_stats": "snapshot",
     "enginesub": "net", "enginepub": "net", "natslog": "net", "peers": "net",
-    "service": "net", "seqtrack": "net",
+    "service": "net",
 }
 
 

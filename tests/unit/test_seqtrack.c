@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "kvix/seqtrack.h"
+#include "seqtrack_int.h"
 
 typedef struct item {
     uint32_t run;

@@ -1,4 +1,4 @@
-/* kvix: the sequence tracker of one engine stream (one worker and dp rank),
+/* libkvix private: the sequence tracker of one engine stream (one worker and dp rank),
  * see kvsub(1): batches come numbered 0, 1, 2, ... per
  * engine run; a gap is asked for again from the engine's replay service while
  * later live batches wait in a bounded hold buffer; what cannot be recovered
@@ -20,18 +20,15 @@
  * item is later given to ops.deliver (then ops.release) or only to
  * ops.release (stale or thrown away at a restart), exactly once.
  * Not thread-safe: one thread drives a tracker. */
-#ifndef KVIX_SEQTRACK_H
-#define KVIX_SEQTRACK_H
+#ifndef KVIX_SEQTRACK_INT_H
+#define KVIX_SEQTRACK_INT_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvix/enginesub.h"
 #include "kvix/error.h"
-
-#ifdef __cplusplus
-extern "C" {
-#endif
 
 #define KVIX_SEQTRACK_EPOCH_MAX 128 /* bytes of a topic's epoch compared */
 
@@ -90,17 +87,8 @@ typedef struct kvix_seqtrack_config {
     size_t hold_bytes_max;   /* bytes held (ops.size); 0: no limit */
 } kvix_seqtrack_config;
 
-typedef struct kvix_seqtrack_counts {
-    uint64_t gaps;       /* seqs skipped on the live stream */
-    uint64_t replays;    /* replays asked for */
-    uint64_t replayed;   /* batches delivered from a replay */
-    uint64_t losses;     /* clears for a loss */
-    uint64_t restarts;   /* clears for a restart */
-    uint64_t duplicates; /* a live batch with the seq of the one before it */
-    uint64_t stale;      /* batches older than the next expected (already applied) */
-    uint64_t refused;    /* replay answers outside the range asked: below its start,
-                            or past the newest live seq (a lying replay service) */
-} kvix_seqtrack_counts;
+/* The tracker's counts are what kvix_enginesub reports of each stream. */
+typedef kvix_enginesub_seq_counts kvix_seqtrack_counts;
 
 typedef struct kvix_seqtrack_held {
     uint64_t seq;
@@ -184,7 +172,4 @@ int kvix_seqtrack_tick(kvix_seqtrack *t, uint64_t now);
 /* Whether a replay runs; if so *deadline (may be NULL) is when it times out. */
 bool kvix_seqtrack_replaying(const kvix_seqtrack *t, uint64_t *deadline);
 
-#ifdef __cplusplus
-}
-#endif
 #endif
