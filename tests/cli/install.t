@@ -107,3 +107,34 @@ run ./embed_static
 expect_rc 0
 assert_eq "$(cat out)" '{"id":"q1","blocks":3,"scores":[{"worker":7,"dp":0,"blocks":2,"tokens":4,"tiers":{"gpu":2}}]}' "answer (static)"
 end
+
+begin "a program on the network layer builds with pkg-config --cflags --libs kvix-net"
+run mk install DESTDIR="$T/root" PREFIX=/usr
+expect_rc 0
+export PKG_CONFIG_PATH=$T/root/usr/lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$T/root
+cat >feeder.c <<'C'
+#include <stdio.h>
+#include "kvix/enginesub.h"
+#include "kvix/hash.h"
+int main(void)
+{
+    kvix_enginesub_spec sp;
+    kvix_err err;
+    kvix_enginesub_spec_init(&sp);
+    if (kvix_enginesub_spec_parse(&sp, "7:1=tcp://gpu1:5558", &err))
+        return 1;
+    uint32_t t[4] = {0, 1, 2, 3};
+    printf("%llu %u %s %llu\n", (unsigned long long)sp.worker, sp.dp, sp.endpoint,
+           (unsigned long long)kvix_hash_local(t, 4, KVIX_HASH_SEED));
+    return 0;
+}
+C
+flags=$(pkg-config --cflags --libs kvix-net) || fail "pkg-config --cflags --libs kvix-net failed"
+# shellcheck disable=SC2086
+cc $sanflags -o feeder feeder.c $flags 2>cc.err || { fail "build failed"; cat cc.err; }
+readelf -d feeder >dyn
+grep -q 'NEEDED.*\[libkvix-net\.so\.0\]' dyn || fail "feeder does not need libkvix-net.so.0"
+LD_LIBRARY_PATH=$T/root/usr/lib run ./feeder
+expect_rc 0
+assert_eq "$(cat out)" "7 1 tcp://gpu1:5558 9143094415614847814" "spec and hash"
+end
