@@ -1,6 +1,12 @@
 /* kvix: the snapshot file (kvix-snapshot(5)): the whole index state, per
  * partition and per (worker, dp), in a documented little-endian binary
- * format closed by an XXH3-64 checksum of everything before it.
+ * format closed by an XXH3-64 checksum of everything before it. Version 3
+ * is written (each (worker, dp)'s blocks as the forest of their parent
+ * links: about 9 bytes a block); versions 1 and 2 are still read.
+ *
+ * Extension records keep other state beside the index in the same file
+ * (KV-cache group state, HTTP registrations): typed, length-prefixed, and
+ * skippable when marked optional (kvix-snapshot(5), EXTENSIONS).
  *
  * Writing is crash-safe: a unique temporary file in the target's folder,
  * written through a large buffer, fsync'ed, renamed over the target, and the
@@ -31,10 +37,28 @@ extern "C" {
 #endif
 
 #define KVIX_SNAPSHOT_MAGIC "KVIXSNAP" /* 8 bytes, no NUL in the file */
-#define KVIX_SNAPSHOT_VERSION 1u
-#define KVIX_SNAPSHOT_VERSION_STREAM 2u /* version 1 plus a stream position record */
+#define KVIX_SNAPSHOT_VERSION 3u        /* the version written */
+#define KVIX_SNAPSHOT_VERSION_V1 1u     /* read only: 40 bytes a block */
+#define KVIX_SNAPSHOT_VERSION_V2 2u     /* read only: version 1 plus a stream position */
 #define KVIX_SNAPSHOT_STREAM_MAX 256u   /* longest stream name + 1 */
-#define KVIX_SNAPSHOT_BLOCK_BYTES 40u  /* one stored block in the file */
+
+/* Extension record types (kvix-snapshot(5), EXTENSIONS): 64 and up. A
+ * reader refuses a file holding a type it does not know unless the record
+ * is marked optional. */
+#define KVIX_SNAPSHOT_EXT_MIN 64u
+#define KVIX_SNAPSHOT_EXT_KVGROUPS 64u      /* KV-cache group state (the engine wire) */
+#define KVIX_SNAPSHOT_EXT_REGISTRATIONS 65u /* the service's HTTP registrations */
+#define KVIX_SNAPSHOT_EXT_KNOWN_MAX 65u     /* the highest type this kvix knows */
+#define KVIX_SNAPSHOT_EXT_OPTIONAL 1u       /* flag: readers that do not know it skip it */
+#define KVIX_SNAPSHOT_EXT_BYTES_MAX (UINT64_C(1) << 40) /* one extension record's payload */
+
+/* One extension record of a file, or one to write. */
+typedef struct kvix_snapshot_ext {
+    uint32_t type;    /* KVIX_SNAPSHOT_EXT_MIN and up */
+    unsigned flags;   /* KVIX_SNAPSHOT_EXT_OPTIONAL or 0 */
+    const void *data; /* payload: the owner's encoding (kvix-snapshot(5) says whose) */
+    size_t len;
+} kvix_snapshot_ext;
 
 /* Totals of one snapshot file. */
 typedef struct kvix_snapshot_info {
@@ -44,12 +68,13 @@ typedef struct kvix_snapshot_info {
     uint64_t blocks;    /* stored (worker, block) entries */
     uint64_t bytes;     /* file size */
     uint64_t checksum;  /* the XXH3-64 stored at the end of the file */
-    /* The stream position the state reflects (version 2 files): every
+    /* The stream position the state reflects (a STREAM record): every
      * message of stream up to and including stream_seq is applied, none
      * after it. Set by the reader only. */
     int has_stream;
     uint64_t stream_seq;
     char stream[KVIX_SNAPSHOT_STREAM_MAX];
+    uint64_t extensions; /* extension records (version 3) */
 } kvix_snapshot_info;
 
 /* ---- writing ---------------------------------------------------------- */
@@ -64,10 +89,16 @@ int kvix_snapshot_writer_open(kvix_snapshot_writer **out, const char *path, kvix
 
 /* Record that the state written reflects stream (a JetStream stream name,
  * 1..255 bytes) up to and including message seq. Only right after
- * kvix_snapshot_writer_open, before any record; the file is then format
- * version 2. Without it the file is version 1, byte for byte as before. */
+ * kvix_snapshot_writer_open, before any record (a STREAM record). */
 int kvix_snapshot_writer_set_stream(kvix_snapshot_writer *w, const char *stream, uint64_t seq,
                                     kvix_err *err);
+
+/* Append an extension record (e->type at least KVIX_SNAPSHOT_EXT_MIN,
+ * e->flags KVIX_SNAPSHOT_EXT_OPTIONAL or 0, at most
+ * KVIX_SNAPSHOT_EXT_BYTES_MAX bytes), after the stream position and before
+ * the first (partition, worker, dp) record; e->data is only read during the
+ * call. Records keep the order they are added in. */
+int kvix_snapshot_writer_ext(kvix_snapshot_writer *w, const kvix_snapshot_ext *e, kvix_err *err);
 
 /* Append one (partition, worker, dp) record, exactly as kvix_index_foreach
  * visits them: strictly ascending (model, tenant, worker, dp), blocks
@@ -96,6 +127,19 @@ int kvix_snapshot_save(kvix_index *idx, const char *path, kvix_snapshot_info *in
  * (kvix_snapshot_writer_set_stream); stream NULL is kvix_snapshot_save. */
 int kvix_snapshot_save_at(kvix_index *idx, const char *path, const char *stream, uint64_t seq,
                           kvix_snapshot_info *info, kvix_err *err);
+
+/* What a save writes beside the index. */
+typedef struct kvix_snapshot_save_opts {
+    const char *stream;          /* NULL, or the stream position (kvix_snapshot_save_at) */
+    uint64_t seq;
+    const kvix_snapshot_ext *ext; /* extension records, written in this order */
+    size_t next;
+} kvix_snapshot_save_opts;
+
+/* kvix_snapshot_save with o's stream position and extension records (o
+ * NULL: none). */
+int kvix_snapshot_save_with(kvix_index *idx, const char *path, const kvix_snapshot_save_opts *o,
+                            kvix_snapshot_info *info, kvix_err *err);
 
 /* ---- one writer per snapshot ------------------------------------------ */
 
@@ -153,6 +197,12 @@ int kvix_snapshot_open_mem(kvix_snapshot **out, const void *data, size_t len, kv
 void kvix_snapshot_close(kvix_snapshot *s); /* NULL is fine */
 
 void kvix_snapshot_get_info(const kvix_snapshot *s, kvix_snapshot_info *out);
+
+/* The i-th extension record of the file (0 first, in file order): KVIX_OK
+ * with *out filled (its data points into the snapshot, valid until
+ * kvix_snapshot_close), or KVIX_EOF past the last. Optional records of
+ * types this kvix does not know are listed too. */
+int kvix_snapshot_ext_get(const kvix_snapshot *s, size_t i, kvix_snapshot_ext *out);
 
 /* Next record, in file order (model, tenant, worker, dp ascending):
  * KVIX_OK with *g filled, or KVIX_EOF after the last. */

@@ -37,14 +37,26 @@ int kvix_snapshot_save(kvix_index *idx, const char *path, kvix_snapshot_info *in
 int kvix_snapshot_save_at(kvix_index *idx, const char *path, const char *stream, uint64_t seq,
                           kvix_snapshot_info *info, kvix_err *err)
 {
+    kvix_snapshot_save_opts o = {stream, seq, NULL, 0};
+    return kvix_snapshot_save_with(idx, path, &o, info, err);
+}
+
+int kvix_snapshot_save_with(kvix_index *idx, const char *path, const kvix_snapshot_save_opts *o,
+                            kvix_snapshot_info *info, kvix_err *err)
+{
     save_ctx s = {NULL, err, 0};
     int rc = kvix_snapshot_writer_open(&s.w, path, err);
     if (rc)
         return rc;
-    if (stream && (rc = kvix_snapshot_writer_set_stream(s.w, stream, seq, err))) {
+    if (o && o->stream && (rc = kvix_snapshot_writer_set_stream(s.w, o->stream, o->seq, err))) {
         kvix_snapshot_writer_abort(s.w);
         return rc;
     }
+    for (size_t i = 0; o && i < o->next; i++)
+        if ((rc = kvix_snapshot_writer_ext(s.w, &o->ext[i], err))) {
+            kvix_snapshot_writer_abort(s.w);
+            return rc;
+        }
     int stop = kvix_index_foreach(idx, save_visit, &s);
     if (stop || s.rc) {
         kvix_snapshot_writer_abort(s.w);

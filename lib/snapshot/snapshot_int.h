@@ -10,15 +10,29 @@
 
 #include "kvix/snapshot.h"
 
+/* record types (both layouts) */
 #define TAG_PART 1u
 #define TAG_GROUP 2u
 #define TAG_END 3u
 #define TAG_STREAM 4u
-#define STREAM_HEAD_BYTES 16u
 #define HEADER_BYTES 16u
+/* versions 1 and 2: fixed-size records */
+#define STREAM_HEAD_BYTES 16u
 #define GROUP_HEAD_BYTES 40u
 #define END_BYTES 40u
-#define BLOCK_BYTES KVIX_SNAPSHOT_BLOCK_BYTES
+#define BLOCK_BYTES 40u
+/* version 3: every record is u32 type, u32 flags, u64 length, payload */
+#define REC_HEAD_BYTES 16u
+#define REC_OPTIONAL 1u                 /* flags: a reader that does not know the type skips it */
+#define PART3_HEAD_BYTES 16u            /* u32 bs, u32 model_len, u32 tenant_len, u32 0 */
+#define GROUP3_HEAD_BYTES 32u           /* u64 worker, u32 dp, u32 flags, u64 eid, u64 nblocks */
+#define END3_BYTES (REC_HEAD_BYTES + 32u) /* totals and the checksum */
+#define SG_BLOCK_MIN 9u                 /* the shortest block: control byte and local hash */
+/* a block's control byte (snapshot_group.c) */
+#define SG_KIDS 3u     /* 0, 1, 2 children, or 3: a varint count follows */
+#define SG_ENGINE 4u   /* an engine hash follows (else it is the canonical hash) */
+#define SG_TIERS 8u    /* a tier mask follows (else gpu) */
+#define SG_ROOT_AT 16u /* a root past position 0: position, parent and parent_canon follow */
 #define TIERS_ALL ((1u << KVIX_MEDIUM_COUNT) - 1)
 #define WBUF_BYTES (4u << 20)
 #define NONE SIZE_MAX
@@ -53,6 +67,45 @@ static inline uint64_t get64(const unsigned char *p)
     return le64toh(v);
 }
 
+/* ---- a growable byte buffer ------------------------------------------------ */
+
+typedef struct kvix_sbuf {
+    unsigned char *data;
+    size_t len, cap;
+} kvix_sbuf;
+
+/* Room for more bytes past len: 0, or -1 (out of memory, b unchanged). */
+int kvix_sbuf_room(kvix_sbuf *b, size_t more);
+
+/* ---- a version 3 group's blocks (snapshot_group.c) ------------------------ */
+
+/* Arrays reused from one group to the next. */
+typedef struct kvix_snap_scratch {
+    size_t *a, *b, *c, *d; /* cap entries each (c: cap + 1) */
+    size_t cap;
+    struct kvix_snap_slot {
+        uint64_t engine;
+        size_t idx; /* NONE: empty */
+    } *set;
+    size_t set_cap, set_mask;
+} kvix_snap_scratch;
+
+void kvix_snap_scratch_release(kvix_snap_scratch *sc);
+/* Encode b[0..n) (sorted by (position, engine), consistent by
+ * kvix_snap_check_blocks, whose parent indexes are pidx, canon filled) into
+ * out (replaced). 0, or -1 when memory runs out. */
+int kvix_snap_group_encode(kvix_snap_scratch *sc, const kvix_block_info *b, size_t n,
+                           const size_t *pidx, kvix_sbuf *out);
+/* Decode the n blocks of p[0..len) into out[0..n) in the file's order
+ * (preorder: a parent before its children), every field filled, and each
+ * block's parent index in up (NONE: a root), checking that this is the one
+ * encoding of those blocks (order, defaults, engine hashes distinct, roots
+ * past position 0 without a parent in the group). 0; -1 with why and *at
+ * (the offset in p of the first byte in question); -2 out of memory. */
+int kvix_snap_group_decode(kvix_snap_scratch *sc, const unsigned char *p, size_t len, size_t n,
+                           kvix_block_info *out, size_t *up, char *why, size_t whylen,
+                           size_t *at);
+
 /* ---- shared checks (snapshot.c) ------------------------------------------ */
 
 /* Order of partitions: model, then tenant. */
@@ -67,6 +120,16 @@ int kvix_snap_check_blocks(const kvix_block_info *b, size_t n, size_t *parent_id
 int kvix_snap_repeated_engine(const kvix_block_info *b, size_t n, size_t *dup);
 /* JetStream's rule for stream names, n bytes of p. */
 int kvix_snap_stream_name_ok(const char *p, size_t n);
+
+/* The next record as kvix_snapshot_next gives it, but its blocks in the
+ * file's order, each block's parent before it, with *up the parent index of
+ * each (NONE: none held; valid until the next call): what a load wants. */
+int kvix_snap_next_tree(kvix_snapshot *s, kvix_snapshot_group *g, const size_t **up,
+                        kvix_err *err);
+
+/* Write format version 1 (2 with a stream position) instead of 3: only
+ * right after kvix_snapshot_writer_open (tests of the older files). */
+void kvix_snap_writer_legacy(kvix_snapshot_writer *w);
 
 /* A second cursor over s's verified bytes, at the first record. It borrows
  * them: close it (kvix_snapshot_close) before s. NULL on ENOMEM. */

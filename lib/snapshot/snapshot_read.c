@@ -1,5 +1,7 @@
 /* Reading a snapshot file (kvix-snapshot(5), layout in snapshot.c): verified
- * whole when opened, then walked record by record by cursors. */
+ * whole when opened, then walked record by record by cursors. Versions 1
+ * and 2 (fixed-size records) and 3 (length-prefixed records, each group's
+ * blocks as a forest: snapshot_group.c). */
 #define _GNU_SOURCE
 #include "kvix/snapshot.h"
 
@@ -25,6 +27,7 @@
 /* ---- reader ------------------------------------------------------------- */
 
 struct kvix_snapshot {
+    uint32_t version;
     const unsigned char *data;
     size_t len;
     void *map;            /* mmap'ed file, or NULL */
@@ -40,8 +43,13 @@ struct kvix_snapshot {
     int have_group;
     uint64_t worker;
     uint32_t dp;
-    kvix_block_info *blocks;
+    kvix_block_info *blocks; /* the last group's, sorted by (position, engine) */
+    kvix_block_info *pre;    /* version 3: the last group's, in the file's order */
+    size_t *up;              /* parent index of each block of the last group (NONE: none) */
     size_t cap;
+    kvix_snap_scratch sc;
+    size_t *ext;             /* offsets of the extension records */
+    size_t next;
     /* next: records for which want() is 0 are jumped over undecoded */
     int (*want)(void *ctx, uint64_t worker, uint32_t dp);
     void *want_ctx;
@@ -56,6 +64,10 @@ void kvix_snapshot_close(kvix_snapshot *s)
     free(s->owned);
     free(s->name);
     free(s->blocks);
+    free(s->pre);
+    free(s->up);
+    free(s->ext);
+    kvix_snap_scratch_release(&s->sc);
     free(s);
 }
 
@@ -87,13 +99,14 @@ __attribute__((format(printf, 4, 5))) static int corrupt_at(kvix_snapshot *s, si
                         m);
 }
 
-static int read_name(kvix_snapshot *s, size_t off, uint32_t len, char *dst, const char *what,
-                     kvix_err *err)
+/* A name of len bytes at s->pos, within end. */
+static int read_name(kvix_snapshot *s, size_t off, size_t end, uint32_t len, char *dst,
+                     const char *what, kvix_err *err)
 {
     if (len >= KVIX_NAME_MAX)
         return CORRUPT(s, off, err, "%s name of %" PRIu32 " bytes (limit %d)", what, len,
                        KVIX_NAME_MAX - 1);
-    if (len > s->body_end - s->pos)
+    if (len > end - s->pos)
         return CORRUPT(s, off, err, "%s name runs past the end", what);
     if (memchr(s->data + s->pos, '\0', len))
         return CORRUPT(s, off, err, "%s name contains a NUL byte", what);
@@ -105,21 +118,17 @@ static int read_name(kvix_snapshot *s, size_t off, uint32_t len, char *dst, cons
     return KVIX_OK;
 }
 
-static int parse_part(kvix_snapshot *s, kvix_err *err)
+/* The partition's fields (from the bytes at p), its names at s->pos. */
+static int set_part(kvix_snapshot *s, size_t off, size_t end, uint32_t bs, uint32_t ml,
+                    uint32_t tl, kvix_err *err)
 {
-    size_t off = s->pos;
-    if (s->body_end - s->pos < 16)
-        return CORRUPT(s, off, err, "partition record runs past the end");
-    const unsigned char *p = s->data + s->pos;
-    uint32_t bs = get32(p + 4), ml = get32(p + 8), tl = get32(p + 12);
-    s->pos += 16;
     if (bs == 0 || bs > KVIX_BS_MAX)
         return CORRUPT(s, off, err, "block size %" PRIu32 " (expected 1 to %d)", bs,
                        KVIX_BS_MAX);
     char model[KVIX_NAME_MAX], tenant[KVIX_NAME_MAX];
-    int rc = read_name(s, off, ml, model, "model", err);
+    int rc = read_name(s, off, end, ml, model, "model", err);
     if (!rc)
-        rc = read_name(s, off, tl, tenant, "tenant", err);
+        rc = read_name(s, off, end, tl, tenant, "tenant", err);
     if (rc)
         return rc;
     if (s->in_part && kvix_snap_cmp_part(model, tenant, s->model, s->tenant) <= 0)
@@ -133,6 +142,97 @@ static int parse_part(kvix_snapshot *s, kvix_err *err)
     return KVIX_OK;
 }
 
+static int parse_part(kvix_snapshot *s, kvix_err *err)
+{
+    size_t off = s->pos;
+    if (s->body_end - s->pos < 16)
+        return CORRUPT(s, off, err, "partition record runs past the end");
+    const unsigned char *p = s->data + s->pos;
+    s->pos += 16;
+    return set_part(s, off, s->body_end, get32(p + 4), get32(p + 8), get32(p + 12), err);
+}
+
+/* Version 3: the record's payload is p[0..len), s->pos at it. */
+static int parse_part3(kvix_snapshot *s, size_t off, uint64_t len, kvix_err *err)
+{
+    const unsigned char *p = s->data + s->pos;
+    if (len < PART3_HEAD_BYTES)
+        return CORRUPT(s, off, err, "partition record of %" PRIu64 " bytes", len);
+    uint32_t ml = get32(p + 4), tl = get32(p + 8);
+    if (get32(p + 12) != 0)
+        return CORRUPT(s, off, err, "reserved field of a partition record is set");
+    if ((uint64_t)PART3_HEAD_BYTES + ml + tl != len)
+        return CORRUPT(s, off, err, "partition record of %" PRIu64 " bytes holds names of %" PRIu32
+                       " and %" PRIu32, len, ml, tl);
+    size_t end = s->pos + (size_t)len;
+    s->pos += PART3_HEAD_BYTES;
+    return set_part(s, off, end, get32(p), ml, tl, err);
+}
+
+/* Room for n blocks of a group (and their parent indexes). */
+static int group_room(kvix_snapshot *s, uint64_t n, kvix_err *err)
+{
+    if (n <= s->cap)
+        return KVIX_OK;
+    size_t c = s->cap ? s->cap : 64;
+    while (c < n)
+        c *= 2;
+    kvix_block_info *nb = realloc(s->blocks, c * sizeof *nb);
+    if (nb)
+        s->blocks = nb;
+    kvix_block_info *np = nb && s->version == KVIX_SNAPSHOT_VERSION
+                              ? realloc(s->pre, c * sizeof *np)
+                              : s->pre;
+    if (np)
+        s->pre = np;
+    size_t *nu = nb && (np || s->version != KVIX_SNAPSHOT_VERSION)
+                     ? realloc(s->up, c * sizeof *nu)
+                     : NULL;
+    if (!nu)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for %" PRIu64 " blocks", n);
+    s->up = nu;
+    s->cap = c;
+    return KVIX_OK;
+}
+
+/* The checks both layouts make of a group's head; 1: skipped (want). */
+static int group_head(kvix_snapshot *s, size_t off, uint64_t worker, uint32_t dp,
+                      uint32_t flags, uint64_t eid, kvix_err *err)
+{
+    if (flags & ~1u)
+        return CORRUPT(s, off, err, "unknown flags 0x%" PRIx32 " in a worker record", flags);
+    /* One state, one file: an eid without its flag would be dropped on load
+     * and the file re-saved differently. */
+    if (!(flags & 1) && eid)
+        return CORRUPT(s, off, err, "eid %" PRIu64 " with the eid flag clear", eid);
+    /* The index never holds these (kvix-events(5)): no tool could print them. */
+    if (worker > KVIX_WORKER_MAX)
+        return CORRUPT(s, off, err, "worker %" PRIu64 " out of range", worker);
+    if (eid > KVIX_EID_MAX)
+        return CORRUPT(s, off, err, "eid %" PRIu64 " out of range", eid);
+    if (s->have_group && (worker < s->worker || (worker == s->worker && dp <= s->dp)))
+        return CORRUPT(s, off, err, "worker %" PRIu64 " dp %" PRIu32 " out of order", worker, dp);
+    s->have_group = 1;
+    s->worker = worker;
+    s->dp = dp;
+    s->part_groups++;
+    return s->want && !s->want(s->want_ctx, worker, dp) ? 1 : KVIX_OK;
+}
+
+static void fill_group(kvix_snapshot *s, kvix_snapshot_group *g, uint32_t flags, uint64_t eid,
+                       const kvix_block_info *blocks, uint64_t n)
+{
+    g->model = s->model;
+    g->tenant = s->tenant;
+    g->bs = s->bs;
+    g->worker = s->worker;
+    g->dp = s->dp;
+    g->has_eid = flags & 1;
+    g->eid = eid;
+    g->blocks = blocks;
+    g->n = (size_t)n;
+}
+
 static int parse_group(kvix_snapshot *s, kvix_snapshot_group *g, kvix_err *err)
 {
     size_t off = s->pos;
@@ -144,44 +244,22 @@ static int parse_group(kvix_snapshot *s, kvix_snapshot_group *g, kvix_err *err)
     uint32_t dp = get32(p + 4), flags = get32(p + 16), pad = get32(p + 20);
     uint64_t worker = get64(p + 8), eid = get64(p + 24), n = get64(p + 32);
     s->pos += GROUP_HEAD_BYTES;
-    if (flags & ~1u || pad)
+    if (pad)
         return CORRUPT(s, off, err, "unknown flags 0x%" PRIx32 " in a worker record", flags);
-    /* One state, one file: an eid without its flag would be dropped on load
-     * and the file re-saved differently. */
-    if (!(flags & 1) && eid)
-        return CORRUPT(s, off, err, "eid %" PRIu64 " with the eid flag clear", eid);
-    /* The index never holds these (kvix-events(5)): no tool could print them. */
-    if (worker > KVIX_WORKER_MAX)
-        return CORRUPT(s, off, err, "worker %" PRIu64 " out of range", worker);
-    if (eid > KVIX_EID_MAX)
-        return CORRUPT(s, off, err, "eid %" PRIu64 " out of range", eid);
     /* Bounded by the bytes present before anything is allocated. */
     size_t left = s->body_end - s->pos;
     if (n > left / BLOCK_BYTES)
         return CORRUPT(s, off, err, "worker record claims %" PRIu64 " blocks, %zu bytes remain", n,
                        left);
-    if (s->have_group && (worker < s->worker || (worker == s->worker && dp <= s->dp)))
-        return CORRUPT(s, off, err, "worker %" PRIu64 " dp %" PRIu32 " out of order", worker, dp);
     if (worker == UINT64_MAX && n == 0 && !(flags & 1))
         return CORRUPT(s, off, err, "empty worker record");
-    if (s->want && !s->want(s->want_ctx, worker, dp)) {
+    int rc = group_head(s, off, worker, dp, flags, eid, err);
+    if (rc == 1) {
         s->pos += n * BLOCK_BYTES;
-        s->have_group = 1;
-        s->worker = worker;
-        s->dp = dp;
-        s->part_groups++;
         return 1; /* skipped: next goes on */
     }
-    if (n > s->cap) {
-        size_t c = s->cap ? s->cap : 64;
-        while (c < n)
-            c *= 2;
-        kvix_block_info *nb = realloc(s->blocks, c * sizeof *nb);
-        if (!nb)
-            return kvix_err_set(err, KVIX_ENOMEM, "out of memory for %" PRIu64 " blocks", n);
-        s->blocks = nb;
-        s->cap = c;
-    }
+    if (rc || (rc = group_room(s, n, err)))
+        return rc;
     const unsigned char *b = s->data + s->pos;
     for (size_t i = 0; i < n; i++, b += BLOCK_BYTES) {
         kvix_block_info *bi = &s->blocks[i];
@@ -197,31 +275,73 @@ static int parse_group(kvix_snapshot *s, kvix_snapshot_group *g, kvix_err *err)
                                       : kvix_hash_seq_next(bi->parent_canon, bi->local);
     }
     char why[160];
-    if (kvix_snap_check_blocks(s->blocks, n, NULL, why, sizeof why))
+    if (kvix_snap_check_blocks(s->blocks, n, s->up, why, sizeof why))
         return CORRUPT(s, off, err, "worker %" PRIu64 " dp %" PRIu32 ": %s", worker, dp, why);
     size_t dup;
     int rep = kvix_snap_repeated_engine(s->blocks, n, &dup);
     if (rep < 0)
-        return kvix_err_set(err, rep, "out of memory checking %zu blocks", n);
+        return kvix_err_set(err, rep, "out of memory checking %zu blocks", (size_t)n);
     if (rep)
         return CORRUPT(s, s->pos + dup * BLOCK_BYTES, err,
                        "worker %" PRIu64 " dp %" PRIu32 ": block %zu repeats engine hash %016" PRIx64
                        " of an earlier one (an engine hash names one block)",
                        worker, dp, dup, s->blocks[dup].engine);
     s->pos += n * BLOCK_BYTES;
-    s->have_group = 1;
-    s->worker = worker;
-    s->dp = dp;
-    s->part_groups++;
-    g->model = s->model;
-    g->tenant = s->tenant;
-    g->bs = s->bs;
-    g->worker = worker;
-    g->dp = dp;
-    g->has_eid = flags & 1;
-    g->eid = eid;
-    g->blocks = s->blocks;
-    g->n = n;
+    fill_group(s, g, flags, eid, s->blocks, n);
+    return KVIX_OK;
+}
+
+static int info_cmp(const void *a, const void *b)
+{
+    const kvix_block_info *x = a, *y = b;
+    if (x->position != y->position)
+        return x->position < y->position ? -1 : 1;
+    return x->engine < y->engine ? -1 : x->engine > y->engine;
+}
+
+/* Version 3 (sorted: the blocks by (position, engine) as
+ * kvix_snapshot_next gives them, else in the file's order). */
+static int parse_group3(kvix_snapshot *s, size_t off, uint64_t len, kvix_snapshot_group *g,
+                        int sorted, kvix_err *err)
+{
+    if (!s->in_part)
+        return CORRUPT(s, off, err, "worker record before any partition");
+    if (len < GROUP3_HEAD_BYTES)
+        return CORRUPT(s, off, err, "worker record of %" PRIu64 " bytes", len);
+    const unsigned char *p = s->data + s->pos;
+    uint64_t worker = get64(p), eid = get64(p + 16), n = get64(p + 24);
+    uint32_t dp = get32(p + 8), flags = get32(p + 12);
+    size_t body = (size_t)len - GROUP3_HEAD_BYTES, start = s->pos + GROUP3_HEAD_BYTES;
+    /* Bounded by the bytes present before anything is allocated. */
+    if (n > body / SG_BLOCK_MIN)
+        return CORRUPT(s, off, err, "worker record claims %" PRIu64 " blocks in %zu bytes", n,
+                       body);
+    if (n == 0 && !(flags & 1))
+        return CORRUPT(s, off, err, "worker record without block nor eid");
+    int rc = group_head(s, off, worker, dp, flags, eid, err);
+    s->pos += (size_t)len;
+    if (rc == 1)
+        return 1;
+    if (rc || (rc = group_room(s, n, err)))
+        return rc;
+    char why[200];
+    size_t at = 0;
+    rc = kvix_snap_group_decode(&s->sc, s->data + start, body, (size_t)n, s->pre, s->up, why,
+                                sizeof why, &at);
+    if (rc == -2)
+        return kvix_err_set(err, KVIX_ENOMEM, "%s", why);
+    if (rc)
+        return CORRUPT(s, start + at, err, "worker %" PRIu64 " dp %" PRIu32 ": %s", worker, dp,
+                       why);
+    if (!sorted) {
+        fill_group(s, g, flags, eid, s->pre, n);
+        return KVIX_OK;
+    }
+    if (n) { /* an eid alone: no block array yet */
+        memcpy(s->blocks, s->pre, (size_t)n * sizeof *s->blocks);
+        qsort(s->blocks, (size_t)n, sizeof *s->blocks, info_cmp);
+    }
+    fill_group(s, g, flags, eid, s->blocks, n);
     return KVIX_OK;
 }
 
@@ -238,7 +358,8 @@ static void empty_part(kvix_snapshot *s, kvix_snapshot_group *g)
     g->n = 0;
 }
 
-int kvix_snapshot_next(kvix_snapshot *s, kvix_snapshot_group *g, kvix_err *err)
+/* Versions 1 and 2. */
+static int next1(kvix_snapshot *s, kvix_snapshot_group *g, kvix_err *err)
 {
     for (;;) {
         int at_end = s->pos == s->body_end;
@@ -272,6 +393,138 @@ int kvix_snapshot_next(kvix_snapshot *s, kvix_snapshot_group *g, kvix_err *err)
     }
 }
 
+/* Version 3: records after the stream position and the extensions. */
+static int next3(kvix_snapshot *s, kvix_snapshot_group *g, int sorted, kvix_err *err)
+{
+    for (;;) {
+        int at_end = s->pos == s->body_end;
+        uint32_t tag = 0, flags = 0;
+        uint64_t len = 0;
+        size_t off = s->pos;
+        if (!at_end) {
+            if (s->body_end - s->pos < REC_HEAD_BYTES)
+                return CORRUPT(s, off, err, "record runs past the end");
+            const unsigned char *h = s->data + s->pos;
+            tag = get32(h);
+            flags = get32(h + 4);
+            len = get64(h + 8);
+            if (len > s->body_end - s->pos - REC_HEAD_BYTES)
+                return CORRUPT(s, off, err, "record of %" PRIu64 " bytes runs past the end", len);
+        }
+        if (s->in_part && s->part_groups == 0 && tag != TAG_GROUP) {
+            s->part_groups = -1;
+            empty_part(s, g);
+            return KVIX_OK;
+        }
+        if (at_end)
+            return KVIX_EOF;
+        if ((tag == TAG_PART || tag == TAG_GROUP) && flags)
+            return CORRUPT(s, off, err, "flags 0x%" PRIx32 " on a record of type %" PRIu32, flags,
+                           tag);
+        s->pos += REC_HEAD_BYTES;
+        int rc;
+        switch (tag) {
+        case TAG_PART:
+            if ((rc = parse_part3(s, off, len, err)))
+                return rc;
+            continue;
+        case TAG_GROUP:
+            rc = parse_group3(s, off, len, g, sorted, err);
+            if (rc == 1)
+                continue;
+            return rc;
+        case TAG_STREAM:
+            return CORRUPT(s, off, err, "a stream position after other records");
+        case TAG_END:
+            return CORRUPT(s, off, err, "an end record before the end");
+        default:
+            if (tag >= KVIX_SNAPSHOT_EXT_MIN)
+                return CORRUPT(s, off, err, "extension record (type %" PRIu32
+                               ") after the partitions", tag);
+            if (!(flags & REC_OPTIONAL) || (flags & ~REC_OPTIONAL))
+                return CORRUPT(s, off, err, "unknown record type %" PRIu32
+                               " (written by a newer kvix?)", tag);
+            s->pos += (size_t)len; /* a later kvix's optional record */
+            continue;
+        }
+    }
+}
+
+int kvix_snapshot_next(kvix_snapshot *s, kvix_snapshot_group *g, kvix_err *err)
+{
+    return s->version == KVIX_SNAPSHOT_VERSION ? next3(s, g, 1, err) : next1(s, g, err);
+}
+
+int kvix_snap_next_tree(kvix_snapshot *s, kvix_snapshot_group *g, const size_t **up,
+                        kvix_err *err)
+{
+    int rc = s->version == KVIX_SNAPSHOT_VERSION ? next3(s, g, 0, err) : next1(s, g, err);
+    *up = s->up;
+    return rc;
+}
+
+/* Version 3's frame: the stream position, then the extension records
+ * (checked and listed here); s->first is the first record after them. */
+static int frame3(kvix_snapshot *s, kvix_err *err)
+{
+    const unsigned char *d = s->data;
+    size_t pos = HEADER_BYTES;
+    size_t *ext = NULL, next = 0, cap = 0;
+    while (s->body_end - pos >= REC_HEAD_BYTES) {
+        uint32_t tag = get32(d + pos), flags = get32(d + pos + 4);
+        uint64_t len = get64(d + pos + 8);
+        if (len > s->body_end - pos - REC_HEAD_BYTES) {
+            free(ext);
+            return CORRUPT(s, pos, err, "record of %" PRIu64 " bytes runs past the end", len);
+        }
+        if (tag == TAG_STREAM && pos == HEADER_BYTES) {
+            size_t nl = len >= 8 ? (size_t)len - 8 : 0;
+            const char *name = (const char *)d + pos + REC_HEAD_BYTES + 8;
+            if (flags || len < 9 || nl >= KVIX_SNAPSHOT_STREAM_MAX ||
+                !kvix_snap_stream_name_ok(name, nl)) {
+                free(ext);
+                return CORRUPT(s, pos, err, "bad stream position record");
+            }
+            s->info.has_stream = 1;
+            s->info.stream_seq = get64(d + pos + REC_HEAD_BYTES);
+            memcpy(s->info.stream, name, nl);
+            s->info.stream[nl] = '\0';
+        } else if (tag >= KVIX_SNAPSHOT_EXT_MIN) {
+            if (flags & ~REC_OPTIONAL) {
+                free(ext);
+                return CORRUPT(s, pos, err, "flags 0x%" PRIx32 " on extension record type %" PRIu32,
+                               flags, tag);
+            }
+            if (tag > KVIX_SNAPSHOT_EXT_KNOWN_MAX && !(flags & REC_OPTIONAL)) {
+                free(ext);
+                return kvix_err_set(err, KVIX_ECORRUPT,
+                                    "%s: snapshot holds extension record type %" PRIu32
+                                    ", unknown to this kvix (written by a newer one?)",
+                                    s->name, tag);
+            }
+            if (next == cap) {
+                size_t c = cap ? 2 * cap : 8;
+                size_t *e = realloc(ext, c * sizeof *e);
+                if (!e) {
+                    free(ext);
+                    return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+                }
+                ext = e;
+                cap = c;
+            }
+            ext[next++] = pos;
+        } else {
+            break;
+        }
+        pos += REC_HEAD_BYTES + (size_t)len;
+    }
+    s->ext = ext;
+    s->next = next;
+    s->info.extensions = next;
+    s->first = pos;
+    return KVIX_OK;
+}
+
 /* Everything but the records' contents: magic, version, trailer, checksum. */
 static int verify_frame(kvix_snapshot *s, kvix_err *err)
 {
@@ -282,16 +535,21 @@ static int verify_frame(kvix_snapshot *s, kvix_err *err)
         return kvix_err_set(err, KVIX_ECORRUPT, "%s: truncated snapshot (%zu bytes)", s->name,
                             s->len);
     uint32_t version = get32(d + 8);
-    if (version != KVIX_SNAPSHOT_VERSION && version != KVIX_SNAPSHOT_VERSION_STREAM)
+    if (version != KVIX_SNAPSHOT_VERSION && version != KVIX_SNAPSHOT_VERSION_V1 &&
+        version != KVIX_SNAPSHOT_VERSION_V2)
         return kvix_err_set(err, KVIX_ECORRUPT,
                             "%s: unsupported snapshot format version %" PRIu32
-                            " (this kvix reads %u and %u)",
-                            s->name, version, KVIX_SNAPSHOT_VERSION, KVIX_SNAPSHOT_VERSION_STREAM);
+                            " (this kvix reads %u to %u)",
+                            s->name, version, KVIX_SNAPSHOT_VERSION_V1, KVIX_SNAPSHOT_VERSION);
     if (get32(d + 12) != 0)
         return kvix_err_set(err, KVIX_ECORRUPT, "%s: unknown snapshot flags 0x%" PRIx32, s->name,
                             get32(d + 12));
-    if (s->len < HEADER_BYTES + END_BYTES || get32(d + s->len - END_BYTES) != TAG_END ||
-        get32(d + s->len - END_BYTES + 4) != 0)
+    s->version = version;
+    size_t end = version == KVIX_SNAPSHOT_VERSION ? END3_BYTES : END_BYTES;
+    if (s->len < HEADER_BYTES + end || get32(d + s->len - end) != TAG_END ||
+        get32(d + s->len - end + 4) != 0 ||
+        (version == KVIX_SNAPSHOT_VERSION &&
+         get64(d + s->len - end + 8) != END3_BYTES - REC_HEAD_BYTES))
         return kvix_err_set(err, KVIX_ECORRUPT,
                             "%s: truncated or corrupt snapshot (no end record)", s->name);
     uint64_t stored = get64(d + s->len - 8);
@@ -301,9 +559,14 @@ static int verify_frame(kvix_snapshot *s, kvix_err *err)
                             "%s: checksum mismatch (stored %016" PRIx64 ", computed %016" PRIx64
                             "): the file is corrupt",
                             s->name, stored, sum);
-    s->body_end = s->len - END_BYTES;
+    s->body_end = s->len - end;
     s->first = HEADER_BYTES;
-    if (version == KVIX_SNAPSHOT_VERSION_STREAM) {
+    s->info.version = version;
+    s->info.bytes = s->len;
+    s->info.checksum = stored;
+    if (version == KVIX_SNAPSHOT_VERSION)
+        return frame3(s, err);
+    if (version == KVIX_SNAPSHOT_VERSION_V2) {
         size_t nl = s->body_end >= HEADER_BYTES + STREAM_HEAD_BYTES ? get32(d + HEADER_BYTES + 4) : 0;
         if (s->body_end < HEADER_BYTES + STREAM_HEAD_BYTES ||
             get32(d + HEADER_BYTES) != TAG_STREAM || nl == 0 ||
@@ -318,23 +581,22 @@ static int verify_frame(kvix_snapshot *s, kvix_err *err)
         s->info.stream[nl] = '\0';
         s->first = HEADER_BYTES + STREAM_HEAD_BYTES + nl;
     }
-    s->info.version = version;
-    s->info.bytes = s->len;
-    s->info.checksum = stored;
     return KVIX_OK;
 }
 
 /* One full pass: every record parsed and checked, totals compared. */
 static int verify_records(kvix_snapshot *s, kvix_err *err)
 {
-    const unsigned char *e = s->data + s->body_end;
+    const unsigned char *e =
+        s->data + s->body_end + (s->version == KVIX_SNAPSHOT_VERSION ? REC_HEAD_BYTES : 8);
     uint64_t parts = 0, groups = 0, blocks = 0;
     kvix_snapshot_group g;
     int rc;
     kvix_snapshot_rewind(s);
+    const size_t *up;
     int seen_part = 0;
     char last_model[KVIX_NAME_MAX] = "", last_tenant[KVIX_NAME_MAX] = "";
-    while ((rc = kvix_snapshot_next(s, &g, err)) == KVIX_OK) {
+    while ((rc = kvix_snap_next_tree(s, &g, &up, err)) == KVIX_OK) {
         if (!seen_part || strcmp(last_model, g.model) || strcmp(last_tenant, g.tenant)) {
             parts++;
             seen_part = 1;
@@ -348,15 +610,27 @@ static int verify_records(kvix_snapshot *s, kvix_err *err)
     }
     if (rc != KVIX_EOF)
         return rc;
-    if (parts != get64(e + 8) || groups != get64(e + 16) || blocks != get64(e + 24))
+    if (parts != get64(e) || groups != get64(e + 8) || blocks != get64(e + 16))
         return CORRUPT(s, s->body_end, err,
                        "totals %" PRIu64 "/%" PRIu64 "/%" PRIu64 " do not match the records (%" PRIu64
                        " partitions, %" PRIu64 " workers, %" PRIu64 " blocks)",
-                       get64(e + 8), get64(e + 16), get64(e + 24), parts, groups, blocks);
+                       get64(e), get64(e + 8), get64(e + 16), parts, groups, blocks);
     s->info.partitions = parts;
     s->info.groups = groups;
     s->info.blocks = blocks;
     kvix_snapshot_rewind(s);
+    return KVIX_OK;
+}
+
+int kvix_snapshot_ext_get(const kvix_snapshot *s, size_t i, kvix_snapshot_ext *out)
+{
+    if (i >= s->next)
+        return KVIX_EOF;
+    const unsigned char *h = s->data + s->ext[i];
+    out->type = get32(h);
+    out->flags = get32(h + 4) & REC_OPTIONAL ? KVIX_SNAPSHOT_EXT_OPTIONAL : 0;
+    out->len = (size_t)get64(h + 8);
+    out->data = h + REC_HEAD_BYTES;
     return KVIX_OK;
 }
 
@@ -500,6 +774,7 @@ kvix_snapshot *kvix_snapshot_cursor(const kvix_snapshot *s, kvix_err *err)
     if (!c)
         return NULL;
     c->data = s->data; /* borrowed: c must be closed before s */
+    c->version = s->version;
     c->len = s->len;
     c->body_end = s->body_end;
     c->first = s->first;

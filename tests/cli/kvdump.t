@@ -126,7 +126,9 @@ assert_eq "$(jq -c 'select(.parent_canon) | [.parent, .parent_position, .parent_
 kvindex -s b.kvix <out 2>/dev/null
 run kvdump --diff "$seed" b.kvix
 expect_rc 0
-cmp -s "$seed" b.kvix || fail "seed: snapshots differ"
+cp "$seed" seed.kvix
+kvindex --quiet -s seed.kvix </dev/null # the seed is version 1: the same state in version 3
+cmp -s seed.kvix b.kvix || fail "seed: snapshots differ"
 orphan_events 3 4000 | kvindex -s o.kvix 2>/dev/null
 [ "$(kvdump --stats --json o.kvix | jq -s 'map(select(.scope=="partition") | .orphans) | add')" -gt 10 ] ||
     fail "the events left too few orphans"
@@ -240,7 +242,7 @@ random_events 3 200 | kvindex -s b.kvix 2>/dev/null
 run kvdump --check a.kvix b.kvix
 expect_rc 0
 assert_eq "$(wc -l <out)" 2 "lines"
-assert_grep '^a\.kvix: ok: version 1, 2 partitions, 4 workers, 7 blocks, [0-9]+ bytes, checksum [0-9a-f]{16}$'
+assert_grep '^a\.kvix: ok: version 3, 2 partitions, 4 workers, 7 blocks, [0-9]+ bytes, checksum [0-9a-f]{16}$'
 run kvdump --check -q a.kvix
 expect_rc 0
 assert_eq "$(wc -c <out)" 0 "quiet"
@@ -256,7 +258,7 @@ printf '\x55' | dd of=flip.kvix bs=1 seek=$((size / 2)) conv=notrunc 2>/dev/null
 head -c $((size - 1)) a.kvix >trunc.kvix
 head -c 10 a.kvix >short.kvix
 cp a.kvix ver.kvix
-printf '\x03' | dd of=ver.kvix bs=1 seek=8 conv=notrunc 2>/dev/null
+printf '\x04' | dd of=ver.kvix bs=1 seek=8 conv=notrunc 2>/dev/null
 events >text.kvix
 : >empty.kvix
 for f in flip trunc short ver text empty; do
@@ -274,7 +276,7 @@ assert_grep 'checksum mismatch' err
 run kvdump --check trunc.kvix
 assert_grep 'truncated' err
 run kvdump --check ver.kvix
-assert_grep 'unsupported snapshot format version 3' err
+assert_grep 'unsupported snapshot format version 4' err
 run kvdump --check text.kvix
 assert_grep 'not a kvix snapshot' err
 run kvdump - <flip.kvix
@@ -293,13 +295,28 @@ cmp -s flip.kvix flip.orig || fail "kvindex overwrote a corrupt snapshot"
 end
 
 begin "a snapshot written from the format description (kvix-snapshot(5)) reads back"
-# An independent encoder, in python, of exactly what the man page says.
+# Independent encoders, in python, of exactly what the man page says: the
+# version 3 layout kvix writes, and version 1 (VERSIONS 1 AND 2).
 $PY - <<'EOF'
 import struct, xxhash
 def canon(parent_canon, local, pos):
     if pos == 0:
         return local
     return xxhash.xxh3_64_intdigest(struct.pack("<QQ", parent_canon, local), seed=1337)
+def close(body):
+    body += struct.pack("<Q", xxhash.xxh3_64_intdigest(bytes(body), seed=0))
+    return body
+def rec(kind, payload, flags=0):
+    return struct.pack("<IIQ", kind, flags, len(payload)) + payload
+# version 3: worker 5 (eid 42) holds a root (engine 0x1) and its child
+# (engine 0x2, gpu and cpu): control bytes 1 child | engine, engine | tiers
+body = bytearray(b"KVIXSNAP" + struct.pack("<II", 3, 0))
+body += rec(1, struct.pack("<IIII", 16, 1, 2, 0) + b"m" + b"t1")
+blocks = struct.pack("<BQQ", 1 | 4, 0xa1, 0x1) + struct.pack("<BQQB", 4 | 8, 0xa2, 0x2, 3)
+body += rec(2, struct.pack("<QIIQQ", 5, 0, 1, 42, 2) + blocks)
+body += struct.pack("<IIQQQQ", 3, 0, 32, 1, 1, 2)
+open("py.kvix", "wb").write(close(body))
+# version 1: the same state
 body = bytearray(b"KVIXSNAP" + struct.pack("<II", 1, 0))
 body += struct.pack("<IIII", 1, 16, 1, 2) + b"m" + b"t1"
 blocks = [(0, 1, 0xa1, 0x1, 0, 0), (1, 1 | 2, 0xa2, 0x2, 0x1, canon(0, 0xa1, 0))]
@@ -307,20 +324,43 @@ body += struct.pack("<IIQIIQQ", 2, 0, 5, 1, 0, 42, len(blocks))
 for b in blocks:
     body += struct.pack("<IIQQQQ", *b)
 body += struct.pack("<IIQQQ", 3, 0, 1, 1, len(blocks))
-body += struct.pack("<Q", xxhash.xxh3_64_intdigest(bytes(body), seed=0))
-open("py.kvix", "wb").write(body)
+open("py1.kvix", "wb").write(close(body))
 EOF
-run kvdump --check py.kvix
+run kvdump --check py.kvix py1.kvix
 expect_rc 0
-assert_grep 'ok: version 1, 1 partitions, 1 workers, 2 blocks, 195 bytes'
-run kvdump py.kvix
-expect_rc 0
-assert_eq "$(jq -c '[.model,.tenant,.worker,.medium,.parent,[.blocks[].seq],.eid]' out | tr '\n' ' ')" \
-    '["m","t1",5,"gpu",null,["0000000000000001","0000000000000002"],null] ["m","t1",5,"cpu","0000000000000001",["0000000000000002"],42] ' \
-    "events"
-# and kvindex loads it and saves the same bytes
+assert_grep '^py.kvix: ok: version 3, 1 partitions, 1 workers, 2 blocks, 182 bytes'
+assert_grep '^py1.kvix: ok: version 1, 1 partitions, 1 workers, 2 blocks, 195 bytes'
+for f in py py1; do
+    run kvdump $f.kvix
+    expect_rc 0
+    assert_eq "$(jq -c '[.model,.tenant,.worker,.medium,.parent,[.blocks[].seq],.eid]' out | tr '\n' ' ')" \
+        '["m","t1",5,"gpu",null,["0000000000000001","0000000000000002"],null] ["m","t1",5,"cpu","0000000000000001",["0000000000000002"],42] ' \
+        "$f: events"
+done
+# kvindex loads either and saves the version 3 bytes
 kvdump py.kvix | kvindex -s again.kvix 2>/dev/null
 cmp -s py.kvix again.kvix || fail "kvindex wrote different bytes"
+kvindex -s py1.kvix </dev/null 2>/dev/null
+cmp -s py.kvix py1.kvix || fail "kvindex did not save version 1's state as the version 3 bytes"
+end
+
+begin "snapshots kvix wrote before version 3 read as they did"
+fx=$ROOT/tests/fixtures/snapshot
+for v in 1 2; do
+    run kvdump --check "$fx/v$v.kvix"
+    expect_rc 0
+    assert_grep "ok: version $v, 3 partitions, 35 workers, 140 blocks"
+    run kvdump "$fx/v$v.kvix"
+    expect_rc 0
+    cmp -s out "$fx/dump.ndjson" || fail "kvdump v$v.kvix differs from what kvix printed before"
+done
+# loaded, saved as version 3: the same state as the events give
+cp "$fx/v1.kvix" old.kvix
+kvindex --quiet -s old.kvix </dev/null
+kvindex --quiet -s new.kvix "$fx/events.ndjson"
+run kvdump --check old.kvix
+assert_grep 'ok: version 3, 3 partitions, 35 workers, 140 blocks'
+cmp -s old.kvix new.kvix || fail "a version 1 snapshot re-saved is not the events' snapshot"
 end
 
 begin "--diff: replicas that diverge by a known set of blocks"

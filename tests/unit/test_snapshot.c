@@ -21,6 +21,7 @@
 #include "harness.h"
 #include "kvix/snapshot.h"
 #include "snapshot_gen.h"
+#include "snapshot_int.h"
 
 /* ---- a synthetic state ---------------------------------------------------- */
 
@@ -70,13 +71,16 @@ static void small_state(state *s, uint64_t salt)
     g->n = sg_orphan(g->blocks, g->n, 3);
 }
 
-static int write_state(const state *s, const char *path, kvix_snapshot_info *info)
+/* legacy: write format version 1 (the older files every kvix still reads) */
+static int write_state_v(const state *s, const char *path, kvix_snapshot_info *info, int legacy)
 {
     kvix_snapshot_writer *w;
     kvix_err err;
     int rc = kvix_snapshot_writer_open(&w, path, &err);
     if (rc)
         return rc;
+    if (legacy)
+        kvix_snap_writer_legacy(w);
     for (size_t i = 0; i < s->n && !rc; i++) {
         const grp *g = &s->g[i];
         rc = kvix_snapshot_writer_add(w, g->model, g->tenant, g->bs, g->worker, g->dp, g->has_eid,
@@ -91,6 +95,11 @@ static int write_state(const state *s, const char *path, kvix_snapshot_info *inf
     if (rc)
         printf("#   commit: %s\n", err.msg);
     return rc;
+}
+
+static int write_state(const state *s, const char *path, kvix_snapshot_info *info)
+{
+    return write_state_v(s, path, info, 0);
 }
 
 static int same_blocks(const kvix_block_info *a, const kvix_block_info *b, size_t n)
@@ -164,13 +173,13 @@ static int count_dir_entries(const char *dir)
 
 /* ---- round trips ------------------------------------------------------------ */
 
-TEST(round_trip_file)
+static void round_trip_file(int legacy)
 {
     state s;
     small_state(&s, 0);
     kvix_snapshot_info wi, ri;
     const char *path = th_path("rt.kvix");
-    CHECK(write_state(&s, path, &wi) == KVIX_OK);
+    CHECK(write_state_v(&s, path, &wi, legacy) == KVIX_OK);
     CHECK_U64(wi.partitions, 3);
     CHECK_U64(wi.groups, 5);
     CHECK_U64(wi.blocks, 40 + 7 + s.g[4].n + 3);
@@ -185,7 +194,8 @@ TEST(round_trip_file)
         CHECK_U64(ri.blocks, wi.blocks);
         CHECK_U64(ri.bytes, wi.bytes);
         CHECK_U64(ri.checksum, wi.checksum);
-        CHECK_U64(ri.version, KVIX_SNAPSHOT_VERSION);
+        CHECK_U64(ri.version, legacy ? KVIX_SNAPSHOT_VERSION_V1 : KVIX_SNAPSHOT_VERSION);
+        CHECK_U64(wi.version, ri.version);
         check_equal(snap, &s);
         kvix_snapshot_rewind(snap); /* a second pass sees the same */
         check_equal(snap, &s);
@@ -194,6 +204,17 @@ TEST(round_trip_file)
     struct stat st;
     CHECK(stat(path, &st) == 0 && (uint64_t)st.st_size == wi.bytes);
     state_free(&s);
+}
+
+TEST(round_trip_file_v3)
+{
+    round_trip_file(0);
+}
+
+/* Version 1 files are still read (and written on request, for this). */
+TEST(round_trip_file_v1)
+{
+    round_trip_file(1);
 }
 
 TEST(round_trip_pipe_and_memory)
@@ -294,7 +315,7 @@ TEST(empty_index_snapshot)
     state s = {.n = 0};
     kvix_snapshot_info info;
     CHECK(write_state(&s, th_path("empty.kvix"), &info) == KVIX_OK);
-    CHECK_U64(info.bytes, 56);
+    CHECK_U64(info.bytes, 16 + 48); /* the header and the end record */
     kvix_snapshot *snap;
     kvix_err err;
     CHECK(kvix_snapshot_open(&snap, th_path("empty.kvix"), &err) == KVIX_OK);
@@ -400,22 +421,24 @@ TEST(writer_refuses_inconsistent_input)
 
 static int open_bytes(const unsigned char *b, size_t len, kvix_err *err);
 
-/* A stream position: version 2 with the STREAM record; without it the file
- * is version 1 exactly as before (old snapshots and tools unchanged). */
-TEST(stream_position_round_trip)
+/* A stream position: a STREAM record right after the header (version 3),
+ * or version 2 (version 1 with the STREAM record) for the legacy writer. */
+static void stream_position_round_trip(int legacy)
 {
     state a;
     small_state(&a, 0);
     kvix_snapshot_info i1, i2;
     char p1[600];
     snprintf(p1, sizeof p1, "%s", th_path("v1.kvix"));
-    CHECK(write_state(&a, p1, &i1) == KVIX_OK);
-    CHECK_U64(i1.version, 1);
+    CHECK(write_state_v(&a, p1, &i1, legacy) == KVIX_OK);
+    CHECK_U64(i1.version, legacy ? 1 : 3);
     kvix_snapshot_writer *w;
     kvix_err err;
     char p2[600];
     snprintf(p2, sizeof p2, "%s", th_path("v2.kvix"));
     CHECK(kvix_snapshot_writer_open(&w, p2, &err) == KVIX_OK);
+    if (legacy)
+        kvix_snap_writer_legacy(w);
     CHECK(kvix_snapshot_writer_set_stream(w, "", 1, &err) == KVIX_EINVAL);
     CHECK(kvix_snapshot_writer_set_stream(w, "a.b", 1, &err) == KVIX_EINVAL);
     CHECK(kvix_snapshot_writer_set_stream(w, "KVIX", UINT64_C(1) << 40, &err) == KVIX_OK);
@@ -426,14 +449,14 @@ TEST(stream_position_round_trip)
                                        g->has_eid, g->eid, g->blocks, g->n, &err) == KVIX_OK);
     }
     CHECK(kvix_snapshot_writer_commit(w, &i2, &err) == KVIX_OK);
-    CHECK_U64(i2.version, 2);
-    CHECK_U64(i2.bytes, i1.bytes + 16 + 4);
+    CHECK_U64(i2.version, legacy ? 2 : 3);
+    CHECK_U64(i2.bytes, i1.bytes + (legacy ? 16 + 4 : 16 + 8 + 4));
     kvix_snapshot *snap;
     CHECK(kvix_snapshot_open(&snap, p2, &err) == KVIX_OK);
     if (snap) {
         kvix_snapshot_info ri;
         kvix_snapshot_get_info(snap, &ri);
-        CHECK_U64(ri.version, 2);
+        CHECK_U64(ri.version, legacy ? 2 : 3);
         CHECK(ri.has_stream);
         CHECK_U64(ri.stream_seq, UINT64_C(1) << 40);
         CHECK_STR(ri.stream, "KVIX");
@@ -468,13 +491,27 @@ TEST(stream_position_round_trip)
             b[i] ^= 0x10;
         }
         CHECK_U64(refused, len);
-        b[21] = 0xff; /* name_len past the limit, with the checksum fixed */
+        /* name_len past the limit, with the checksum fixed */
+        if (legacy)
+            b[21] = 0xff;
+        else
+            b[24] = 0xff, b[25] = 0x01; /* the record's length: 8 + 511 */
         uint64_t sum = XXH3_64bits(b, len - 8);
         memcpy(b + len - 8, &sum, 8);
         CHECK(open_bytes(b, len, &err) == KVIX_ECORRUPT && strstr(err.msg, "stream position"));
         free(b);
     }
     state_free(&a);
+}
+
+TEST(stream_position_round_trip_v3)
+{
+    stream_position_round_trip(0);
+}
+
+TEST(stream_position_round_trip_v2)
+{
+    stream_position_round_trip(1);
 }
 
 /* ---- corruption --------------------------------------------------------------- */
@@ -522,9 +559,9 @@ TEST(every_flipped_byte_is_refused)
     b[0] ^= 1;
     CHECK(open_bytes(b, len, &err) == KVIX_ECORRUPT && strstr(err.msg, "bad magic"));
     b[0] ^= 1;
+    b[8] = 4;
+    CHECK(open_bytes(b, len, &err) == KVIX_ECORRUPT && strstr(err.msg, "version 4"));
     b[8] = 3;
-    CHECK(open_bytes(b, len, &err) == KVIX_ECORRUPT && strstr(err.msg, "version 3"));
-    b[8] = 1;
     b[100] ^= 0x40;
     CHECK(open_bytes(b, len, &err) == KVIX_ECORRUPT && strstr(err.msg, "checksum mismatch"));
     free(b);
@@ -604,7 +641,8 @@ static size_t craft(unsigned char *b)
 #define BLOCK1_AT 114u
 #define END_AT 154u
 
-TEST(crafted_structure_errors)
+/* Version 1's reader, which every kvix keeps. */
+TEST(crafted_structure_errors_v1)
 {
     unsigned char b[512];
     kvix_err err;
