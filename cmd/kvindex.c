@@ -127,6 +127,7 @@ typedef struct kvi {
     double last_save, started;
     int io_error;
     int save_failed; /* the last save failed: its exit code, else 0 */
+    int save_oom;    /* a save ran out of memory: exit 6 whatever follows */
     pthread_mutex_t mu; /* stderr: the progress line and other threads' messages */
     int progress_shown;
     uint64_t input_size;  /* what is left of a regular file when its reading began, else 0 */
@@ -360,6 +361,7 @@ static int save(kvi *k, const char *why)
         cli_warn("cannot save %s: %s", k->snap, err.msg);
         /* out of memory is 6 like everywhere else, whatever failed is 3 */
         k->save_failed = rc == KVIX_ENOMEM || rc == KVIX_ESYS ? KVIX_EXIT_SYS : KVIX_EXIT_IO;
+        k->save_oom |= rc == KVIX_ENOMEM;
         return rc;
     }
     k->save_failed = 0;
@@ -976,7 +978,8 @@ static int finish(kvi *k, int subscribing)
     if ((k->svc || subscribing) && !stopping(k) && !strict_hit) {
         if (k->snap && !k->query_only)
             save(k, "end of input");
-        serve(k);
+        if (!k->save_oom) /* out of memory stops the service, as it does mid-input */
+            serve(k);
     }
     if (k->svc) /* stop accepting, let the requests in flight finish */
         kvix_service_shutdown(k->svc, 10000);
@@ -999,6 +1002,8 @@ static int finish(kvi *k, int subscribing)
         code = KVIX_EXIT_STRICT;
     if (k->io_error || k->save_failed)
         code = k->save_failed ? k->save_failed : KVIX_EXIT_IO;
+    if (k->save_oom)
+        code = KVIX_EXIT_SYS;
     if (feed_rc) /* out of memory or a system call: 6, as everywhere */
         code = feed_rc == KVIX_ENOMEM || feed_rc == KVIX_ESYS ? KVIX_EXIT_SYS : KVIX_EXIT_IO;
     if (k->gone)
