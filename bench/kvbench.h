@@ -30,6 +30,7 @@ enum { SEG_W = 0, SEG_Q = 1 };
 extern int g_tty;
 extern double g_load[2]; /* 1-minute load average at the start and at the end */
 extern int g_perf_fd;    /* perf record --control fd: profile only the replays */
+extern uint32_t g_top;   /* --top: every index answers its best g_top (0: all) */
 
 static inline uint64_t ns_mono(void)
 {

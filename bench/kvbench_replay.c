@@ -292,6 +292,7 @@ int replay_run(const logdata *lg, const sched *sc, const bconf *bc, unsigned T,
     o.jump = bc->jump;
     o.binsearch = bc->binsearch;
     o.threads = submit ? T : 0;
+    o.top = g_top;
     o.on_reject = on_reject;
     o.reject_ctx = rp;
     kvix_err err = {0};
@@ -397,6 +398,7 @@ void sequential(logdata *lg, const sched *sc, checksum *ck, int count_ops)
     kvix_index_opts o;
     kvix_index_opts_init(&o);
     o.backend = KVIX_BACKEND_REFERENCE;
+    o.top = g_top;
     kvix_index *idx;
     kvix_err err = {0};
     if (kvix_index_new(&idx, &o, &err))

@@ -53,6 +53,7 @@ enum {
     O_TENANT,
     O_BLOCK_SIZE,
     O_REPLAY_TIMEOUT,
+    O_TOP,
 };
 
 static const cli_opt options[] = {
@@ -65,6 +66,9 @@ static const cli_opt options[] = {
     {O_BACKEND, 0, "backend", "NAME", "positional|radix|reference",
      "index backend (default positional)"},
     {O_JUMP, 0, "jump", "N", NULL, "positional backend: jump size in positions (default: tuned)"},
+    {O_TOP, 0, "top", "K", NULL,
+     "answer every query that says no \"top\" with its best K workers and how many were left "
+     "out (default 0: all; Dynamo-shaped HTTP answers keep the full list)"},
     {'t', 't', "threads", "N", NULL,
      "apply events on N writer threads, each worker sticky to one (default 0: inline)"},
     {O_STRICT, 0, "strict", NULL, NULL, "stop at the first rejected record, save, exit 5"},
@@ -781,6 +785,7 @@ static void parse_options(kvi *k, kvargs *a, int argc, char **argv)
                                 cli_opt_given(), arg);
             break;
         case O_JUMP: a->io.jump = (unsigned)cli_parse_uint(arg, 1, 1u << 16, "jump"); break;
+        case O_TOP: a->io.top = (uint32_t)cli_parse_uint(arg, 0, UINT32_MAX, "top"); break;
         case 't': k->threads = (unsigned)cli_parse_uint(arg, 0, 256, "thread count"); break;
         case O_STRICT: k->strict = 1; break;
         case O_SAVE_SECS:

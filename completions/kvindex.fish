@@ -4,6 +4,7 @@ complete -c kvindex -s q -l query-only -d 'answer queries against the snapshot (
 complete -c kvindex -s f -l format -x -a 'auto ndjson msgpack' -d 'input format (default auto: from the first byte)'
 complete -c kvindex -l backend -x -a 'positional radix reference' -d 'index backend (default positional)'
 complete -c kvindex -l jump -x -d 'positional backend: jump size in positions (default: tuned)'
+complete -c kvindex -l top -x -d 'answer every query that says no "top" with its best K workers and how many were left out (default 0: all; Dynamo-shaped HTTP answers keep the full list)'
 complete -c kvindex -s t -l threads -x -d 'apply events on N writer threads, each worker sticky to one (default 0: inline)'
 complete -c kvindex -l strict -d 'stop at the first rejected record, save, exit 5'
 complete -c kvindex -l save-every-seconds -x -d 'also save every N seconds when the index changed'

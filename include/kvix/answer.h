@@ -31,12 +31,21 @@ typedef enum kvix_unknown {
 } kvix_unknown;
 
 /* A query answer (contract section 4). Owns scores; reuse it across queries
- * and free its array with kvix_answer_release. */
+ * and free its array with kvix_answer_release.
+ *
+ * A top answer (the query's "top", else kvix_index_opts.top) keeps the best
+ * top scores, in rank order: blocks desc, then the tiers from the fastest
+ * (more of the match on gpu first, then cpu, disk, external), then worker,
+ * then dp asc, so ties fall the same way every time; omitted counts the
+ * scored (worker, dp) it left out. They are chosen without sorting the
+ * rest. A full answer (top 0) keeps the contract's order. */
 typedef struct kvix_answer {
     uint32_t query_blocks; /* whole blocks in the query */
     uint32_t bs;           /* the partition's block size (0 if the partition is unknown) */
     int unknown;           /* kvix_unknown: the partition is unknown, and why */
-    kvix_score *scores;    /* sorted: blocks desc, then worker, then dp asc */
+    uint32_t top;          /* the top this answer was cut to, 0: a full answer */
+    size_t omitted;        /* with top: scored (worker, dp) left out */
+    kvix_score *scores;    /* full: blocks desc, then worker, then dp asc; top: rank order */
     size_t nscores, cap;
     /* Private scratch reused across queries (hashes, backend hits, their
      * runs and per-tier counts; the scores' buffer of 2 x cap, of which

@@ -21,6 +21,7 @@ extern "C" {
 #define KVIX_EVENT_BLOCKS_MAX 65536 /* blocks in a stored event, hashes in a removed one */
 #define KVIX_TOKENS_MAX (1u << 24) /* tokens in one record */
 #define KVIX_BS_MAX 65536          /* largest block size */
+#define KVIX_QUERY_WORKERS_MAX 16  /* workers a query names for "explain" */
 /* Largest worker id and eid: what a JSON integer can hold in every framing
  * (jansson's integers are signed 64-bit), so whatever is accepted can be
  * written as NDJSON and read back. */
@@ -54,7 +55,7 @@ typedef struct kvix_event {
     uint32_t dp;
     int medium;             /* kvix_medium */
     unsigned has_eid : 1, has_ts : 1, has_parent : 1, has_tokens : 1, has_id : 1,
-        has_parent_at : 1;
+        has_parent_at : 1, has_top : 1, explain : 1;
     uint64_t eid;
     double ts;
     uint32_t bs;            /* stored: block size; query: 0 = the partition's */
@@ -69,6 +70,12 @@ typedef struct kvix_event {
     char tenant[KVIX_NAME_MAX]; /* default "default" */
     char lora[KVIX_NAME_MAX];   /* "" = no LoRA */
     char id[KVIX_ID_MAX];       /* query id as raw JSON text, when has_id */
+    /* query, kvix's extensions (kvix-events(5)): when has_top, keep the best
+     * top scores (0: all of them); explain: say where each best worker's
+     * match stops and why, and for the workers named in xworkers too. */
+    uint32_t top;
+    uint32_t nxworkers;
+    uint64_t xworkers[KVIX_QUERY_WORKERS_MAX];
 
     kvix_block *blocks;     /* stored: nblocks blocks */
     size_t nblocks, cap_blocks;

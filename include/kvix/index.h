@@ -101,6 +101,9 @@ typedef struct kvix_index_opts {
      * served over HTTP, whose /dump keys are "model:tenant", split at the
      * first ':' by every reader, Dynamo's included. Default 0. */
     int model_no_colon;
+    /* Keep only the best top scores of every answer whose query does not say
+     * otherwise (a query record's "top"); 0 = all of them (default). */
+    uint32_t top;
 } kvix_index_opts;
 
 /* What applying one event did, for the caller's counters. */
@@ -168,7 +171,7 @@ int kvix_index_forget_worker(kvix_index *idx, const char *model, const char *ten
 /* Query by local hashes: for each (worker, dp), the number of leading blocks
  * it holds contiguously from position 0 whose canonical rolling hash equals
  * the query's. An unknown partition answers no scores (not an error) and
- * sets ans->unknown. */
+ * sets ans->unknown. These two answer the index's top (kvix_index_opts). */
 int kvix_index_query(kvix_index *idx, const char *model, const char *tenant,
                      const uint64_t *local, size_t n, kvix_answer *ans, kvix_err *err);
 /* Query by tokens: hashed with the partition's block size (or bs when the
@@ -177,7 +180,7 @@ int kvix_index_query_tokens(kvix_index *idx, const char *model, const char *tena
                             const char *lora, const uint32_t *tokens, size_t ntokens,
                             kvix_answer *ans, kvix_err *err);
 /* Query with a decoded query record (tokens or local hashes, model, tenant,
- * lora, bs). */
+ * lora, bs, and its top when has_top, else the index's). */
 int kvix_index_query_event(kvix_index *idx, const kvix_event *q, kvix_answer *ans,
                            kvix_err *err);
 

@@ -13,13 +13,13 @@
 enum {
     K_TYPE, K_WORKER, K_DP, K_MODEL, K_TENANT, K_MEDIUM, K_EID, K_TS, K_BS, K_PARENT,
     K_BLOCKS, K_LORA, K_TOKENS, K_HASHES, K_LOCAL, K_ID, K_TOKEN_IDS, K_PROMPT_TOKEN_IDS,
-    K_PARENT_POSITION, K_PARENT_CANON, K_COUNT
+    K_PARENT_POSITION, K_PARENT_CANON, K_TOP, K_EXPLAIN, K_WORKERS, K_COUNT
 };
 
 static const char *const key_names[K_COUNT] = {
     "type", "worker", "dp", "model", "tenant", "medium", "eid", "ts", "bs", "parent",
     "blocks", "lora", "tokens", "hashes", "local", "id", "token_ids", "prompt_token_ids",
-    "parent_position", "parent_canon",
+    "parent_position", "parent_canon", "top", "explain", "workers",
 };
 
 static int key_index(const char *k, size_t len)
@@ -401,6 +401,45 @@ static int decode_event(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
     return KVIX_OK; /* cleared */
 }
 
+/* kvix's extensions of a query: "top" (how many of the best scores),
+ * "explain" (a boolean) and the "workers" it should explain besides the
+ * best (worker ids, at most KVIX_QUERY_WORKERS_MAX). */
+static int decode_query_ext(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
+{
+    int rc;
+    uint64_t u;
+    if (f[K_TOP] && f[K_TOP]->kind != SV_NIL) {
+        if ((rc = get_uint(f[K_TOP], "\"top\"", 0, UINT32_MAX, &u, err)))
+            return rc;
+        ev->top = (uint32_t)u;
+        ev->has_top = 1;
+    }
+    if (f[K_EXPLAIN] && f[K_EXPLAIN]->kind != SV_NIL) {
+        if (f[K_EXPLAIN]->kind != SV_BOOL)
+            return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE,
+                                       "\"explain\" is not a boolean");
+        ev->explain = f[K_EXPLAIN]->u != 0;
+    }
+    const sv *w = f[K_WORKERS];
+    if (!w || w->kind == SV_NIL)
+        return KVIX_OK;
+    if ((rc = get_array(w, "\"workers\"", err)))
+        return rc;
+    if (w->n > KVIX_QUERY_WORKERS_MAX)
+        return kvix_err_set(err, KVIX_ELIMIT, "\"workers\" names %zu workers (limit %d)", w->n,
+                            KVIX_QUERY_WORKERS_MAX);
+    for (size_t i = 0; i < w->n; i++) {
+        sv it;
+        char where[32];
+        w->ops->item(w, i, &it);
+        snprintf(where, sizeof where, "\"workers\"[%zu]", i);
+        if ((rc = get_uint(&it, where, 0, KVIX_WORKER_MAX, &ev->xworkers[i], err)))
+            return rc;
+    }
+    ev->nxworkers = (uint32_t)w->n;
+    return KVIX_OK;
+}
+
 /* A query's tokens may come as "tokens", or as what routers and
  * OpenAI-style servers call them: "token_ids", "prompt_token_ids". */
 static const int token_keys[] = {K_TOKENS, K_TOKEN_IDS, K_PROMPT_TOKEN_IDS, K_LOCAL};
@@ -421,9 +460,9 @@ static int decode_query(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
         return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_MISSING, "query has neither \"tokens\" nor \"local\"");
     char what[24];
     snprintf(what, sizeof what, "\"%s\"", key_names[which]);
-    if (which != K_LOCAL)
-        return get_tokens_flat(f[which], what, ev, err);
-    return get_hashes(f[K_LOCAL], what, ev, err);
+    int rc = which != K_LOCAL ? get_tokens_flat(f[which], what, ev, err)
+                              : get_hashes(f[K_LOCAL], what, ev, err);
+    return rc ? rc : decode_query_ext(f, ev, err);
 }
 
 /* The id first, so that a query rejected for anything else is still

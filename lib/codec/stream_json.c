@@ -449,6 +449,14 @@ static int to_json_query(const kvix_event *ev, kvix_buf *out, kvix_err *err)
     }
     if (!rc && ev->bs)
         rc = app_u64(out, ",\"bs\":", ev->bs, err);
+    if (!rc && ev->has_top)
+        rc = app_u64(out, ",\"top\":", ev->top, err);
+    if (!rc && ev->explain)
+        rc = app(out, ",\"explain\":true", err);
+    for (uint32_t i = 0; i < ev->nxworkers && !rc; i++)
+        rc = app_u64(out, i ? "," : ",\"workers\":[", ev->xworkers[i], err);
+    if (!rc && ev->nxworkers)
+        rc = app(out, "]", err);
     if (!rc && ev->has_tokens) {
         rc = app(out, ",\"tokens\":", err);
         if (!rc)
@@ -517,7 +525,7 @@ int kvix_answer_to_json(const kvix_answer *ans, const kvix_event *q, kvix_buf *o
     uint64_t bs = ans->bs ? ans->bs : (q ? q->bs : 0);
     size_t idlen = q && q->has_id ? strlen(q->id) : 0;
     /* per score: keys ~60 bytes, five numbers of <= 20 digits, four tiers of ~32 */
-    size_t need = 96 + idlen + ans->nscores * (64 + 5 * 20 + KVIX_MEDIUM_COUNT * 32);
+    size_t need = 128 + idlen + ans->nscores * (64 + 5 * 20 + KVIX_MEDIUM_COUNT * 32);
     int rc = kvix_buf_reserve(out, need, err);
     if (rc)
         return rc;
@@ -564,6 +572,10 @@ int kvix_answer_to_json(const kvix_answer *ans, const kvix_event *q, kvix_buf *o
         PUT_LIT(p, "}}");
     }
     *p++ = ']';
+    if (ans->top) {
+        PUT_LIT(p, ",\"omitted\":");
+        p = put_u64(p, ans->omitted);
+    }
     if (ans->unknown == KVIX_UNKNOWN_MODEL)
         PUT_LIT(p, ",\"unknown\":\"model\"");
     else if (ans->unknown == KVIX_UNKNOWN_TENANT)

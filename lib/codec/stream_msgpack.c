@@ -556,7 +556,8 @@ static void pack_tokens(msgpack_packer *pk, const uint32_t *t, size_t n)
 
 static int pack_query(msgpack_packer *pk, const kvix_event *ev, kvix_err *err)
 {
-    size_t n = 4 + !!ev->lora[0] + ev->has_id + !!ev->bs;
+    size_t n = 4 + !!ev->lora[0] + ev->has_id + !!ev->bs + ev->has_top + ev->explain +
+               !!ev->nxworkers;
     msgpack_pack_map(pk, n);
     pk_kv_str(pk, "type", "query");
     pk_kv_str(pk, "model", ev->model);
@@ -570,6 +571,18 @@ static int pack_query(msgpack_packer *pk, const kvix_event *ev, kvix_err *err)
     }
     if (ev->bs)
         pk_kv_u64(pk, "bs", ev->bs);
+    if (ev->has_top)
+        pk_kv_u64(pk, "top", ev->top);
+    if (ev->explain) {
+        pk_str(pk, "explain");
+        msgpack_pack_true(pk);
+    }
+    if (ev->nxworkers) {
+        pk_str(pk, "workers");
+        msgpack_pack_array(pk, ev->nxworkers);
+        for (uint32_t i = 0; i < ev->nxworkers; i++)
+            msgpack_pack_uint64(pk, ev->xworkers[i]);
+    }
     if (ev->has_tokens) {
         pk_str(pk, "tokens");
         pack_tokens(pk, ev->tokens, ev->ntokens);

@@ -29,7 +29,9 @@ void kvix_event_reset(kvix_event *ev)
     ev->dp = 0;
     ev->medium = KVIX_MEDIUM_GPU;
     ev->has_eid = ev->has_ts = ev->has_parent = ev->has_tokens = ev->has_id = 0;
-    ev->has_parent_at = 0;
+    ev->has_parent_at = ev->has_top = ev->explain = 0;
+    ev->top = 0;
+    ev->nxworkers = 0;
     ev->parent_position = 0;
     ev->parent_canon = 0;
     ev->eid = 0;

@@ -402,6 +402,196 @@ static unsigned order_runs(const kvix_qhits *hs, hrun *runs)
     return nr ? nr : 1; /* no hit with a block: one empty run */
 }
 
+/* A top answer's order (kvix/index.h): blocks desc, then the tiers from the
+ * fastest, then worker, then dp asc. A total order: a (worker, dp) scores
+ * once, so ties fall the same way whatever order the hits came in. */
+static inline int rank_before(const kvix_score *x, const kvix_score *y)
+{
+    if (x->blocks != y->blocks)
+        return x->blocks > y->blocks;
+    for (int m = 0; m < KVIX_MEDIUM_COUNT; m++)
+        if (x->tier_blocks[m] != y->tier_blocks[m])
+            return x->tier_blocks[m] > y->tier_blocks[m];
+    if (x->worker != y->worker)
+        return x->worker < y->worker;
+    return x->dp < y->dp;
+}
+
+static int rank_cmp(const void *a, const void *b)
+{
+    return rank_before(a, b) ? -1 : rank_before(b, a) ? 1 : 0;
+}
+
+static void rank_sort(kvix_score *v, size_t n)
+{
+    if (n < RADIX_MIN) {
+        for (size_t i = 1; i < n; i++) {
+            kvix_score x = v[i];
+            size_t j = i;
+            for (; j > 0 && rank_before(&x, &v[j - 1]); j--)
+                v[j] = v[j - 1];
+            v[j] = x;
+        }
+    } else {
+        qsort(v, n, sizeof *v, rank_cmp);
+    }
+}
+
+/* The heap of a top answer's k best so far: h[0] the one every other ranks
+ * before (the first to go when a better one comes). */
+static void heap_down(kvix_score *h, size_t n, size_t i)
+{
+    kvix_score x = h[i];
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && rank_before(&h[c], &h[c + 1]))
+            c++; /* the worse child */
+        if (!rank_before(&x, &h[c]))
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = x;
+}
+
+static void heap_up(kvix_score *h, size_t i)
+{
+    kvix_score x = h[i];
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!rank_before(&h[p], &x))
+            break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = x;
+}
+
+static int run_longer(const void *a, const void *b)
+{
+    uint32_t x = ((const kvix_qrun *)a)->blocks, y = ((const kvix_qrun *)b)->blocks;
+    return x > y ? -1 : x < y;
+}
+
+/* Up to this k the kept scores stay sorted as they come (an insertion
+ * moves a few); past it they are a heap, sorted at the end. */
+#define TOP_SORTED 32
+
+/* c joins the best k kept in v[0..*nh): sorted, or a heap (h[0] the worst). */
+static inline void top_keep(kvix_score *v, size_t *nh, size_t k, const kvix_score *c)
+{
+    if (k <= TOP_SORTED) {
+        size_t j = *nh < k ? (*nh)++ : k - 1;
+        for (; j > 0 && rank_before(c, &v[j - 1]); j--)
+            v[j] = v[j - 1];
+        v[j] = *c;
+    } else if (*nh < k) {
+        v[*nh] = *c;
+        heap_up(v, (*nh)++);
+    } else {
+        v[0] = *c;
+        heap_down(v, k, 0);
+    }
+}
+
+/* The best k of the hits into v, in rank order, runs taken longest first (a
+ * copy of them sorted in runs, room for hs->nrun): once k are kept and a
+ * run is shorter than the worst kept, neither it nor any later run can
+ * place a score, and their hits are only counted as omitted, never mapped.
+ * A hit that cannot place is told from its record alone (all on gpu: its
+ * run's length, worker and dp) without making a score of it. Returns how
+ * many are kept; *omitted the rest (a slot released while the query ran is
+ * counted with them when its run is not read). */
+static size_t top_scores(const kvix_qhits *hs, slotmap sm, size_t k, kvix_score *v,
+                         kvix_qrun *runs, size_t *omitted)
+{
+    size_t nr = 0, nh = 0, left = 0;
+    for (size_t i = 0; i < hs->nrun; i++)
+        if (hs->run[i].blocks)
+            runs[nr++] = hs->run[i];
+    if (nr < RADIX_MIN) {
+        for (size_t i = 1; i < nr; i++) {
+            kvix_qrun x = runs[i];
+            size_t j = i;
+            for (; j > 0 && runs[j - 1].blocks < x.blocks; j--)
+                runs[j] = runs[j - 1];
+            runs[j] = x;
+        }
+    } else {
+        qsort(runs, nr, sizeof *runs, run_longer);
+    }
+    const size_t worst = k <= TOP_SORTED ? k - 1 : 0; /* once full */
+    for (size_t ri = 0; ri < nr; ri++) {
+        const kvix_qrun *r = &runs[ri];
+        if (nh == k && r->blocks < v[worst].blocks) {
+            for (; ri < nr; ri++)
+                left += runs[ri].n;
+            break;
+        }
+        uint32_t gpu[KVIX_MEDIUM_COUNT] = {0};
+        gpu[KVIX_MEDIUM_GPU] = r->blocks;
+        size_t i = r->first;
+        const size_t end = i + r->n;
+        for (; i < end && nh < k; i++) {
+            const srec *x = slotmap_rec(sm, hs->slot[i]);
+            kvix_score c;
+            if (x) {
+                score_set(&c, x, hs->tier ? hs->tier[i] : gpu, r->blocks);
+                top_keep(v, &nh, k, &c);
+            }
+        }
+        if (hs->tier) {
+            for (; i < end; i++) {
+                const srec *x = slotmap_rec(sm, hs->slot[i]);
+                kvix_score c;
+                if (!x)
+                    continue;
+                left++;
+                score_set(&c, x, hs->tier[i], r->blocks);
+                if (rank_before(&c, &v[worst]))
+                    top_keep(v, &nh, k, &c);
+            }
+            continue;
+        }
+        /* All on gpu, and the worst kept as long as this run (the runs
+         * before were no shorter, and once k were kept a shorter run would
+         * have ended the loop): a hit places when its (worker, dp) comes
+         * before the worst's, told from its record without a score. */
+        uint64_t ww = v[worst].worker;
+        uint32_t wd = v[worst].dp;
+        for (; i < end; i++) {
+            const srec *x = slotmap_rec(sm, hs->slot[i]);
+            if (!x)
+                continue;
+            left++;
+            uint64_t wk = __atomic_load_n(&x->worker, __ATOMIC_RELAXED);
+            if (wk > ww || (wk == ww && __atomic_load_n(&x->dp, __ATOMIC_RELAXED) >= wd))
+                continue;
+            kvix_score c;
+            score_set(&c, x, gpu, r->blocks);
+            if (k <= TOP_SORTED) { /* among the kept as long, by (worker, dp) */
+                size_t j = k - 1;
+                for (; j > 0 && v[j - 1].blocks == c.blocks &&
+                       (v[j - 1].worker > c.worker ||
+                        (v[j - 1].worker == c.worker && v[j - 1].dp > c.dp));
+                     j--)
+                    v[j] = v[j - 1];
+                v[j] = c;
+            } else {
+                top_keep(v, &nh, k, &c);
+            }
+            ww = v[worst].worker;
+            wd = v[worst].dp;
+        }
+    }
+    if (k > TOP_SORTED)
+        rank_sort(v, nh);
+    *omitted = left;
+    return nh;
+}
+
 /* The blocks of an n-block query that can match at all. */
 static size_t query_depth(const part *p, size_t n)
 {
@@ -409,7 +599,49 @@ static size_t query_depth(const part *p, size_t n)
     return n < d ? n : d;
 }
 
-/* n: already cut to query_depth; canon: scratch of n entries. */
+/* The full answer of the hits into v (its upper half up as scratch). */
+static void query_part_full(part *p, const kvix_qhits *hs, slotmap sm, kvix_score *v,
+                            kvix_score *up, kvix_answer *ans)
+{
+    hrun runs[RUNS_MAX];
+    unsigned nr = order_runs(hs, runs);
+    size_t ns = 0;
+    if (nr) {
+        rankview rv = rank_view(p, ans);
+        for (unsigned i = 0; i < nr; i++)
+            ns += emit_run(&runs[i], hs, sm, v + ns, (qent *)(void *)up, up, &rv);
+        if (rv.unranked)
+            kvix_ix_unranked_seen(p, rv.unranked);
+        ans->nscores = ns;
+        return;
+    }
+    keybits kb = {{0, 0, 0}, {~UINT64_C(0), ~UINT64_C(0), ~UINT64_C(0)}};
+    for (size_t k = 0; k < hs->nrun; k++) {
+        const kvix_qrun *r = &hs->run[k];
+        uint32_t gpu[KVIX_MEDIUM_COUNT] = {0};
+        gpu[KVIX_MEDIUM_GPU] = r->blocks;
+        uint64_t nb = (uint32_t)~r->blocks;
+        for (size_t i = r->first; r->blocks && i < (size_t)r->first + r->n; i++) {
+            const srec *x = slotmap_rec(sm, hs->slot[i]);
+            if (!x)
+                continue;
+            kvix_score *s = &v[ns++];
+            score_set(s, x, hs->tier ? hs->tier[i] : gpu, r->blocks);
+            uint64_t dp = s->dp, wk = s->worker;
+            kb.or_[0] |= dp;
+            kb.and_[0] &= dp;
+            kb.or_[1] |= wk;
+            kb.and_[1] &= wk;
+            kb.or_[2] |= nb;
+            kb.and_[2] &= nb;
+        }
+    }
+    ans->nscores = ns;
+    ans->scores = ns > 1 ? sort_scores(v, v + ns, ns, &kb) : v;
+}
+
+/* n: already cut to query_depth; canon: scratch of n entries; top: ans->top
+ * (0: the full answer). */
 static int query_part_rcu(part *p, const uint64_t *local, uint64_t *canon, size_t n,
                           kvix_answer *ans, kvix_err *err)
 {
@@ -441,41 +673,14 @@ static int query_part_rcu(part *p, const uint64_t *local, uint64_t *canon, size_
     kvix_score *v = ans->scores_buf, *up = v + hits.n;
     ans->scores = v;
     slotmap sm = slots_of(p);
-    hrun runs[RUNS_MAX];
-    unsigned nr = order_runs(&hits, runs);
-    size_t ns = 0;
-    if (nr) {
-        rankview rv = rank_view(p, ans);
-        for (unsigned i = 0; i < nr; i++)
-            ns += emit_run(&runs[i], &hits, sm, v + ns, (qent *)(void *)up, up, &rv);
-        if (rv.unranked)
-            kvix_ix_unranked_seen(p, rv.unranked);
-        ans->nscores = ns;
+    if (ans->top && ans->top < hits.n) {
+        _Static_assert(sizeof(kvix_qrun) <= sizeof(kvix_score), "runs fit the upper half");
+        ans->nscores = top_scores(&hits, sm, ans->top, v, (kvix_qrun *)(void *)up, &ans->omitted);
         return KVIX_OK;
     }
-    keybits kb = {{0, 0, 0}, {~UINT64_C(0), ~UINT64_C(0), ~UINT64_C(0)}};
-    for (size_t k = 0; k < hits.nrun; k++) {
-        const kvix_qrun *r = &hits.run[k];
-        uint32_t gpu[KVIX_MEDIUM_COUNT] = {0};
-        gpu[KVIX_MEDIUM_GPU] = r->blocks;
-        uint64_t nb = (uint32_t)~r->blocks;
-        for (size_t i = r->first; r->blocks && i < (size_t)r->first + r->n; i++) {
-            const srec *x = slotmap_rec(sm, hits.slot[i]);
-            if (!x)
-                continue;
-            kvix_score *s = &v[ns++];
-            score_set(s, x, hits.tier ? hits.tier[i] : gpu, r->blocks);
-            uint64_t dp = s->dp, wk = s->worker;
-            kb.or_[0] |= dp;
-            kb.and_[0] &= dp;
-            kb.or_[1] |= wk;
-            kb.and_[1] &= wk;
-            kb.or_[2] |= nb;
-            kb.and_[2] &= nb;
-        }
-    }
-    ans->nscores = ns;
-    ans->scores = ns > 1 ? sort_scores(v, v + ns, ns, &kb) : v;
+    query_part_full(p, &hits, sm, v, up, ans);
+    if (ans->top && hits.tier)
+        rank_sort(ans->scores, ans->nscores); /* all of them, in rank order */
     return KVIX_OK;
 }
 
@@ -491,8 +696,10 @@ static int query_part(part *p, const uint64_t *local, uint64_t *canon, size_t n,
     return rc;
 }
 
-static void answer_reset(kvix_answer *ans)
+static void answer_reset(kvix_answer *ans, uint32_t top)
 {
+    ans->top = top;
+    ans->omitted = 0;
     ans->query_blocks = 0;
     ans->bs = 0;
     ans->nscores = 0;
@@ -519,9 +726,9 @@ static int unknown_reason(const kvix_index *idx, const char *model)
 /* A query by local hashes in partition p (NULL: unknown, found by the
  * caller under model). */
 static int query_hashes(kvix_index *idx, part *p, const char *model, const uint64_t *local,
-                        size_t n, kvix_answer *ans, kvix_err *err)
+                        size_t n, uint32_t top, kvix_answer *ans, kvix_err *err)
 {
-    answer_reset(ans);
+    answer_reset(ans, top);
     if (n > KVIX_INDEX_DEPTH_MAX)
         return kvix_err_set(err, KVIX_ELIMIT, "query of %zu blocks (limit %u)", n,
                             KVIX_INDEX_DEPTH_MAX);
@@ -541,14 +748,14 @@ int kvix_index_query(kvix_index *idx, const char *model, const char *tenant,
 {
     model = model ? model : "default";
     part *p = kvix_ix_part_find(idx, model, tenant ? tenant : "default");
-    return query_hashes(idx, p, model, local, n, ans, err);
+    return query_hashes(idx, p, model, local, n, idx->opts.top, ans, err);
 }
 
 static int query_tokens_bs(kvix_index *idx, const char *model, const char *tenant,
                            const char *lora, uint32_t bs, const uint32_t *tokens, size_t ntokens,
-                           kvix_answer *ans, kvix_err *err)
+                           uint32_t top, kvix_answer *ans, kvix_err *err)
 {
-    answer_reset(ans);
+    answer_reset(ans, top);
     if (ntokens > KVIX_TOKENS_MAX)
         return kvix_err_set(err, KVIX_ELIMIT, "query of %zu tokens (limit %u)", ntokens,
                             KVIX_TOKENS_MAX);
@@ -579,29 +786,31 @@ int kvix_index_query_tokens(kvix_index *idx, const char *model, const char *tena
                             const char *lora, const uint32_t *tokens, size_t ntokens,
                             kvix_answer *ans, kvix_err *err)
 {
-    return query_tokens_bs(idx, model, tenant, lora, 0, tokens, ntokens, ans, err);
+    return query_tokens_bs(idx, model, tenant, lora, 0, tokens, ntokens, idx->opts.top, ans,
+                           err);
 }
 
 int kvix_index_query_event(kvix_index *idx, const kvix_event *q, kvix_answer *ans,
                            kvix_err *err)
 {
+    uint32_t top = q->has_top ? q->top : idx->opts.top;
     if (q->type != KVIX_EV_QUERY && q->type != KVIX_EV_NONE) {
-        answer_reset(ans);
+        answer_reset(ans, top);
         return kvix_err_set(err, KVIX_EINVAL, "not a query (%s)", kvix_event_type_name(q->type));
     }
     if (!kvix_name_ok(q->model) || !kvix_name_ok(q->tenant) || !kvix_name_ok(q->lora)) {
-        answer_reset(ans);
+        answer_reset(ans, top);
         return kvix_err_set(err, KVIX_EINVAL, "model, tenant or lora name not terminated");
     }
     if (q->has_tokens)
         return query_tokens_bs(idx, q->model, q->tenant, q->lora, q->bs, q->tokens, q->ntokens,
-                               ans, err);
+                               top, ans, err);
     part *p = kvix_ix_part_find(idx, q->model, q->tenant);
     if (p && q->bs && q->bs != p->bs) {
-        answer_reset(ans);
+        answer_reset(ans, top);
         return kvix_ix_bs_mismatch(p, q->bs, err);
     }
-    return query_hashes(idx, p, q->model, q->hashes, q->nhashes, ans, err); /* p found once */
+    return query_hashes(idx, p, q->model, q->hashes, q->nhashes, top, ans, err); /* p found once */
 }
 
 uint32_t kvix_index_block_size(const kvix_index *idx, const char *model, const char *tenant)

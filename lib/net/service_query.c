@@ -129,7 +129,7 @@ static int put_dynamo_answer(const kvix_answer *ans, kvix_buf *b, kvix_err *err)
     if (n > UINT32_MAX || n > (SIZE_MAX / 4 - 256) / NESTED_PER)
         return kvix_err_set(err, KVIX_ELIMIT, "too many scores");
     size_t room = n * NESTED_PER + 4 + NESTED_KEY; /* one map's worst case */
-    int rc = kvix_buf_reserve(b, sizeof head + 2 * room + sizeof mid + 2, err);
+    int rc = kvix_buf_reserve(b, sizeof head + 2 * room + sizeof mid + 2 + 32, err);
     if (rc)
         return rc;
     uint32_t local[2 * 512], *ord = n <= 512 ? local : malloc(2 * n * sizeof *ord);
@@ -147,6 +147,8 @@ static int put_dynamo_answer(const kvix_answer *ans, kvix_buf *b, kvix_err *err)
     s_end += sizeof mid - 1;
     memmove(s_end, t, (size_t)(t_end - t));
     s_end += t_end - t;
+    if (ans->top) /* asked for ("top"): say how many were left out */
+        s_end += sprintf(s_end, ",\"omitted\":%zu", ans->omitted);
     *s_end++ = '}';
     *s_end = '\0';
     b->len = (size_t)(s_end - b->data);
@@ -202,6 +204,25 @@ static int read_u64_array(json_t *o, const char *key, const kvix_u64_refs *refs,
     return rc;
 }
 
+/* kvix's "top" in a Dynamo query: its best K workers. Without it, the
+ * full list, whatever the index's default (Dynamo's routers read every
+ * worker's score). */
+static int read_top(json_t *o, const kvix_u64_refs *refs, kvix_event *q, kvix_err *err)
+{
+    json_t *t = json_object_get(o, "top");
+    q->has_top = 1;
+    q->top = 0;
+    if (!t || json_is_null(t))
+        return KVIX_OK;
+    if (!json_is_integer(t))
+        return kvix_err_set(err, KVIX_EINVAL, "\"top\" is not an unsigned integer");
+    uint64_t u = kvix_u64_ref(refs, json_integer_value(t));
+    if (u > UINT32_MAX)
+        return kvix_err_set(err, KVIX_ERANGE, "\"top\" out of range (0 to %u)", UINT32_MAX);
+    q->top = (uint32_t)u;
+    return KVIX_OK;
+}
+
 /* POST /query and /query_by_hash in Dynamo's shape. */
 static void dynamo_query(kvix_service *s, json_t *o, const kvix_u64_refs *refs, int by_hash,
                          kvix_service_response *r)
@@ -215,6 +236,8 @@ static void dynamo_query(kvix_service *s, json_t *o, const kvix_u64_refs *refs, 
                  : kvix_err_set(&e, KVIX_ENOMEM, "out of memory");
     if (!rc)
         rc = read_u64_array(o, by_hash ? "block_hashes" : "token_ids", refs, &q, !by_hash, &e);
+    if (!rc)
+        rc = read_top(o, refs, &q, &e);
     if (!rc && !kvix_index_block_size(s->o.idx, q.model, q.tenant))
         rc = kvix_err_set(&e, KVIX_ENOTFOUND, "unknown model \"%s\" (tenant \"%s\")", q.model,
                           q.tenant);

@@ -189,6 +189,15 @@ static const struct bad bad_lines[] = {
     {"[1,[2]]", KVIX_EINVAL, "\"tokens\"[1] is not a token id"},
     {"{\"local\":[\"abc\",{}]}", KVIX_EINVAL, "\"local\"[1] is not a hash (an object)"},
     {"{\"type\":\"query\",\"bs\":\"16\",\"tokens\":[]}", KVIX_EINVAL, "\"bs\" is not an integer"},
+    {"{\"tokens\":[],\"top\":-1}", KVIX_ERANGE, "\"top\" is negative"},
+    {"{\"tokens\":[],\"top\":4294967296}", KVIX_ERANGE,
+     "\"top\" out of range (0 to 4294967295)"},
+    {"{\"tokens\":[],\"top\":\"4\"}", KVIX_EINVAL, "\"top\" is not an integer"},
+    {"{\"tokens\":[],\"explain\":1}", KVIX_EINVAL, "\"explain\" is not a boolean"},
+    {"{\"tokens\":[],\"workers\":3}", KVIX_EINVAL, "\"workers\" is not an array"},
+    {"{\"tokens\":[],\"workers\":[1,-3]}", KVIX_ERANGE, "\"workers\"[1] is negative"},
+    {"{\"tokens\":[],\"workers\":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]}", KVIX_ELIMIT,
+     "\"workers\" names 17 workers (limit 16)"},
     {"not json", KVIX_EINVAL, "malformed json at column 3: '[' or '{' expected near 'not'"},
     {"{\"type\":\"cleared\",\"worker\":1", KVIX_EINVAL,
      "malformed json at column 28: '}' expected near end of file"},
@@ -278,6 +287,9 @@ TEST(json_round_trip_is_canonical)
         "\"bs\":16,\"tokens\":[1,2,3]}\n",
         "{\"type\":\"query\",\"model\":\"default\",\"tenant\":\"default\",\"local\":"
         "[\"00000000000000aa\"]}\n",
+        "{\"type\":\"query\",\"model\":\"m\",\"tenant\":\"default\",\"top\":4,"
+        "\"explain\":true,\"workers\":[9223372036854775807,0],\"tokens\":[1]}\n",
+        "{\"type\":\"query\",\"model\":\"m\",\"tenant\":\"default\",\"top\":0,\"local\":[]}\n",
     };
     kvix_event ev, ev2;
     kvix_err err;
@@ -392,6 +404,15 @@ TEST(answer_lines)
     CHECK(from_json("[1]", &q, &err) == KVIX_OK);
     CHECK(kvix_answer_to_json(&ans, &q, &b, &err) == KVIX_OK);
     CHECK_STR(b.data, "{\"blocks\":0,\"scores\":[]}\n");
+    /* a top answer says how many it left out */
+    b.len = 0;
+    ans.nscores = 1;
+    ans.query_blocks = 3;
+    ans.top = 1;
+    ans.omitted = 1;
+    CHECK(kvix_answer_to_json(&ans, &q, &b, &err) == KVIX_OK);
+    CHECK_STR(b.data, "{\"blocks\":3,\"scores\":[{\"worker\":1,\"dp\":0,\"blocks\":2,"
+                      "\"tokens\":32,\"tiers\":{\"gpu\":2}}],\"omitted\":1}\n");
     kvix_buf_release(&b);
     kvix_event_release(&q);
 }
