@@ -17,12 +17,18 @@
 #include "kvix/stream.h"
 #include "kvix/tokens.h"
 
-enum { O_STRICT = 0x100 };
+enum { O_STRICT = 0x100, O_SALT, O_MM };
 enum { F_LOCAL, F_SEQ, F_PSH, F_PLH, F_ALL };
 
 static const cli_opt options[] = {
     {'b', 'b', "block-size", "N", NULL, "tokens per block, 1 to 65536 (required)"},
     {'l', 'l', "lora", "NAME", NULL, "LoRA adapter for lines that name none"},
+    {O_SALT, 0, "salt", "SALT", NULL,
+     "hash with a cache salt mixed into the seed, as Dynamo's newest router does with its "
+     "cache namespace, for lines that name none"},
+    {O_MM, 0, "mm", "BLOCK=HASH[,HASH...]", NULL,
+     "block BLOCK carries these multimodal object hashes (hex, or vLLM's 64-digit "
+     "identifiers), for lines that name none (repeatable)"},
     {'P', 'P', "positional", NULL, NULL, "add positional sequence and lineage hashes (psh, plh)"},
     {'d', 'd', "decimal", NULL, NULL, "print hashes in decimal instead of hex"},
     {'p', 'p', "plain", "FIELD", "local|seq|psh|plh",
@@ -43,6 +49,9 @@ static const cli_tool tool = {
 typedef struct hasher {
     size_t bs;
     uint64_t seed;        /* from --lora: for lines that name no adapter */
+    const char *lora, *salt; /* --lora, --salt: for lines that name none */
+    kvix_tokens_mm *mm;   /* --mm, by block: for lines that name none */
+    size_t nmm;
     int positional, decimal, plain, strict; /* plain: F_* or F_ALL for NDJSON */
     kvix_tokens line;     /* the line being hashed: its tokens, seed and id */
     uint64_t *local, *seq;
@@ -141,6 +150,34 @@ static char *put_array(const hasher *h, char *o, int field, size_t n, const kvix
     return o;
 }
 
+/* The blocks of the line's nb that carry multimodal hashes (mm[0..n), by
+ * block) hashed with them, and the rolling hashes from the first such on. */
+static int mm_blocks(hasher *h, const kvix_tokens_mm *mm, size_t n, size_t nb, uint64_t seed,
+                     kvix_err *err)
+{
+    size_t first = nb;
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        uint64_t v[KVIX_HASH_MM_MAX];
+        size_t k = 0;
+        for (; j < n && mm[j].block == mm[i].block; j++)
+            if (k < KVIX_HASH_MM_MAX)
+                v[k++] = mm[j].hash;
+        size_t b = mm[i].block;
+        if (b < nb) {
+            int rc = kvix_hash_local_mm(h->line.tok + b * h->bs, h->bs, seed, v, k, &h->local[b],
+                                        err);
+            if (rc < 0)
+                return rc;
+            first = b < first ? b : first;
+        }
+        i = j;
+    }
+    for (size_t b = first; b < nb; b++)
+        h->seq[b] = b ? kvix_hash_seq_next(h->seq[b - 1], h->local[b]) : h->local[0];
+    return 0;
+}
+
 /* Hash the parsed line (h->line) and append its output. Fails (err set)
  * when a position cannot be encoded. */
 static int emit(hasher *h, kvix_err *err)
@@ -157,7 +194,16 @@ static int emit(hasher *h, kvix_err *err)
             h->pos = xrealloc(h->pos, 2 * c * sizeof *h->pos);
         h->cap_blk = c;
     }
-    kvix_hash_blocks(meta->tok, meta->n, h->bs, meta->seed, h->local, h->seq);
+    const char *lora = meta->has_lora ? meta->lora : h->lora;
+    const char *salt = meta->has_salt ? meta->salt : h->salt;
+    uint64_t seed = salt && salt[0]
+                        ? kvix_hash_salt_seed(lora, lora ? strlen(lora) : 0, salt, strlen(salt))
+                        : meta->seed;
+    kvix_hash_blocks(meta->tok, meta->n, h->bs, seed, h->local, h->seq);
+    int mrc = mm_blocks(h, meta->has_mm ? meta->mm : h->mm, meta->has_mm ? meta->nmm : h->nmm,
+                        nb, seed, err);
+    if (mrc < 0)
+        return mrc;
 
     int want_pos = h->plain == F_ALL ? h->positional : h->plain == F_PSH || h->plain == F_PLH;
     kvix_u128 *pos = h->pos; /* psh and plh of block i at 2i and 2i+1 */
@@ -346,6 +392,45 @@ static int hash_file(hasher *h, input *in)
     }
 }
 
+/* --mm BLOCK=HASH[,HASH...]: kept by block (stable: a block's hashes in
+ * the order given; their order does not matter to the hash). */
+static void parse_mm(hasher *h, const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg)
+        cli_usage_error("bad %s '%s' (expected BLOCK=HASH[,HASH...])", cli_opt_given(), arg);
+    char num[24];
+    size_t nl = (size_t)(eq - arg);
+    if (nl >= sizeof num)
+        cli_usage_error("bad block number in %s '%s'", cli_opt_given(), arg);
+    memcpy(num, arg, nl);
+    num[nl] = '\0';
+    uint32_t block = (uint32_t)cli_parse_uint(num, 0, KVIX_TOKENS_MAX, "block number");
+    size_t given = 0;
+    for (size_t i = 0; i < h->nmm; i++)
+        given += h->mm[i].block == block;
+    for (const char *p = eq + 1;;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        uint64_t x;
+        if (kvix_tokens_mm_hash(p, len, &x))
+            cli_usage_error("bad multimodal hash '%.*s' in %s (expected 1 to 16 hex digits, or "
+                            "64)",
+                            (int)(len > 70 ? 70 : len), p, cli_opt_given());
+        if (++given > KVIX_HASH_MM_MAX)
+            cli_usage_error("more than %u multimodal hashes for block %" PRIu32,
+                            KVIX_HASH_MM_MAX, block);
+        h->mm = xrealloc(h->mm, (h->nmm + 1) * sizeof *h->mm);
+        size_t j = h->nmm++;
+        for (; j > 0 && h->mm[j - 1].block > block; j--)
+            h->mm[j] = h->mm[j - 1];
+        h->mm[j] = (kvix_tokens_mm){block, x};
+        if (!e)
+            break;
+        p = e + 1;
+    }
+}
+
 int main(int argc, char **argv)
 {
     cli_init(&tool);
@@ -362,6 +447,15 @@ int main(int argc, char **argv)
             if (strlen(arg) >= KVIX_NAME_MAX)
                 cli_usage_error("LoRA name longer than %d bytes", KVIX_NAME_MAX - 1);
             h.seed = kvix_hash_lora_seed(arg, strlen(arg));
+            h.lora = arg;
+            break;
+        case O_SALT:
+            if (strlen(arg) >= KVIX_NAME_MAX)
+                cli_usage_error("salt longer than %d bytes", KVIX_NAME_MAX - 1);
+            h.salt = arg;
+            break;
+        case O_MM:
+            parse_mm(&h, arg);
             break;
         case 'P':
             h.positional = 1;
@@ -427,6 +521,7 @@ int main(int argc, char **argv)
     free(h.seq);
     free(h.pos);
     free(h.out);
+    free(h.mm);
     int code = stopped ? KVIX_EXIT_STRICT : io ? KVIX_EXIT_IO
                                           : h.rejected ? KVIX_EXIT_REJECTED : KVIX_EXIT_OK;
     return cli_finish(code);

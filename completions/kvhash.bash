@@ -6,10 +6,12 @@ _kvhash() {
     case $prev in
     -b|--block-size) return ;;
     -l|--lora) return ;;
+    --salt) return ;;
+    --mm) return ;;
     -p|--plain) COMPREPLY=($(compgen -W "local seq psh plh" -- "$cur")); return ;;
     esac
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--block-size -b --lora -l --positional -P --decimal -d --plain -p --strict --help -h --version -V" -- "$cur"))
+        COMPREPLY=($(compgen -W "--block-size -b --lora -l --salt --mm --positional -P --decimal -d --plain -p --strict --help -h --version -V" -- "$cur"))
         return
     fi
     COMPREPLY=($(compgen -f -- "$cur"))

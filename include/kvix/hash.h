@@ -29,6 +29,14 @@ typedef struct kvix_u128 {
  * for a non-empty name. name may be NULL (no LoRA). */
 uint64_t kvix_hash_lora_seed(const char *name, size_t len);
 
+/* Seed of the local hash as NVIDIA Dynamo's newest router computes it for
+ * a request with a cache salt (its cache namespace): kvix_hash_lora_seed's,
+ * plus XXH3(salt, seed 1) for a non-empty salt (wrapping u64 addition).
+ * The engines mix a cache salt into their own hashes only, and kvix's local
+ * hashes carry none: this is for comparing with a router that salts its
+ * local hashes (kvhash --salt). lora and salt may be NULL. */
+uint64_t kvix_hash_salt_seed(const char *lora, size_t llen, const char *salt, size_t slen);
+
 /* Local (content) hash of one block of bs tokens. */
 uint64_t kvix_hash_local(const uint32_t *tokens, size_t bs, uint64_t seed);
 

@@ -36,8 +36,10 @@ void kvix_tokens_init(kvix_tokens *t)
 void kvix_tokens_release(kvix_tokens *t)
 {
     free(t->tok);
+    free(t->mm);
     t->tok = NULL;
-    t->n = t->cap = 0;
+    t->mm = NULL;
+    t->n = t->cap = t->nmm = t->cap_mm = 0;
 }
 
 static int tok_reserve(kvix_tokens *t, size_t n, kvix_err *err)
@@ -329,18 +331,89 @@ static int tokens_from_json(kvix_tokens *h, const json_t *arr, int nested, kvix_
     return 0;
 }
 
+/* A string member "lora" or "salt" into dst; *has when present. */
+static int object_name(const json_t *obj, const char *key, char dst[KVIX_NAME_MAX], int *has,
+                       kvix_err *err)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_string(v))
+        return kvix_err_set(err, KVIX_EINVAL, "\"%s\" is not a string", key);
+    size_t len = json_string_length(v);
+    if (len >= KVIX_NAME_MAX)
+        return kvix_err_set(err, KVIX_EINVAL, "\"%s\" longer than %d bytes", key,
+                            KVIX_NAME_MAX - 1);
+    if (memchr(json_string_value(v), '\0', len))
+        return kvix_err_set(err, KVIX_EINVAL, "\"%s\" contains a NUL byte", key);
+    memcpy(dst, json_string_value(v), len + 1);
+    *has = 1;
+    return 0;
+}
+
+int kvix_tokens_mm_hash(const char *s, size_t len, uint64_t *out)
+{
+    if (len == 64) /* vLLM's identifier: a hex digest, of which the first 16 digits */
+        len = 16;
+    return kvix_parse_hex64(s, len, out);
+}
+
+/* "mm": per block, null or an array of multimodal hashes. */
+static int object_mm(const json_t *obj, kvix_tokens *h, kvix_err *err)
+{
+    const json_t *mm = json_object_get(obj, "mm");
+    if (!mm || json_is_null(mm))
+        return 0;
+    if (!json_is_array(mm))
+        return kvix_err_set(err, KVIX_EINVAL, "\"mm\" is not an array");
+    h->has_mm = 1;
+    for (size_t b = 0; b < json_array_size(mm); b++) {
+        const json_t *blk = json_array_get(mm, b);
+        if (json_is_null(blk))
+            continue;
+        if (!json_is_array(blk))
+            return kvix_err_set(err, KVIX_EINVAL, "\"mm\"[%zu] is not an array", b);
+        if (json_array_size(blk) > KVIX_HASH_MM_MAX)
+            return kvix_err_set(err, KVIX_EINVAL,
+                                "\"mm\"[%zu] has %zu hashes (limit %u a block)", b,
+                                json_array_size(blk), KVIX_HASH_MM_MAX);
+        for (size_t i = 0; i < json_array_size(blk); i++) {
+            const json_t *v = json_array_get(blk, i);
+            uint64_t x = 0;
+            int bad = json_is_integer(v) ? json_integer_value(v) < 0
+                      : json_is_string(v)
+                          ? kvix_tokens_mm_hash(json_string_value(v), json_string_length(v), &x)
+                          : 1;
+            if (bad)
+                return kvix_err_set(err, KVIX_EINVAL,
+                                    "\"mm\"[%zu][%zu] is not a hash (an integer, 1 to 16 hex "
+                                    "digits, or 64)",
+                                    b, i);
+            if (json_is_integer(v))
+                x = (uint64_t)json_integer_value(v);
+            if (h->nmm == h->cap_mm) {
+                size_t c = h->cap_mm ? 2 * h->cap_mm : 16;
+                kvix_tokens_mm *p = realloc(h->mm, c * sizeof *p);
+                if (!p)
+                    return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+                h->mm = p;
+                h->cap_mm = c;
+            }
+            h->mm[h->nmm++] = (kvix_tokens_mm){(uint32_t)b, x};
+        }
+    }
+    return 0;
+}
+
 static int object_meta(const json_t *obj, kvix_tokens *h, kvix_err *err)
 {
-    const json_t *lora = json_object_get(obj, "lora");
-    if (lora && !json_is_null(lora)) {
-        if (!json_is_string(lora))
-            return kvix_err_set(err, KVIX_EINVAL, "\"lora\" is not a string");
-        size_t len = json_string_length(lora);
-        if (len >= KVIX_NAME_MAX)
-            return kvix_err_set(err, KVIX_EINVAL, "\"lora\" longer than %d bytes",
-                                KVIX_NAME_MAX - 1);
-        h->seed = kvix_hash_lora_seed(json_string_value(lora), len);
-    }
+    int rc;
+    if ((rc = object_name(obj, "lora", h->lora, &h->has_lora, err)) < 0 ||
+        (rc = object_name(obj, "salt", h->salt, &h->has_salt, err)) < 0 ||
+        (rc = object_mm(obj, h, err)) < 0)
+        return rc;
+    if (h->has_lora)
+        h->seed = kvix_hash_lora_seed(h->lora, strlen(h->lora));
     const json_t *id = json_object_get(obj, "id");
     if (id) {
         char *s = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
@@ -396,6 +469,8 @@ int kvix_tokens_parse(kvix_tokens *t, const char *line, size_t len, uint64_t see
     t->seed = seed;
     t->id[0] = '\0';
     t->n = 0;
+    t->has_lora = t->has_salt = t->has_mm = 0;
+    t->nmm = 0;
     if (len > KVIX_TOKENS_LINE_MAX)
         return kvix_err_set(err, KVIX_ELIMIT, "line longer than %u bytes", KVIX_TOKENS_LINE_MAX);
     /* the most a line of len bytes can hold: the parsers need no bound check */

@@ -15,6 +15,14 @@ uint64_t kvix_hash_lora_seed(const char *name, size_t len)
     return (uint64_t)KVIX_HASH_SEED + XXH3_64bits_withSeed(name, len, 0);
 }
 
+uint64_t kvix_hash_salt_seed(const char *lora, size_t llen, const char *salt, size_t slen)
+{
+    uint64_t seed = kvix_hash_lora_seed(lora, llen);
+    if (salt && slen)
+        seed += XXH3_64bits_withSeed(salt, slen, 1);
+    return seed;
+}
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 #define KVIX_HOST_LE 1
 #else

@@ -29,6 +29,58 @@ echo 0 1 2 3 4 5 | kvhash -b 2 -d -p local >out
 assert_eq "$(cat out)" "10918435022357402928 10731123482949079648 12189426826560619506" "bs 2"
 end
 
+begin "multimodal keys (--mm, \"mm\") and a salt (--salt, \"salt\") as the routers hash them"
+echo 0 1 2 3 >in
+run kvhash -b 4 --decimal --plain local --mm 0=2a in
+assert_eq "$(cat out)" 18280081842874931122 "contract vector: multimodal hash {42}"
+echo '{"tokens":[0,1,2,3],"mm":[["000000000000002a"]]}' >in2
+run kvhash -b 4 --decimal --plain local in2
+assert_eq "$(cat out)" 18280081842874931122 "the line's mm"
+# a vLLM identifier (64 hex digits) gives its first 16; a block's hashes in any order
+id=000000000000002aff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00
+run kvhash -b 4 --decimal --plain local --mm "0=$id" in
+assert_eq "$(cat out)" 18280081842874931122 "64-digit identifier"
+echo 0 1 2 3 4 5 6 7 >in3
+run kvhash -b 4 --mm 1=2a,7 in3
+run2=$(kvhash -b 4 --mm 1=7 --mm 1=2a in3)
+assert_eq "$(cat out)" "$run2" "a block's hashes in any order, one --mm or two"
+want=$($PY -c '
+import struct, xxhash
+t = struct.pack("<8I", *range(8))
+l0 = xxhash.xxh3_64_intdigest(t[:16], seed=1337)
+l1 = xxhash.xxh3_64_intdigest(t[16:] + struct.pack("<2Q", 7, 42), seed=1337)
+s1 = xxhash.xxh3_64_intdigest(struct.pack("<2Q", l0, l1), seed=1337)
+print("%016x %016x" % (l1, s1))')
+assert_eq "$(jq -r '"\(.local[1]) \(.seq[1])"' out)" "$want" "block 1's local and the rolling hash after it"
+# Dynamo's newest router: seed 1337 + XXH3(lora, 0) + XXH3(salt, 1)
+want=$($PY -c '
+import struct, xxhash
+t = struct.pack("<4I", 0, 1, 2, 3)
+for lora in (b"", b"adapter-a"):
+    s = 1337 + (xxhash.xxh3_64_intdigest(lora, seed=0) if lora else 0) + xxhash.xxh3_64_intdigest(b"tenant-a", seed=1)
+    print("%016x" % xxhash.xxh3_64_intdigest(t, seed=s % 2**64))' | tr '\n' ' ')
+got="$(kvhash -b 4 -p local --salt tenant-a in) $(kvhash -b 4 -p local --salt tenant-a --lora adapter-a in) "
+assert_eq "$got" "$want" "salted seeds"
+echo '{"tokens":[0,1,2,3],"salt":"tenant-a","lora":"adapter-a"}' >in4
+assert_eq "$(kvhash -b 4 -p local in4) " "${want#* }" "the line's salt and lora"
+echo '{"tokens":[0,1,2,3],"salt":""}' >in5
+assert_eq "$(kvhash -b 4 -p local --salt tenant-a in5)" "$(kvhash -b 4 -p local in)" "an empty salt is none"
+{
+    echo '{"tokens":[0,1,2,3],"mm":[["zz"]]}'
+    echo '{"tokens":[0,1,2,3],"mm":{"0":1}}'
+    echo '{"tokens":[0,1,2,3],"salt":3}'
+} >bad
+run kvhash -b 4 bad
+expect_rc 1
+assert_grep 'bad line at bad:1: "mm"\[0\]\[0\] is not a hash' err
+assert_grep 'bad line at bad:2: "mm" is not an array' err
+assert_grep 'bad line at bad:3: "salt" is not a string' err
+run kvhash -b 4 --mm 0=xyz in
+expect_rc 2
+run kvhash -b 4 --mm 2a in
+expect_rc 2
+end
+
 begin "contract vectors: positional hashes of tokens 1..8"
 echo 1 2 3 4 5 6 7 8 >in
 run kvhash -b 4 --positional in
