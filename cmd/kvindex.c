@@ -54,6 +54,8 @@ enum {
     O_BLOCK_SIZE,
     O_REPLAY_TIMEOUT,
     O_TOP,
+    O_EXPLAIN,
+    O_REMOVALS,
 };
 
 static const cli_opt options[] = {
@@ -69,6 +71,11 @@ static const cli_opt options[] = {
     {O_TOP, 0, "top", "K", NULL,
      "answer every query that says no \"top\" with its best K workers and how many were left "
      "out (default 0: all; Dynamo-shaped HTTP answers keep the full list)"},
+    {O_EXPLAIN, 0, "explain", NULL, NULL,
+     "explain every query's answer: where each best worker's match stops and why (as a query's "
+     "\"explain\":true)"},
+    {O_REMOVALS, 0, "removals", "N", NULL,
+     "remember the last N blocks each worker dropped, for explain (default 64, 0: none)"},
     {'t', 't', "threads", "N", NULL,
      "apply events on N writer threads, each worker sticky to one (default 0: inline)"},
     {O_STRICT, 0, "strict", NULL, NULL, "stop at the first rejected record, save, exit 5"},
@@ -121,7 +128,7 @@ static const cli_tool tool = {
 typedef struct kvi {
     kvix_ingest *g;
     const char *snap;
-    int query_only, strict, quiet, verbose, progress;
+    int query_only, strict, quiet, verbose, progress, explain;
     unsigned threads; /* writer threads (0 with -q) */
     int http_nice;    /* --http-nice */
     uint64_t save_every_events;
@@ -786,6 +793,11 @@ static void parse_options(kvi *k, kvargs *a, int argc, char **argv)
             break;
         case O_JUMP: a->io.jump = (unsigned)cli_parse_uint(arg, 1, 1u << 16, "jump"); break;
         case O_TOP: a->io.top = (uint32_t)cli_parse_uint(arg, 0, UINT32_MAX, "top"); break;
+        case O_EXPLAIN: k->explain = 1; break;
+        case O_REMOVALS:
+            a->io.removals =
+                (uint32_t)cli_parse_uint(arg, 0, KVIX_INDEX_REMOVALS_MAX, "removal count");
+            break;
         case 't': k->threads = (unsigned)cli_parse_uint(arg, 0, 256, "thread count"); break;
         case O_STRICT: k->strict = 1; break;
         case O_SAVE_SECS:
@@ -887,6 +899,7 @@ static void make_ingest(kvi *k, kvargs *a)
     kvix_ingest_opts go = {
         .index = a->io,
         .query_only = k->query_only,
+        .explain = k->explain,
         .strict = k->strict,
         .save_every_events = k->save_every_events,
         .sources = k->names,

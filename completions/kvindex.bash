@@ -9,6 +9,7 @@ _kvindex() {
     --backend) COMPREPLY=($(compgen -W "positional radix reference" -- "$cur")); return ;;
     --jump) return ;;
     --top) return ;;
+    --removals) return ;;
     -t|--threads) return ;;
     --save-every-seconds) return ;;
     --save-every-events) return ;;
@@ -26,7 +27,7 @@ _kvindex() {
     --replay-timeout) return ;;
     esac
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--snapshot -s --query-only -q --format -f --backend --jump --top --threads -t --strict --save-every-seconds --save-every-events --quiet --verbose -v --nats --stream --reset-on-gap --until-caught-up --listen --http-threads --http-nice --peers --worker -w --workers-file --model --tenant --block-size --replay-timeout --help -h --version -V" -- "$cur"))
+        COMPREPLY=($(compgen -W "--snapshot -s --query-only -q --format -f --backend --jump --top --explain --removals --threads -t --strict --save-every-seconds --save-every-events --quiet --verbose -v --nats --stream --reset-on-gap --until-caught-up --listen --http-threads --http-nice --peers --worker -w --workers-file --model --tenant --block-size --replay-timeout --help -h --version -V" -- "$cur"))
         return
     fi
     COMPREPLY=($(compgen -f -- "$cur"))

@@ -5,6 +5,8 @@ complete -c kvindex -s f -l format -x -a 'auto ndjson msgpack' -d 'input format 
 complete -c kvindex -l backend -x -a 'positional radix reference' -d 'index backend (default positional)'
 complete -c kvindex -l jump -x -d 'positional backend: jump size in positions (default: tuned)'
 complete -c kvindex -l top -x -d 'answer every query that says no "top" with its best K workers and how many were left out (default 0: all; Dynamo-shaped HTTP answers keep the full list)'
+complete -c kvindex -l explain -d 'explain every query\'s answer: where each best worker\'s match stops and why (as a query\'s "explain":true)'
+complete -c kvindex -l removals -x -d 'remember the last N blocks each worker dropped, for explain (default 64, 0: none)'
 complete -c kvindex -s t -l threads -x -d 'apply events on N writer threads, each worker sticky to one (default 0: inline)'
 complete -c kvindex -l strict -d 'stop at the first rejected record, save, exit 5'
 complete -c kvindex -l save-every-seconds -x -d 'also save every N seconds when the index changed'

@@ -106,6 +106,9 @@ void kvix_ingest_free(kvix_ingest *g)
     free(g->unknown);
     kvix_event_release(&g->ev);
     kvix_answer_release(&g->ans);
+    if (g->xp)
+        kvix_explain_release(g->xp);
+    free(g->xp);
     kvix_buf_release(&g->out);
     pthread_mutex_destroy(&g->mu);
     pthread_mutex_destroy(&g->write_mu);
@@ -216,15 +219,39 @@ static int first_unknown(kvix_ingest *g, const kvix_event *q, int why, kvix_err 
     return 1;
 }
 
+/* q answered and explained, the index quiet meanwhile (every writer of it
+ * held: this thread is the only other one). */
+static int explain(kvix_ingest *g, const kvix_event *q, kvix_answer *ans, kvix_buf *out,
+                   kvix_err *err)
+{
+    if (!g->xp && (g->xp = malloc(sizeof *g->xp)))
+        kvix_explain_init(g->xp);
+    if (!g->xp)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    quiet_begin(g);
+    int rc = kvix_index_explain(g->idx, q, ans, g->xp, err);
+    quiet_end(g);
+    if (!rc) {
+        out->len = 0;
+        rc = kvix_answer_explain_to_json(ans, q, g->xp, out, err);
+    }
+    return rc;
+}
+
 static int query(kvix_ingest *g, size_t src, uint64_t pos, const kvix_event *q, kvix_answer *ans,
                  kvix_buf *out, int *unknown, kvix_err *err)
 {
     g->c.queries++;
     kvix_ingest_sync(g); /* answer against every event read before the query */
-    int rc = kvix_index_query_event(g->idx, q, ans, err);
-    if (!rc) {
-        out->len = 0;
-        rc = kvix_answer_to_json(ans, q, out, err);
+    int rc;
+    if (q->explain || g->o.explain) {
+        rc = explain(g, q, ans, out, err);
+    } else {
+        rc = kvix_index_query_event(g->idx, q, ans, err);
+        if (!rc) {
+            out->len = 0;
+            rc = kvix_answer_to_json(ans, q, out, err);
+        }
     }
     if (rc == KVIX_ENOMEM)
         return rc;

@@ -60,6 +60,8 @@ typedef struct kvix_ingest_reject {
 typedef struct kvix_ingest_opts {
     kvix_index_opts index;        /* copied; its on_reject/reject_ctx are the ingest's */
     bool query_only;              /* every event is refused (KVIX_REASON_QUERYONLY) */
+    bool explain;                 /* every query is explained (kvix_index_explain), not
+                                   * only those that say "explain" */
     bool strict;                  /* the first refusal stops: kvix_ingest_stopped */
     uint64_t save_every_events;   /* kvix_ingest_save_due after this many applied; 0: never */
     const char *const *sources;   /* borrowed, outlives the ingest: source names */

@@ -34,6 +34,7 @@ struct kvix_ingest {
     size_t nunknown;
     kvix_event ev;           /* kvix_ingest_run's buffers */
     kvix_answer ans;
+    kvix_explain *xp; /* made on the first query explained */
     kvix_buf out;
 };
 

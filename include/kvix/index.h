@@ -104,7 +104,15 @@ typedef struct kvix_index_opts {
     /* Keep only the best top scores of every answer whose query does not say
      * otherwise (a query record's "top"); 0 = all of them (default). */
     uint32_t top;
+    /* The record of recent removals kvix_index_explain reads: the last
+     * `removals` blocks each (worker, dp) dropped (16 bytes each, and a
+     * quarter as many events of 32), made on its first removal. Default
+     * KVIX_INDEX_REMOVALS; 0: no record; at most KVIX_INDEX_REMOVALS_MAX. */
+    uint32_t removals;
 } kvix_index_opts;
+
+#define KVIX_INDEX_REMOVALS 64
+#define KVIX_INDEX_REMOVALS_MAX 65536
 
 /* What applying one event did, for the caller's counters. */
 /* 64-bit: the same struct carries kvix_index_totals, which grow with a
@@ -116,7 +124,8 @@ typedef struct kvix_apply_result {
     uint64_t unknown;    /* removed hashes the worker did not hold: counted, skipped */
 } kvix_apply_result;
 
-/* Defaults: positional backend, measured jump, binary search on, no threads. */
+/* Defaults: positional backend, measured jump, binary search on, no threads,
+ * full answers, a record of the last KVIX_INDEX_REMOVALS removals. */
 void kvix_index_opts_init(kvix_index_opts *opts);
 
 /* Create an empty index; *out is owned by the caller (kvix_index_free). */
@@ -183,6 +192,18 @@ int kvix_index_query_tokens(kvix_index *idx, const char *model, const char *tena
  * lora, bs, and its top when has_top, else the index's). */
 int kvix_index_query_event(kvix_index *idx, const kvix_event *q, kvix_answer *ans,
                            kvix_err *err);
+
+/* ---- explain: why a prompt's prefix stops where it does (kvix/answer.h) -- */
+
+/* Answer q (as kvix_index_query_event, into ans) and explain it into x:
+ * for its best workers (the answer's first KVIX_EXPLAIN_BEST; with none,
+ * the partition's first (worker, dp) in order) and every dp of the workers
+ * it names (q->xworkers), where the match stops and what the index knows
+ * there. A query whose "bs" differs from the partition's is not an error
+ * here: the answer is empty and x says both sizes. The index must be quiet
+ * (as for kvix_index_foreach): no writer call may overlap. */
+int kvix_index_explain(kvix_index *idx, const kvix_event *q, kvix_answer *ans, kvix_explain *x,
+                       kvix_err *err);
 
 /* Block size of a partition, 0 when unknown. */
 uint32_t kvix_index_block_size(const kvix_index *idx, const char *model, const char *tenant);

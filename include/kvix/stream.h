@@ -47,6 +47,18 @@ int kvix_event_from_msgpack(const char *buf, size_t len, size_t *used, kvix_even
 int kvix_answer_to_json(const kvix_answer *ans, const kvix_event *q, kvix_buf *out,
                         kvix_err *err);
 
+/* "tokens", "lora", "salt", "multimodal", "block_size", "eagle": the name of
+ * cause bit 1 << i (kvix/index.h); "?" past them. Static strings. */
+const char *kvix_cause_name(unsigned i);
+/* "match", "removed", "nobody", "differs", "cleared", "absent",
+ * "unknown_worker" (kvix_why); "?" otherwise. */
+const char *kvix_why_name(int why);
+
+/* The same line with kvix's "explain" object (kvix_index_explain's x) before
+ * its end (kvix-events(5)). */
+int kvix_answer_explain_to_json(const kvix_answer *ans, const kvix_event *q,
+                                const kvix_explain *x, kvix_buf *out, kvix_err *err);
+
 /* Append the line that answers a rejected query or line (contract section
  * 4: every query line gets one answer line): {"id":ID,"error":"msg"} with
  * '\n', the id being id_json (compact JSON text, as kvix_event.id) when

@@ -613,3 +613,158 @@ int kvix_error_to_json(const char *id_json, const char *msg, kvix_buf *out, kvix
     }
     return rc;
 }
+
+/* ---- explain -------------------------------------------------------------- */
+
+static const char *const cause_names[KVIX_CAUSES] = {"tokens",     "lora",       "salt",
+                                                     "multimodal", "block_size", "eagle"};
+
+const char *kvix_cause_name(unsigned i)
+{
+    return i < KVIX_CAUSES ? cause_names[i] : "?";
+}
+
+static const char *const why_names[] = {"match",   "removed", "nobody",        "differs",
+                                        "cleared", "absent",  "unknown_worker"};
+
+const char *kvix_why_name(int why)
+{
+    return why >= 0 && why <= KVIX_WHY_UNKNOWN_WORKER ? why_names[why] : "?";
+}
+
+
+static int app_names(kvix_buf *b, const char *prefix, unsigned bits, kvix_err *err)
+{
+    int rc = app(b, prefix, err);
+    unsigned k = 0;
+    for (unsigned i = 0; !rc && i < KVIX_CAUSES; i++)
+        if (bits & (1u << i))
+            rc = app_str(b, k++ ? "," : "", kvix_cause_name(i), err);
+    return rc ? rc : app(b, "]", err);
+}
+
+static int app_double(kvix_buf *b, const char *prefix, double d, kvix_err *err)
+{
+    char t[32];
+    kvix_stream_fmt_double(d, t);
+    int rc = app(b, prefix, err);
+    return rc ? rc : app(b, t, err);
+}
+
+static int app_removal(kvix_buf *b, const char *key, const kvix_removal *r, kvix_err *err)
+{
+    int rc = app(b, key, err);
+    if (!rc && !r->kind)
+        return app(b, "{}", err); /* the event fell out of the record */
+    if (!rc)
+        rc = app_u64(b, "{\"blocks\":", r->blocks, err);
+    if (!rc && r->has_eid)
+        rc = app_u64(b, ",\"eid\":", r->eid, err);
+    if (!rc && r->has_ts)
+        rc = app_double(b, ",\"ts\":", r->ts, err);
+    if (!rc) {
+        /* the index's clock to the millisecond: what it is for, and short */
+        char t[96];
+        snprintf(t, sizeof t, ",\"at\":%.3f,\"ago\":%.3f", r->at, r->ago < 0 ? 0 : r->ago);
+        rc = app(b, t, err);
+    }
+    return rc ? rc : app(b, "}", err);
+}
+
+static int app_explained(kvix_buf *b, const kvix_explained *e, kvix_err *err)
+{
+    int rc = app_u64(b, "{\"worker\":", e->worker, err);
+    if (!rc)
+        rc = app_u64(b, ",\"dp\":", e->dp, err);
+    if (!rc && e->named)
+        rc = app(b, ",\"named\":true", err);
+    if (!rc)
+        rc = app_str(b, ",\"why\":", kvix_why_name(e->why), err);
+    if (rc || e->why == KVIX_WHY_UNKNOWN_WORKER)
+        return rc ? rc : app(b, "}", err);
+    rc = app_u64(b, ",\"blocks\":", e->blocks, err);
+    if (!rc && e->why != KVIX_WHY_MATCH)
+        rc = app_hex(b, ",\"want\":", e->want, err);
+    if (!rc && e->why == KVIX_WHY_REMOVED)
+        rc = app_removal(b, ",\"removed\":", &e->removal, err);
+    if (!rc && e->why == KVIX_WHY_CLEARED)
+        rc = app_removal(b, ",\"cleared\":", &e->removal, err);
+    if (!rc && (e->why == KVIX_WHY_DIFFERS || e->why == KVIX_WHY_ABSENT) && e->held_at) {
+        rc = app_u64(b, ",\"held\":{\"at\":", e->held_at, err);
+        if (!rc)
+            rc = app_u64(b, ",\"after_prefix\":", e->held_after, err);
+        if (!rc)
+            rc = app(b, ",\"blocks\":[", err);
+        for (uint32_t i = 0; !rc && i < e->nheld; i++) {
+            const kvix_held *h = &e->held[i];
+            rc = app_hex(b, i ? ",{\"local\":" : "{\"local\":", h->local, err);
+            if (!rc)
+                rc = app_hex(b, ",\"engine\":", h->engine, err);
+            if (!rc)
+                rc = app(b, ",\"tiers\":[", err);
+            for (int m = 0, k = 0; !rc && m < KVIX_MEDIUM_COUNT; m++)
+                if (h->tiers & (1u << m))
+                    rc = app_str(b, k++ ? "," : "", kvix_medium_name(m), err);
+            if (!rc)
+                rc = app(b, h->after_prefix ? "],\"after_prefix\":true}" : "]}", err);
+        }
+        if (!rc)
+            rc = app(b, "]}", err);
+    }
+    if (!rc && e->causes)
+        rc = app_names(b, ",\"causes\":[", e->causes, err);
+    if (!rc && e->likely)
+        rc = app_names(b, ",\"likely\":[", e->likely, err);
+    if (!rc && (e->likely & KVIX_CAUSE_LORA))
+        rc = app_str(b, ",\"engine_lora\":", e->lora, err);
+    if (!rc && e->has_clear)
+        rc = app_removal(b, ",\"last_clear\":", &e->clear, err);
+    return rc ? rc : app(b, "}", err);
+}
+
+int kvix_answer_explain_to_json(const kvix_answer *ans, const kvix_event *q,
+                                const kvix_explain *x, kvix_buf *out, kvix_err *err)
+{
+    size_t start = out->len;
+    int rc = kvix_answer_to_json(ans, q, out, err);
+    if (rc)
+        return rc;
+    out->len -= 2; /* the answer's "}\n" */
+    if (x->unknown) {
+        rc = app_str(out, ",\"explain\":{\"why\":",
+                     x->unknown == KVIX_UNKNOWN_MODEL ? "unknown_model" : "unknown_tenant", err);
+        if (!rc)
+            rc = app(out, ",\"closest\":[", err);
+        for (uint32_t i = 0; !rc && i < x->nclosest; i++)
+            rc = app_str(out, i ? "," : "", x->closest[i], err);
+        if (!rc)
+            rc = app(out, "]", err);
+    } else {
+        rc = app(out, ",\"explain\":{", err);
+        if (!rc && x->query_bs)
+            rc = app(out, "\"why\":\"block_size\",", err);
+        if (!rc)
+            rc = app_u64(out, "\"bs\":", x->bs, err);
+        if (!rc && x->query_bs)
+            rc = app_u64(out, ",\"query_bs\":", x->query_bs, err);
+        if (!rc)
+            rc = app_u64(out, ",\"depth\":", x->depth, err);
+        if (!rc)
+            rc = app(out, ",\"workers\":[", err);
+        for (uint32_t i = 0; !rc && i < x->nw; i++) {
+            if (i)
+                rc = app(out, ",", err);
+            if (!rc)
+                rc = app_explained(out, &x->w[i], err);
+        }
+        if (!rc)
+            rc = app(out, "]", err);
+    }
+    if (!rc)
+        rc = app(out, "}}\n", err);
+    if (rc && out->len > start) {
+        out->len = start;
+        out->data[start] = '\0';
+    }
+    return rc;
+}

@@ -19,3 +19,16 @@ void kvix_answer_release(kvix_answer *ans)
     free(ans->rank_buf);
     kvix_answer_init(ans);
 }
+
+void kvix_explain_init(kvix_explain *x)
+{
+    memset(x, 0, sizeof *x);
+    kvix_answer_init(&x->full);
+}
+
+void kvix_explain_release(kvix_explain *x)
+{
+    free(x->scratch);
+    kvix_answer_release(&x->full);
+    kvix_explain_init(x);
+}

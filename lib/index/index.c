@@ -204,11 +204,14 @@ int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local
 }
 
 /* engine leaves tier in w's map: its node, which the backend is still to
- * hear about (tier_unref), or NULL when w did not hold it there. */
-static void *forget_tier(wstate *w, uint64_t engine, unsigned tier, kvix_apply_result *r)
+ * hear about (tier_unref), or NULL when w did not hold it there; *gone: it
+ * was the block's last tier in w. */
+static void *forget_tier(wstate *w, uint64_t engine, unsigned tier, kvix_apply_result *r,
+                         int *gone)
 {
     size_t at;
     bent v = kvix_ix_bm_get(&w->blocks, engine, &at);
+    *gone = 0;
     if (!v || !(bent_tiers(v) & (1u << tier))) {
         r->unknown++;
         return NULL;
@@ -217,6 +220,7 @@ static void *forget_tier(wstate *w, uint64_t engine, unsigned tier, kvix_apply_r
         kvix_ix_bm_del_at(&w->blocks, at, engine);
         if (w->side && kvix_hmap_size(&w->side->pexc))
             kvix_hmap_del(&w->side->pexc, &engine);
+        *gone = 1;
     } else
         kvix_ix_bm_set(&w->blocks, at, engine, v & ~(bent)(1u << tier));
     r->removed++;
@@ -235,12 +239,16 @@ static void *forget_tier(wstate *w, uint64_t engine, unsigned tier, kvix_apply_r
  * as a hash-by-hash loop would leave them. */
 #define REMOVE_BATCH 16u
 
-static void remove_hashes(wstate *w, const uint64_t *hashes, size_t n, unsigned tier,
-                          kvix_apply_result *r)
+static void remove_hashes(wstate *w, const kvix_event *ev, kvix_apply_result *r)
 {
     const kvix_backend_ops *ops = w->p->ops;
+    const uint64_t *hashes = ev->hashes;
+    size_t n = ev->nhashes;
+    unsigned tier = (unsigned)ev->medium;
     bmap *m = &w->blocks;
     void *nodes[REMOVE_BATCH];
+    int gone[REMOVE_BATCH];
+    int record = 0; /* 1: the event has its entry in the record; -1: not recorded */
     for (size_t i0 = 0; i0 < n; i0 += REMOVE_BATCH) {
         size_t nb = n - i0 < REMOVE_BATCH ? n - i0 : REMOVE_BATCH;
         const uint64_t *h = hashes + i0;
@@ -249,14 +257,22 @@ static void remove_hashes(wstate *w, const uint64_t *hashes, size_t n, unsigned 
         for (size_t k = 0; k < nb; k++)
             kvix_ix_bm_prefetch_nodes(m, h[k]);
         for (size_t k = 0; k < nb; k++)
-            nodes[k] = forget_tier(w, h[k], tier, r);
+            nodes[k] = forget_tier(w, h[k], tier, r, &gone[k]);
         if (ops->prefetch_del)
             for (size_t k = 0; k < nb; k++)
                 if (nodes[k])
                     ops->prefetch_del(part_be(w->p), nodes[k]);
-        for (size_t k = 0; k < nb; k++)
-            if (nodes[k])
-                tier_unref(w, nodes[k], tier);
+        for (size_t k = 0; k < nb; k++) {
+            if (!nodes[k])
+                continue;
+            if (gone[k] && record >= 0) { /* the node is valid until its del */
+                if (!record)
+                    record = kvix_ix_xr_event(w, ev, KVIX_EV_REMOVED, 0) ? -1 : 1;
+                if (record > 0)
+                    kvix_ix_xr_block(w, nodes[k]);
+            }
+            tier_unref(w, nodes[k], tier);
+        }
     }
 }
 
@@ -349,6 +365,8 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
         return rc;
     kvix_ix_rank_if_asked(p);
     raise_depth(p, pos0 + (uint32_t)ev->nblocks);
+    if (ev->lora[0])
+        kvix_ix_note_lora(p, ev->lora);
     /* Room for the event's blocks at once: a map grown block by block
      * rehashes (reading each entry's node) at every doubling on the way.
      * Engines send stored events for blocks they did not hold, so this is
@@ -405,7 +423,7 @@ static int apply_removed(kvix_index *idx, const kvix_event *ev, kvix_apply_resul
     if (!w)
         r->unknown += (uint32_t)ev->nhashes;
     else {
-        remove_hashes(w, ev->hashes, ev->nhashes, (unsigned)ev->medium, r);
+        remove_hashes(w, ev, r);
         kvix_ix_publish_held(w);
     }
     int rc = eid_state(idx, p, ev, &w, err);
@@ -421,8 +439,12 @@ static int apply_cleared(kvix_index *idx, const kvix_event *ev, kvix_apply_resul
     if (p && ev->bs && p->bs != ev->bs)
         return kvix_ix_bs_mismatch(p, ev->bs, err);
     wstate *w = p ? kvix_ix_ws_find(p, ev->worker, ev->dp) : NULL;
-    if (w)
+    if (w) {
+        uint64_t before = r->removed;
         clear_ws(w, r);
+        if (r->removed > before)
+            kvix_ix_xr_event(w, ev, KVIX_EV_CLEARED, (uint32_t)(r->removed - before));
+    }
     int rc = eid_state(idx, p, ev, &w, err);
     if (w)
         kvix_ix_ws_done(w); /* cleared without an eid: released */

@@ -211,6 +211,20 @@ typedef struct srec {
 
 #define RANK_NONE UINT32_MAX
 
+/* The record of a (worker, dp)'s recent removals (lib/index/index_xr.c). */
+typedef struct xr xr;
+
+/* An event that dropped blocks, as the record keeps it. */
+typedef struct xr_evt {
+    double ts;       /* the event's, when has_ts */
+    uint64_t eid;    /* the event's, when has_eid */
+    double at;       /* the index's clock (seconds since the epoch) when applied */
+    uint32_t evn;    /* its number in the record */
+    uint32_t blocks; /* blocks it dropped (a removal: those recorded) */
+    uint8_t kind;    /* KVIX_EV_REMOVED or KVIX_EV_CLEARED */
+    uint8_t has_eid, has_ts;
+} xr_evt;
+
 typedef struct wstate {
     uint64_t h;
     uint64_t worker;
@@ -222,8 +236,28 @@ typedef struct wstate {
     struct wstate *next_dp; /* the same worker's state of another dp (atomic pointer) */
     int has_eid;
     uint64_t eid;
+    xr *xr;           /* NULL until its first removal (or with the record off) */
     struct rcu_head rcu; /* a released state is freed, and its slot reused, after a grace period */
 } wstate;
+
+/* ---- the record of removals (lib/index/index_xr.c); the writer of w ---- */
+
+/* An event of kind (KVIX_EV_REMOVED, KVIX_EV_CLEARED) that dropped blocks
+ * (a clear: how many; a removal: counted as its blocks are recorded) starts
+ * an entry; ev may be NULL (a worker forgotten). 0, or -1: not recorded
+ * (the record is off, or no memory), and neither are its blocks. */
+int kvix_ix_xr_event(wstate *w, const kvix_event *ev, int kind, uint32_t blocks);
+/* The block at node (held no more in any tier) left w, by the last event
+ * entered (kvix_ix_xr_event returned 0). */
+void kvix_ix_xr_block(wstate *w, const void *node);
+/* Quiet index: 1 when w dropped the block (pos, canon) within the record,
+ * the latest time; *known says whether the event is still in the record
+ * (then in *out). */
+int kvix_ix_xr_find(const wstate *w, uint32_t pos, uint64_t canon, xr_evt *out, int *known);
+/* Quiet index: 1 and the latest clear in the record. */
+int kvix_ix_xr_last_clear(const wstate *w, xr_evt *out);
+void kvix_ix_xr_free(wstate *w);
+size_t kvix_ix_xr_memory(const wstate *w);
 
 /* w's side maps, made on first need (NULL: out of memory). */
 wside *kvix_ix_ws_side(wstate *w);
@@ -292,7 +326,17 @@ typedef struct part {
     /* atomic: call_rcu callbacks that will touch the partition, queued or
      * running; each drops it as its very last access to the partition */
     uint32_t inflight;
+    /* LoRA adapters the partition's stored events named (explain tries them
+     * on a query's block 0): made on the first, PART_LORAS at most; names
+     * written under lock before nloras counts them (release) */
+    char (*loras)[KVIX_NAME_MAX];
+    uint32_t nloras;
 } part;
+
+#define PART_LORAS 8
+
+/* A stored event of p named adapter lora (not ""): remember it. */
+void kvix_ix_note_lora(part *p, const char *lora);
 
 typedef struct wqueue {
     struct kvix_index *idx;

@@ -199,6 +199,10 @@ typedef struct kvix_backend_ops {
     int (*query)(void *be, kvix_qchain *q, kvix_qhits *out, kvix_err *err);
     size_t (*memory)(void *be);        /* bytes held */
     size_t engine_off; /* where a node keeps its engine hash (a uint64_t) */
+    /* where a node keeps its position (a uint32_t) and canonical hash (a
+     * uint64_t), fixed for its life: the record of removals reads them of
+     * a block leaving a worker without a call (lib/index/index_xr.c) */
+    size_t pos_off, canon_off;
     size_t (*unique_blocks)(void *be); /* distinct (pos, canon) held by any slot */
     /* Optional (NULL: handles are only addresses): where the backend keeps
      * its node directory; add then sets b->num to the node's number, fixed

@@ -22,6 +22,7 @@ void kvix_index_opts_init(kvix_index_opts *opts)
     memset(opts, 0, sizeof *opts);
     opts->backend = KVIX_BACKEND_POSITIONAL;
     opts->binsearch = 1;
+    opts->removals = KVIX_INDEX_REMOVALS;
 }
 
 #define THREADS_MAX 256u
@@ -40,6 +41,9 @@ int kvix_index_new(kvix_index **out, const kvix_index_opts *opts, kvix_err *err)
     if (opts->threads > THREADS_MAX)
         return kvix_err_set(err, KVIX_ERANGE, "%u writer threads (limit %u)", opts->threads,
                             THREADS_MAX);
+    if (opts->removals > KVIX_INDEX_REMOVALS_MAX)
+        return kvix_err_set(err, KVIX_ERANGE, "a record of %u removals (limit %u)",
+                            opts->removals, KVIX_INDEX_REMOVALS_MAX);
     kvix_index *idx = calloc(1, sizeof *idx);
     if (!idx)
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for an index");

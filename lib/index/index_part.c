@@ -2,6 +2,7 @@
  * search without a lock, and the reclamation of departed states, their
  * slots, and an empty partition's backend (see lib/index/index_front_int.h). */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -235,12 +236,34 @@ static void ws_free(void *e)
     wstate *w = e;
     kvix_ix_bm_release(&w->blocks);
     kvix_ix_ws_side_free(w);
+    kvix_ix_xr_free(w);
     free(w);
+}
+
+void kvix_ix_note_lora(part *p, const char *lora)
+{
+    uint32_t n = __atomic_load_n(&p->nloras, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < n; i++) /* an adapter's stores name it again and again */
+        if (strcmp(p->loras[i], lora) == 0)
+            return;
+    if (n == PART_LORAS)
+        return;
+    pthread_mutex_lock(&p->lock);
+    n = p->nloras;
+    uint32_t i = 0;
+    while (i < n && strcmp(p->loras[i], lora) != 0)
+        i++;
+    if (i == n && n < PART_LORAS && (p->loras || (p->loras = calloc(PART_LORAS, KVIX_NAME_MAX)))) {
+        snprintf(p->loras[n], KVIX_NAME_MAX, "%s", lora);
+        __atomic_store_n(&p->nloras, n + 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&p->lock);
 }
 
 void kvix_ix_part_free(void *e)
 {
     part *p = e;
+    free(p->loras);
     kvix_ix_cmap_release(&p->workers, ws_free);
     kvix_ix_cmap_release(&p->wheads, free);
     kvix_ix_slots_free(p->chunks);

@@ -274,7 +274,8 @@ void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
             if (ws_active(w) && ids_ok && !kvix_hmap_put(&ids, &w->worker, NULL))
                 ids_ok = 0;
             out->blocks += kvix_ix_bm_size(&w->blocks);
-            size_t fb = sizeof *w + kvix_ix_bm_memory(&w->blocks) + ws_side_memory(w);
+            size_t fb = sizeof *w + kvix_ix_bm_memory(&w->blocks) + ws_side_memory(w) +
+                        kvix_ix_xr_memory(w);
             out->bytes += fb;
         }
     }

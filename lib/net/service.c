@@ -120,5 +120,5 @@ void kvix_service_answer_free(void *p)
 const char *const kvix_service_endpoints[EP_COUNT] = {
     "/health", "/metrics", "/query", "/query_by_hash", "/dump", "/snapshot",
     "/register", "/unregister", "/workers", "/register_peer", "/deregister_peer", "/peers",
-    "other",
+    "/explain", "other",
 };

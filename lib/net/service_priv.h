@@ -15,7 +15,7 @@
 enum {
     EP_HEALTH, EP_METRICS, EP_QUERY, EP_QUERY_HASH, EP_DUMP, EP_SNAPSHOT,
     EP_REGISTER, EP_UNREGISTER, EP_WORKERS, EP_REGISTER_PEER, EP_DEREGISTER_PEER, EP_PEERS,
-    EP_OTHER, EP_COUNT
+    EP_EXPLAIN, EP_OTHER, EP_COUNT
 };
 enum { M_GET, M_POST, M_OTHER, M_COUNT };
 enum { SC_2XX, SC_4XX, SC_5XX, SC_COUNT };
@@ -74,9 +74,10 @@ void kvix_service_respond(kvix_service_response *r, int status, const char *ctyp
 void kvix_service_respond_error(kvix_service_response *r, int status, const char *msg);
 /* The status for e->code and {"error":e->msg}. */
 void kvix_service_respond_err(kvix_service_response *r, const kvix_err *e);
-/* POST /query (by_hash 0), /query_by_hash (1) (lib/net/service_query.c). */
+/* POST /query (by_hash 0), /query_by_hash (1), /explain (explain 1: the
+ * answer line explained) (lib/net/service_query.c). */
 void kvix_service_post_query(kvix_service *s, const char *body, size_t len, int by_hash,
-                             kvix_service_response *r);
+                             int explain, kvix_service_response *r);
 /* GET /dump, GET /snapshot (lib/net/service_state.c). */
 void kvix_service_get_dump(kvix_service *s, kvix_service_response *r);
 void kvix_service_get_snapshot(kvix_service *s, kvix_service_response *r);

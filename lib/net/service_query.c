@@ -223,9 +223,54 @@ static int read_top(json_t *o, const kvix_u64_refs *refs, kvix_event *q, kvix_er
     return KVIX_OK;
 }
 
-/* POST /query and /query_by_hash in Dynamo's shape. */
+/* The kvix answer line of q with its explanation (kvix_index_explain), the
+ * index quiet meanwhile, as for /dump: writers wait the few milliseconds it
+ * takes to read the workers' own blocks and records. */
+static int explain_answer(kvix_service *s, const kvix_event *q, kvix_answer *ans, kvix_buf *out,
+                          kvix_err *e)
+{
+    kvix_explain *x = malloc(sizeof *x);
+    if (!x)
+        return kvix_err_set(e, KVIX_ENOMEM, "out of memory");
+    kvix_explain_init(x);
+    kvix_index_quiet_begin(s->o.idx);
+    int rc = kvix_index_explain(s->o.idx, q, ans, x, e);
+    kvix_index_quiet_end(s->o.idx);
+    if (!rc) {
+        out->len = 0;
+        rc = kvix_answer_explain_to_json(ans, q, x, out, e);
+    }
+    kvix_explain_release(x);
+    free(x);
+    return rc;
+}
+
+/* kvix's "workers" in a Dynamo-shaped /explain body: worker ids to explain. */
+static int read_workers(json_t *o, const kvix_u64_refs *refs, kvix_event *q, kvix_err *err)
+{
+    json_t *a = json_object_get(o, "workers");
+    if (!a || json_is_null(a))
+        return KVIX_OK;
+    if (!json_is_array(a))
+        return kvix_err_set(err, KVIX_EINVAL, "\"workers\" is not an array");
+    if (json_array_size(a) > KVIX_QUERY_WORKERS_MAX)
+        return kvix_err_set(err, KVIX_ELIMIT, "\"workers\" names %zu workers (limit %d)",
+                            json_array_size(a), KVIX_QUERY_WORKERS_MAX);
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        json_t *v = json_array_get(a, i);
+        uint64_t u = json_is_integer(v) ? kvix_u64_ref(refs, json_integer_value(v)) : UINT64_MAX;
+        if (u > KVIX_WORKER_MAX)
+            return kvix_err_set(err, KVIX_EINVAL, "workers[%zu] is not a worker id", i);
+        q->xworkers[q->nxworkers++] = u;
+    }
+    return KVIX_OK;
+}
+
+/* POST /query and /query_by_hash in Dynamo's shape; POST /explain with such a
+ * body (explain: by hash when it has "block_hashes") answers the kvix line
+ * with its explanation, an unknown partition included. */
 static void dynamo_query(kvix_service *s, json_t *o, const kvix_u64_refs *refs, int by_hash,
-                         kvix_service_response *r)
+                         int explain, kvix_service_response *r)
 {
     kvix_err e;
     kvix_event q;
@@ -238,6 +283,20 @@ static void dynamo_query(kvix_service *s, json_t *o, const kvix_u64_refs *refs, 
         rc = read_u64_array(o, by_hash ? "block_hashes" : "token_ids", refs, &q, !by_hash, &e);
     if (!rc)
         rc = read_top(o, refs, &q, &e);
+    if (!rc && explain)
+        rc = read_workers(o, refs, &q, &e);
+    if (!rc && explain) {
+        q.explain = 1;
+        rc = explain_answer(s, &q, ans, &r->body, &e);
+        if (rc)
+            kvix_service_respond_err(r, &e);
+        else {
+            r->status = 200;
+            r->content_type = "application/x-ndjson";
+        }
+        kvix_event_release(&q);
+        return;
+    }
     if (!rc && !kvix_index_block_size(s->o.idx, q.model, q.tenant))
         rc = kvix_err_set(&e, KVIX_ENOTFOUND, "unknown model \"%s\" (tenant \"%s\")", q.model,
                           q.tenant);
@@ -258,8 +317,10 @@ static void dynamo_query(kvix_service *s, json_t *o, const kvix_u64_refs *refs, 
     kvix_event_release(&q);
 }
 
-/* POST /query with a kvix query object: the kvix answer line. */
-static void kvix_query(kvix_service *s, const char *body, size_t len, kvix_service_response *r)
+/* POST /query with a kvix query object: the kvix answer line, explained
+ * when it says "explain" (or comes to /explain). */
+static void kvix_query(kvix_service *s, const char *body, size_t len, int explain,
+                       kvix_service_response *r)
 {
     kvix_err e;
     kvix_event q;
@@ -271,12 +332,16 @@ static void kvix_query(kvix_service *s, const char *body, size_t len, kvix_servi
         rc = kvix_err_set(&e, KVIX_EINVAL, "a %s event is not a query (events come from the "
                           "input or the engines)", kvix_event_type_name(q.type));
     double t0 = mono_now();
-    if (!rc)
+    if (!rc && (q.explain || explain)) {
+        q.explain = 1;
+        rc = explain_answer(s, &q, ans, &r->body, &e);
+    } else if (!rc) {
         rc = kvix_index_query_event(s->o.idx, &q, ans, &e);
-    if (!rc) {
-        kvix_service_observe_query(s, mono_now() - t0);
-        r->body.len = 0;
-        rc = kvix_answer_to_json(ans, &q, &r->body, &e);
+        if (!rc) {
+            kvix_service_observe_query(s, mono_now() - t0);
+            r->body.len = 0;
+            rc = kvix_answer_to_json(ans, &q, &r->body, &e);
+        }
     }
     if (rc) {
         kvix_service_respond_err(r, &e);
@@ -288,7 +353,7 @@ static void kvix_query(kvix_service *s, const char *body, size_t len, kvix_servi
 }
 
 static void post_query_json(kvix_service *s, const char *body, size_t len, int by_hash,
-                            int arena, kvix_service_response *r)
+                            int explain, int arena, kvix_service_response *r)
 {
     kvix_err e;
     kvix_service_thread *ts = kvix_service_thread_get(s);
@@ -305,7 +370,7 @@ static void post_query_json(kvix_service *s, const char *body, size_t len, int b
         if (!arena)
             json_decref(plain);
         if (!dynamo) {
-            kvix_query(s, body, len, r);
+            kvix_query(s, body, len, explain, r);
             return;
         }
     }
@@ -316,21 +381,22 @@ static void post_query_json(kvix_service *s, const char *body, size_t len, int b
     if (!json_is_object(o))
         kvix_service_respond_error(r, 400, "the body is not a JSON object");
     else if (by_hash || json_object_get(o, "model_name"))
-        dynamo_query(s, o, &ts->refs, by_hash, r);
+        dynamo_query(s, o, &ts->refs,
+                     by_hash || (explain && json_object_get(o, "block_hashes")), explain, r);
     else
-        kvix_query(s, body, len, r);
+        kvix_query(s, body, len, explain, r);
     if (!arena)
         json_decref(o);
 }
 
-/* POST /query, /query_by_hash. The body's jansson values live in this
- * thread's arena (lib/codec/json_arena_int.h), dropped at once after the answer:
+/* POST /query, /query_by_hash, /explain. The body's jansson values live in
+ * this thread's arena (lib/codec/json_arena_int.h), dropped at once after the answer:
  * jansson's malloc and free per value were ~7 % of a /query_by_hash. */
 void kvix_service_post_query(kvix_service *s, const char *body, size_t len, int by_hash,
-                       kvix_service_response *r)
+                             int explain, kvix_service_response *r)
 {
     int arena = kvix_json_arena_begin();
-    post_query_json(s, body, len, by_hash, arena, r);
+    post_query_json(s, body, len, by_hash, explain, arena, r);
     if (arena)
         kvix_json_arena_end();
 }

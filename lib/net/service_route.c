@@ -26,8 +26,9 @@ static int route(const char *path)
     return EP_OTHER;
 }
 
-static const char *const ep_method[EP_COUNT] = {"GET",  "GET",  "POST", "POST", "GET", "GET",
-                                                "POST", "POST", "GET",  "POST", "POST", "GET", ""};
+static const char *const ep_method[EP_COUNT] = {"GET",  "GET",  "POST", "POST", "GET",
+                                                "GET",  "POST", "POST", "GET",  "POST",
+                                                "POST", "GET",  "POST", ""};
 
 void kvix_service_handle(kvix_service *s, const char *method, const char *path,
                          const char *body, size_t len, kvix_service_response *r)
@@ -53,8 +54,9 @@ void kvix_service_handle(kvix_service *s, const char *method, const char *path,
         switch (ep) {
         case EP_HEALTH: kvix_service_respond(r, 200, "application/json", "{\"status\":\"ok\"}"); break;
         case EP_METRICS: kvix_service_metrics(s, r); break;
-        case EP_QUERY: kvix_service_post_query(s, body ? body : "", len, 0, r); break;
-        case EP_QUERY_HASH: kvix_service_post_query(s, body ? body : "", len, 1, r); break;
+        case EP_QUERY: kvix_service_post_query(s, body ? body : "", len, 0, 0, r); break;
+        case EP_QUERY_HASH: kvix_service_post_query(s, body ? body : "", len, 1, 0, r); break;
+        case EP_EXPLAIN: kvix_service_post_query(s, body ? body : "", len, 0, 1, r); break;
         case EP_DUMP: kvix_service_get_dump(s, r); break;
         case EP_SNAPSHOT: kvix_service_get_snapshot(s, r); break;
         case EP_REGISTER: kvix_service_register(s, body ? body : "", len, r); break;

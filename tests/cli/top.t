@@ -68,6 +68,7 @@ end
 
 begin "HTTP: kvix /query follows --top; Dynamo /query and /query_by_hash keep the full list unless asked"
 events >in
+: >kv.err
 timeout --foreground 120 kvindex --listen 127.0.0.1:0 --top 1 <in >kv.out 2>kv.err 3>&- &
 KPID=$!
 PIDS="$PIDS $KPID"

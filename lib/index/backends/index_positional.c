@@ -645,6 +645,8 @@ const kvix_backend_ops kvix_backend_positional_ops = {
     .memory = pos_memory,
     .unique_blocks = pos_unique,
     .engine_off = offsetof(pnode, engine),
+    .pos_off = offsetof(pnode, pos),
+    .canon_off = offsetof(pnode, canon),
     .nodedir = pos_nodedir,
     .node_size = sizeof(pnode),
 };

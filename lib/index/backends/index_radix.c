@@ -513,4 +513,6 @@ const kvix_backend_ops kvix_backend_radix_ops = {
     .memory = radix_memory,
     .unique_blocks = radix_unique,
     .engine_off = offsetof(rnode, engine),
+    .pos_off = offsetof(rnode, pos),
+    .canon_off = offsetof(rnode, canon),
 };

@@ -270,4 +270,6 @@ const kvix_backend_ops kvix_backend_reference_ops = {
     .memory = ref_memory,
     .unique_blocks = ref_unique,
     .engine_off = offsetof(refnode, b.engine),
+    .pos_off = offsetof(refnode, b.pos),
+    .canon_off = offsetof(refnode, b.canon),
 };
