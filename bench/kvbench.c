@@ -131,6 +131,7 @@ static void usage(FILE *f)
             "      --spin N          spin iterations before a thread sleeps (default 2000)\n"
             "      --no-timing       do not time each query\n"
             "      --top K           every answer keeps its best K scores (default 0: all)\n"
+            "      --removals N      each index's record of removals (explain; default 64)\n"
             "      --no-fork         run every configuration in this process\n"
             "      --json FILE       write results as JSON\n"
             "      --dat FILE        write the sweep as gnuplot data\n"
@@ -160,7 +161,7 @@ int main(int argc, char **argv)
                      .fork = 1, .verify = 1, .warm = 1};
     enum { O_RULE = 256, O_SUBMIT, O_NOSWEEP, O_FROM, O_STEP, O_BUDGET, O_THRESH, O_SPIN,
            O_NOTIME, O_NOFORK, O_JSON, O_DAT, O_SWONLY, O_MOREBES, O_NOVERIFY, O_COLD, O_PERF,
-           O_QCOST, O_TOP };
+           O_QCOST, O_TOP, O_REMOVALS };
     static const struct option lo[] = {
         {"backends", required_argument, 0, 'b'}, {"threads", required_argument, 0, 't'},
         {"writers", required_argument, 0, 'T'},  {"readers", required_argument, 0, 'R'},
@@ -177,6 +178,7 @@ int main(int argc, char **argv)
         {"perf-ctl", required_argument, 0, O_PERF},
         {"query-cost", required_argument, 0, O_QCOST},
         {"top", required_argument, 0, O_TOP},
+        {"removals", required_argument, 0, O_REMOVALS},
         {"spin", required_argument, 0, O_SPIN},  {"no-timing", no_argument, 0, O_NOTIME},
         {"no-fork", no_argument, 0, O_NOFORK},   {"json", required_argument, 0, O_JSON},
         {"dat", required_argument, 0, O_DAT},    {"quiet", no_argument, 0, 'q'},
@@ -215,6 +217,9 @@ int main(int argc, char **argv)
         case O_DAT: dat_path = optarg; break;
         case O_QCOST: qcost_path = optarg; break;
         case O_TOP: g_top = (uint32_t)cli_parse_uint(optarg, 0, UINT32_MAX, "--top"); break;
+        case O_REMOVALS:
+            g_removals = (uint32_t)cli_parse_uint(optarg, 0, KVIX_INDEX_REMOVALS_MAX, "--removals");
+            break;
         default: usage(stderr); return 2;
         }
     }

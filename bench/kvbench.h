@@ -31,6 +31,7 @@ extern int g_tty;
 extern double g_load[2]; /* 1-minute load average at the start and at the end */
 extern int g_perf_fd;    /* perf record --control fd: profile only the replays */
 extern uint32_t g_top;   /* --top: every index answers its best g_top (0: all) */
+extern uint32_t g_removals; /* --removals: each index's record of removals */
 
 static inline uint64_t ns_mono(void)
 {

@@ -293,6 +293,7 @@ int replay_run(const logdata *lg, const sched *sc, const bconf *bc, unsigned T,
     o.binsearch = bc->binsearch;
     o.threads = submit ? T : 0;
     o.top = g_top;
+    o.removals = g_removals;
     o.on_reject = on_reject;
     o.reject_ctx = rp;
     kvix_err err = {0};
@@ -399,6 +400,7 @@ void sequential(logdata *lg, const sched *sc, checksum *ck, int count_ops)
     kvix_index_opts_init(&o);
     o.backend = KVIX_BACKEND_REFERENCE;
     o.top = g_top;
+    o.removals = g_removals;
     kvix_index *idx;
     kvix_err err = {0};
     if (kvix_index_new(&idx, &o, &err))

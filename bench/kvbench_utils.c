@@ -16,6 +16,7 @@ int g_tty;
 double g_load[2]; /* 1-minute load average at the start and at the end */
 int g_perf_fd = -1; /* perf record --control fd: profile only the replays */
 uint32_t g_top;      /* --top */
+uint32_t g_removals = KVIX_INDEX_REMOVALS; /* --removals */
 
 void perf_ctl(const char *cmd)
 {

@@ -69,9 +69,68 @@ static uint64_t walk_digest(kvix_index *idx)
     return d;
 }
 
+/* Explanations agree but for the index's clock ("at", "ago"). */
+static void same_removal(const kvix_removal *a, const kvix_removal *b)
+{
+    if (a->kind != b->kind || a->has_eid != b->has_eid || a->has_ts != b->has_ts ||
+        a->eid != b->eid || memcmp(&a->ts, &b->ts, sizeof a->ts) || a->blocks != b->blocks)
+        abort();
+}
+
+static void same_explained(const kvix_explain *a, const kvix_explain *b)
+{
+    if (a->unknown != b->unknown || a->nclosest != b->nclosest || a->bs != b->bs ||
+        a->query_bs != b->query_bs || a->depth != b->depth || a->nw != b->nw)
+        abort();
+    for (uint32_t i = 0; i < a->nclosest; i++)
+        if (strcmp(a->closest[i], b->closest[i]))
+            abort();
+    for (uint32_t i = 0; i < a->nw; i++) {
+        const kvix_explained *x = &a->w[i], *y = &b->w[i];
+        if (x->worker != y->worker || x->dp != y->dp || x->named != y->named ||
+            x->why != y->why || x->blocks != y->blocks || x->want != y->want ||
+            x->causes != y->causes || x->likely != y->likely || strcmp(x->lora, y->lora) ||
+            x->held_at != y->held_at || x->held_after != y->held_after ||
+            x->nheld != y->nheld || x->has_clear != y->has_clear)
+            abort();
+        same_removal(&x->removal, &y->removal);
+        if (x->has_clear)
+            same_removal(&x->clear, &y->clear);
+    }
+}
+
+static void explain(kvix_index **idx, kvix_answer *ans, const kvix_event *ev)
+{
+    static kvix_explain x[NB];
+    kvix_err err;
+    for (int b = 0; b < NB; b++) {
+        kvix_explain_init(&x[b]);
+        int rc = kvix_index_explain(idx[b], ev, &ans[b], &x[b], &err);
+        if (b && rc != KVIX_OK) /* the first said the same */
+            abort();
+        if (rc != KVIX_OK)
+            break;
+        if (b) {
+            same_answers(&ans[0], &ans[b]);
+            same_explained(&x[0], &x[b]);
+        }
+        kvix_buf out;
+        kvix_buf_init(&out);
+        if (kvix_answer_explain_to_json(&ans[b], ev, &x[b], &out, &err) != KVIX_OK)
+            abort();
+        kvix_buf_release(&out);
+    }
+    for (int b = 0; b < NB; b++)
+        kvix_explain_release(&x[b]);
+}
+
 static void one(kvix_index **idx, kvix_answer *ans, const kvix_event *ev)
 {
     kvix_err err;
+    if (ev->type == KVIX_EV_QUERY && ev->explain) {
+        explain(idx, ans, ev);
+        return;
+    }
     if (ev->type == KVIX_EV_QUERY) {
         int rc0 = kvix_index_query_event(idx[0], ev, &ans[0], &err);
         for (int b = 1; b < NB; b++) {
