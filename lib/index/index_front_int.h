@@ -212,7 +212,6 @@ typedef struct srec {
 #define RANK_NONE UINT32_MAX
 
 /* The record of a (worker, dp)'s recent removals (lib/index/index_xr.c). */
-typedef struct xr xr;
 
 /* An event that dropped blocks, as the record keeps it. */
 typedef struct xr_evt {
@@ -224,6 +223,22 @@ typedef struct xr_evt {
     uint8_t kind;    /* KVIX_EV_REMOVED or KVIX_EV_CLEARED */
     uint8_t has_eid, has_ts;
 } xr_evt;
+
+typedef struct xr_blk {
+    uint64_t canon;
+    uint32_t pos;
+    uint32_t evn; /* the event entry that dropped it (its number) */
+} xr_blk;
+
+typedef struct xr {
+    uint32_t nb, ne;   /* ring sizes */
+    uint32_t bpos;     /* the next block entry: bn % nb */
+    uint32_t evn;      /* event entries written so far */
+    uint64_t bn;       /* block entries written so far */
+    xr_evt *cur;       /* the last event entered (its blocks follow) */
+    xr_evt *ev;        /* ne entries, after the blocks */
+    xr_blk b[];
+} xr;
 
 typedef struct wstate {
     uint64_t h;
@@ -247,9 +262,7 @@ typedef struct wstate {
  * an entry; ev may be NULL (a worker forgotten). 0, or -1: not recorded
  * (the record is off, or no memory), and neither are its blocks. */
 int kvix_ix_xr_event(wstate *w, const kvix_event *ev, int kind, uint32_t blocks);
-/* The block at node (held no more in any tier) left w, by the last event
- * entered (kvix_ix_xr_event returned 0). */
-void kvix_ix_xr_block(wstate *w, const void *node);
+/* kvix_ix_xr_block (below the partition): a block left w. */
 /* Quiet index: 1 when w dropped the block (pos, canon) within the record,
  * the latest time; *known says whether the event is still in the record
  * (then in *out). */
@@ -334,6 +347,22 @@ typedef struct part {
 } part;
 
 #define PART_LORAS 8
+
+/* The block at node (held no more in any tier) left w, by the last event
+ * entered (kvix_ix_xr_event returned 0). Inline: a removal's every block. */
+static inline void kvix_ix_xr_block(wstate *w, const void *node)
+{
+    xr *r = w->xr;
+    const kvix_backend_ops *ops = w->p->ops;
+    xr_blk *b = &r->b[r->bpos];
+    if (++r->bpos == r->nb)
+        r->bpos = 0;
+    r->bn++;
+    memcpy(&b->canon, (const char *)node + ops->canon_off, sizeof b->canon);
+    memcpy(&b->pos, (const char *)node + ops->pos_off, sizeof b->pos);
+    b->evn = r->cur->evn;
+    r->cur->blocks++;
+}
 
 /* A stored event of p named adapter lora (not ""): remember it. */
 void kvix_ix_note_lora(part *p, const char *lora);

@@ -17,21 +17,6 @@
 
 #include "index_front_int.h"
 
-typedef struct xr_blk {
-    uint64_t canon;
-    uint32_t pos;
-    uint32_t evn; /* the event entry that dropped it (its number) */
-} xr_blk;
-
-struct xr {
-    uint32_t nb, ne;   /* ring sizes */
-    uint64_t bn;       /* block entries written so far */
-    uint32_t evn;      /* event entries written so far */
-    uint32_t open;     /* the event whose blocks are being written: evn at its entry */
-    xr_evt *ev;        /* ne entries, after the blocks */
-    xr_blk b[];
-};
-
 static uint32_t ring_events(uint32_t nb)
 {
     return nb / 4 > 4 ? nb / 4 : 4;
@@ -59,6 +44,7 @@ static xr *ring_of(wstate *w)
     r->nb = nb;
     r->ne = ne;
     r->ev = (xr_evt *)(void *)(r->b + nb);
+    r->cur = r->ev;
     w->xr = r;
     return r;
 }
@@ -71,19 +57,9 @@ int kvix_ix_xr_event(wstate *w, const kvix_event *ev, int kind, uint32_t blocks)
     xr_evt *e = &r->ev[r->evn % r->ne];
     *e = (xr_evt){ev && ev->has_ts ? ev->ts : 0, ev && ev->has_eid ? ev->eid : 0, wall_now(),
                   r->evn, blocks, (uint8_t)kind, ev && ev->has_eid, ev && ev->has_ts};
-    r->open = r->evn++;
+    r->cur = e;
+    r->evn++;
     return 0;
-}
-
-void kvix_ix_xr_block(wstate *w, const void *node)
-{
-    xr *r = w->xr;
-    const kvix_backend_ops *ops = w->p->ops;
-    xr_blk *b = &r->b[r->bn++ % r->nb];
-    memcpy(&b->canon, (const char *)node + ops->canon_off, sizeof b->canon);
-    memcpy(&b->pos, (const char *)node + ops->pos_off, sizeof b->pos);
-    b->evn = r->open;
-    r->ev[r->open % r->ne].blocks++;
 }
 
 /* Event entry number evn, if the ring still holds it. */
@@ -99,8 +75,8 @@ int kvix_ix_xr_find(const wstate *w, uint32_t pos, uint64_t canon, xr_evt *out, 
     if (!r)
         return 0;
     uint64_t n = r->bn < r->nb ? r->bn : r->nb;
-    for (uint64_t k = 1; k <= n; k++) { /* the latest first */
-        const xr_blk *b = &r->b[(r->bn - k) % r->nb];
+    for (uint64_t k = 1; k <= n; k++) { /* the latest first: bpos is bn % nb */
+        const xr_blk *b = &r->b[(r->bpos + r->nb - k) % r->nb];
         if (b->pos != pos || b->canon != canon)
             continue;
         const xr_evt *e = event_at(r, b->evn);
