@@ -56,7 +56,12 @@ enum {
     O_TOP,
     O_EXPLAIN,
     O_REMOVALS,
+    O_PORT,
+    O_WORKERS,
 };
+
+/* Dynamo's standalone indexer serves at this port when given none. */
+#define DYNAMO_PORT "8090"
 
 static const cli_opt options[] = {
     {'s', 's', "snapshot", "FILE", "file",
@@ -113,6 +118,14 @@ static const cli_opt options[] = {
      "-w: configured block size; smaller (partial) blocks are skipped (default: each event's)"},
     {O_REPLAY_TIMEOUT, 0, "replay-timeout", "MS", NULL,
      "-w: give up an engine's recovery MS milliseconds after asking (default 5000)"},
+    {O_PORT, 0, "port", "PORT", NULL,
+     "as Dynamo's indexer: serve the HTTP API on every interface at PORT (--listen "
+     "0.0.0.0:PORT) and read no standard input (name - to read it)"},
+    {O_WORKERS, 0, "workers", "ID[:DP]=ENDPOINT,...", NULL,
+     "as Dynamo's indexer: -w for each comma-separated entry; serve at --port (default "
+     DYNAMO_PORT ") and read no standard input"},
+    {O_MODEL, 0, "model-name", "NAME", NULL, "Dynamo's name for --model"},
+    {O_TENANT, 0, "tenant-id", "NAME", NULL, "Dynamo's name for --tenant"},
     {0, 0, NULL, NULL, NULL, NULL},
 };
 
@@ -771,7 +784,36 @@ typedef struct kvargs {
     int nfiles;
     int subscribing;           /* -w or --workers-file */
     char label[300];           /* "<stream NAME>": the source name of --nats */
+    const char *port;          /* --port, or NULL */
+    int dynamo;                /* --port or --workers: run as Dynamo's indexer does */
+    char dynamo_listen[32];    /* "0.0.0.0:PORT" */
 } kvargs;
+
+static void add_worker(kvargs *a, const char *spec)
+{
+    if (!(a->wargs = realloc(a->wargs, (a->nw + 1) * sizeof *a->wargs)))
+        cli_die(KVIX_EXIT_SYS, "out of memory");
+    a->wargs[a->nw++] = spec;
+}
+
+/* --workers "1=tcp://h:5557,1:1=tcp://h:5558", as Dynamo's indexer reads it:
+ * entries split at commas (cut in place: argv is ours to write), blanks
+ * around them dropped, empty ones skipped. */
+static void add_workers(kvargs *a, char *list)
+{
+    for (char *t = list; *t;) {
+        size_t len = strcspn(t, ",");
+        char *next = t + len + (t[len] == ',');
+        t[len] = '\0';
+        while (*t == ' ' || *t == '\t')
+            t++;
+        for (char *e = t + strlen(t); e > t && (e[-1] == ' ' || e[-1] == '\t');)
+            *--e = '\0';
+        if (*t)
+            add_worker(a, t);
+        t = next;
+    }
+}
 
 static void parse_options(kvi *k, kvargs *a, int argc, char **argv)
 {
@@ -818,10 +860,15 @@ static void parse_options(kvi *k, kvargs *a, int argc, char **argv)
             break;
         case O_HTTP_NICE: k->http_nice = (int)cli_parse_uint(arg, 0, 19, "nice value"); break;
         case O_PEERS: a->npeers += add_peers(k->peers, arg); break;
-        case 'w':
-            if (!(a->wargs = realloc(a->wargs, (a->nw + 1) * sizeof *a->wargs)))
-                cli_die(KVIX_EXIT_SYS, "out of memory");
-            a->wargs[a->nw++] = arg;
+        case 'w': add_worker(a, arg); break;
+        case O_WORKERS:
+            add_workers(a, (char *)arg);
+            a->dynamo = 1;
+            break;
+        case O_PORT:
+            cli_parse_uint(arg, 0, 65535, "port");
+            a->port = arg;
+            a->dynamo = 1;
             break;
         case O_WORKERS_FILE: k->workers_file = arg; break;
         case O_MODEL:
@@ -842,6 +889,13 @@ static void parse_options(kvi *k, kvargs *a, int argc, char **argv)
     a->files = argv + optind;
     a->nfiles = argc - optind;
     a->subscribing = a->nw || k->workers_file;
+    if (a->port && a->listen)
+        cli_usage_error("--port and --listen both say where to listen: give one");
+    if (a->dynamo && !a->listen) {
+        snprintf(a->dynamo_listen, sizeof a->dynamo_listen, "0.0.0.0:%s",
+                 a->port ? a->port : DYNAMO_PORT);
+        a->listen = a->dynamo_listen;
+    }
 }
 
 /* The options that go together, or not, before anything is opened. */
@@ -866,7 +920,9 @@ static void check_options(const kvi *k, const kvargs *a)
     if (a->listen && a->cfg.model && strchr(a->cfg.model, ':'))
         cli_usage_error("bad model name '%s' for --listen: the HTTP API's /dump keys are "
                         "model:tenant, split at the first ':'", a->cfg.model);
-    if (!a->subscribing &&
+    /* Dynamo's indexer takes its flags with no worker at start (they are
+     * for the ones of --workers): so does kvindex when run as it */
+    if (!a->subscribing && !a->dynamo &&
         (a->cfg.model || a->cfg.tenant || a->cfg.block_size || a->replay_timeout))
         cli_usage_error("--model, --tenant, --block-size and --replay-timeout go with -w or "
                         "--workers-file");
@@ -874,6 +930,9 @@ static void check_options(const kvi *k, const kvargs *a)
         cli_usage_error("--reset-on-gap replaces the index: not with --listen, whose queries use it");
     if (a->npeers && k->query_only)
         cli_usage_error("-q answers from the snapshot: --peers makes no sense with it");
+    if (a->dynamo && (k->query_only || k->nopt.url))
+        cli_usage_error("--port and --workers run kvindex as Dynamo's indexer, fed by its "
+                        "engines: not with -q or --nats (use --listen)");
 }
 
 /* The sources, by number: the input files (or stdin, or the stream), then
@@ -1059,7 +1118,7 @@ int main(int argc, char **argv)
     k.started = k.last_save = now();
     if (k.nopt.url)
         run_nats(&k);
-    else
+    else if (!a.dynamo || a.nfiles) /* Dynamo's indexer reads no stdin */
         read_inputs(&k, &a);
     int code = finish(&k, a.subscribing);
     kvix_ingest_free(k.g);

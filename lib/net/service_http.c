@@ -211,9 +211,13 @@ static struct MHD_Daemon *start_daemon(kvix_service *s, unsigned flags, uint16_t
     if (listen_fd != MHD_INVALID_SOCKET)
         return MHD_start_daemon(flags, port, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET,
                                 listen_fd, MHD_OPTION_ARRAY, common, MHD_OPTION_END);
+    /* libmicrohttpd's default: SO_REUSEADDR (a restart binds past the old
+     * connections in TIME_WAIT), never SO_REUSEPORT, with which a second
+     * kvindex on the same port would start without a word and the kernel
+     * would spread a router's requests over two different indexes */
     return MHD_start_daemon(flags, port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
-                            (const struct sockaddr *)ss, MHD_OPTION_LISTENING_ADDRESS_REUSE,
-                            (unsigned)1, MHD_OPTION_ARRAY, common, MHD_OPTION_END);
+                            (const struct sockaddr *)ss, MHD_OPTION_ARRAY, common,
+                            MHD_OPTION_END);
 }
 
 /* Stop and free what kvix_service_listen started (the workers' state is
@@ -286,8 +290,11 @@ int kvix_service_listen(kvix_service *s, const char *addr, unsigned port, unsign
         h->w[i].s = s;
         h->w[i].d = start_daemon(s, flags, (uint16_t)port, &ss, h->listen);
         if (!h->w[i].d) {
-            rc = kvix_err_set(err, KVIX_ESYS, "cannot listen on %s port %u%s%s", addr, port,
-                              errno ? ": " : "", errno ? strerror(errno) : "");
+            int e = errno;
+            rc = kvix_err_set(err, KVIX_ESYS, "cannot listen on %s port %u%s%s%s", addr, port,
+                              e ? ": " : "", e ? strerror(e) : "",
+                              e == EADDRINUSE ? " (another process, perhaps another kvindex, "
+                                                "listens there)" : "");
         } else if (i == 0) {
             const union MHD_DaemonInfo *di =
                 MHD_get_daemon_info(h->w[0].d, MHD_DAEMON_INFO_LISTEN_FD);

@@ -18,7 +18,7 @@ const double kvix_service_buckets[KVIX_HIST_BUCKETS] = {
     0.01,    0.025,  0.05,    0.1,    0.25,  1,      5,
 };
 
-static const char *const method_names[M_COUNT] = {"GET", "POST", "other"};
+static const char *const method_names[M_COUNT] = {"GET", "POST", "HEAD", "other"};
 static const char *const class_names[SC_COUNT] = {"2xx", "4xx", "5xx"};
 
 static void hist_add(kvix_hist *h, double secs)

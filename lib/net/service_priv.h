@@ -17,7 +17,7 @@ enum {
     EP_REGISTER, EP_UNREGISTER, EP_WORKERS, EP_REGISTER_PEER, EP_DEREGISTER_PEER, EP_PEERS,
     EP_EXPLAIN, EP_OTHER, EP_COUNT
 };
-enum { M_GET, M_POST, M_OTHER, M_COUNT };
+enum { M_GET, M_POST, M_HEAD, M_OTHER, M_COUNT };
 enum { SC_2XX, SC_4XX, SC_5XX, SC_COUNT };
 
 /* Histogram bucket upper bounds, seconds (Prometheus "le"); +Inf follows. */

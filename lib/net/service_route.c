@@ -35,16 +35,23 @@ void kvix_service_handle(kvix_service *s, const char *method, const char *path,
 {
     double t0 = mono_now();
     int ep = route(path);
-    int m = strcmp(method, "GET") == 0 ? M_GET : strcmp(method, "POST") == 0 ? M_POST : M_OTHER;
+    int m = strcmp(method, "GET") == 0    ? M_GET
+            : strcmp(method, "POST") == 0 ? M_POST
+            : strcmp(method, "HEAD") == 0 ? M_HEAD
+                                          : M_OTHER;
+    /* HEAD is answered where GET is, as GET would be (the HTTP library
+     * sends the headers only): a monitor's HEAD /health, a proxy's check */
+    const char *as = m == M_HEAD ? "GET" : method;
     if (r->fd >= 0)
         close(r->fd);
     r->fd = -1;
     r->body.len = 0;
     if (ep == EP_OTHER) {
         kvix_service_respond_error(r, 404, "no such endpoint");
-    } else if (strcmp(method, ep_method[ep]) != 0) {
+    } else if (strcmp(as, ep_method[ep]) != 0) {
         char msg[64];
-        snprintf(msg, sizeof msg, "method not allowed (use %s)", ep_method[ep]);
+        snprintf(msg, sizeof msg, "method not allowed (use %s)",
+                 strcmp(ep_method[ep], "GET") == 0 ? "GET or HEAD" : ep_method[ep]);
         kvix_service_respond_error(r, 405, msg);
     } else if (len > s->o.body_max) {
         char msg[96];

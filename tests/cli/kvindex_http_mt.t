@@ -167,7 +167,7 @@ bad 409 'block size' POST /query '{"model":"llama","bs":8,"tokens":[1,2,3,4,5,6,
 bad 400 'not a query' POST /query '{"type":"stored","worker":1,"bs":4,"blocks":[]}'
 bad 400 '"tokens"\[0\] out of range' POST /query '{"model":"llama","tokens":[-1]}'
 bad 405 'method not allowed \(use POST\)' GET /query ''
-bad 405 'method not allowed \(use GET\)' POST /dump '{}'
+bad 405 'method not allowed \(use GET or HEAD\)' POST /dump '{}'
 bad 404 'no such endpoint' GET /nope ''
 head -c $((8 * 1024 * 1024 + 1)) /dev/zero | tr '\0' ' ' >big.json
 req POST /query big.json

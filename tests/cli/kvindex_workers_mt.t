@@ -209,7 +209,7 @@ st=$(curl -s -o body -w '%{http_code}' -X POST --data-binary @big.json "$URL/reg
 assert_eq "$st" 413 "a body over 8 MiB"
 assert_grep 'over the limit of 8388608 bytes' body
 bad 405 'method not allowed \(use POST\)' GET /register ''
-bad 405 'method not allowed \(use GET\)' POST /workers '{}'
+bad 405 'method not allowed \(use GET or HEAD\)' POST /workers '{}'
 bad 400 'missing "model_name"' POST /unregister '{"instance_id":7}'
 bad 400 '"dp_rank" is not an unsigned integer' POST /unregister '{"instance_id":7,"model_name":"m","dp_rank":"0"}'
 bad 404 'no registration of instance 8 for model "m"' POST /unregister '{"instance_id":8,"model_name":"m"}'
