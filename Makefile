@@ -11,7 +11,8 @@
 #   make SANITIZE=thread              instrumented build in build/tsan
 #   make install PREFIX=/usr/local DESTDIR=   tools, man pages, completions, libkvix and
 #                             libkvix-net (static, and shared with sonames libkvix.so.$(SOVERSION)
-#                             and libkvix-net.so.$(SOVERSION)), headers, kvix.pc and kvix-net.pc
+#                             and libkvix-net.so.$(SOVERSION)), headers, kvix.pc and kvix-net.pc,
+#                             the python package (PYTHONDIR)
 
 PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
@@ -22,6 +23,11 @@ PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
 FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
+# The python package where Debian's python3 finds it: /usr/lib/python3/dist-packages
+# for PREFIX=/usr, $(PREFIX)/lib/python3.X/dist-packages otherwise (/usr/local's is on
+# Debian's sys.path)
+PYTHON ?= /usr/bin/python3
+PYTHONDIR ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/python$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo 3)/dist-packages)
 
 CC ?= cc
 VERSION := 0.1.0
@@ -214,6 +220,11 @@ install: all shared
 	    'Version: $(VERSION)' 'Requires: kvix = $(VERSION)' 'Requires.private: $(NET_PKGS)' \
 	    'Libs: -L$${libdir} -lkvix-net' 'Cflags: -I$${includedir}' \
 	    >$(DESTDIR)$(PKGCONFIGDIR)/kvix-net.pc
+	install -d $(DESTDIR)$(PYTHONDIR)/kvix
+	install -m 644 $(filter-out python/kvix/hashing.py,$(wildcard python/kvix/*.py)) \
+	    $(DESTDIR)$(PYTHONDIR)/kvix
+	sed 's|^_INSTALL_LIBDIR = None$$|_INSTALL_LIBDIR = "$(LIBDIR)"|' python/kvix/hashing.py \
+	    >$(DESTDIR)$(PYTHONDIR)/kvix/hashing.py
 	for f in completions/*.bash; do [ -e "$$f" ] || continue; \
 	    install -m 644 $$f $(DESTDIR)$(BASHCOMPDIR)/$$(basename $$f .bash); done
 	for f in completions/_*; do [ -e "$$f" ] || continue; \
@@ -235,6 +246,7 @@ uninstall:
 	rm -f $(patsubst completions/%.bash,$(DESTDIR)$(BASHCOMPDIR)/%,$(wildcard completions/*.bash))
 	rm -f $(patsubst completions/%,$(DESTDIR)$(ZSHCOMPDIR)/%,$(wildcard completions/_*))
 	rm -f $(patsubst completions/%,$(DESTDIR)$(FISHCOMPDIR)/%,$(wildcard completions/*.fish))
+	rm -rf $(DESTDIR)$(PYTHONDIR)/kvix
 
 clean:
 	rm -rf build

@@ -13,7 +13,8 @@ case $build in
 */asan) san=(SANITIZE=address,undefined) sanflags="-fsanitize=address,undefined" ;;
 */tsan) san=(SANITIZE=thread) sanflags="-fsanitize=thread" ;;
 esac
-mk() { make --no-print-directory -s -C "$ROOT" BUILD="$build" "${san[@]}" "$@"; }
+# one make at a time in a build directory (python.t installs from it too)
+mk() { flock "$ROOT/$build/.install.lock" make --no-print-directory -s -C "$ROOT" BUILD="$build" "${san[@]}" "$@"; }
 
 begin "a second make rebuilds nothing (objects are not deleted as intermediates)"
 # a fresh build directory (-O0: quick), one tool: the first make writes the
