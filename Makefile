@@ -195,12 +195,13 @@ bench: deps
 	@bash bench/run.sh
 
 install: all shared
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 \
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man5 \
 	    $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/kvix \
 	    $(DESTDIR)$(PKGCONFIGDIR) \
 	    $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
 	install -m 755 $(TOOLS) $(DESTDIR)$(BINDIR)
 	install -m 644 $(wildcard man/*.1) $(DESTDIR)$(MANDIR)/man1
+	install -m 644 $(wildcard man/*.3) $(DESTDIR)$(MANDIR)/man3
 	install -m 644 $(wildcard man/*.5) $(DESTDIR)$(MANDIR)/man5
 	$(if $(wildcard man/*.7),install -m 644 $(wildcard man/*.7) $(DESTDIR)$(MANDIR)/man7)
 	install -m 644 $(LIBKVIX) $(LIBKVIX_NET) $(DESTDIR)$(LIBDIR)
@@ -235,6 +236,7 @@ install: all shared
 uninstall:
 	rm -f $(TOOLS:$(BUILD)/bin/%=$(DESTDIR)$(BINDIR)/%)
 	rm -f $(patsubst man/%,$(DESTDIR)$(MANDIR)/man1/%,$(wildcard man/*.1))
+	rm -f $(patsubst man/%,$(DESTDIR)$(MANDIR)/man3/%,$(wildcard man/*.3))
 	rm -f $(patsubst man/%,$(DESTDIR)$(MANDIR)/man5/%,$(wildcard man/*.5))
 	rm -f $(patsubst man/%,$(DESTDIR)$(MANDIR)/man7/%,$(wildcard man/*.7))
 	rm -f $(DESTDIR)$(LIBDIR)/libkvix.a $(DESTDIR)$(LIBDIR)/libkvix.so.$(VERSION) \

@@ -14,6 +14,8 @@
 extern "C" {
 #endif
 
+/* The seed of every local hash without LoRA, the engines' and Dynamo's: a
+ * prompt hashed with another seed silently misses every block (kvix(3)). */
 #define KVIX_HASH_SEED 1337u
 /* Ceiling on multimodal object hashes per block: engine input is untrusted. */
 #define KVIX_HASH_MM_MAX 256u

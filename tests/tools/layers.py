@@ -20,6 +20,7 @@ PUBLIC = {
     "stream": "codec", "tokens": "codec", "wire": "codec",
     "index": "index",
     "snapshot": "snapshot", "snapshot_diff": "snapshot", "snapshot_stats": "snapshot",
+    "kvix": "snapshot",  # the umbrella header: every header of libkvix
     "enginesub": "net", "enginepub": "net", "natslog": "net", "peers": "net",
     "service": "net",
 }
