@@ -264,7 +264,8 @@ static void on_note(void *ctx, const kvix_enginesub_note *n)
     kvi *k = ctx;
     int always = n->kind == KVIX_ENGINESUB_LOSS || n->kind == KVIX_ENGINESUB_RESTART ||
                  n->kind == KVIX_ENGINESUB_REMOVED || n->kind == KVIX_ENGINESUB_FAILED ||
-                 n->kind == KVIX_ENGINESUB_DISCONNECT;
+                 n->kind == KVIX_ENGINESUB_DISCONNECT || n->kind == KVIX_ENGINESUB_NO_CONNECTION ||
+                 n->kind == KVIX_ENGINESUB_CONNECTED;
     if (k->quiet || (!always && n->repeat > NOTE_WARN_MAX))
         return;
     pthread_mutex_lock(&k->mu);

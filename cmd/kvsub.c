@@ -277,7 +277,8 @@ static void on_note(void *ctx, const kvix_enginesub_note *n)
     (void)ctx;
     bool always = n->kind == KVIX_ENGINESUB_LOSS || n->kind == KVIX_ENGINESUB_RESTART ||
                   n->kind == KVIX_ENGINESUB_REMOVED || n->kind == KVIX_ENGINESUB_FAILED ||
-                  n->kind == KVIX_ENGINESUB_DISCONNECT;
+                  n->kind == KVIX_ENGINESUB_DISCONNECT || n->kind == KVIX_ENGINESUB_NO_CONNECTION ||
+                  n->kind == KVIX_ENGINESUB_CONNECTED;
     if (always || n->repeat <= WARN_MAX)
         cli_warn("%s", n->msg);
 }

@@ -71,6 +71,7 @@ extern "C" {
 #define KVIX_ENGINESUB_HOLD_BYTES_DEFAULT (256u << 20) /* their bytes */
 #define KVIX_ENGINESUB_TIMEOUT_DEFAULT 5000 /* ms a whole recovery may take */
 #define KVIX_ENGINESUB_RANKS_DEFAULT 1024 /* distinct dp ranks per subscription */
+#define KVIX_ENGINESUB_NOCONN_DEFAULT 5000 /* ms without a connection before it is said */
 #define KVIX_ENGINESUB_FILE_LINE_MAX 4096 /* bytes of a workers-file line */
 #define KVIX_ENGINESUB_FILE_LINES_MAX 1000000
 
@@ -130,6 +131,10 @@ typedef struct kvix_enginesub_config {
                                     makes ZMQ drop the connection, which is a loss */
     unsigned ranks_max;          /* dp ranks followed per subscription (default 1024);
                                     batches of more ranks are dropped and counted */
+    uint64_t noconn_warn_ms;     /* a connecting subscription with no connection this long
+                                    (since it opened, or lost the last) is noted once,
+                                    and its connection after that (default 5000; 0:
+                                    never). Not with bind */
 } kvix_enginesub_config;
 
 /* The defaults above. */
@@ -147,6 +152,8 @@ typedef enum kvix_enginesub_note_kind {
     KVIX_ENGINESUB_DROPPED,    /* a batch of a rank past ranks_max */
     KVIX_ENGINESUB_FAILED,     /* a socket could not be opened: the subscription dropped */
     KVIX_ENGINESUB_DISCONNECT, /* ZMQ gave a connection up (message over msg_max) */
+    KVIX_ENGINESUB_NO_CONNECTION, /* no connection for noconn_warn_ms: ZMQ keeps trying */
+    KVIX_ENGINESUB_CONNECTED,  /* connected, after a NO_CONNECTION note */
 } kvix_enginesub_note_kind;
 
 typedef struct kvix_enginesub_note {

@@ -58,6 +58,7 @@ void kvix_enginesub_config_init(kvix_enginesub_config *cfg)
     cfg->hold_bytes_max = KVIX_ENGINESUB_HOLD_BYTES_DEFAULT;
     cfg->msg_max = KVIX_ENGINESUB_MSG_DEFAULT;
     cfg->ranks_max = KVIX_ENGINESUB_RANKS_DEFAULT;
+    cfg->noconn_warn_ms = KVIX_ENGINESUB_NOCONN_DEFAULT;
 }
 
 int kvix_enginesub_new(kvix_enginesub **out, const kvix_enginesub_config *cfg,

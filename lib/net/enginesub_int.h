@@ -52,6 +52,8 @@ struct sub {
     void *sock, *mon, *dealer;
     bool connected, giveup_pending;
     uint64_t disc_at;
+    uint64_t noconn_since; /* connecting, with no connection since then */
+    bool noconn_noted;     /* KVIX_ENGINESUB_NO_CONNECTION said since */
     kvix_seqtrack st;
     uint32_t *ranks; /* sorted */
     unsigned nranks, capranks;

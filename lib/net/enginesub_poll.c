@@ -78,6 +78,8 @@ static int open_socket(kvix_enginesub *s, sub *b, kvix_err *err)
                             zmq_strerror(errno));
     b->connected = false;
     b->giveup_pending = false;
+    b->noconn_since = now_ms();
+    b->noconn_noted = false;
     return KVIX_OK;
 }
 
@@ -313,9 +315,16 @@ static int on_reply(kvix_enginesub *s, sub *b, zmq_msg_t *f, int nf, uint64_t no
     return KVIX_OK;
 }
 
+/* A connecting subscription without a connection whose silence is not said
+ * yet. Messages prove a connection the monitor has not reported yet. */
+static bool noconn_due(const kvix_enginesub *s, const sub *b)
+{
+    return b->mon && !b->connected && !b->noconn_noted && s->cfg.noconn_warn_ms &&
+           !(b->has_msg && b->last_msg_at >= b->noconn_since);
+}
+
 static void on_monitor(kvix_enginesub *s, sub *b, uint64_t now)
 {
-    (void)s;
     for (int k = 0; k < DRAIN_MAX; k++) {
         zmq_msg_t f[4];
         int nf;
@@ -325,12 +334,19 @@ static void on_monitor(kvix_enginesub *s, sub *b, uint64_t now)
             uint16_t ev; /* host order */
             memcpy(&ev, zmq_msg_data(&f[0]), sizeof ev);
             if (ev == ZMQ_EVENT_DISCONNECTED) {
+                if (b->connected)
+                    b->noconn_since = now;
                 b->connected = false;
                 b->giveup_pending = true;
                 b->disc_at = now;
             } else if (ev == ZMQ_EVENT_CONNECTED) {
                 b->connected = true;
                 b->giveup_pending = false;
+                if (b->noconn_noted)
+                    esub_note(s, KVIX_ENGINESUB_CONNECTED, b,
+                              "worker %" PRIu64 " dp %" PRIu32 ": connected to %s",
+                              b->spec.worker, b->spec.dp, b->spec.endpoint);
+                b->noconn_noted = false;
             } else {
                 b->giveup_pending = false; /* it tries again by itself */
             }
@@ -462,6 +478,12 @@ int kvix_enginesub_step(kvix_enginesub *s, int timeout_ms, kvix_err *err)
             if (timeout < 0 || ms < timeout)
                 timeout = ms;
         }
+        if (noconn_due(s, b)) {
+            uint64_t at = b->noconn_since + s->cfg.noconn_warn_ms;
+            long ms = at > now ? (long)(at - now) : 0;
+            if (timeout < 0 || ms < timeout)
+                timeout = ms;
+        }
     }
     int rc = zmq_poll(s->items, (int)k, timeout);
     if (rc < 0) {
@@ -508,6 +530,16 @@ int kvix_enginesub_step(kvix_enginesub *s, int timeout_ms, kvix_err *err)
                 on_monitor(s, b, now);
             if (b->giveup_pending)
                 reopen(s, b, now);
+        }
+        if (!st && noconn_due(s, b) && now >= b->noconn_since + s->cfg.noconn_warn_ms) {
+            /* an engine that is not there (yet), a wrong host or port, a
+             * firewall: ZMQ retries without a word, so say it once */
+            b->noconn_noted = true;
+            esub_note(s, KVIX_ENGINESUB_NO_CONNECTION, b,
+                      "worker %" PRIu64 " dp %" PRIu32 ": no connection to %s for %" PRIu64
+                      " s; still trying (is the engine up and publishing there?)",
+                      b->spec.worker, b->spec.dp, b->spec.endpoint,
+                      (now - b->noconn_since + 500) / 1000);
         }
     }
     publish(s);
