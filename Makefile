@@ -12,7 +12,7 @@
 #   make install PREFIX=/usr/local DESTDIR=   tools, man pages, completions, libkvix and
 #                             libkvix-net (static, and shared with sonames libkvix.so.$(SOVERSION)
 #                             and libkvix-net.so.$(SOVERSION)), headers, kvix.pc and kvix-net.pc,
-#                             the python package (PYTHONDIR)
+#                             the systemd unit (SYSTEMDUNITDIR), the python package (PYTHONDIR)
 
 PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
@@ -23,6 +23,9 @@ PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
 FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
+# The systemd unit (contrib/kvindex.service.in with these paths); /etc for PREFIX=/usr
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
 # The python package where Debian's python3 finds it: /usr/lib/python3/dist-packages
 # for PREFIX=/usr, $(PREFIX)/lib/python3.X/dist-packages otherwise (/usr/local's is on
 # Debian's sys.path)
@@ -221,6 +224,10 @@ install: all shared
 	    'Version: $(VERSION)' 'Requires: kvix = $(VERSION)' 'Requires.private: $(NET_PKGS)' \
 	    'Libs: -L$${libdir} -lkvix-net' 'Cflags: -I$${includedir}' \
 	    >$(DESTDIR)$(PKGCONFIGDIR)/kvix-net.pc
+	install -d $(DESTDIR)$(SYSTEMDUNITDIR)
+	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+	    -e 's|@UNITDIR@|$(SYSTEMDUNITDIR)|g' contrib/kvindex.service.in \
+	    >$(DESTDIR)$(SYSTEMDUNITDIR)/kvindex.service
 	install -d $(DESTDIR)$(PYTHONDIR)/kvix
 	install -m 644 $(filter-out python/kvix/hashing.py,$(wildcard python/kvix/*.py)) \
 	    $(DESTDIR)$(PYTHONDIR)/kvix
@@ -249,6 +256,7 @@ uninstall:
 	rm -f $(patsubst completions/%,$(DESTDIR)$(ZSHCOMPDIR)/%,$(wildcard completions/_*))
 	rm -f $(patsubst completions/%,$(DESTDIR)$(FISHCOMPDIR)/%,$(wildcard completions/*.fish))
 	rm -rf $(DESTDIR)$(PYTHONDIR)/kvix
+	rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/kvindex.service
 
 clean:
 	rm -rf build
