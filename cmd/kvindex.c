@@ -138,6 +138,8 @@ static const cli_tool tool = {
     .exits = "01234567",
 };
 
+#define PENDING_UNKNOWN_MAX 64 /* names whose warning waits for the end of input */
+
 typedef struct kvi {
     kvix_ingest *g;
     const char *snap;
@@ -166,6 +168,16 @@ typedef struct kvi {
     kvix_service *svc; /* --listen: the HTTP API (the ingest's) */
     const char *workers_file;
     kvix_peers *peers;    /* --peers and POST /register_peer */
+    int loaded;           /* the index was loaded (a snapshot, a peer's state) */
+    /* unknown names met while the index held nothing yet: said at the end
+     * if they are still unknown then (see on_unknown) */
+    struct pending_unknown {
+        char model[KVIX_NAME_MAX], tenant[KVIX_NAME_MAX];
+        int why;
+        size_t src;
+        uint64_t pos;
+    } pending[PENDING_UNKNOWN_MAX];
+    size_t npending;
 } kvi;
 
 /* ---- signals ------------------------------------------------------------------ */
@@ -444,6 +456,7 @@ static int load(kvi *k)
         cli_die(KVIX_EXIT_USAGE, "%s reflects stream %s, not %s", k->snap, info.stream,
                 k->nopt.stream);
     k->seq = info.has_stream ? info.stream_seq : 0;
+    k->loaded = 1;
     if (k->verbose && info.has_stream)
         cli_warn("%s: stream %s applied up to sequence %" PRIu64, k->snap, info.stream, k->seq);
     return 1;
@@ -469,6 +482,7 @@ static int recover(kvi *k)
         cli_die(cli_exit_for(rc), "cannot recover from %s: %s", rec.peer, err.msg);
     if (rec.from_snapshot && rec.info.has_stream && k->nopt.url)
         k->seq = rec.info.stream_seq;
+    k->loaded = 1;
     if (!k->quiet && rec.from_snapshot && k->nopt.url)
         cli_warn("recovered from %s/snapshot: stream %s at %" PRIu64 ", %" PRIu64 " blocks",
                  rec.peer, k->nopt.stream, k->seq, rec.info.blocks);
@@ -648,10 +662,49 @@ static void on_answer(void *ctx, const char *data, size_t len)
     fwrite(data, 1, len, stdout);
 }
 
+/* A name the index has never seen: said at once when the index holds
+ * something (a typo, most likely), but met while it holds nothing yet (a
+ * log that starts with a query, as every --mooncake log does) it is said
+ * only if the input ends without it: a partition about to be filled is not
+ * unknown. --quiet says nothing; the answer says "unknown" anyway. */
 static void on_unknown(void *ctx, size_t src, uint64_t pos, const kvix_event *q, int why)
 {
     kvi *k = ctx;
-    warn_unknown(k, k->names[src], pos, q, why);
+    if (k->quiet)
+        return;
+    kvix_apply_result t;
+    kvix_index_totals(kvix_ingest_index(k->g), &t);
+    if (k->loaded || t.stored || t.duplicate) {
+        warn_unknown(k, k->names[src], pos, q, why);
+        return;
+    }
+    if (k->npending == PENDING_UNKNOWN_MAX)
+        return;
+    struct pending_unknown *u = &k->pending[k->npending++];
+    snprintf(u->model, sizeof u->model, "%s", q->model);
+    snprintf(u->tenant, sizeof u->tenant, "%s", q->tenant);
+    u->why = why;
+    u->src = src;
+    u->pos = pos;
+}
+
+/* At the end: the names met early that no event brought since. */
+static void warn_pending_unknown(kvi *k)
+{
+    kvix_index *idx = kvix_ingest_index(k->g);
+    for (size_t i = 0; i < k->npending; i++) {
+        struct pending_unknown *u = &k->pending[i];
+        if (kvix_index_block_size(idx, u->model, u->tenant))
+            continue;
+        kvix_event q;
+        memset(&q, 0, sizeof q);
+        snprintf(q.model, sizeof q.model, "%s", u->model);
+        snprintf(q.tenant, sizeof q.tenant, "%s", u->tenant);
+        pthread_mutex_lock(&k->mu);
+        warn_unknown(k, k->names[u->src], u->pos, &q, u->why);
+        pthread_mutex_unlock(&k->mu);
+    }
+    k->npending = 0;
 }
 
 static kvix_ingest_loop loop_of(kvi *k)
@@ -1068,6 +1121,7 @@ static int finish(kvi *k, int subscribing)
     strict_hit = kvix_ingest_stopped(k->g);
     if (k->snap && !k->query_only)
         save(k, sig_stop ? "signal" : strict_hit ? "--strict" : feed_rc ? "failure" : "end of input");
+    warn_pending_unknown(k);
     if (!k->quiet) {
         summary(k);
         lag_summary(k);

@@ -58,7 +58,7 @@ for i in 1 2 3; do
     echo '{"model":"y","tenant":"t","local":["1"]}'
 done >>in
 echo '{"model":"m","local":["1"]}' >>in
-run kvindex --quiet in
+run kvindex in
 expect_rc 0
 assert_eq "$(grep -c '"unknown":"model"' out)" 6 "unknown model answers"
 assert_eq "$(grep -c '"unknown":"tenant"' out)" 3 "unknown tenant answers"
@@ -68,7 +68,32 @@ kvindex: unknown model "x" at in:2: the index has never seen it (answered with "
 kvindex: unknown tenant "t" of model "m" at in:3: the index has never seen it (answered with "unknown":"tenant")
 kvindex: unknown model "y" at in:4: the index has never seen it (answered with "unknown":"model")
 EOF2
-cmp -s want err || fail "warnings: $(cat err)"
+grep '^kvindex: unknown' err >warned
+cmp -s want warned || fail "warnings: $(cat err)"
+# --quiet means quiet: the answers say "unknown", stderr nothing
+run kvindex --quiet in
+expect_rc 0
+assert_eq "$(grep -c unknown out)" 9 "answers with --quiet"
+assert_eq "$(cat err)" "" "stderr with --quiet"
+end
+
+begin "a name met before any event is said only if the input ends without it (a log that starts with a query)"
+{
+    echo '{"model":"m","local":["1"]}'
+    echo '{"model":"typo","local":["1"]}'
+    echo '{"type":"stored","worker":1,"bs":2,"model":"m","blocks":[{"local":"1","seq":"1"}]}'
+    echo '{"model":"m","local":["1"]}'
+} >in
+run kvindex in
+expect_rc 0
+assert_eq "$(grep -c '"unknown":"model"' out)" 2 "both early queries are answered unknown"
+grep '^kvindex: unknown' err >warned
+assert_eq "$(cat warned)" 'kvindex: unknown model "typo" at in:2: the index has never seen it (answered with "unknown":"model")' "only the name still unknown at the end"
+# the --mooncake pipeline: its log starts with a query, then fills the partition
+kvreplay --quiet --mooncake "$FIXTURES/mooncake/conversation_trace.jsonl.xz" --limit 20 --workers 2 >log
+run kvindex log
+expect_rc 0
+assert_no_grep '^kvindex: unknown' err
 end
 
 begin "kvindex reads back what kvhash writes: decimal hashes, token lines"
