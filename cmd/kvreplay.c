@@ -104,6 +104,12 @@ typedef struct replay {
     int pos_fd;
     const char *in_name;
     double in_started;
+    /* --mooncake: the generator, and the requests it is to play (--limit;
+     * 0: unknown). Its trace is read ahead in large pieces, so its
+     * progress is counted in requests, not in bytes read. */
+    kvix_mooncake *mc;
+    uint64_t mc_limit;
+    int drawn; /* a progress line is on the terminal */
 } replay;
 
 /* SIGINT / SIGTERM: stop reading, flush what is pending, report, exit. */
@@ -130,6 +136,14 @@ static int stopping(void *ctx)
     return interrupted;
 }
 
+/* Before any other line on the terminal: the progress line goes. */
+static void clear_progress(replay *r)
+{
+    if (r->drawn)
+        fputs("\r\033[K", stderr);
+    r->drawn = 0;
+}
+
 static void on_note(void *ctx, const kvix_player_note *n)
 {
     replay *r = ctx;
@@ -137,6 +151,7 @@ static void on_note(void *ctx, const kvix_player_note *n)
         return;
     if ((n->kind == KVIX_PLAYER_UNSUBSCRIBED || n->kind == KVIX_PLAYER_HOLDING) && r->quiet)
         return;
+    clear_progress(r);
     cli_warn("%s", n->msg);
 }
 
@@ -160,13 +175,22 @@ static void progress(replay *r, int final)
     kvix_player_counts c;
     kvix_player_counts_get(r->p, &c);
     double el = kvix_player_elapsed(r->p);
-    char eta[48];
-    cli_progress_eta(input_done(r), r->in_total, now_s() - r->in_started, eta);
-    fprintf(stderr, "\r%s: %s:%s %" PRIu64 " read, %" PRIu64 " written, %.0f/s%s", cli_name(),
-            r->in_name ? r->in_name : "", eta, c.in, c.written,
-            el > 0 ? (double)c.written / el : 0.0, final ? "\033[K\r" : "\033[K");
+    char eta[48], reqs[48] = "";
+    if (r->mc) {
+        kvix_mooncake_stats ms;
+        kvix_mooncake_stats_get(r->mc, &ms);
+        uint64_t done = ms.requests + ms.skipped;
+        cli_progress_eta(done, r->mc_limit, now_s() - r->in_started, eta);
+        snprintf(reqs, sizeof reqs, " %" PRIu64 " requests,", done);
+    } else {
+        cli_progress_eta(input_done(r), r->in_total, now_s() - r->in_started, eta);
+    }
+    fprintf(stderr, "\r%s: %s:%s%s %" PRIu64 " read, %" PRIu64 " written, %.0f/s\033[K",
+            cli_name(), r->in_name ? r->in_name : "", eta, reqs, c.in, c.written,
+            el > 0 ? (double)c.written / el : 0.0);
+    r->drawn = 1;
     if (final)
-        fputs("\r\033[K", stderr);
+        clear_progress(r);
 }
 
 static void on_record(void *ctx)
@@ -283,6 +307,7 @@ typedef struct mooncake_args {
     const char *trace;
     kvix_mooncake_opts o;
     const char *final_state;
+    uint64_t limit; /* --limit: requests to play (0: the whole trace) */
 } mooncake_args;
 
 /* The trace played as engines would; an exit code. */
@@ -302,7 +327,11 @@ static int run_mooncake(replay *r, mooncake_args *a, int pub)
     char *trace[] = {(char *)a->trace};
     r->in_total = inputs_size(trace, 1);
     r->in_started = now_s();
+    r->mc = m;
+    r->mc_limit = a->limit;
     int code = play(r, a->trace, false, m);
+    progress(r, 1); /* its last figures, gone before the summary below */
+    r->mc = NULL;
     if (!r->opened) {
         kvix_mooncake_free(m);
         return code;
@@ -544,6 +573,7 @@ int main(int argc, char **argv)
 
     int code = 0;
     if (mc.trace) {
+        mc.limit = po.limit;
         code = run_mooncake(&r, &mc, pub);
     } else {
         static char dash[] = "-";
@@ -583,7 +613,8 @@ int main(int argc, char **argv)
     kvix_player_end end = kvix_player_ended(r.p);
     if (end == KVIX_PLAYER_WRITE_ERROR)
         cli_warn("%s", kvix_player_error(r.p)->msg);
-    progress(&r, 1);
+    if (!mc.trace) /* run_mooncake drew its last one */
+        progress(&r, 1);
     kvix_player_finish(r.p); /* the last batch, --pub-hold */
     if (kvix_player_ended(r.p) == KVIX_PLAYER_FAILED)
         pub_die(kvix_player_error(r.p));

@@ -42,7 +42,11 @@ const char *cli_opt_given(void)
 
 int cli_draws_progress(void)
 {
-    return isatty(STDERR_FILENO) && !isatty(STDOUT_FILENO);
+    /* not a tool fed by another through a pipe: the head of `kvreplay log |
+     * kvindex >answers` draws, kvindex does not */
+    struct stat st;
+    int fed = fstat(STDIN_FILENO, &st) == 0 && S_ISFIFO(st.st_mode);
+    return isatty(STDERR_FILENO) && !isatty(STDOUT_FILENO) && !fed;
 }
 
 void cli_progress_eta(uint64_t done, uint64_t total, double elapsed, char out[48])

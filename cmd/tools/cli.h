@@ -59,8 +59,8 @@ int cli_next(int argc, char **argv, const char **arg);
 
 /* Whether this tool draws a progress line: only one tool of a pipeline
  * should (two lines on one terminal overwrite each other), the one whose
- * standard error is a terminal and whose standard output is not (the head
- * of `kvreplay log | kvindex`). */
+ * standard error is a terminal, whose standard output is not, and whose
+ * standard input is not a pipe (the head of `kvreplay log | kvindex >out`). */
 int cli_draws_progress(void);
 /* " 42%, eta 1:05" for done of total units after elapsed seconds, or "" when
  * total is unknown (0); written into out. */

@@ -377,12 +377,16 @@ end
 
 if command -v script >/dev/null; then
     begin "kvindex: on a terminal, a progress line while input lasts"
+    # input typed on the terminal (a tool fed by a pipe leaves the drawing
+    # to the head of its pipeline): script's stdin, a FIFO here, is typed
     mkfifo pin
-    script -q -f -c "kvindex <pin >/dev/null" ts >/dev/null 2>&1 &
+    script -q -f -c "kvindex >/dev/null" ts <pin >/dev/null 2>&1 &
     spid=$!
     exec 5>pin
     echo '{"type":"stored","worker":1,"bs":4,"blocks":[{"local":"1","seq":"a1"}]}' >&5
     wait_for grep -q 'kvindex: <stdin>: 1 records, ' ts || fail "no progress line"
+    kpid=$(pgrep -P "$spid" -x kvindex)
+    [ -n "$kpid" ] && kill -TERM "$kpid"
     exec 5>&-
     wait "$spid"
     assert_grep 'applied 1 events' ts
