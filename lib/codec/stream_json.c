@@ -166,13 +166,48 @@ static int token_line(const char *p, const char *end, kvix_event *ev, kvix_err *
             return kvix_err_set(err, KVIX_ERANGE, "token '%s' is negative", q);
         if (d == s || (d < p && (*d < '0' || *d > '9')))
             return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "token '%s' is not a number", q);
+        /* past 2^32 it is no token: a block hash (kvhash --plain --decimal)
+         * written where tokens go */
         if (v > UINT32_MAX)
-            return kvix_err_set(err, KVIX_ERANGE, "token '%s' is out of range (max 4294967295)", q);
+            return kvix_err_set(err, KVIX_ERANGE,
+                                "token '%s' is out of range (max 4294967295); block hashes go "
+                                "in a query object: {\"local\":[%s,...]}",
+                                q, q);
         ev->tokens[n++] = (uint32_t)v;
     }
     ev->ntokens = n;
     ev->has_tokens = 1;
     return KVIX_OK;
+}
+
+/* The length of a run of 1..16 hex digits at p, ended by a blank or the
+ * line's end, with a letter in it (digits alone are a token line); 0
+ * otherwise. No record starts so: it is a hash written bare, as kvhash
+ * --plain prints them. */
+static size_t hex_word(const char *p, const char *end)
+{
+    size_t n = 0;
+    int letter = 0;
+    for (; p + n < end && n <= 16; n++) {
+        char c = p[n];
+        if (c == ' ' || c == '\t' || c == '\r')
+            break;
+        int lo = (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+        if (!lo && !(c >= '0' && c <= '9'))
+            return 0;
+        letter |= lo;
+    }
+    return n >= 1 && n <= 16 && letter ? n : 0;
+}
+
+static int hex_line(const char *p, const char *end, kvix_err *err)
+{
+    size_t n = hex_word(p, end);
+    (void)end;
+    return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_JSON,
+                               "'%.*s' is not a record: block hashes go in a query object, "
+                               "{\"local\":[\"%.*s\",...]}",
+                               (int)n, p, (int)n, p);
 }
 
 int kvix_event_from_json(const char *line, size_t len, kvix_event *ev, kvix_err *err)
@@ -185,6 +220,8 @@ int kvix_event_from_json(const char *line, size_t len, kvix_event *ev, kvix_err 
         p++;
     if (p < end && ((*p >= '0' && *p <= '9') || *p == '-'))
         return token_line(p, end, ev, err);
+    if (hex_word(p, end))
+        return hex_line(p, end, err);
     /* the record's jansson values in this thread's arena, dropped at once */
     int arena = kvix_json_arena_begin();
     int rc = decode_line(line, len, ev, err, arena);

@@ -877,8 +877,22 @@ TEST(token_aliases_and_token_lines)
     CHECK_U64(ev.ntokens, 1);
     CHECK(from_json("1 -2", &ev, &err) == KVIX_ERANGE);
     CHECK_STR(err.msg, "token '-2' is negative");
+    /* a number past 2^32 is a hash written where tokens go: said how to write it */
     CHECK(from_json("1 4294967296", &ev, &err) == KVIX_ERANGE);
-    CHECK_STR(err.msg, "token '4294967296' is out of range (max 4294967295)");
+    CHECK_STR(err.msg, "token '4294967296' is out of range (max 4294967295); block hashes go "
+                       "in a query object: {\"local\":[4294967296,...]}");
+    /* kvhash --plain's hex hashes as a line */
+    CHECK(from_json("cb38e4d7fb2dca5c e8d3ec39b907b74c", &ev, &err) == KVIX_EINVAL);
+    CHECK_STR(err.msg, "'cb38e4d7fb2dca5c' is not a record: block hashes go in a query object, "
+                       "{\"local\":[\"cb38e4d7fb2dca5c\",...]}");
+    CHECK(err.reason == KVIX_REASON_JSON);
+    CHECK(from_json(" E8D3EC39B907B74C", &ev, &err) == KVIX_EINVAL);
+    CHECK(strstr(err.msg, "{\"local\":[\"E8D3EC39B907B74C\",...]}") != NULL);
+    /* 17 hex digits, or a word that is not hex: malformed JSON as before */
+    CHECK(from_json("cb38e4d7fb2dca5c0", &ev, &err) == KVIX_EINVAL);
+    CHECK(strstr(err.msg, "malformed json") == err.msg);
+    CHECK(from_json("false", &ev, &err) == KVIX_EINVAL);
+    CHECK(strstr(err.msg, "malformed json") == err.msg);
     CHECK(from_json("1 2x", &ev, &err) == KVIX_EINVAL);
     CHECK_STR(err.msg, "token '2x' is not a number");
     CHECK(from_json("-", &ev, &err) == KVIX_EINVAL);
