@@ -721,6 +721,9 @@ static void run_input(kvi *k, int fd, size_t file, kvix_format fmt)
         die_sys(k, &err);
     kvix_reader *r = k->reader;
     kvix_reader_set_wakeup_fd(r, wake[0]);
+    /* -q reads queries only: every line is answered, a blank one too (an
+     * empty query), so a coprocess that writes a line always gets one */
+    kvix_reader_set_blank_queries(r, k->query_only);
     /* a regular file (named, or redirected to stdin) has a known size: the
      * progress line gives a percentage and an estimate of the time left */
     struct stat st;

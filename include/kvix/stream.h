@@ -97,6 +97,13 @@ void kvix_reader_set_eintr(kvix_reader *r, int report);
  * fd is readable, without reading it (the caller drains it). -1 turns it off. */
 void kvix_reader_set_wakeup_fd(kvix_reader *r, int fd);
 
+/* With on != 0 a blank NDJSON line is returned as an empty query (no
+ * tokens) instead of being skipped, so that a reader of queries answers
+ * every line it is given (kvindex -q as a coprocess never waits), as kvhash
+ * answers an empty line. Set it before the first kvix_reader_next: a blank
+ * line then also decides the format (NDJSON). */
+void kvix_reader_set_blank_queries(kvix_reader *r, int on);
+
 /* Stop reading from the descriptor (a tool told to stop by a signal): the
  * next calls return the complete records already read, then KVIX_EOF, so
  * nothing taken from a pipe is dropped. An incomplete record left over stays

@@ -25,6 +25,7 @@ struct kvix_reader {
     char *name;
     kvix_format fmt;   /* AUTO until the first bytes decide */
     int report_eintr;
+    int blank_queries; /* a blank line is an empty query */
     int wake_fd;       /* -1, or a self-pipe polled with the input */
     int eof;           /* read(2) returned 0 */
     int dead;          /* msgpack framing lost: only KVIX_EOF from now on */
@@ -68,6 +69,11 @@ void kvix_reader_free(kvix_reader *r)
 void kvix_reader_set_eintr(kvix_reader *r, int report)
 {
     r->report_eintr = report;
+}
+
+void kvix_reader_set_blank_queries(kvix_reader *r, int on)
+{
+    r->blank_queries = on;
 }
 
 void kvix_reader_set_wakeup_fd(kvix_reader *r, int fd)
@@ -190,6 +196,13 @@ static int take_line(kvix_reader *r, size_t ls, size_t le, int *done, kvix_event
         le--;
     const char *s = r->buf + ls;
     if (le == ls || ((*s == ' ' || *s == '\t') && is_blank(s, le - ls))) {
+        if (r->blank_queries) {
+            r->pos = r->line;
+            kvix_event_reset(ev);
+            ev->type = KVIX_EV_QUERY;
+            ev->has_tokens = 1;
+            return KVIX_OK;
+        }
         *done = 0;
         return KVIX_OK;
     }
@@ -326,6 +339,10 @@ static int detect(kvix_reader *r, kvix_err *err)
     for (;;) {
         for (size_t i = r->start; i < r->end; i++) {
             unsigned char c = (unsigned char)r->buf[i];
+            if (c == '\n' && r->blank_queries) {
+                r->fmt = KVIX_FMT_NDJSON; /* a blank line, answered at once */
+                return KVIX_OK;
+            }
             if (is_space(c))
                 continue;
             if (c == 'K' && i == r->start && r->end - i < 8 && !r->eof && !r->stopped)

@@ -124,3 +124,33 @@ kvindex --quiet -s s.kvix <in >/dev/null
 kvdump s.kvix >dump
 assert_grep "\"local\":\"$(printf '%016x' "$l0")\"" dump
 end
+
+begin "kvindex -q answers every line it is given, a blank one too: a coprocess never waits"
+echo '{"type":"stored","worker":1,"bs":2,"blocks":[{"local":"1","seq":"1"}]}' | kvindex --quiet -s s.kvix
+# one line written, one line read back before the next is written (a blank
+# line first: the format is decided without a second line)
+"$PY" - "$KVIX_BIN/kvindex" <<'PYEOF' >co.out 2>co.err || fail "coprocess: $(tail -3 co.err)"
+import select, subprocess, sys
+p = subprocess.Popen([sys.argv[1], "-q", "--quiet", "-s", "s.kvix"], stdin=subprocess.PIPE,
+                     stdout=subprocess.PIPE, text=True, bufsize=1)
+for line in ["", '{"local":["1"]}', "   ", "[1,2]", ""]:
+    p.stdin.write(line + "\n")
+    p.stdin.flush()
+    if not select.select([p.stdout], [], [], 60)[0]:
+        sys.exit("no answer to %r" % line)
+    print(p.stdout.readline(), end="")
+p.stdin.close()
+sys.exit(p.wait())
+PYEOF
+cat >want <<'EOF2'
+{"blocks":0,"scores":[]}
+{"blocks":1,"scores":[{"worker":1,"dp":0,"blocks":1,"tokens":2,"tiers":{"gpu":1}}]}
+{"blocks":0,"scores":[]}
+{"blocks":1,"scores":[]}
+{"blocks":0,"scores":[]}
+EOF2
+cmp -s want co.out || { fail "answers"; diff want co.out | sed 's/^/#     /'; }
+# without -q a blank line is no record (an event stream's blank lines are skipped)
+printf '\n\n{"local":["1"]}\n' | kvindex --quiet -s s.kvix >plain
+assert_eq "$(wc -l <plain)" 1 "answers without -q"
+end

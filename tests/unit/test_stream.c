@@ -481,6 +481,39 @@ TEST(reader_ndjson_positions)
     kvix_event_release(&ev);
 }
 
+/* kvindex -q: every line answered, a blank one as an empty query, and a
+ * blank line first decides the format at once (a coprocess's first line
+ * must not wait for a second). */
+TEST(reader_blank_queries)
+{
+    int p[2];
+    CHECK(pipe(p) == 0);
+    kvix_reader *r;
+    kvix_err err;
+    kvix_event ev;
+    kvix_event_init(&ev);
+    CHECK(kvix_reader_new(&r, p[0], "<stdin>", KVIX_FMT_AUTO, &err) == KVIX_OK);
+    kvix_reader_set_blank_queries(r, 1);
+    /* only the blank line is written: it is returned with the pipe still open */
+    CHECK(write(p[1], "\n", 1) == 1);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_OK);
+    CHECK(ev.type == KVIX_EV_QUERY && ev.has_tokens && ev.ntokens == 0 && ev.nhashes == 0);
+    CHECK_U64(kvix_reader_pos(r), 1);
+    CHECK(kvix_reader_format(r) == KVIX_FMT_NDJSON);
+    const char more[] = "[7]\n \t\r\n";
+    CHECK(write(p[1], more, sizeof more - 1) == (ssize_t)(sizeof more - 1));
+    close(p[1]);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_OK);
+    CHECK(ev.type == KVIX_EV_QUERY && ev.ntokens == 1 && ev.tokens[0] == 7);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_OK);
+    CHECK(ev.type == KVIX_EV_QUERY && ev.ntokens == 0);
+    CHECK_U64(kvix_reader_pos(r), 3);
+    CHECK(kvix_reader_next(r, &ev, &err) == KVIX_EOF);
+    kvix_reader_free(r);
+    close(p[0]);
+    kvix_event_release(&ev);
+}
+
 TEST(reader_long_line_is_skipped)
 {
     size_t big = KVIX_LINE_MAX + 10;
