@@ -325,13 +325,22 @@ static void summary(kvi *k)
         ap[t] = c.submitted[t] - c.refused[t];
         events += ap[t];
     }
-    cli_warn("applied %" PRIu64 " events: %" PRIu64 " stored, %" PRIu64 " removed, %" PRIu64
+    cli_warn("applied %" PRIu64 " event%s: %" PRIu64 " stored, %" PRIu64 " removed, %" PRIu64
              " cleared",
-             events, ap[KVIX_EV_STORED], ap[KVIX_EV_REMOVED], ap[KVIX_EV_CLEARED]);
+             events, events == 1 ? "" : "s", ap[KVIX_EV_STORED], ap[KVIX_EV_REMOVED],
+             ap[KVIX_EV_CLEARED]);
     cli_warn("blocks: %" PRIu64 " stored, %" PRIu64 " duplicate, %" PRIu64 " removed, %" PRIu64
              " unknown removals",
              c.blocks.stored, c.blocks.duplicate, c.blocks.removed, c.blocks.unknown);
-    cli_warn("answered %" PRIu64 " of %" PRIu64 " queries", c.answered, c.queries);
+    if (k->svc) { /* the service's queries are the index's work too */
+        uint64_t asked, answered;
+        kvix_service_queries(k->svc, &asked, &answered);
+        cli_warn("answered %" PRIu64 " of %" PRIu64 " quer%s; over HTTP %" PRIu64 " of %" PRIu64,
+                 c.answered, c.queries, c.queries == 1 ? "y" : "ies", answered, asked);
+    } else {
+        cli_warn("answered %" PRIu64 " of %" PRIu64 " quer%s", c.answered, c.queries,
+                 c.queries == 1 ? "y" : "ies");
+    }
     if (c.rejected) {
         char line[512];
         size_t n = 0;
@@ -339,7 +348,8 @@ static void summary(kvi *k)
             if (c.reasons[r] && n < sizeof line)
                 n += (size_t)snprintf(line + n, sizeof line - n, "%s%" PRIu64 " %s",
                                       n ? ", " : "", c.reasons[r], kvix_reason_name(r));
-        cli_warn("rejected %" PRIu64 " records: %s", c.rejected, line);
+        cli_warn("rejected %" PRIu64 " record%s: %s", c.rejected, c.rejected == 1 ? "" : "s",
+                 line);
     } else {
         cli_warn("rejected 0 records");
     }

@@ -81,6 +81,9 @@ void kvix_service_note_event(kvix_service *s, int type, int reason);
  * holding the index's writers' side (kvix_index_write_begin) around the apply
  * of that message, so GET /snapshot never pairs a state with another seq. */
 void kvix_service_set_stream_seq(kvix_service *s, uint64_t seq);
+/* Queries asked over HTTP (POST /query and /query_by_hash) and answered
+ * (200) so far. Thread-safe. */
+void kvix_service_queries(const kvix_service *s, uint64_t *asked, uint64_t *answered);
 /* A snapshot save took `seconds`; it finished at wall-clock time `when`. */
 void kvix_service_note_save(kvix_service *s, double seconds, double when);
 

@@ -33,9 +33,20 @@ static void hist_add(kvix_hist *h, double secs)
 void kvix_service_observe_request(kvix_service *s, int ep, int method, int status, double secs)
 {
     __atomic_fetch_add(&s->requests[ep][method], 1, __ATOMIC_RELAXED);
+    if ((ep == EP_QUERY || ep == EP_QUERY_HASH) && method == M_POST) {
+        __atomic_fetch_add(&s->queries_asked, 1, __ATOMIC_RELAXED);
+        if (status == 200)
+            __atomic_fetch_add(&s->queries_answered, 1, __ATOMIC_RELAXED);
+    }
     if (status >= 400)
         __atomic_fetch_add(&s->errors[ep][status >= 500 ? SC_5XX : SC_4XX], 1, __ATOMIC_RELAXED);
     hist_add(&s->req_hist[ep], secs);
+}
+
+void kvix_service_queries(const kvix_service *s, uint64_t *asked, uint64_t *answered)
+{
+    *asked = __atomic_load_n(&s->queries_asked, __ATOMIC_RELAXED);
+    *answered = __atomic_load_n(&s->queries_answered, __ATOMIC_RELAXED);
 }
 
 void kvix_service_observe_query(kvix_service *s, double secs)

@@ -38,6 +38,7 @@ struct kvix_service {
     /* metrics (atomic) */
     uint64_t requests[EP_COUNT][M_COUNT];
     uint64_t errors[EP_COUNT][SC_COUNT];
+    uint64_t queries_asked, queries_answered; /* POST /query and /query_by_hash */
     kvix_hist req_hist[EP_COUNT];
     kvix_hist query_hist;
     uint64_t submitted[KVIX_EV_QUERY + 1], rejected_type[KVIX_EV_QUERY + 1];

@@ -147,7 +147,7 @@ for bad in '"parent":"5","parent_position":0' '"parent":"5","parent_canon":"1"' 
     '"parent":null,"parent_position":0,"parent_canon":"1"' '"parent":"5","parent_position":-1,"parent_canon":"1"'; do
     echo '{"type":"stored","worker":1,"bs":4,'"$bad"',"blocks":[{"local":"1","seq":"9"}]}' >bad
     run kvindex -s r.kvix <bad
-    assert_grep 'rejected 1 records' err
+    assert_grep 'rejected 1 record:' err
     kvreplay --fast -q -f msgpack bad >bad.mp 2>/dev/null
     [ -s bad.mp ] && fail "kvreplay wrote a record the NDJSON reader refused: $bad"
 done

@@ -328,7 +328,7 @@ wait_for test -f hup.kvix || fail "SIGHUP did not save"
 roundtrip
 kill -USR1 "$KV_PID"
 wait_for grep -q '^kvindex: index:' kerr || fail "no summary on SIGUSR1"
-assert_grep '^kvindex: applied 1 events: 1 stored, 0 removed, 0 cleared$' kerr
+assert_grep '^kvindex: applied 1 event: 1 stored, 0 removed, 0 cleared$' kerr
 assert_grep '^kvindex: answered 2 of 2 queries$' kerr
 echo '{"type":"cleared","worker":4}' >&3
 stop_kv
@@ -389,6 +389,6 @@ if command -v script >/dev/null; then
     [ -n "$kpid" ] && kill -TERM "$kpid"
     exec 5>&-
     wait "$spid"
-    assert_grep 'applied 1 events' ts
+    assert_grep 'applied 1 event:' ts
     end
 fi

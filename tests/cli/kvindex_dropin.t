@@ -108,6 +108,10 @@ assert_eq "$bad" '{"error":"method not allowed (use GET or HEAD)"}' "POST /healt
 assert_grep '^dynamo_kvindexer_requests_total\{endpoint="/health",method="HEAD"\} 2$' <(curl -s "$URL/metrics")
 stop
 assert_eq "$rc" 0 "exit status on SIGTERM"
+# the exit summary counts the HTTP queries too: the engines' chains, then
+# Dynamo's three (two of them 404)
+nq=$(wc -l <queries.ndjson)
+assert_grep "^kvindex: answered 0 of 0 queries; over HTTP $((nq + 1)) of $((nq + 3))\$" kv.err
 end
 
 begin "a port already served is refused: the second kvindex exits with a clear message"

@@ -278,7 +278,7 @@ assert_grep '^kvindex: bad event at <engines>:[0-9]+: parent [0-9a-f]+ is not he
 # (17 under TSan before the halt). Messages already read in that step still
 # count their gaps (batch 20 may be among them).
 assert_grep '^kvindex: applied 0 events: 0 stored, 0 removed, 0 cleared$' err
-assert_grep '^kvindex: rejected 1 records: 1 unknown parent$' err
+assert_grep '^kvindex: rejected 1 record: 1 unknown parent$' err
 assert_grep '^kvindex: subscriptions: 1 now, [0-9]+ batches, [0-9]+ events applied; [12] gaps, 0 replays, [12] losses, 0 restarts$' err
 kvdump --stats s.kvix >/dev/null || fail "no snapshot saved"
 stop

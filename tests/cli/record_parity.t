@@ -68,7 +68,7 @@ begin "kvindex: white space before a msgpack stream is no record"
 run kvindex -s s.kvix in.mp
 expect_rc 0
 assert_grep '^kvindex: rejected 0 records$' err
-assert_grep '^kvindex: applied 1 events: 1 stored' err
+assert_grep '^kvindex: applied 1 event: 1 stored' err
 end
 
 begin "kvdump --check: a snapshot holding a non-UTF-8 name is corrupt"
