@@ -595,6 +595,12 @@ static void start_service(kvi *k, const char *listen, unsigned http_threads)
         .stream = k->nopt.url ? k->nopt.stream : NULL,
         .seq = k->seq,
         .nice = k->http_nice,
+        .no_sub_why = k->query_only
+                          ? "kvindex -q answers from its snapshot and applies no event; "
+                            "run kvindex without -q to take registrations"
+                          : k->nopt.url ? "kvindex --nats applies the stream; the engines are "
+                                          "subscribed by kvsub --nats, which publishes to it"
+                                        : NULL,
     };
     parse_listen(listen, addr, sizeof addr, &so.port);
     kvix_err err;

@@ -112,6 +112,7 @@ typedef struct kvix_ingest_serve_opts {
     kvix_peers *peers;    /* borrowed, outlives the ingest: /register_peer's set */
     const char *stream;   /* the NATS stream the index follows, NULL: none */
     uint64_t seq;         /* the stream position the index reflects now */
+    const char *no_sub_why; /* without subscriptions: why (kvix_service_opts) */
 } kvix_ingest_serve_opts;
 
 /* Make the service and start listening (kvix_service_new, _listen);

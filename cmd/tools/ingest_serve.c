@@ -145,6 +145,7 @@ int kvix_ingest_serve(kvix_ingest *g, const kvix_ingest_serve_opts *o, kvix_err 
         .idx = g->idx,
         .sub = g->feed ? kvix_enginefeed_sub(g->feed) : NULL,
         .sub_cfg = g->feed ? kvix_enginefeed_config(g->feed) : NULL,
+        .no_sub_why = o->no_sub_why,
         .tmpdir = o->tmpdir,
         .reject_reasons = reasons,
         .nreasons = KVIX_REASON_COUNT,

@@ -55,6 +55,9 @@ typedef struct kvix_service_opts {
      * subscriber (a tool's feed) applies what it delivers. */
     struct kvix_enginesub *sub;
     const struct kvix_enginesub_config *sub_cfg;
+    /* Without sub: why there is none, said in the 503 of those endpoints
+     * (borrowed; NULL: no reason given). */
+    const char *no_sub_why;
     /* The peer set behind /register_peer, /deregister_peer and /peers;
      * borrowed, must outlive the service. NULL: the service keeps its own. */
     struct kvix_peers *peers;

@@ -19,7 +19,10 @@ static int no_sub(kvix_service *s, kvix_service_response *r)
 {
     if (s->o.sub)
         return 0;
-    kvix_service_respond_error(r, 503, "this service has no engine subscriptions");
+    char msg[512];
+    snprintf(msg, sizeof msg, "this service has no engine subscriptions%s%s",
+             s->o.no_sub_why ? ": " : "", s->o.no_sub_why ? s->o.no_sub_why : "");
+    kvix_service_respond_error(r, 503, msg);
     return 1;
 }
 

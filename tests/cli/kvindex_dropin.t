@@ -183,3 +183,16 @@ wait "$KPID"
 kvindex --help >help
 assert_grep 'workers ID\[:DP\]=ENDPOINT,\.\.\. .*default 8090' help
 end
+
+begin "kvindex -q --listen: POST /register and /unregister answer 503 and say why"
+echo '{"type":"stored","worker":1,"bs":2,"blocks":[{"local":"1","seq":"1"}]}' | kvindex --quiet -s s.kvix
+: >in
+start kv.err -q -s s.kvix --listen 127.0.0.1:0 || true
+req POST /register '{"instance_id":2,"endpoint":"tcp://h:5557","model_name":"m","block_size":2}'
+assert_eq "$st $(cat body)" '503 {"error":"this service has no engine subscriptions: kvindex -q answers from its snapshot and applies no event; run kvindex without -q to take registrations"}' "/register with -q"
+req POST /unregister '{"instance_id":2,"model_name":"m"}'
+assert_eq "$st" 503 "/unregister with -q"
+req GET /workers
+assert_eq "$st $(cat body)" "200 []" "/workers with -q: none"
+stop
+end
