@@ -831,9 +831,8 @@ static size_t add_peers(kvix_peers *set, const char *list)
         int rc = len ? kvix_peers_add(set, t, len, NULL, &err) : KVIX_OK;
         if (rc == KVIX_ELIMIT && len < KVIX_PEER_URL_MAX)
             cli_usage_error("too many --peers (limit %d)", KVIX_PEERS_MAX);
-        if (rc)
-            cli_usage_error("bad peer '%.*s' (expected an http:// or https:// URL): %s",
-                            (int)(len < 200 ? len : 200), t, err.msg);
+        if (rc) /* the library's message says what is wrong with it */
+            cli_usage_error("bad peer '%.*s': %s", (int)(len < 200 ? len : 200), t, err.msg);
         n += len > 0;
         t += len;
     }

@@ -53,12 +53,15 @@ int kvix_peers_check(const char *url, size_t len, kvix_err *err)
     if (!scheme)
         return kvix_err_set(err, KVIX_EINVAL, "peer url \"%.*s\" is not an http:// or https:// URL",
                             (int)(len < 64 ? len : 64), url);
+    size_t given = len;
     len = trimmed(url, len);
     if (len >= KVIX_PEER_URL_MAX)
         return kvix_err_set(err, KVIX_ELIMIT, "peer url longer than %u bytes",
                             KVIX_PEER_URL_MAX - 1);
     if (len <= scheme || url[scheme] == '/' || url[scheme] == ':')
-        return kvix_err_set(err, KVIX_EINVAL, "peer url \"%.*s\" has no host", (int)len, url);
+        return kvix_err_set(err, KVIX_EINVAL,
+                            "peer url \"%.*s\" has no host (expected %.*sHOST[:PORT])",
+                            (int)given, url, (int)scheme, url);
     for (size_t i = 0; i < len; i++)
         if ((unsigned char)url[i] <= ' ' || url[i] == 0x7f)
             return kvix_err_set(err, KVIX_EINVAL,

@@ -196,3 +196,15 @@ req GET /workers
 assert_eq "$st $(cat body)" "200 []" "/workers with -q: none"
 stop
 end
+
+begin "--peers: a URL without a host says so"
+run kvindex --peers http://:8090 </dev/null
+expect_rc 2
+assert_grep "^kvindex: bad peer 'http://:8090': peer url \"http://:8090\" has no host \(expected http://HOST\[:PORT\]\)$" err
+run kvindex --peers https:// </dev/null
+expect_rc 2
+assert_grep 'peer url "https://" has no host \(expected https://HOST\[:PORT\]\)' err
+run kvindex --peers gpu1:8090 </dev/null
+expect_rc 2
+assert_grep "bad peer 'gpu1:8090': peer url \"gpu1:8090\" is not an http:// or https:// URL" err
+end
