@@ -208,3 +208,24 @@ run kvindex --peers gpu1:8090 </dev/null
 expect_rc 2
 assert_grep "bad peer 'gpu1:8090': peer url \"gpu1:8090\" is not an http:// or https:// URL" err
 end
+
+begin "the README's /query and /query_by_hash answers are a real run's"
+# the state the README describes: block size 4, worker 1 the 2 blocks of
+# tokens 1..8 and 3 others, worker 2 the first
+set -- $(echo 1 2 3 4 5 6 7 8 9 9 9 9 8 8 8 8 7 7 7 7 | kvhash -b 4 --plain local)
+{
+    echo "{\"type\":\"stored\",\"model\":\"llama\",\"worker\":1,\"bs\":4,\"blocks\":[{\"local\":\"$1\",\"seq\":\"a1\"},{\"local\":\"$2\",\"seq\":\"a2\"}]}"
+    set -- $(echo 9 9 9 9 8 8 8 8 7 7 7 7 | kvhash -b 4 --plain local) "$1"
+    echo "{\"type\":\"stored\",\"model\":\"llama\",\"worker\":1,\"bs\":4,\"blocks\":[{\"local\":\"$1\",\"seq\":\"b1\"},{\"local\":\"$2\",\"seq\":\"b2\"},{\"local\":\"$3\",\"seq\":\"b3\"}]}"
+    echo "{\"type\":\"stored\",\"model\":\"llama\",\"worker\":2,\"bs\":4,\"blocks\":[{\"local\":\"$4\",\"seq\":\"c1\"}]}"
+} >in
+start kv.err --listen 127.0.0.1:0 || true
+until_metric 'kvix_events_applied_total{type="stored"}' 3
+readme_answers() { sed -n 's/^    # \({"scores".*\)$/\1/p' "$ROOT/README.md"; }
+[ "$(readme_answers | wc -l)" = 2 ] || fail "the README shows $(readme_answers | wc -l) answers, expected 2"
+got=$(curl -s -XPOST "$URL/query" -d '{"token_ids":[1,2,3,4,5,6,7,8],"model_name":"llama","tenant_id":"default"}')
+assert_eq "$got" "$(readme_answers | sed -n 1p)" "/query"
+got=$(curl -s -XPOST "$URL/query_by_hash" -d '{"block_hashes":[14643705804678351452],"model_name":"llama"}')
+assert_eq "$got" "$(readme_answers | sed -n 2p)" "/query_by_hash"
+stop
+end
