@@ -354,3 +354,16 @@ done
 run kvreplay --mooncake missing.jsonl
 expect_rc 3
 end
+
+begin "kvreplay --mooncake says first how much a large run will write"
+# 20 copies with their token ids: about 29 GB (the output is cut after a few
+# bytes: the estimate comes before any is written)
+kvreplay --mooncake "$FIXTURES/mooncake/conversation_trace.jsonl.xz" --tokens --copies 20 2>err | head -c 10 >/dev/null
+assert_eq "$(head -n 1 err)" "kvreplay: mooncake: up to about 30.3 GB to write (12031 requests, 276491 whole blocks, 20 copies, token ids included); --limit or fewer --copies write less" "the estimate, first"
+# --limit counts in it; a small run says nothing of the kind
+kvreplay --mooncake "$FIXTURES/mooncake/conversation_trace.jsonl.xz" --tokens --copies 20 --limit 6000 -f msgpack 2>err | head -c 10 >/dev/null
+assert_grep '^kvreplay: mooncake: up to about [0-9.]+ GB to write \(6000 requests, [0-9]+ whole blocks, 20 copies, token ids included\)' err
+run kvreplay --mooncake "$FIXTURES/mooncake/conversation_trace.jsonl.xz" --tokens --limit 100
+expect_rc 0
+assert_no_grep 'to write' err
+end
