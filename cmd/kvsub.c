@@ -433,7 +433,9 @@ static void print_stats(void)
     if (S.nats) /* published: acknowledged by the server */
         fprintf(stderr, "kvsub: nats published=%" PRIu64 " duplicates=%" PRIu64 "\n", ps.acked,
                 ps.duplicates);
-    if (S.nats && (ps.pending || ps.resent))
+    /* always, zeros too: a reader (nats_replicas.t) must not have to guess
+     * whether a missing line means nothing was in flight */
+    if (S.nats)
         fprintf(stderr, "kvsub: nats pending=%" PRIu64 " resent=%" PRIu64 " reordered=%" PRIu64
                         "\n", ps.pending, ps.resent, ps.reordered);
 }
