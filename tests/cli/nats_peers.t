@@ -25,10 +25,14 @@ publish() { stored_eids "${@:2}" | nats_pub "$1"; }
 
 # stream NAME SUBJECT [kvsub options]: created by kvsub, which then stops
 stream() {
-    timeout 30 kvsub -w "1=ipc://$T/none" --nats "$URL" --stream "$1" --subject "$2" "${@:3}" \
+    # timeout's own deadline far past the wait below: its SIGTERM must never
+    # land on a kvsub already exiting on ours (a sanitizer build's leak check
+    # at exit, ptrace-stopping the threads, was seen to hang for ever on a
+    # signal arriving then)
+    timeout 300 kvsub -w "1=ipc://$T/none" --nats "$URL" --stream "$1" --subject "$2" "${@:3}" \
         >/dev/null 2>sub.err &
     local p=$!
-    for i in $(seq 300); do grep -q "created stream $1" sub.err && break; sleep 0.1; done
+    for i in $(seq 600); do grep -q "created stream $1" sub.err && break; sleep 0.1; done
     grep -q "created stream $1" sub.err || fail "kvsub did not create stream $1"
     kill -TERM "$p"
     wait "$p"
