@@ -90,6 +90,31 @@ void kvix_service_queries(const kvix_service *s, uint64_t *asked, uint64_t *answ
 /* A snapshot save took `seconds`; it finished at wall-clock time `when`. */
 void kvix_service_note_save(kvix_service *s, double seconds, double when);
 
+/* ---- registrations kept in a snapshot ---- */
+
+/* The enginesub group of the subscriptions POST /register makes (kvindex's
+ * -w subscriptions are group 0, its --workers-file's group 1). */
+#define KVIX_SERVICE_GROUP 2
+/* Registrations one snapshot record carries at most. */
+#define KVIX_SERVICE_REGISTRATIONS_MAX 65536
+
+struct kvix_enginesub_spec;
+
+/* The subscriptions of group KVIX_SERVICE_GROUP of sub, in the order they
+ * were made, as the payload of snapshot extension record 65 (kvix-snapshot(5),
+ * EXTENSIONS): a JSON array of POST /register bodies with every field given.
+ * Appended to out; *n (may be NULL) gets how many. Any thread. */
+int kvix_service_registrations_encode(struct kvix_enginesub *sub, kvix_buf *out, size_t *n,
+                                      kvix_err *err);
+/* Such a payload read back, each element checked as POST /register checks a
+ * body (cfg: the subscriber's configuration, whose bind mode the endpoints
+ * must suit). *out (n of them) is owned by the caller (free). KVIX_EINVAL
+ * naming the element and what is wrong, KVIX_ELIMIT past
+ * KVIX_SERVICE_REGISTRATIONS_MAX, KVIX_ENOMEM. */
+int kvix_service_registrations_decode(const void *data, size_t len,
+                                      const struct kvix_enginesub_config *cfg,
+                                      struct kvix_enginesub_spec **out, size_t *n, kvix_err *err);
+
 /* ---- the protocol ---- */
 typedef struct kvix_service_response {
     int status;               /* HTTP status */

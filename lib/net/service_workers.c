@@ -13,7 +13,7 @@
 
 /* Subscriptions are grouped by who made them (kvix_enginesub_replace);
  * kvindex uses 0 (-w) and 1 (--workers-file). */
-#define GROUP_REGISTERED 2
+#define GROUP_REGISTERED KVIX_SERVICE_GROUP
 
 static int no_sub(kvix_service *s, kvix_service_response *r)
 {
@@ -75,9 +75,9 @@ static int get_u64_max(json_t *o, const char *key, int *present, uint64_t min, u
 }
 
 /* A registration's request into sp: every field checked. */
-static int read_registration(kvix_service *s, json_t *o, kvix_enginesub_spec *sp, kvix_err *e)
+static int read_registration(const kvix_enginesub_config *cfg, json_t *o, kvix_enginesub_spec *sp,
+                             kvix_err *e)
 {
-    const kvix_enginesub_config *cfg = s->o.sub_cfg;
     uint64_t id, bs, dp = 0;
     int has;
     int rc;
@@ -147,7 +147,7 @@ void kvix_service_register(kvix_service *s, const char *body, size_t len,
         return;
     kvix_enginesub_spec sp;
     kvix_err e;
-    int rc = read_registration(s, o, &sp, &e);
+    int rc = read_registration(s->o.sub_cfg, o, &sp, &e);
     json_decref(o);
     if (rc) {
         kvix_service_respond_error(r, 400, e.msg);
@@ -299,4 +299,102 @@ void kvix_service_workers(kvix_service *s, kvix_service_response *r)
     }
     r->status = 200;
     r->content_type = "application/json";
+}
+
+/* ---- registrations in a snapshot (extension record 65) ---- */
+
+typedef struct enc {
+    kvix_buf *b;
+    size_t n;
+    int rc;
+    kvix_err *e;
+} enc;
+
+static int put_registration(void *ctx, const kvix_enginesub_status *st)
+{
+    enc *x = ctx;
+    const kvix_enginesub_spec *sp = st->spec;
+    if (st->group != GROUP_REGISTERED)
+        return 0;
+    kvix_buf *b = x->b;
+    kvix_err *e = x->e;
+    int rc;
+    if ((rc = kvix_sj_raw(b, x->n ? ",{\"instance_id\":" : "{\"instance_id\":", e)) ||
+        (rc = kvix_sj_u64(b, sp->worker, e)) || (rc = kvix_sj_raw(b, ",\"endpoint\":", e)) ||
+        (rc = kvix_sj_str(b, sp->endpoint, strlen(sp->endpoint), e)) ||
+        (rc = kvix_sj_raw(b, ",\"model_name\":", e)) ||
+        (rc = kvix_sj_str(b, sp->model, strlen(sp->model), e)) ||
+        (rc = kvix_sj_raw(b, ",\"tenant_id\":", e)) ||
+        (rc = kvix_sj_str(b, sp->tenant, strlen(sp->tenant), e)) ||
+        (rc = kvix_sj_raw(b, ",\"block_size\":", e)) ||
+        (rc = kvix_sj_u64(b, sp->block_size, e)) || (rc = kvix_sj_raw(b, ",\"dp_rank\":", e)) ||
+        (rc = kvix_sj_u64(b, sp->dp, e)))
+        return x->rc = rc;
+    if (sp->replay[0] && ((rc = kvix_sj_raw(b, ",\"replay_endpoint\":", e)) ||
+                          (rc = kvix_sj_str(b, sp->replay, strlen(sp->replay), e))))
+        return x->rc = rc;
+    if ((rc = kvix_sj_raw(b, "}", e)))
+        return x->rc = rc;
+    x->n++;
+    return 0;
+}
+
+int kvix_service_registrations_encode(struct kvix_enginesub *sub, kvix_buf *out, size_t *n,
+                                      kvix_err *err)
+{
+    enc x = {out, 0, 0, err};
+    int rc = kvix_sj_raw(out, "[", err);
+    if (!rc)
+        kvix_enginesub_list(sub, put_registration, &x);
+    if (!rc)
+        rc = x.rc;
+    if (!rc)
+        rc = kvix_sj_raw(out, "]", err);
+    if (n)
+        *n = x.n;
+    return rc;
+}
+
+int kvix_service_registrations_decode(const void *data, size_t len,
+                                      const struct kvix_enginesub_config *cfg,
+                                      struct kvix_enginesub_spec **out, size_t *n, kvix_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    /* a registration is well under 2 KiB: a payload this large is no list of them */
+    if (len > (size_t)KVIX_SERVICE_REGISTRATIONS_MAX * 2048)
+        return kvix_err_set(err, KVIX_ELIMIT, "registrations: %zu bytes (limit %u)", len,
+                            KVIX_SERVICE_REGISTRATIONS_MAX * 2048u);
+    json_t *a = kvix_json_u64_loadb(data, len, err);
+    if (!a)
+        return err ? err->code : KVIX_EINVAL;
+    int rc = KVIX_OK;
+    size_t cnt = json_is_array(a) ? json_array_size(a) : 0;
+    kvix_enginesub_spec *v = NULL;
+    if (!json_is_array(a))
+        rc = kvix_err_set(err, KVIX_EINVAL, "registrations: not a JSON array");
+    else if (cnt > KVIX_SERVICE_REGISTRATIONS_MAX)
+        rc = kvix_err_set(err, KVIX_ELIMIT, "registrations: %zu of them (limit %u)", cnt,
+                          KVIX_SERVICE_REGISTRATIONS_MAX);
+    else if (cnt && !(v = calloc(cnt, sizeof *v)))
+        rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < cnt; i++) {
+        json_t *o = json_array_get(a, i);
+        kvix_err e;
+        if (!json_is_object(o))
+            rc = kvix_err_set(&e, KVIX_EINVAL, "not a JSON object");
+        else
+            rc = read_registration(cfg, o, &v[i], &e);
+        if (rc)
+            rc = kvix_err_set(err, rc == KVIX_ENOMEM ? rc : KVIX_EINVAL,
+                              "registration %zu: %s", i, e.msg);
+    }
+    json_decref(a);
+    if (rc) {
+        free(v);
+        return rc;
+    }
+    *out = v;
+    *n = cnt;
+    return KVIX_OK;
 }

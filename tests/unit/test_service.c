@@ -265,6 +265,98 @@ TEST(register_unregister_workers)
     kvix_index_free(idx);
 }
 
+/* Registrations a snapshot keeps (extension record 65): only POST
+ * /register's, in the order made, every field given; read back as /register
+ * reads a body. */
+TEST(registrations_encode_decode)
+{
+    kvix_index *idx = new_index();
+    kvix_enginefeed *f = NULL;
+    kvix_enginefeed_opts fo = {.idx = idx};
+    kvix_err e;
+    CHECK(kvix_enginefeed_new(&f, NULL, &fo, &e) == 0);
+    kvix_service *s = NULL;
+    kvix_service_opts so = {.idx = idx, .sub = kvix_enginefeed_sub(f),
+                           .sub_cfg = kvix_enginefeed_config(f)};
+    CHECK(kvix_service_new(&s, &so, &e) == 0);
+    /* one subscription of -w's group: not a registration */
+    kvix_enginesub_spec w;
+    kvix_enginesub_spec_init(&w);
+    CHECK(kvix_enginesub_spec_parse(&w, "5=tcp://w:1", &e) == KVIX_OK);
+    CHECK(kvix_enginesub_add(kvix_enginefeed_sub(f), &w, 0, &e) == KVIX_OK);
+    kvix_service_response r;
+    kvix_service_response_init(&r);
+    const char *bodies[] = {
+        "{\"instance_id\":18446744073709551615,\"endpoint\":\"tcp://h:1\",\"model_name\":\"m\","
+        "\"block_size\":16}",
+        "{\"instance_id\":1,\"endpoint\":\"ipc:///tmp/e\",\"model_name\":\"m\",\"tenant_id\":\"t\","
+        "\"block_size\":4,\"dp_rank\":3,\"replay_endpoint\":\"tcp://h:2\"}",
+    };
+    for (size_t i = 0; i < 2; i++) {
+        kvix_service_handle(s, "POST", "/register", bodies[i], strlen(bodies[i]), &r);
+        CHECK_U64(r.status, i == 0 ? 400 : 201); /* ids stop at 2^63-1 */
+    }
+    const char *third = "{\"instance_id\":7,\"endpoint\":\"tcp://h:3\",\"model_name\":\"m\","
+                        "\"block_size\":16}";
+    kvix_service_handle(s, "POST", "/register", third, strlen(third), &r);
+    CHECK_U64(r.status, 201);
+    kvix_buf b;
+    kvix_buf_init(&b);
+    size_t n = 0;
+    CHECK(kvix_service_registrations_encode(kvix_enginefeed_sub(f), &b, &n, &e) == KVIX_OK);
+    CHECK_U64(n, 2);
+    CHECK(kvix_buf_append(&b, "", 1, &e) == KVIX_OK);
+    CHECK_STR(b.data,
+              "[{\"instance_id\":1,\"endpoint\":\"ipc:///tmp/e\",\"model_name\":\"m\",\"tenant_id\":"
+              "\"t\",\"block_size\":4,\"dp_rank\":3,\"replay_endpoint\":\"tcp://h:2\"},"
+              "{\"instance_id\":7,\"endpoint\":\"tcp://h:3\",\"model_name\":\"m\",\"tenant_id\":"
+              "\"default\",\"block_size\":16,\"dp_rank\":0}]");
+    kvix_enginesub_spec *v = NULL;
+    CHECK(kvix_service_registrations_decode(b.data, b.len - 1, kvix_enginefeed_config(f), &v, &n,
+                                            &e) == KVIX_OK);
+    CHECK_U64(n, 2);
+    CHECK(v && v[0].worker == 1 && v[0].dp == 3 && v[0].block_size == 4);
+    CHECK_STR(v[0].endpoint, "ipc:///tmp/e");
+    CHECK_STR(v[0].replay, "tcp://h:2");
+    CHECK_STR(v[0].tenant, "t");
+    CHECK(v[1].worker == 7 && v[1].dp == 0 && !v[1].replay[0]);
+    CHECK_STR(v[1].tenant, "default");
+    free(v);
+    /* nothing registered: an empty array */
+    b.len = 0;
+    CHECK(kvix_service_registrations_encode(kvix_enginefeed_sub(f), &b, &n, &e) == KVIX_OK);
+    /* errors name the element */
+    static const struct {
+        const char *text;
+        int rc;
+        const char *msg;
+    } bad[] = {
+        {"{}", KVIX_EINVAL, "registrations: not a JSON array"},
+        {"[1]", KVIX_EINVAL, "registration 0: not a JSON object"},
+        {"[{\"instance_id\":1,\"endpoint\":\"tcp://h:1\",\"model_name\":\"m\",\"block_size\":4},"
+         "{\"instance_id\":2,\"endpoint\":\"udp://h:1\",\"model_name\":\"m\",\"block_size\":4}]",
+         KVIX_EINVAL, "registration 1: bad \"endpoint\""},
+        {"[{\"instance_id\":1,\"endpoint\":\"tcp://h:1\",\"model_name\":\"m:x\",\"block_size\":4}]",
+         KVIX_EINVAL, "registration 0: \"model_name\" \"m:x\" contains ':'"},
+        {"[{\"instance_id\":1,\"endpoint\":\"tcp://h:1\",\"model_name\":\"m\"}]", KVIX_EINVAL,
+         "registration 0: missing \"block_size\""},
+        {"[", KVIX_EINVAL, NULL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        v = NULL;
+        CHECK(kvix_service_registrations_decode(bad[i].text, strlen(bad[i].text),
+                                                kvix_enginefeed_config(f), &v, &n, &e) == bad[i].rc);
+        CHECK(v == NULL && n == 0);
+        if (bad[i].msg)
+            CHECK(strncmp(e.msg, bad[i].msg, strlen(bad[i].msg)) == 0);
+    }
+    kvix_buf_release(&b);
+    kvix_service_response_release(&r);
+    kvix_service_free(s);
+    kvix_enginefeed_free(f);
+    kvix_index_free(idx);
+}
+
 static int count_group(void *ctx, const char *model, const char *tenant, uint32_t bs,
                        uint64_t worker, uint32_t dp, int has_eid, uint64_t eid,
                        const kvix_block_info *b, size_t n)
