@@ -169,6 +169,11 @@ typedef struct kvi {
     const char *workers_file;
     kvix_peers *peers;    /* --peers and POST /register_peer */
     int loaded;           /* the index was loaded (a snapshot, a peer's state) */
+    /* POST /register's subscriptions kept in the snapshot, resubscribed at
+     * start (read with the subscriptions' defaults, cfg) */
+    const kvix_enginesub_config *cfg;
+    kvix_enginesub_spec *regs;
+    size_t nregs;
     /* unknown names met while the index held nothing yet: said at the end
      * if they are still unknown then (see on_unknown) */
     struct pending_unknown {
@@ -433,13 +438,83 @@ static _Noreturn void die_sys(kvi *k, const kvix_err *err)
     cli_die(KVIX_EXIT_SYS, "%s", err->msg);
 }
 
+/* The registrations the open snapshot s keeps (extension record 65), into
+ * k->regs: once (a start from peers reads them before any load), and never
+ * for -q (which subscribes to nothing) or --nats (whose service takes none). */
+static void take_registrations(kvi *k, const kvix_snapshot *s)
+{
+    if (k->regs || k->query_only || k->nopt.url)
+        return;
+    kvix_snapshot_ext e;
+    for (size_t i = 0; kvix_snapshot_ext_get(s, i, &e) == KVIX_OK; i++) {
+        if (e.type != KVIX_SNAPSHOT_EXT_REGISTRATIONS)
+            continue;
+        kvix_err err;
+        int rc = kvix_service_registrations_decode(e.data, e.len, k->cfg, &k->regs, &k->nregs,
+                                                   &err);
+        if (rc == KVIX_ENOMEM)
+            cli_die(KVIX_EXIT_SYS, "out of memory");
+        /* a file of ours that passed its checksum: a registration it keeps
+         * that this kvindex refuses (another bind mode) is said, not fatal */
+        if (rc)
+            cli_warn("%s: registrations not resubscribed: %s", k->snap, err.msg);
+        return;
+    }
+}
+
+/* With --peers the snapshot is loaded only when no peer answers, but its
+ * registrations are this replica's own: read before the subscriptions are. */
+static void peek_registrations(kvi *k)
+{
+    kvix_snapshot *s;
+    kvix_err err;
+    if (!k->snap || k->query_only || kvix_snapshot_open(&s, k->snap, &err))
+        return; /* a missing or bad file is said when it is loaded */
+    take_registrations(k, s);
+    kvix_snapshot_close(s);
+}
+
+/* Resubscribe the registrations the snapshot kept, after -w and the workers
+ * file (which win a conflict). Each (worker, dp) resumes after the last eid
+ * the index holds for it, as every subscription does (kvix_ingest_feed_new). */
+static void restore_registrations(kvi *k)
+{
+    kvix_enginefeed *f = kvix_ingest_feed(k->g);
+    if (!f || !k->nregs)
+        return;
+    size_t done = 0;
+    for (size_t i = 0; i < k->nregs; i++) {
+        const kvix_enginesub_spec *sp = &k->regs[i];
+        kvix_err err;
+        int rc = kvix_enginesub_add(kvix_enginefeed_sub(f), sp, KVIX_SERVICE_GROUP, &err);
+        if (rc == KVIX_ENOMEM)
+            cli_die(KVIX_EXIT_SYS, "out of memory");
+        if (rc)
+            cli_warn("%s: registration of worker %" PRIu64 " dp %" PRIu32 " (%s) not "
+                     "resubscribed: %s", k->snap, sp->worker, sp->dp, sp->endpoint, err.msg);
+        else
+            done++;
+    }
+    if (!k->quiet)
+        cli_warn("%s: resubscribed %zu of %zu registration%s (POST /register)", k->snap, done,
+                 k->nregs, k->nregs == 1 ? "" : "s");
+}
+
 /* 1 if the snapshot was there and loaded. A failed load leaves part of
  * the file in the index, unusable: it is freed before the exit. */
 static int load(kvi *k)
 {
     kvix_snapshot_info info;
     kvix_err err;
-    int rc = kvix_snapshot_load(kvix_ingest_index(k->g), k->snap, &info, &err);
+    kvix_snapshot *s = NULL;
+    int rc = kvix_snapshot_open(&s, k->snap, &err);
+    if (!rc) {
+        rc = kvix_snapshot_apply(s, kvix_ingest_index(k->g), &err);
+        kvix_snapshot_get_info(s, &info);
+        if (!rc)
+            take_registrations(k, s);
+        kvix_snapshot_close(s);
+    }
     if (rc == KVIX_ENOTFOUND && !k->query_only) {
         if (k->verbose)
             cli_warn("no snapshot %s yet: starting empty", k->snap);
@@ -1064,8 +1139,10 @@ static kvix_snapshot_lock *lock_snapshot(const kvi *k)
  * service up, then the peers; the snapshot only when no peer answered. */
 static void start_from_peers(kvi *k, kvargs *a, int feeding)
 {
-    if (feeding)
+    peek_registrations(k);
+    if (feeding || k->nregs)
         make_feed(k, &a->cfg, a->wargs, a->nw);
+    restore_registrations(k);
     if (a->listen)
         start_service(k, a->listen, a->http_threads);
     if (kvix_ingest_feed(k->g))
@@ -1090,8 +1167,9 @@ static void start_from_snapshot(kvi *k, kvargs *a, int feeding)
     if (!(k->snap && load(k)) && a->npeers && !recover(k))
         cli_warn("stream %s: starting empty from its first message", k->nopt.stream);
     kvix_ingest_rebase(k->g);
-    if (feeding)
+    if (feeding || k->nregs)
         make_feed(k, &a->cfg, a->wargs, a->nw);
+    restore_registrations(k);
     if (a->listen)
         start_service(k, a->listen, a->http_threads);
     if (kvix_ingest_feed(k->g))
@@ -1173,6 +1251,7 @@ int main(int argc, char **argv)
     kvix_natslog_opts_init(&k.nopt);
     k.nopt.name = "kvindex";
     kvix_err err;
+    k.cfg = &a.cfg;
     if (kvix_peers_new(&k.peers, &err))
         cli_die(KVIX_EXIT_SYS, "%s", err.msg);
     parse_options(&k, &a, argc, argv);
@@ -1193,7 +1272,9 @@ int main(int argc, char **argv)
         run_nats(&k);
     else if (!a.dynamo || a.nfiles) /* Dynamo's indexer reads no stdin */
         read_inputs(&k, &a);
-    int code = finish(&k, a.subscribing);
+    /* restored registrations are subscriptions too: served until a stop */
+    int code = finish(&k, a.subscribing || k.nregs);
+    free(k.regs);
     kvix_ingest_free(k.g);
     free(k.names);
     kvix_peers_free(k.peers);

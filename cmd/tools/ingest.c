@@ -478,14 +478,30 @@ int kvix_ingest_save(kvix_ingest *g, const char *path, const char *stream, uint6
         return 1;
     kvix_snapshot_info tmp;
     double t0 = seconds(CLOCK_MONOTONIC);
+    /* POST /register's subscriptions go with the index they feed
+     * (kvix-snapshot(5), EXTENSIONS, record 65), so a restart resubscribes
+     * them; a file without any is as before */
+    kvix_buf regs;
+    kvix_buf_init(&regs);
+    size_t nregs = 0;
+    int rc = g->feed ? kvix_service_registrations_encode(kvix_enginefeed_sub(g->feed), &regs,
+                                                         &nregs, err)
+                     : KVIX_OK;
+    if (rc) {
+        kvix_buf_release(&regs);
+        return rc;
+    }
+    kvix_snapshot_ext ext = {KVIX_SNAPSHOT_EXT_REGISTRATIONS, 0, regs.data, regs.len};
+    kvix_snapshot_save_opts so = {stream, seq, nregs ? &ext : NULL, nregs ? 1 : 0};
     if (g->svc)
         kvix_index_quiet_begin(g->idx); /* no /dump or /snapshot walks the index meanwhile */
     quiet_begin(g);
-    int rc = kvix_snapshot_save_at(g->idx, path, stream, seq, info ? info : &tmp, err);
+    rc = kvix_snapshot_save_with(g->idx, path, &so, info ? info : &tmp, err);
     uint64_t fed = feed_count(g, 1), fed_applied = feed_count(g, 0);
     quiet_end(g);
     if (g->svc)
         kvix_index_quiet_end(g->idx);
+    kvix_buf_release(&regs);
     if (rc)
         return rc;
     if (g->svc)

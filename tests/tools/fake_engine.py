@@ -36,7 +36,7 @@ publish options:
                          60 s: a sanitizer build on a loaded machine starts slowly)
   --pause-at N:FILE[:S]  after N rounds, wait (up to 60 s) until FILE exists, then until S
                          subscriptions in all were seen (a subscriber that came back);
-                         repeatable
+                         FILE.waiting is created when the pause is reached; repeatable
 """
 import argparse
 import io
@@ -329,6 +329,8 @@ class Engine:
         self.close()
 
     def pause(self, path, subs="0"):
+        # PATH.waiting says the pause is reached: every batch before it is out
+        open(path + ".waiting", "w").close()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             self.service(50)
