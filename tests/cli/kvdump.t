@@ -200,14 +200,27 @@ end
 # loaded SNAPSHOT (the index's own accounting, exact, not the summary's
 # rounded figure).
 index_bytes() {
+    # kv.err emptied here first: the background job's own 2>kv.err may come
+    # after `listening` has read the last run's line (a dead port: no
+    # metrics, seen in make check). The kvindex itself is waited for, not
+    # only timeout: the next run locks the same snapshot.
+    : >kv.err
     timeout --foreground 60 kvindex --listen 127.0.0.1:0 --backend "$2" -s "$1" </dev/null \
         >kv.out 2>kv.err 3>&- &
-    PIDS="$PIDS $!"
-    local url
-    url=$(listening kv.err) || { fail "kvindex never said where it listens"; return; }
-    curl -s "$url/metrics" | awk '$1 == "kvix_index_bytes" { print $2 }'
-    kill "$!" 2>/dev/null
-    wait "$!" 2>/dev/null
+    local tpid=$! url kpid i
+    PIDS="$PIDS $tpid"
+    if url=$(listening kv.err); then
+        curl -s "$url/metrics" | awk '$1 == "kvix_index_bytes" { print $2 }'
+    else
+        fail "kvindex never said where it listens"
+    fi
+    kpid=$(pgrep -P "$tpid" -x kvindex)
+    kill "$tpid" 2>/dev/null
+    wait "$tpid" 2>/dev/null
+    for i in $(seq 1200); do
+        [ -n "$kpid" ] && kill -0 "$kpid" 2>/dev/null || break
+        sleep 0.05
+    done
 }
 
 begin "--stats memory is the index's own: what kvindex reports for the same snapshot"

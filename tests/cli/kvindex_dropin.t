@@ -22,6 +22,7 @@ engine() { # engine ARGS...: a fake engine in the background
 start() {
     local e=$1
     shift
+    : >"$e" # before the job starts: `listening` must not read a previous run's line
     timeout --foreground 90 kvindex "$@" <in >kv.out 2>"$e" &
     KPID=$!
     PIDS="$PIDS $KPID"

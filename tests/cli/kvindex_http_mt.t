@@ -14,6 +14,7 @@ KPID=""
 # from ./in; sets URL once it says where it listens. A test that fails before
 # stopping it leaves it to the exit trap (procs.sh), timeout(1) and all.
 serve() {
+    : >kv.err # before the job starts: `listening` must not read a previous run's line
     timeout --foreground 120 kvindex --listen 127.0.0.1:0 "$@" <in >kv.out 2>kv.err 3>&- &
     KPID=$!
     PIDS="$PIDS $KPID"

@@ -21,6 +21,7 @@ engine() { # engine ARGS...: a fake engine in the background
 start() { # start ERRFILE ARGS...: kvindex --listen ARGS, stdin empty; URL
     local e=$1
     shift
+    : >"$e" # before the job starts: `listening` must not read a previous run's line
     timeout --foreground 240 kvindex --listen 127.0.0.1:0 "$@" </dev/null >kv.out 2>"$e" &
     KPID=$!
     PIDS="$PIDS $KPID"

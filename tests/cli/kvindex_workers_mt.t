@@ -26,6 +26,7 @@ engine() { # engine ARGS...: a fake engine in the background
 # serve ARGS...: kvindex --listen 127.0.0.1:0 ARGS in the background, stdin
 # empty; sets URL once it says where it listens.
 serve() {
+    : >kv.err # before the job starts: the loop below must not read a previous run's line
     timeout --foreground 90 kvindex --listen 127.0.0.1:0 "$@" </dev/null >kv.out 2>kv.err &
     KPID=$!
     URL=""

@@ -3,7 +3,9 @@
 #   PIDS                 add "$!" to it: killed (-9) with every process below it
 #                        (a `timeout CMD` leaves no orphaned CMD) when the test
 #                        script exits, and asserted gone
-#   listening ERRFILE    the URL a kvindex --listen said (on stderr) it serves
+#   listening ERRFILE    the URL a kvindex --listen said (on stderr) it serves; empty
+#                        ERRFILE before starting it (`: >ERRFILE`): a background job's own
+#                        redirection may come after this has read a previous run's line
 #   free_port            a loopback TCP port nobody listens on now
 # shellcheck shell=bash
 PIDS=""
