@@ -195,6 +195,8 @@ typedef struct kvix_enginesub_counts {
     kvix_enginesub_seq_counts seq;  /* gaps, replays, replayed, losses, restarts, duplicates,
                                   stale, refused: every subscription's, removed ones too */
     uint64_t decode_errors, bad_frames, partial_blocks, unknown_events;
+    /* events the decoder skipped or set apart, by rule (kvix_wire_counts) */
+    uint64_t remote, unknown_media, refused_events, placeholders, other_kinds;
     uint64_t dropped;          /* batches of ranks past ranks_max */
     uint64_t disconnects;      /* connections ZMQ gave up (over msg_max) */
     uint64_t messages;         /* every message received, live or replayed, good or not */

@@ -44,6 +44,28 @@ typedef enum kvix_medium {
     KVIX_MEDIUM_COUNT
 } kvix_medium;
 
+/* The kind of a KV cache group (hybrid models store each span once per
+ * group, kvix-events(5)): what the engine's kv_cache_spec_kind names. Only
+ * the full kinds hold a prefix a prompt can hit; the index keeps the others
+ * out of its answers (kvix/index.h). */
+typedef enum kvix_kind {
+    KVIX_KIND_NONE = 0,               /* not said (an event without the field) */
+    KVIX_KIND_FULL_ATTENTION,
+    KVIX_KIND_MLA_ATTENTION,
+    KVIX_KIND_SINK_FULL_ATTENTION,
+    KVIX_KIND_SLIDING_WINDOW,
+    KVIX_KIND_SLIDING_WINDOW_MLA,
+    KVIX_KIND_MAMBA,
+    KVIX_KIND_CHUNKED_LOCAL_ATTENTION,
+    KVIX_KIND_ENCODER_ONLY_ATTENTION,
+    KVIX_KIND_CROSS_ATTENTION,
+    KVIX_KIND_UNKNOWN,                /* "unknown", or a name kvix does not know */
+    KVIX_KIND_COUNT
+} kvix_kind;
+
+/* KV cache groups of one engine: group indices 0 .. KVIX_GROUPS_MAX - 1. */
+#define KVIX_GROUPS_MAX 64
+
 typedef struct kvix_block {
     uint64_t local; /* content hash (contract section 1) */
     uint64_t seq;   /* the engine's own hash for the block: opaque */
@@ -55,7 +77,8 @@ typedef struct kvix_event {
     uint32_t dp;
     int medium;             /* kvix_medium */
     unsigned has_eid : 1, has_ts : 1, has_parent : 1, has_tokens : 1, has_id : 1,
-        has_parent_at : 1, has_top : 1, explain : 1;
+        has_parent_at : 1, has_top : 1, explain : 1, has_group : 1, placeholder : 1,
+        eagle : 1;
     uint64_t eid;
     double ts;
     uint32_t bs;            /* stored: block size; query: 0 = the partition's */
@@ -66,6 +89,17 @@ typedef struct kvix_event {
      * the parent there: how a dump restores orphans. */
     uint32_t parent_position;
     uint64_t parent_canon;
+    /* stored / removed of a hybrid model, when has_group: the KV cache group
+     * (below KVIX_GROUPS_MAX) and, stored only, its kind (kvix_kind;
+     * KVIX_KIND_NONE when the engine did not say). */
+    uint32_t group;
+    int kind;
+    /* stored, placeholder: the engine names blocks it already published
+     * (hashes, nhashes) as now held in medium too, without their tokens
+     * (an offloading connector's store): no bs, no blocks. */
+    /* stored, eagle: the local hashes are EAGLE's (kvix_hash_eagle: windows
+     * of bs + 1 tokens stepping by bs); the tokens, when kept, are the
+     * nblocks * bs + 1 the windows span. */
     char model[KVIX_NAME_MAX];  /* default "default" */
     char tenant[KVIX_NAME_MAX]; /* default "default" */
     char lora[KVIX_NAME_MAX];   /* "" = no LoRA */
@@ -79,9 +113,10 @@ typedef struct kvix_event {
 
     kvix_block *blocks;     /* stored: nblocks blocks */
     size_t nblocks, cap_blocks;
-    uint64_t *hashes;       /* removed: engine hashes; query: local hashes */
+    uint64_t *hashes;       /* removed, placeholder: engine hashes; query: local hashes */
     size_t nhashes, cap_hashes;
-    uint32_t *tokens;       /* stored (forensic, nblocks*bs) or query tokens, when has_tokens */
+    uint32_t *tokens;       /* stored (forensic, nblocks*bs, eagle nblocks*bs+1) or query
+                             * tokens, when has_tokens */
     size_t ntokens, cap_tokens;
 } kvix_event;
 
@@ -109,6 +144,15 @@ int kvix_event_set_name(char dst[KVIX_NAME_MAX], const char *s, size_t len, kvix
 const char *kvix_medium_name(int medium);
 /* Parse a contract medium name; KVIX_EINVAL when unknown. */
 int kvix_medium_parse(const char *s, size_t len, int *out);
+/* "full_attention", "sliding_window", ... (kv_cache_spec_kind's names); ""
+ * for KVIX_KIND_NONE. Static string. */
+const char *kvix_kind_name(int kind);
+/* A kind by its name (exactly as the engines spell it); a name kvix does not
+ * know is KVIX_KIND_UNKNOWN (engines add kinds). */
+int kvix_kind_parse(const char *s, size_t len);
+/* 1 for the kinds whose blocks hold a prefix a prompt can hit: the full
+ * attention ones, and KVIX_KIND_NONE (an event that names no kind). */
+int kvix_kind_full(int kind);
 /* "stored", "removed", "cleared", "query"; "?" otherwise. Static string. */
 const char *kvix_event_type_name(int type);
 

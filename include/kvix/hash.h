@@ -58,6 +58,19 @@ uint64_t kvix_hash_seq_next(uint64_t prev, uint64_t local);
 size_t kvix_hash_blocks(const uint32_t *tokens, size_t ntokens, size_t bs, uint64_t seed,
                         uint64_t *local_out, uint64_t *seq_out);
 
+/* EAGLE's blocks (SGLang's speculative decoding publishes token pairs; NVIDIA
+ * Dynamo's newest router hashes them so, and its frontend hashes requests to
+ * such engines alike): block i is the local hash of the bs + 1 tokens
+ * tokens[i*bs .. i*bs + bs] (the block and the first token of the next),
+ * with the seed rules of kvix_hash_local; the rolling hash as
+ * kvix_hash_blocks. A block needs the token after it, so ntokens tokens make
+ * kvix_hash_eagle_count(ntokens, bs) = (ntokens - 1) / bs blocks (0 for no
+ * token): that many are written (either output may be NULL) and returned.
+ * bs must be > 0. */
+size_t kvix_hash_blocks_eagle(const uint32_t *tokens, size_t ntokens, size_t bs, uint64_t seed,
+                              uint64_t *local_out, uint64_t *seq_out);
+size_t kvix_hash_eagle_count(size_t ntokens, size_t bs);
+
 /* PositionalSequenceHash of a block at position pos. KVIX_ERANGE when
  * pos >= KVIX_PSH_POS_LIMIT. */
 int kvix_hash_psh(uint64_t seq, uint64_t pos, uint64_t local, kvix_u128 *out, kvix_err *err);

@@ -29,10 +29,21 @@ typedef struct kvix_wire_source {
     int keep_tokens;      /* keep token ids in stored events (--tokens) */
 } kvix_wire_source;
 
-/* Counters of what decoding skipped. */
+/* Counters of what decoding skipped or set apart (kvsub(1) lists the rules).
+ * A skipped event is not delivered; the rest of its batch is. */
 typedef struct kvix_wire_counts {
     uint64_t partial_blocks;  /* stored events below the block size: skipped */
     uint64_t unknown_events;  /* event types skipped (BlockInactive, ...) */
+    uint64_t remote;          /* events of another locality (not "LOCAL"): skipped */
+    uint64_t unknown_media;   /* events of a medium no tier is known for: skipped */
+    uint64_t refused;         /* stores whose hashes repeat or equal their parent, a block
+                                 size of 0 with tokens, a group index or a field of the
+                                 wrong type: skipped */
+    uint64_t placeholders;    /* placeholder stores (no tokens, a tier added to hashes
+                                 already published): delivered as such */
+    uint64_t other_kinds;     /* stores of a KV cache group whose kind is not a full one:
+                                 delivered (with their hashes only) for the index to
+                                 learn the kind and keep them out of its answers */
     uint32_t dp;              /* out: the rank of the last batch decoded (its own, else
                                  the registered one), even when it held no event */
 } kvix_wire_counts;
@@ -42,9 +53,19 @@ typedef struct kvix_wire_counts {
 typedef int (*kvix_wire_event_fn)(void *ctx, const kvix_event *ev);
 
 /* Decode one batch payload (the third frame) with sequence number seq (the
- * events' eid; a seq past KVIX_EID_MAX gives events without an eid). Events are delivered in batch order. A malformed payload
- * delivers nothing and returns KVIX_EINVAL / KVIX_ELIMIT: batches are
- * checked whole before any event is delivered. counts may be NULL. */
+ * events' eid; a seq past KVIX_EID_MAX gives events without an eid). Every
+ * form of kvsub(1)'s compatibility table is read: the batch as an array or a
+ * map, events as tagged arrays of any length or maps. Events are delivered
+ * in batch order, skipped ones counted (kvix_wire_counts). A malformed
+ * payload delivers nothing and returns KVIX_EINVAL / KVIX_ELIMIT: batches
+ * are checked whole before any event is delivered. counts may be NULL.
+ *
+ * What a stored event becomes: blocks with their local hashes computed from
+ * token_ids (EAGLE's token pairs with kvix_hash_blocks_eagle, ev->eagle set);
+ * a placeholder store (no tokens, block size 0, a tier other than gpu) a
+ * placeholder event of hashes; a store of a KV cache group of a kind that is
+ * not a full one an event of hashes with its group and kind (such groups
+ * may skip blocks, so their tokens need not line up with their hashes). */
 int kvix_wire_decode(const void *payload, size_t len, uint64_t seq,
                      const kvix_wire_source *src, kvix_wire_event_fn fn, void *ctx,
                      kvix_wire_counts *counts, kvix_err *err);
@@ -60,8 +81,11 @@ typedef enum kvix_wire_style {
 int kvix_wire_encode(const kvix_event *const *ev, size_t n, double ts, uint32_t dp,
                      kvix_wire_style style, kvix_buf *out, kvix_err *err);
 
-/* The medium names engines use, mapped to kvix tiers ("GPU", "CPU_PINNED",
- * "CPU_TIER1", "CPU_TIER2" -> cpu, "DISK", "EXTERNAL"); unknown -> gpu. */
+/* The medium names engines use, mapped to kvix tiers as NVIDIA Dynamo maps
+ * them, ignoring case: "GPU", "DEVICE", "" -> gpu; "CPU", "CPU_PINNED",
+ * "CPU_TIER1" -> cpu; "CPU_TIER2", "DISK", "NVME", "STORAGE", "FS", "OBJ" ->
+ * disk; "EXTERNAL", "NETWORK", "REMOTE", "SHARED" -> external. s NULL (nil
+ * on the wire) is gpu; any other name is -1: not guessed. */
 int kvix_wire_medium(const char *s, size_t len);
 
 #ifdef __cplusplus

@@ -13,13 +13,15 @@
 enum {
     K_TYPE, K_WORKER, K_DP, K_MODEL, K_TENANT, K_MEDIUM, K_EID, K_TS, K_BS, K_PARENT,
     K_BLOCKS, K_LORA, K_TOKENS, K_HASHES, K_LOCAL, K_ID, K_TOKEN_IDS, K_PROMPT_TOKEN_IDS,
-    K_PARENT_POSITION, K_PARENT_CANON, K_TOP, K_EXPLAIN, K_WORKERS, K_COUNT
+    K_PARENT_POSITION, K_PARENT_CANON, K_TOP, K_EXPLAIN, K_WORKERS, K_GROUP, K_KIND,
+    K_PLACEHOLDER, K_EAGLE, K_COUNT
 };
 
 static const char *const key_names[K_COUNT] = {
     "type", "worker", "dp", "model", "tenant", "medium", "eid", "ts", "bs", "parent",
     "blocks", "lora", "tokens", "hashes", "local", "id", "token_ids", "prompt_token_ids",
-    "parent_position", "parent_canon", "top", "explain", "workers",
+    "parent_position", "parent_canon", "top", "explain", "workers", "group", "kind",
+    "placeholder", "eagle",
 };
 
 static int key_index(const char *k, size_t len)
@@ -138,6 +140,18 @@ static int get_array(const sv *v, const char *what, kvix_err *err)
     return KVIX_OK;
 }
 
+/* An optional boolean field: absent or null is false. */
+static int get_flag(const sv *v, const char *what, int *out, kvix_err *err)
+{
+    *out = 0;
+    if (!v || v->kind == SV_NIL)
+        return KVIX_OK;
+    if (v->kind != SV_BOOL)
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "%s is not a boolean", what);
+    *out = v->u != 0;
+    return KVIX_OK;
+}
+
 static int get_token(const sv *v, const char *what, size_t i, uint32_t *out, kvix_err *err)
 {
     if (v->kind == SV_UINT && v->u <= UINT32_MAX) {
@@ -230,7 +244,9 @@ static int get_blocks(const sv *v, kvix_event *ev, kvix_err *err)
     return KVIX_OK;
 }
 
-/* A stored event's forensic tokens: one array of bs ids per block. */
+/* A stored event's forensic tokens: one array of bs ids per block, or with
+ * eagle the bs + 1 each block was hashed over (the next block's first
+ * token too: windows that overlap by one, kept once). */
 static int get_block_tokens(const sv *v, kvix_event *ev, kvix_err *err)
 {
     int rc;
@@ -239,11 +255,13 @@ static int get_block_tokens(const sv *v, kvix_event *ev, kvix_err *err)
     if (v->n != ev->nblocks)
         return kvix_err_set(err, KVIX_EINVAL, "\"tokens\" has %zu arrays for %zu blocks", v->n,
                             ev->nblocks);
-    if ((uint64_t)ev->nblocks * ev->bs > KVIX_TOKENS_MAX)
-        return kvix_err_set(err, KVIX_ELIMIT, "too many tokens: %" PRIu64 " (limit %u)",
-                            (uint64_t)ev->nblocks * ev->bs, KVIX_TOKENS_MAX);
-    if ((rc = kvix_event_reserve_tokens(ev, ev->nblocks * ev->bs, err)))
+    uint64_t total = (uint64_t)ev->nblocks * ev->bs + (ev->eagle && ev->nblocks);
+    if (total > KVIX_TOKENS_MAX)
+        return kvix_err_set(err, KVIX_ELIMIT, "too many tokens: %" PRIu64 " (limit %u)", total,
+                            KVIX_TOKENS_MAX);
+    if ((rc = kvix_event_reserve_tokens(ev, (size_t)total, err)))
         return rc;
+    size_t span = ev->bs + ev->eagle;
     char where[48];
     for (size_t i = 0; i < v->n; i++) {
         sv a;
@@ -251,17 +269,27 @@ static int get_block_tokens(const sv *v, kvix_event *ev, kvix_err *err)
         snprintf(where, sizeof where, "\"tokens\"[%zu]", i);
         if ((rc = get_array(&a, where, err)))
             return rc;
-        if (a.n != ev->bs)
-            return kvix_err_set(err, KVIX_EINVAL, "%s has %zu tokens, expected bs %" PRIu32,
-                                where, a.n, ev->bs);
+        if (a.n != span)
+            return kvix_err_set(err, KVIX_EINVAL, "%s has %zu tokens, expected %s%" PRIu32,
+                                where, a.n, ev->eagle ? "bs + 1 = " : "bs ", (uint32_t)span);
         for (size_t j = 0; j < a.n; j++) {
             sv t;
+            uint32_t id = 0;
             a.ops->item(&a, j, &t);
-            if ((rc = get_token(&t, where, j, &ev->tokens[i * ev->bs + j], err)))
+            if ((rc = get_token(&t, where, j, &id, err)))
                 return rc;
+            size_t at = i * ev->bs + j; /* an EAGLE window's last is the next one's first */
+            if (j == 0 && i > 0 && ev->eagle) {
+                if (ev->tokens[at] != id)
+                    return kvix_err_set(err, KVIX_EINVAL,
+                                        "%s does not start with the last token of the one before",
+                                        where);
+                continue;
+            }
+            ev->tokens[at] = id;
         }
     }
-    ev->ntokens = ev->nblocks * ev->bs;
+    ev->ntokens = (size_t)total;
     ev->has_tokens = 1;
     return KVIX_OK;
 }
@@ -362,6 +390,67 @@ static int decode_parent_at(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
     return KVIX_OK;
 }
 
+/* "group" and "kind" (kvix's KV cache groups, kvix-events(5)): a kind
+ * without a group is group 0's. */
+static int decode_group(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
+{
+    int rc;
+    uint64_t u;
+    if (f[K_GROUP] && f[K_GROUP]->kind != SV_NIL) {
+        if ((rc = get_uint(f[K_GROUP], "\"group\"", 0, KVIX_GROUPS_MAX - 1, &u, err)))
+            return rc;
+        ev->has_group = 1;
+        ev->group = (uint32_t)u;
+    }
+    if (ev->type == KVIX_EV_STORED && f[K_KIND] && f[K_KIND]->kind != SV_NIL) {
+        const sv *k = f[K_KIND];
+        if (k->kind != SV_STR)
+            return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "\"kind\" is not a string");
+        ev->kind = kvix_kind_parse(k->s, k->len);
+        ev->has_group = 1;
+    }
+    return KVIX_OK;
+}
+
+/* A stored event: blocks, or (a placeholder, a group of a kind that is not
+ * a full one) the engine's hashes only. */
+static int decode_stored(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
+{
+    int rc, flag;
+    if ((rc = get_flag(f[K_PLACEHOLDER], "\"placeholder\"", &flag, err)))
+        return rc;
+    ev->placeholder = (unsigned)flag;
+    if ((rc = get_flag(f[K_EAGLE], "\"eagle\"", &flag, err)))
+        return rc;
+    ev->eagle = (unsigned)flag;
+    if (!ev->placeholder && (!f[K_BS] || f[K_BS]->kind == SV_NIL))
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_MISSING, "missing \"bs\"");
+    if (f[K_PARENT] && f[K_PARENT]->kind != SV_NIL) {
+        if ((rc = get_hash(f[K_PARENT], "\"parent\"", &ev->parent, err)))
+            return rc;
+        ev->has_parent = 1;
+    }
+    if ((rc = decode_parent_at(f, ev, err)))
+        return rc;
+    int has_blocks = f[K_BLOCKS] && f[K_BLOCKS]->kind != SV_NIL;
+    int has_hashes = f[K_HASHES] && f[K_HASHES]->kind != SV_NIL;
+    if (ev->placeholder || (!has_blocks && has_hashes && ev->has_group && !kvix_kind_full(ev->kind))) {
+        if (!has_hashes)
+            return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_MISSING,
+                                       "missing \"hashes\" in a placeholder");
+        if (has_blocks)
+            return kvix_err_set(err, KVIX_EINVAL, "a placeholder with \"blocks\"");
+        return get_hashes(f[K_HASHES], "\"hashes\"", ev, err);
+    }
+    if (!has_blocks)
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_MISSING, "missing \"blocks\"");
+    if ((rc = get_blocks(f[K_BLOCKS], ev, err)))
+        return rc;
+    if (f[K_TOKENS] && f[K_TOKENS]->kind != SV_NIL)
+        return get_block_tokens(f[K_TOKENS], ev, err);
+    return KVIX_OK;
+}
+
 static int decode_event(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
 {
     int rc;
@@ -375,24 +464,11 @@ static int decode_event(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
             return rc;
         ev->dp = (uint32_t)u;
     }
+    if (ev->type != KVIX_EV_CLEARED && (rc = decode_group(f, ev, err)))
+        return rc;
     switch (ev->type) {
     case KVIX_EV_STORED:
-        if (!f[K_BS] || f[K_BS]->kind == SV_NIL)
-            return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_MISSING, "missing \"bs\"");
-        if (f[K_PARENT] && f[K_PARENT]->kind != SV_NIL) {
-            if ((rc = get_hash(f[K_PARENT], "\"parent\"", &ev->parent, err)))
-                return rc;
-            ev->has_parent = 1;
-        }
-        if ((rc = decode_parent_at(f, ev, err)))
-            return rc;
-        if (!f[K_BLOCKS])
-            return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_MISSING, "missing \"blocks\"");
-        if ((rc = get_blocks(f[K_BLOCKS], ev, err)))
-            return rc;
-        if (f[K_TOKENS] && f[K_TOKENS]->kind != SV_NIL)
-            return get_block_tokens(f[K_TOKENS], ev, err);
-        return KVIX_OK;
+        return decode_stored(f, ev, err);
     case KVIX_EV_REMOVED:
         if (!f[K_HASHES])
             return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_MISSING, "missing \"hashes\"");

@@ -70,6 +70,11 @@ int kvix_mp_framer_scan(kvix_mp_framer *f, const char *rec, size_t len, size_t *
 int kvix_mp_decode_record(kvix_mp_framer *f, const char *rec, size_t len, kvix_event *ev,
                           kvix_err *err);
 
+/* Shared by the encoders: how many tokens each block's array of a stored
+ * event's "tokens" holds (bs, or bs + 1 with eagle), 0 when the event has
+ * none to write (lib/stream_json.c). */
+size_t kvix_stream_token_span(const kvix_event *ev);
+
 /* Shared by the encoders: text of a double that reads back to the same value. */
 void kvix_stream_fmt_double(double d, char out[32]);
 

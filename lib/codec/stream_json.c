@@ -434,9 +434,20 @@ static int app_tokens(kvix_buf *b, const uint32_t *t, size_t n, kvix_err *err)
     return KVIX_OK;
 }
 
+/* A stored event's tokens as the record keeps them (kvix-events(5)): an
+ * array per block, of bs ids, or of bs + 1 for EAGLE's windows. 0 when the
+ * event has none in that shape. */
+size_t kvix_stream_token_span(const kvix_event *ev)
+{
+    if (!ev->has_tokens || !ev->bs || !ev->nblocks)
+        return 0;
+    size_t want = ev->nblocks * ev->bs + ev->eagle;
+    return ev->ntokens == want ? ev->bs + ev->eagle : 0;
+}
+
 static int to_json_stored(const kvix_event *ev, kvix_buf *out, kvix_err *err)
 {
-    int rc = app_u64(out, ",\"bs\":", ev->bs, err);
+    int rc = ev->bs || !ev->placeholder ? app_u64(out, ",\"bs\":", ev->bs, err) : KVIX_OK;
     if (!rc)
         rc = ev->has_parent ? app_hex(out, ",\"parent\":", ev->parent, err)
                             : app(out, ",\"parent\":null", err);
@@ -445,6 +456,12 @@ static int to_json_stored(const kvix_event *ev, kvix_buf *out, kvix_err *err)
         if (!rc)
             rc = app_hex(out, ",\"parent_canon\":", ev->parent_canon, err);
     }
+    if (!rc && ev->placeholder)
+        rc = app(out, ",\"placeholder\":true", err);
+    if (!rc && ev->eagle)
+        rc = app(out, ",\"eagle\":true", err);
+    if (!rc && !ev->nblocks && ev->nhashes) /* a placeholder, a group of another kind */
+        return app_hash_array(out, ",\"hashes\":[", ev->hashes, ev->nhashes, err);
     if (!rc)
         rc = app(out, ",\"blocks\":[", err);
     for (size_t i = 0; i < ev->nblocks && !rc; i++) {
@@ -458,13 +475,14 @@ static int to_json_stored(const kvix_event *ev, kvix_buf *out, kvix_err *err)
         rc = app(out, "]", err);
     if (!rc && ev->lora[0])
         rc = app_str(out, ",\"lora\":", ev->lora, err);
-    if (!rc && ev->has_tokens && ev->bs && ev->ntokens == ev->nblocks * ev->bs) {
+    size_t span = kvix_stream_token_span(ev);
+    if (!rc && span) {
         rc = app(out, ",\"tokens\":[", err);
         for (size_t i = 0; i < ev->nblocks && !rc; i++) {
             if (i)
                 rc = app(out, ",", err);
             if (!rc)
-                rc = app_tokens(out, ev->tokens + i * ev->bs, ev->bs, err);
+                rc = app_tokens(out, ev->tokens + i * ev->bs, span, err);
         }
         if (!rc)
             rc = app(out, "]", err);
@@ -531,6 +549,11 @@ int kvix_event_to_json(const kvix_event *ev, kvix_buf *out, kvix_err *err)
         rc = app_str(out, ",\"medium\":", kvix_medium_name(ev->medium), err);
     if (!rc && ev->has_eid)
         rc = app_u64(out, ",\"eid\":", ev->eid, err);
+    if (!rc && ev->has_group && ev->type != KVIX_EV_CLEARED) {
+        rc = app_u64(out, ",\"group\":", ev->group, err);
+        if (!rc && ev->kind != KVIX_KIND_NONE && ev->type == KVIX_EV_STORED)
+            rc = app_str(out, ",\"kind\":", kvix_kind_name(ev->kind), err);
+    }
     if (!rc && ev->has_ts) {
         char d[32];
         kvix_stream_fmt_double(ev->ts, d);

@@ -592,9 +592,20 @@ static int pack_query(msgpack_packer *pk, const kvix_event *ev, kvix_err *err)
     return KVIX_OK;
 }
 
-static void pack_stored(msgpack_packer *pk, const kvix_event *ev, int with_tokens)
+/* The keys pack_stored writes (after the common ones). */
+static size_t stored_keys(const kvix_event *ev, size_t span)
 {
-    pk_kv_u64(pk, "bs", ev->bs);
+    size_t n = 2 + (ev->bs || !ev->placeholder) + ev->placeholder + ev->eagle +
+               2 * (ev->has_parent && ev->has_parent_at);
+    if (!ev->nblocks && ev->nhashes)
+        return n;
+    return n + !!ev->lora[0] + !!span;
+}
+
+static void pack_stored(msgpack_packer *pk, const kvix_event *ev, size_t span)
+{
+    if (ev->bs || !ev->placeholder)
+        pk_kv_u64(pk, "bs", ev->bs);
     pk_str(pk, "parent");
     if (ev->has_parent)
         msgpack_pack_uint64(pk, ev->parent);
@@ -603,6 +614,18 @@ static void pack_stored(msgpack_packer *pk, const kvix_event *ev, int with_token
     if (ev->has_parent && ev->has_parent_at) {
         pk_kv_u64(pk, "parent_position", ev->parent_position);
         pk_kv_u64(pk, "parent_canon", ev->parent_canon);
+    }
+    if (ev->placeholder) {
+        pk_str(pk, "placeholder");
+        msgpack_pack_true(pk);
+    }
+    if (ev->eagle) {
+        pk_str(pk, "eagle");
+        msgpack_pack_true(pk);
+    }
+    if (!ev->nblocks && ev->nhashes) { /* a placeholder, a group of another kind */
+        pack_hashes(pk, "hashes", ev->hashes, ev->nhashes);
+        return;
     }
     pk_str(pk, "blocks");
     msgpack_pack_array(pk, ev->nblocks);
@@ -613,11 +636,11 @@ static void pack_stored(msgpack_packer *pk, const kvix_event *ev, int with_token
     }
     if (ev->lora[0])
         pk_kv_str(pk, "lora", ev->lora);
-    if (with_tokens) {
+    if (span) {
         pk_str(pk, "tokens");
         msgpack_pack_array(pk, ev->nblocks);
         for (size_t i = 0; i < ev->nblocks; i++)
-            pack_tokens(pk, ev->tokens + i * ev->bs, ev->bs);
+            pack_tokens(pk, ev->tokens + i * ev->bs, span);
     }
 }
 
@@ -632,11 +655,12 @@ int kvix_event_to_msgpack(const kvix_event *ev, kvix_buf *out, kvix_err *err)
         rc = pack_query(&pk, ev, err);
     } else if (ev->type == KVIX_EV_STORED || ev->type == KVIX_EV_REMOVED ||
                ev->type == KVIX_EV_CLEARED) {
-        int with_tokens = ev->type == KVIX_EV_STORED && ev->has_tokens && ev->bs &&
-                          ev->ntokens == ev->nblocks * ev->bs;
-        size_t n = 6 + ev->has_eid + ev->has_ts;
+        size_t span = ev->type == KVIX_EV_STORED ? kvix_stream_token_span(ev) : 0;
+        int group = ev->has_group && ev->type != KVIX_EV_CLEARED;
+        int kind = group && ev->type == KVIX_EV_STORED && ev->kind != KVIX_KIND_NONE;
+        size_t n = 6 + ev->has_eid + ev->has_ts + group + kind;
         if (ev->type == KVIX_EV_STORED)
-            n += 3 + !!ev->lora[0] + with_tokens + 2 * (ev->has_parent && ev->has_parent_at);
+            n += stored_keys(ev, span);
         else if (ev->type == KVIX_EV_REMOVED)
             n += 1;
         msgpack_pack_map(&pk, n);
@@ -648,12 +672,16 @@ int kvix_event_to_msgpack(const kvix_event *ev, kvix_buf *out, kvix_err *err)
         pk_kv_str(&pk, "medium", kvix_medium_name(ev->medium));
         if (ev->has_eid)
             pk_kv_u64(&pk, "eid", ev->eid);
+        if (group)
+            pk_kv_u64(&pk, "group", ev->group);
+        if (kind)
+            pk_kv_str(&pk, "kind", kvix_kind_name(ev->kind));
         if (ev->has_ts) {
             pk_str(&pk, "ts");
             msgpack_pack_double(&pk, ev->ts);
         }
         if (ev->type == KVIX_EV_STORED)
-            pack_stored(&pk, ev, with_tokens);
+            pack_stored(&pk, ev, span);
         else if (ev->type == KVIX_EV_REMOVED)
             pack_hashes(&pk, "hashes", ev->hashes, ev->nhashes);
     } else {

@@ -6,8 +6,10 @@
  * nesting is bounded (WIRE_DEPTH_MAX).
  *
  * Decoding is two passes over the object tree: the first validates the whole
- * batch and sizes the output, the second computes the local hashes and
- * delivers the events, so a malformed batch delivers nothing. */
+ * batch, sizes the output and tells which events are skipped (counted by
+ * rule: kvix_wire_counts), the second computes the local hashes and delivers
+ * the events, so a malformed batch delivers nothing. The fields' values are
+ * read by lib/wire_fields.c. */
 #include "kvix/wire.h"
 
 #include <math.h>
@@ -18,9 +20,11 @@
 
 #include "msgpack_bounded_int.h"
 #include "utf8_int.h"
+#include "wire_int.h"
 
-/* Deepest nesting accepted: a batch needs 6 (batch, events, event,
- * extra_keys, per-block list, an entry); more is hostile. */
+/* Deepest nesting accepted: a batch needs 7 (batch, events, event,
+ * extra_keys, per-block list, a multimodal pair, its identifier); more is
+ * hostile. */
 #define WIRE_DEPTH_MAX 12
 
 /* Parse payload[0..len) whole into *root (objects in z). */
@@ -50,122 +54,51 @@ static int parse(const char *payload, size_t len, msgpack_zone *z, msgpack_objec
     return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_MSGPACK, "malformed msgpack at byte %zu", off);
 }
 
-/* ---- the engine's fields ------------------------------------------------ */
-
-int kvix_wire_medium(const char *s, size_t len)
-{
-    static const struct { const char *name; int medium; } map[] = {
-        {"GPU", KVIX_MEDIUM_GPU},        {"CPU_PINNED", KVIX_MEDIUM_CPU},
-        {"CPU_TIER1", KVIX_MEDIUM_CPU},  {"CPU_TIER2", KVIX_MEDIUM_CPU},
-        {"CPU", KVIX_MEDIUM_CPU},        {"DISK", KVIX_MEDIUM_DISK},
-        {"EXTERNAL", KVIX_MEDIUM_EXTERNAL},
-    };
-    if (!s)
-        return KVIX_MEDIUM_GPU;
-    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-        if (strlen(map[i].name) == len && memcmp(map[i].name, s, len) == 0)
-            return map[i].medium;
-    return KVIX_MEDIUM_GPU;
-}
-
-static bool is_nil(const msgpack_object *o)
-{
-    return !o || o->type == MSGPACK_OBJECT_NIL;
-}
-
-static bool str_is_n(const msgpack_object *o, const char *s, size_t n)
-{
-    return o->type == MSGPACK_OBJECT_STR && o->via.str.size == n &&
-           memcmp(o->via.str.ptr, s, n) == 0;
-}
+/* ---- events' fields ------------------------------------------------------ */
 
 /* Compare with a string literal, its length known at compile time. */
-#define str_is(o, lit) str_is_n((o), (lit), sizeof(lit) - 1)
+#define str_is(o, lit) kvix_wf_str_is((o), (lit), sizeof(lit) - 1)
 
-/* An engine block hash: uint, negative int (SGLang's signed int64, the same
- * bits), or a bin of 1..32 bytes whose last 8 are the u64, big-endian. */
-static int get_hash(const msgpack_object *o, uint64_t *out)
-{
-    switch (o->type) {
-    case MSGPACK_OBJECT_POSITIVE_INTEGER:
-        *out = o->via.u64;
-        return 0;
-    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
-        *out = (uint64_t)o->via.i64;
-        return 0;
-    case MSGPACK_OBJECT_BIN: {
-        uint32_t n = o->via.bin.size;
-        if (n == 0 || n > 32)
-            return -1;
-        const unsigned char *p = (const unsigned char *)o->via.bin.ptr;
-        uint64_t v = 0;
-        for (uint32_t i = n > 8 ? n - 8 : 0; i < n; i++)
-            v = v << 8 | p[i];
-        *out = v;
-        return 0;
-    }
-    default:
-        return -1;
-    }
-}
-
-/* A token id. With SGLang's EAGLE the radix keys are bigrams
- * (token[i], token[i+1]): the token at position i is the pair's first. */
-static int get_token(const msgpack_object *o, uint32_t *out)
-{
-    if (o->type == MSGPACK_OBJECT_ARRAY) {
-        if (o->via.array.size == 0)
-            return -1;
-        o = &o->via.array.ptr[0];
-    }
-    if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER || o->via.u64 > UINT32_MAX)
-        return -1;
-    *out = (uint32_t)o->via.u64;
-    return 0;
-}
-
-/* A vLLM extra key that is a multimodal hash: 64 hex digits, of which the
- * first 16 are the u64 the local hash takes. Other keys (a LoRA name, a
- * cache salt, prompt-embedding ids) do not enter the local hash. */
-static bool mm_hash(const msgpack_object *o, uint64_t *out)
-{
-    if (o->type != MSGPACK_OBJECT_STR || o->via.str.size != 64)
-        return false;
-    const char *s = o->via.str.ptr;
-    for (int i = 0; i < 64; i++) {
-        char c = s[i];
-        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')))
-            return false;
-    }
-    return kvix_parse_hex64(s, 16, out) == 0;
-}
-
-/* Fields of an event, by position in array events (the type is element 0)
- * and by key in map events. */
-enum { F_HASHES, F_PARENT, F_TOKENS, F_BS, F_LORA_ID, F_MEDIUM, F_LORA, F_EXTRA, F_COUNT };
+/* Fields of an event, by position in array events (the type is element 0,
+ * field i element i + 1, up to F_POSITIONAL) and by key in map events. */
+enum {
+    F_HASHES, F_PARENT, F_TOKENS, F_BS, F_LORA_ID, F_MEDIUM, F_LORA, F_EXTRA, F_GROUP, F_KIND,
+    F_WINDOW,
+    F_POSITIONAL,              /* the fields past it are map keys only: */
+    F_LOCALITY = F_POSITIONAL, /* vLLM 0.27+ */
+    F_SALT,                    /* SGLang's map events */
+    F_COUNT
+};
 
 #define KEY(s) {s, sizeof(s) - 1}
-static const struct { const char *s; size_t n; } stored_keys[F_COUNT] = {
+static const struct { const char *s; size_t n; } field_keys[F_COUNT] = {
     KEY("block_hashes"), KEY("parent_block_hash"), KEY("token_ids"), KEY("block_size"),
     KEY("lora_id"),      KEY("medium"),            KEY("lora_name"), KEY("extra_keys"),
+    KEY("group_idx"),    KEY("kv_cache_spec_kind"), KEY("kv_cache_spec_sliding_window"),
+    KEY("locality"),     KEY("cache_salt"),
 };
 #undef KEY
 
-/* The position of each field in a BlockRemoved array: hashes, medium. */
-static const int removed_pos[F_COUNT] = {1, -1, -1, -1, -1, 2, -1, -1};
+/* The position of each field in a BlockRemoved array: hashes, medium, group. */
+static const int removed_pos[F_POSITIONAL] = {1, -1, -1, -1, -1, 2, -1, -1, 3, -1, -1};
+
+/* Why an event is not delivered (each counted in kvix_wire_counts). */
+enum { SK_NONE, SK_UNKNOWN, SK_PARTIAL, SK_REMOTE, SK_MEDIUM, SK_REFUSED, SK_EMPTY };
 
 typedef struct wview {
     int type; /* KVIX_EV_*; KVIX_EV_NONE: skipped */
     const msgpack_object *f[F_COUNT];
-    uint32_t bs;
-    int medium;
+    uint32_t bs, group;
+    int medium, kind;
+    bool has_group, placeholder, eagle;
+    bool hashes_only; /* delivered as the engine's hashes (a placeholder, another kind) */
 } wview;
 
 static void collect(const msgpack_object *e, int type, wview *v)
 {
     memset(v->f, 0, sizeof v->f);
     if (e->type == MSGPACK_OBJECT_ARRAY) {
-        for (int i = 0; i < F_COUNT; i++) {
+        for (int i = 0; i < F_POSITIONAL; i++) {
             uint32_t pos = type == KVIX_EV_REMOVED ? (uint32_t)removed_pos[i] : (uint32_t)i + 1;
             if (pos < e->via.array.size)
                 v->f[i] = &e->via.array.ptr[pos];
@@ -177,7 +110,7 @@ static void collect(const msgpack_object *e, int type, wview *v)
         if (key->type != MSGPACK_OBJECT_STR)
             continue;
         for (int i = 0; i < F_COUNT; i++)
-            if (str_is_n(key, stored_keys[i].s, stored_keys[i].n)) {
+            if (kvix_wf_str_is(key, field_keys[i].s, field_keys[i].n)) {
                 v->f[i] = &e->via.map.ptr[k].val;
                 break;
             }
@@ -198,7 +131,10 @@ static const msgpack_object *event_type(const msgpack_object *e)
 
 typedef struct wsize {
     size_t blocks, hashes, tokens; /* largest of any event: reserved before delivery */
-    uint64_t partial, unknown;
+    uint64_t *scratch;             /* room for the most hashes of one event */
+    size_t scratch_cap;
+    msgpack_zone *z;
+    kvix_wire_counts c; /* what the batch skipped or set apart: counted once it decodes */
 } wsize;
 
 static int check_hashes(const msgpack_object *o, size_t i, const char *what, kvix_err *err)
@@ -210,40 +146,76 @@ static int check_hashes(const msgpack_object *o, size_t i, const char *what, kvi
                             o->via.array.size, KVIX_EVENT_BLOCKS_MAX);
     uint64_t h;
     for (uint32_t k = 0; k < o->via.array.size; k++)
-        if (get_hash(&o->via.array.ptr[k], &h))
+        if (kvix_wf_hash(&o->via.array.ptr[k], &h))
             return kvix_err_set(err, KVIX_EINVAL, "event %zu: bad block hash %u", i, k);
     return KVIX_OK;
 }
 
-static int check_medium(wview *v, size_t i, kvix_err *err)
+/* The medium: a string the table knows (SK_NONE), one it does not
+ * (SK_MEDIUM), or a batch error. */
+static int check_medium(wview *v, size_t i, int *skip, kvix_err *err)
 {
     const msgpack_object *m = v->f[F_MEDIUM];
     v->medium = KVIX_MEDIUM_GPU;
-    if (is_nil(m))
+    if (kvix_wf_nil(m))
         return KVIX_OK;
     if (m->type != MSGPACK_OBJECT_STR)
         return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "event %zu: medium is not a string", i);
     v->medium = kvix_wire_medium(m->via.str.ptr, m->via.str.size);
+    if (v->medium < 0)
+        *skip = SK_MEDIUM;
     return KVIX_OK;
 }
 
-static int check_extra(const msgpack_object *x, size_t i, uint32_t nblocks, kvix_err *err)
+/* The fields that say whose cache an event describes and in which group:
+ * locality (another machine's: SK_REMOTE), group_idx and the kind (a value
+ * of the wrong type or out of range: SK_REFUSED). */
+static int check_place(wview *v, int *skip)
 {
-    if (is_nil(x))
+    const msgpack_object *l = v->f[F_LOCALITY], *g = v->f[F_GROUP], *k = v->f[F_KIND];
+    v->has_group = false;
+    v->group = 0;
+    v->kind = KVIX_KIND_NONE;
+    if (!kvix_wf_nil(l)) {
+        if (l->type != MSGPACK_OBJECT_STR)
+            return *skip = SK_REFUSED;
+        if (!kvix_wf_word_is(l, "LOCAL"))
+            return *skip = SK_REMOTE;
+    }
+    if (!kvix_wf_nil(g)) {
+        if (g->type != MSGPACK_OBJECT_POSITIVE_INTEGER || g->via.u64 >= KVIX_GROUPS_MAX)
+            return *skip = SK_REFUSED;
+        v->has_group = true;
+        v->group = (uint32_t)g->via.u64;
+    }
+    if (v->type == KVIX_EV_STORED && !kvix_wf_nil(k)) {
+        if (k->type != MSGPACK_OBJECT_STR)
+            return *skip = SK_REFUSED;
+        v->kind = kvix_kind_parse(k->via.str.ptr, k->via.str.size);
+        if (!v->has_group) /* a kind belongs to a group: group 0 when the event names none */
+            v->has_group = true;
+    }
+    return SK_NONE;
+}
+
+static int check_extra(const msgpack_object *x, size_t i, uint32_t nblocks, const wview *v,
+                       kvix_err *err)
+{
+    if (kvix_wf_nil(x))
         return KVIX_OK;
     if (x->type != MSGPACK_OBJECT_ARRAY)
         return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "event %zu: extra_keys is not an array", i);
+    const msgpack_object *l = v->f[F_LORA];
+    bool lora = !kvix_wf_nil(l) && l->type == MSGPACK_OBJECT_STR;
     for (uint32_t b = 0; b < x->via.array.size && b < nblocks; b++) {
         const msgpack_object *keys = &x->via.array.ptr[b];
-        if (is_nil(keys))
+        if (kvix_wf_nil(keys))
             continue;
         if (keys->type != MSGPACK_OBJECT_ARRAY)
             return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "event %zu: extra_keys[%u] is not a list",
                                 i, b);
-        size_t nmm = 0;
-        uint64_t h;
-        for (uint32_t k = 0; k < keys->via.array.size; k++)
-            nmm += mm_hash(&keys->via.array.ptr[k], &h);
+        size_t nmm = kvix_wf_mm_keys(keys, lora ? l->via.str.ptr : NULL, lora ? l->via.str.size : 0,
+                                     NULL, 0);
         if (nmm > KVIX_HASH_MM_MAX)
             return kvix_err_set(err, KVIX_ELIMIT,
                                 "event %zu: %zu multimodal hashes in block %u (limit %u)", i,
@@ -252,75 +224,165 @@ static int check_extra(const msgpack_object *x, size_t i, uint32_t nblocks, kvix
     return KVIX_OK;
 }
 
-static int check_stored(wview *v, size_t i, const kvix_wire_source *src, wsize *sz,
-                        kvix_err *err)
+static int check_lora(const msgpack_object *l, size_t i, kvix_err *err)
 {
-    int rc;
+    if (kvix_wf_nil(l) || l->type == MSGPACK_OBJECT_MAP) /* a map: SGLang's {cache_salt} */
+        return KVIX_OK;
+    if (l->type != MSGPACK_OBJECT_STR)
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "event %zu: lora_name is not a string", i);
+    if (l->via.str.size >= KVIX_NAME_MAX)
+        return kvix_err_set(err, KVIX_ELIMIT, "event %zu: lora_name of %u bytes (limit %d)",
+                            i, l->via.str.size, KVIX_NAME_MAX - 1);
+    if (memchr(l->via.str.ptr, '\0', l->via.str.size))
+        return kvix_err_set(err, KVIX_EINVAL, "event %zu: lora_name contains a NUL byte",
+                            i);
+    /* it becomes the event's lora: a name kvix's records could not carry
+     * would make kvix write what its own reader refuses */
+    if (!kvix_utf8_valid(l->via.str.ptr, l->via.str.size))
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "event %zu: lora_name is not valid UTF-8", i);
+    return KVIX_OK;
+}
+
+/* Room for n hashes of one event in sz's scratch (in the batch's zone). */
+static uint64_t *scratch(wsize *sz, size_t n)
+{
+    if (n > sz->scratch_cap) {
+        uint64_t *s = msgpack_zone_malloc(sz->z, n * sizeof *s);
+        if (!s)
+            return NULL;
+        sz->scratch = s;
+        sz->scratch_cap = n;
+    }
+    return sz->scratch;
+}
+
+/* Whether the store's hashes repeat or equal its parent (-1: no memory). */
+static int repeats(const wview *v, wsize *sz)
+{
+    const msgpack_object *hs = v->f[F_HASHES], *p = v->f[F_PARENT];
+    size_t n = hs->via.array.size;
+    uint64_t *h = scratch(sz, 2 * n), parent = 0;
+    if (!h)
+        return -1;
+    for (size_t k = 0; k < n; k++)
+        kvix_wf_hash(&hs->via.array.ptr[k], &h[k]);
+    bool has_parent = !kvix_wf_nil(p) && kvix_wf_hash(p, &parent) == 0;
+    return kvix_wf_repeats(h, n, has_parent, parent, h + n);
+}
+
+static int check_block_size(wview *v, size_t i, const kvix_wire_source *src, kvix_err *err)
+{
     const msgpack_object *bs = v->f[F_BS];
-    if (is_nil(bs)) {
+    if (kvix_wf_nil(bs)) {
         if (!src->block_size)
             return kvix_err_set(err, KVIX_EINVAL, "event %zu: no block_size", i);
         v->bs = src->block_size;
-    } else if (bs->type != MSGPACK_OBJECT_POSITIVE_INTEGER || bs->via.u64 == 0 ||
-               bs->via.u64 > KVIX_BS_MAX) {
+    } else if (bs->type != MSGPACK_OBJECT_POSITIVE_INTEGER || bs->via.u64 > KVIX_BS_MAX) {
         return kvix_err_set(err, KVIX_EINVAL, "event %zu: bad block_size", i);
     } else {
         v->bs = (uint32_t)bs->via.u64;
     }
-    if ((rc = check_hashes(v->f[F_HASHES], i, "block_hashes", err)))
-        return rc;
-    uint32_t nblocks = v->f[F_HASHES]->via.array.size;
-    if (src->block_size && v->bs < src->block_size) {
-        /* A partial block (newer vLLM): not a full block a prompt can hit. */
-        sz->partial++;
-        v->type = KVIX_EV_NONE;
-        return KVIX_OK;
-    }
-    if (nblocks == 0) { /* nothing stored: nothing to say */
-        v->type = KVIX_EV_NONE;
-        return KVIX_OK;
-    }
-    const msgpack_object *p = v->f[F_PARENT];
-    uint64_t h;
-    if (!is_nil(p) && get_hash(p, &h))
-        return kvix_err_set(err, KVIX_EINVAL, "event %zu: bad parent_block_hash", i);
+    return KVIX_OK;
+}
+
+/* token_ids for nblocks blocks of v->bs: plain or EAGLE pairs. */
+static int check_tokens(wview *v, size_t i, uint32_t nblocks, wsize *sz, kvix_err *err)
+{
     const msgpack_object *t = v->f[F_TOKENS];
     if (!t || t->type != MSGPACK_OBJECT_ARRAY)
         return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "event %zu: token_ids is not an array", i);
     size_t need = (size_t)nblocks * v->bs;
-    if (need > KVIX_TOKENS_MAX)
+    if (need + 1 > KVIX_TOKENS_MAX)
         return kvix_err_set(err, KVIX_ELIMIT, "event %zu: %zu tokens (limit %u)", i, need,
-                            KVIX_TOKENS_MAX);
-    if (t->via.array.size < need)
-        return kvix_err_set(err, KVIX_EINVAL,
-                            "event %zu: %u tokens for %u blocks of %u", i, t->via.array.size,
-                            nblocks, v->bs);
-    uint32_t tok;
-    for (size_t k = 0; k < need; k++)
-        if (get_token(&t->via.array.ptr[k], &tok))
-            return kvix_err_set(err, KVIX_EINVAL, "event %zu: bad token id at %zu", i, k);
-    const msgpack_object *l = v->f[F_LORA];
-    if (!is_nil(l) && l->type != MSGPACK_OBJECT_MAP) { /* a map: SGLang's {cache_salt} */
-        if (l->type != MSGPACK_OBJECT_STR)
-            return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "event %zu: lora_name is not a string", i);
-        if (l->via.str.size >= KVIX_NAME_MAX)
-            return kvix_err_set(err, KVIX_ELIMIT, "event %zu: lora_name of %u bytes (limit %d)",
-                                i, l->via.str.size, KVIX_NAME_MAX - 1);
-        if (memchr(l->via.str.ptr, '\0', l->via.str.size))
-            return kvix_err_set(err, KVIX_EINVAL, "event %zu: lora_name contains a NUL byte",
-                                i);
-        /* it becomes the event's lora: a name kvix's records could not carry
-         * would make kvix write what its own reader refuses */
-        if (!kvix_utf8_valid(l->via.str.ptr, l->via.str.size))
-            return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "event %zu: lora_name is not valid UTF-8", i);
+                            KVIX_TOKENS_MAX - 1);
+    size_t bad;
+    if (kvix_wf_tokens_shape(t, need, &v->eagle, &bad)) {
+        if (bad == need)
+            return kvix_err_set(err, KVIX_EINVAL, "event %zu: %u tokens for %u blocks of %u", i,
+                                t->via.array.size, nblocks, v->bs);
+        return kvix_err_set(err, KVIX_EINVAL, "event %zu: bad token id at %zu", i, bad);
     }
-    if ((rc = check_medium(v, i, err)) || (rc = check_extra(v->f[F_EXTRA], i, nblocks, err)))
+    if (need + v->eagle > sz->tokens)
+        sz->tokens = need + v->eagle;
+    return KVIX_OK;
+}
+
+static int check_stored(wview *v, size_t i, const kvix_wire_source *src, wsize *sz, int *skip,
+                        kvix_err *err)
+{
+    int rc = KVIX_OK;
+    if (check_place(v, skip) || (rc = check_medium(v, i, skip, err)) || *skip)
+        return *skip ? KVIX_OK : rc;
+    if ((rc = check_block_size(v, i, src, err)) ||
+        (rc = check_hashes(v->f[F_HASHES], i, "block_hashes", err)))
+        return rc;
+    uint32_t nblocks = v->f[F_HASHES]->via.array.size;
+    const msgpack_object *t = v->f[F_TOKENS], *p = v->f[F_PARENT];
+    bool no_tokens = kvix_wf_nil(t) || (t->type == MSGPACK_OBJECT_ARRAY && t->via.array.size == 0);
+    if (v->bs == 0) {
+        /* An offloading connector's placeholder: hashes the worker already
+         * published, now in another tier too, with no tokens to hash. */
+        if (!no_tokens || v->medium == KVIX_MEDIUM_GPU)
+            return *skip = SK_REFUSED, KVIX_OK;
+        v->placeholder = v->hashes_only = true;
+    } else if (src->block_size && v->bs < src->block_size) {
+        /* A partial block (newer vLLM): not a full block a prompt can hit. */
+        return *skip = SK_PARTIAL, KVIX_OK;
+    }
+    if (nblocks == 0) /* nothing stored: nothing to say */
+        return *skip = SK_EMPTY, KVIX_OK;
+    uint64_t h;
+    if (!kvix_wf_nil(p) && kvix_wf_hash(p, &h))
+        return kvix_err_set(err, KVIX_EINVAL, "event %zu: bad parent_block_hash", i);
+    int rep = repeats(v, sz);
+    if (rep < 0)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for %u hashes", nblocks);
+    if (rep)
+        return *skip = SK_REFUSED, KVIX_OK;
+    const msgpack_object *salt = v->f[F_SALT];
+    if (!kvix_wf_nil(salt) && salt->type != MSGPACK_OBJECT_STR)
+        return *skip = SK_REFUSED, KVIX_OK;
+    if (v->has_group && !kvix_kind_full(v->kind)) {
+        /* Sliding-window and Mamba groups may skip blocks: their tokens need
+         * not line up with their hashes, and nothing asks for their content. */
+        v->hashes_only = true;
+        sz->c.other_kinds++;
+    }
+    if (v->hashes_only) {
+        if (nblocks > sz->hashes)
+            sz->hashes = nblocks;
+        sz->c.placeholders += v->placeholder;
+        return KVIX_OK;
+    }
+    if ((rc = check_tokens(v, i, nblocks, sz, err)) || (rc = check_lora(v->f[F_LORA], i, err)) ||
+        (rc = check_extra(v->f[F_EXTRA], i, nblocks, v, err)))
         return rc;
     if (nblocks > sz->blocks)
         sz->blocks = nblocks;
-    if (need > sz->tokens)
-        sz->tokens = need;
     return KVIX_OK;
+}
+
+static int check_removed(wview *v, size_t i, wsize *sz, int *skip, kvix_err *err)
+{
+    int rc = KVIX_OK;
+    if (check_place(v, skip) || (rc = check_medium(v, i, skip, err)) || *skip)
+        return *skip ? KVIX_OK : rc;
+    if ((rc = check_hashes(v->f[F_HASHES], i, "block_hashes", err)))
+        return rc;
+    if (v->f[F_HASHES]->via.array.size > sz->hashes)
+        sz->hashes = v->f[F_HASHES]->via.array.size;
+    return KVIX_OK;
+}
+
+static void count_skip(wsize *sz, int skip)
+{
+    switch (skip) {
+    case SK_UNKNOWN: sz->c.unknown_events++; break;
+    case SK_PARTIAL: sz->c.partial_blocks++; break;
+    case SK_REMOTE: sz->c.remote++; break;
+    case SK_MEDIUM: sz->c.unknown_media++; break;
+    case SK_REFUSED: sz->c.refused++; break;
+    }
 }
 
 static int check_event(const msgpack_object *e, size_t i, wview *v,
@@ -331,30 +393,31 @@ static int check_event(const msgpack_object *e, size_t i, wview *v,
     const msgpack_object *t = event_type(e);
     if (!t || t->type != MSGPACK_OBJECT_STR)
         return kvix_err_set(err, KVIX_EINVAL, "event %zu: no type", i);
+    memset(v, 0, sizeof *v);
+    int skip = SK_NONE, rc = KVIX_OK;
     if (str_is(t, "BlockStored"))
         v->type = KVIX_EV_STORED;
     else if (str_is(t, "BlockRemoved"))
         v->type = KVIX_EV_REMOVED;
     else if (str_is(t, "AllBlocksCleared"))
         v->type = KVIX_EV_CLEARED;
-    else { /* BlockInactive and whatever comes next */
+    else /* BlockInactive and whatever comes next */
+        skip = SK_UNKNOWN;
+    if (!skip) {
+        collect(e, v->type, v);
+        v->medium = KVIX_MEDIUM_GPU;
+        if (v->type == KVIX_EV_STORED)
+            rc = check_stored(v, i, src, sz, &skip, err);
+        else if (v->type == KVIX_EV_REMOVED)
+            rc = check_removed(v, i, sz, &skip, err);
+        else if (!kvix_wf_nil(v->f[F_LOCALITY]) && !kvix_wf_word_is(v->f[F_LOCALITY], "LOCAL"))
+            skip = SK_REMOTE; /* another machine's cache was cleared */
+    }
+    if (skip) {
         v->type = KVIX_EV_NONE;
-        sz->unknown++;
-        return KVIX_OK;
+        count_skip(sz, skip);
     }
-    collect(e, v->type, v);
-    v->medium = KVIX_MEDIUM_GPU;
-    if (v->type == KVIX_EV_STORED)
-        return check_stored(v, i, src, sz, err);
-    if (v->type == KVIX_EV_REMOVED) {
-        int rc = check_hashes(v->f[F_HASHES], i, "block_hashes", err);
-        if (rc)
-            return rc;
-        if (v->f[F_HASHES]->via.array.size > sz->hashes)
-            sz->hashes = v->f[F_HASHES]->via.array.size;
-        return check_medium(v, i, err);
-    }
-    return KVIX_OK;
+    return rc;
 }
 
 static int check_name(const char *s, const char *what, kvix_err *err)
@@ -369,43 +432,59 @@ static int check_name(const char *s, const char *what, kvix_err *err)
 
 /* ---- pass 2: delivery ----------------------------------------------------- */
 
+static void fill_hashes(kvix_event *ev, const msgpack_object *hs)
+{
+    for (uint32_t k = 0; k < hs->via.array.size; k++)
+        kvix_wf_hash(&hs->via.array.ptr[k], &ev->hashes[k]);
+    ev->nhashes = hs->via.array.size;
+}
+
 static void fill_stored(kvix_event *ev, const wview *v, int keep_tokens)
 {
     const msgpack_object *hs = v->f[F_HASHES], *t = v->f[F_TOKENS], *l = v->f[F_LORA],
                          *x = v->f[F_EXTRA], *p = v->f[F_PARENT];
     uint32_t n = hs->via.array.size, bs = v->bs;
     ev->bs = bs;
-    if (!is_nil(p)) {
-        get_hash(p, &ev->parent);
+    if (!kvix_wf_nil(p)) {
+        kvix_wf_hash(p, &ev->parent);
         ev->has_parent = 1;
     }
-    if (!is_nil(l) && l->type == MSGPACK_OBJECT_STR) {
-        memcpy(ev->lora, l->via.str.ptr, l->via.str.size);
-        ev->lora[l->via.str.size] = '\0';
+    ev->has_group = v->has_group;
+    ev->group = v->group;
+    ev->kind = v->kind;
+    if (v->hashes_only) {
+        ev->placeholder = v->placeholder;
+        fill_hashes(ev, hs);
+        return;
     }
-    uint64_t seed = kvix_hash_lora_seed(ev->lora, strlen(ev->lora));
+    size_t nlora = 0;
+    if (!kvix_wf_nil(l) && l->type == MSGPACK_OBJECT_STR) {
+        nlora = l->via.str.size;
+        memcpy(ev->lora, l->via.str.ptr, nlora);
+        ev->lora[nlora] = '\0';
+    }
+    uint64_t seed = kvix_hash_lora_seed(ev->lora, nlora);
     size_t need = (size_t)n * bs;
-    for (size_t k = 0; k < need; k++)
-        get_token(&t->via.array.ptr[k], &ev->tokens[k]);
-    uint32_t nx = !is_nil(x) ? x->via.array.size : 0;
+    kvix_wf_tokens(t, need, v->eagle, ev->tokens);
+    ev->eagle = v->eagle;
+    size_t span = bs + v->eagle; /* an EAGLE block hashes the next block's first token too */
+    uint32_t nx = !kvix_wf_nil(x) ? x->via.array.size : 0;
     for (uint32_t b = 0; b < n; b++) {
         kvix_block *blk = &ev->blocks[b];
-        get_hash(&hs->via.array.ptr[b], &blk->seq);
+        kvix_wf_hash(&hs->via.array.ptr[b], &blk->seq);
         const uint32_t *bt = ev->tokens + (size_t)b * bs;
-        const msgpack_object *keys = b < nx ? &x->via.array.ptr[b] : NULL;
         uint64_t mm[KVIX_HASH_MM_MAX];
-        size_t nmm = 0;
-        if (!is_nil(keys))
-            for (uint32_t k = 0; k < keys->via.array.size; k++)
-                nmm += mm_hash(&keys->via.array.ptr[k], &mm[nmm]);
+        size_t nmm = b < nx ? kvix_wf_mm_keys(&x->via.array.ptr[b], ev->lora, nlora, mm,
+                                              KVIX_HASH_MM_MAX)
+                            : 0;
         if (nmm)
-            kvix_hash_local_mm(bt, bs, seed, mm, nmm, &blk->local, NULL);
+            kvix_hash_local_mm(bt, span, seed, mm, nmm, &blk->local, NULL);
         else
-            blk->local = kvix_hash_local(bt, bs, seed);
+            blk->local = kvix_hash_local(bt, span, seed);
     }
     ev->nblocks = n;
     ev->has_tokens = keep_tokens ? 1 : 0;
-    ev->ntokens = keep_tokens ? need : 0;
+    ev->ntokens = keep_tokens ? need + v->eagle : 0;
 }
 
 static int deliver(const wview *views, size_t n, const kvix_wire_source *src, uint32_t dp,
@@ -447,10 +526,9 @@ static int deliver(const wview *views, size_t n, const kvix_wire_source *src, ui
         if (v->type == KVIX_EV_STORED) {
             fill_stored(&ev, v, src->keep_tokens);
         } else if (v->type == KVIX_EV_REMOVED) {
-            const msgpack_object *hs = v->f[F_HASHES];
-            for (uint32_t k = 0; k < hs->via.array.size; k++)
-                get_hash(&hs->via.array.ptr[k], &ev.hashes[k]);
-            ev.nhashes = hs->via.array.size;
+            fill_hashes(&ev, v->f[F_HASHES]);
+            ev.has_group = v->has_group;
+            ev.group = v->group;
         }
         if ((rc = fn(ctx, &ev)))
             goto out;
@@ -462,16 +540,53 @@ out:
 
 /* ---- the batch ----------------------------------------------------------- */
 
+typedef struct wbatch {
+    const msgpack_object *ts, *events, *dp; /* NULL: absent */
+} wbatch;
+
+/* [ts, events, dp, ...] (dp missing in the oldest vLLM), or the map form of
+ * one vLLM development state: {"ts", "events", "data_parallel_rank" (also
+ * "dp_rank", SGLang's "attn_dp_rank")}. */
+static int batch_fields(const msgpack_object *root, wbatch *b, kvix_err *err)
+{
+    memset(b, 0, sizeof *b);
+    if (root->type == MSGPACK_OBJECT_ARRAY && root->via.array.size >= 2) {
+        b->ts = &root->via.array.ptr[0];
+        b->events = &root->via.array.ptr[1];
+        b->dp = root->via.array.size >= 3 ? &root->via.array.ptr[2] : NULL;
+        return KVIX_OK;
+    }
+    if (root->type != MSGPACK_OBJECT_MAP)
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE,
+                                   "batch is not an array [ts, events, dp]");
+    for (uint32_t k = 0; k < root->via.map.size; k++) {
+        const msgpack_object *key = &root->via.map.ptr[k].key, *val = &root->via.map.ptr[k].val;
+        if (str_is(key, "ts"))
+            b->ts = val;
+        else if (str_is(key, "events"))
+            b->events = val;
+        else if (str_is(key, "data_parallel_rank") || str_is(key, "dp_rank") ||
+                 str_is(key, "attn_dp_rank"))
+            b->dp = val;
+    }
+    if (!b->events)
+        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_MISSING,
+                                   "batch map without \"events\"");
+    return KVIX_OK;
+}
+
 static int decode_batch(const msgpack_object *root, uint64_t seq, const kvix_wire_source *src,
                         kvix_wire_event_fn fn, void *ctx, kvix_wire_counts *counts,
                         msgpack_zone *z, kvix_err *err)
 {
-    if (root->type != MSGPACK_OBJECT_ARRAY || root->via.array.size < 2)
-        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "batch is not an array [ts, events, dp]");
-    const msgpack_object *ts = &root->via.array.ptr[0], *evs = &root->via.array.ptr[1];
+    wbatch b;
+    int rc = batch_fields(root, &b, err);
+    if (rc)
+        return rc;
+    const msgpack_object *ts = b.ts, *evs = b.events;
     double t = 0;
     bool has_ts = true;
-    switch (ts->type) {
+    switch (ts ? ts->type : MSGPACK_OBJECT_NIL) {
     case MSGPACK_OBJECT_FLOAT32:
     case MSGPACK_OBJECT_FLOAT64: t = ts->via.f64; break;
     case MSGPACK_OBJECT_POSITIVE_INTEGER: t = (double)ts->via.u64; break;
@@ -482,8 +597,8 @@ static int decode_batch(const msgpack_object *root, uint64_t seq, const kvix_wir
     if (has_ts && !isfinite(t))
         return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "batch timestamp is not finite");
     uint32_t dp = src->dp;
-    if (root->via.array.size >= 3) {
-        const msgpack_object *d = &root->via.array.ptr[2];
+    if (b.dp) {
+        const msgpack_object *d = b.dp;
         if (d->type == MSGPACK_OBJECT_POSITIVE_INTEGER && d->via.u64 <= UINT32_MAX)
             dp = (uint32_t)d->via.u64;
         else if (d->type != MSGPACK_OBJECT_NIL)
@@ -498,14 +613,20 @@ static int decode_batch(const msgpack_object *root, uint64_t seq, const kvix_wir
     wview *views = n ? msgpack_zone_malloc(z, n * sizeof *views) : NULL;
     if (n && !views)
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for %zu events", n);
-    wsize sz = {0, 0, 0, 0, 0};
-    int rc;
+    wsize sz;
+    memset(&sz, 0, sizeof sz);
+    sz.z = z;
     for (size_t i = 0; i < n; i++)
         if ((rc = check_event(&evs->via.array.ptr[i], i, &views[i], src, &sz, err)))
             return rc;
     if (counts) {
-        counts->partial_blocks += sz.partial;
-        counts->unknown_events += sz.unknown;
+        counts->partial_blocks += sz.c.partial_blocks;
+        counts->unknown_events += sz.c.unknown_events;
+        counts->remote += sz.c.remote;
+        counts->unknown_media += sz.c.unknown_media;
+        counts->refused += sz.c.refused;
+        counts->placeholders += sz.c.placeholders;
+        counts->other_kinds += sz.c.other_kinds;
         counts->dp = dp;
     }
     if (!fn)

@@ -30,8 +30,11 @@ void kvix_event_reset(kvix_event *ev)
     ev->medium = KVIX_MEDIUM_GPU;
     ev->has_eid = ev->has_ts = ev->has_parent = ev->has_tokens = ev->has_id = 0;
     ev->has_parent_at = ev->has_top = ev->explain = 0;
+    ev->has_group = ev->placeholder = ev->eagle = 0;
     ev->top = 0;
     ev->nxworkers = 0;
+    ev->group = 0;
+    ev->kind = KVIX_KIND_NONE;
     ev->parent_position = 0;
     ev->parent_canon = 0;
     ev->eid = 0;
@@ -150,6 +153,39 @@ int kvix_medium_parse(const char *s, size_t len, int *out)
         }
     }
     return KVIX_EINVAL;
+}
+
+static const char *const kind_names[KVIX_KIND_COUNT] = {
+    "",
+    "full_attention",
+    "mla_attention",
+    "sink_full_attention",
+    "sliding_window",
+    "sliding_window_mla",
+    "mamba",
+    "chunked_local_attention",
+    "encoder_only_attention",
+    "cross_attention",
+    "unknown",
+};
+
+const char *kvix_kind_name(int kind)
+{
+    return kind >= 0 && kind < KVIX_KIND_COUNT ? kind_names[kind] : "unknown";
+}
+
+int kvix_kind_parse(const char *s, size_t len)
+{
+    for (int k = 1; k < KVIX_KIND_COUNT; k++)
+        if (strlen(kind_names[k]) == len && memcmp(s, kind_names[k], len) == 0)
+            return k;
+    return KVIX_KIND_UNKNOWN;
+}
+
+int kvix_kind_full(int kind)
+{
+    return kind == KVIX_KIND_NONE || kind == KVIX_KIND_FULL_ATTENTION ||
+           kind == KVIX_KIND_MLA_ATTENTION || kind == KVIX_KIND_SINK_FULL_ATTENTION;
 }
 
 const char *kvix_event_type_name(int type)

@@ -126,6 +126,27 @@ size_t kvix_hash_blocks(const uint32_t *tokens, size_t ntokens, size_t bs, uint6
     return n;
 }
 
+size_t kvix_hash_eagle_count(size_t ntokens, size_t bs)
+{
+    return ntokens ? (ntokens - 1) / bs : 0;
+}
+
+size_t kvix_hash_blocks_eagle(const uint32_t *tokens, size_t ntokens, size_t bs, uint64_t seed,
+                              uint64_t *local_out, uint64_t *seq_out)
+{
+    size_t n = kvix_hash_eagle_count(ntokens, bs);
+    uint64_t seq = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t local = kvix_hash_local(tokens + i * bs, bs + 1, seed);
+        seq = i == 0 ? local : kvix_hash_seq_next(seq, local);
+        if (local_out)
+            local_out[i] = local;
+        if (seq_out)
+            seq_out[i] = seq;
+    }
+    return n;
+}
+
 static inline uint64_t low_bits(uint64_t v, unsigned n)
 {
     return n >= 64 ? v : v & ((UINT64_C(1) << n) - 1);

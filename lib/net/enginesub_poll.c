@@ -246,7 +246,7 @@ static void bad_frames(kvix_enginesub *s, sub *b, const char *kind, int nf, cons
     else
         esub_note(s, KVIX_ENGINESUB_BAD_FRAMES, b,
                   "worker %" PRIu64 ": %smessage from %s dropped: seq frame of %zu bytes "
-                  "(expected 8)",
+                  "(expected at least 8)",
                   b->spec.worker, kind, b->spec.endpoint, zmq_msg_size((zmq_msg_t *)seq));
 }
 
@@ -266,7 +266,9 @@ static int on_live(kvix_enginesub *s, sub *b, zmq_msg_t *f, int nf, uint64_t now
     s->c.messages++;
     b->has_msg = true;
     b->last_msg_at = now;
-    if (nf != 3 || zmq_msg_size(&f[1]) != SEQ_FRAME) {
+    /* A seq frame longer than 8 bytes (a proposed publisher id after the
+     * seq) is read by its first 8. */
+    if (nf != 3 || zmq_msg_size(&f[1]) < SEQ_FRAME) {
         bad_live(s, b, f, nf);
         return KVIX_OK;
     }
@@ -290,7 +292,7 @@ static int on_reply(kvix_enginesub *s, sub *b, zmq_msg_t *f, int nf, uint64_t no
     b->has_msg = true;
     b->last_msg_at = now;
     if ((nf != 3 && nf != 4) || zmq_msg_size(&f[0]) != 0 ||
-        zmq_msg_size(&f[nf - 2]) != SEQ_FRAME) {
+        zmq_msg_size(&f[nf - 2]) < SEQ_FRAME) {
         bad_reply(s, b, f, nf);
         return KVIX_OK;
     }

@@ -93,7 +93,9 @@ static void cb_deliver(void *ctx, uint64_t seq, void *it)
                             model_of(b),           tenant_of(b),
                             b->spec.block_size ? b->spec.block_size : s->cfg.block_size,
                             s->cfg.keep_tokens};
-    kvix_wire_counts cnt = {0, 0, b->spec.dp};
+    kvix_wire_counts cnt;
+    memset(&cnt, 0, sizeof cnt);
+    cnt.dp = b->spec.dp;
     kvix_err err = {0, "", KVIX_REASON_OTHER};
     s->cur = b;
     s->cur_drop = 0;
@@ -121,6 +123,11 @@ static void cb_deliver(void *ctx, uint64_t seq, void *it)
     }
     s->c.partial_blocks += cnt.partial_blocks;
     s->c.unknown_events += cnt.unknown_events;
+    s->c.remote += cnt.remote;
+    s->c.unknown_media += cnt.unknown_media;
+    s->c.refused_events += cnt.refused;
+    s->c.placeholders += cnt.placeholders;
+    s->c.other_kinds += cnt.other_kinds;
     s->c.batches++;
     b->batches++;
 }

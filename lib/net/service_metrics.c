@@ -203,6 +203,26 @@ static void sub_metrics(kvix_service *s, out *o)
         {"kvix_subscription_disconnects_total", "counter",
          "connections given up (a message over the size limit)",
          offsetof(kvix_enginesub_counts, disconnects)},
+        /* what the decoder skipped or set apart, by rule (kvsub(1)) */
+        {"kvix_subscription_partial_blocks_total", "counter",
+         "stored events below the block size, skipped", offsetof(kvix_enginesub_counts, partial_blocks)},
+        {"kvix_subscription_unknown_events_total", "counter", "events of unknown types, skipped",
+         offsetof(kvix_enginesub_counts, unknown_events)},
+        {"kvix_subscription_remote_total", "counter",
+         "events of another locality (another machine's cache), skipped",
+         offsetof(kvix_enginesub_counts, remote)},
+        {"kvix_subscription_unknown_media_total", "counter",
+         "events of a medium no tier is known for, skipped",
+         offsetof(kvix_enginesub_counts, unknown_media)},
+        {"kvix_subscription_refused_events_total", "counter",
+         "malformed stores and events (repeated hashes, a bad group), skipped",
+         offsetof(kvix_enginesub_counts, refused_events)},
+        {"kvix_subscription_placeholders_total", "counter",
+         "placeholder stores: a tier added to blocks already published",
+         offsetof(kvix_enginesub_counts, placeholders)},
+        {"kvix_subscription_other_kinds_total", "counter",
+         "stores of KV cache groups of a kind that is not a full one",
+         offsetof(kvix_enginesub_counts, other_kinds)},
     };
     for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
         uint64_t v;

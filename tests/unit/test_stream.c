@@ -177,6 +177,24 @@ static const struct bad bad_lines[] = {
      KVIX_ERANGE, "\"tokens\"[0][1] out of range (0 to 4294967295)"},
     {"{\"type\":\"stored\",\"worker\":1,\"bs\":2,\"blocks\":[{\"local\":1,\"seq\":1}],\"tokens\":[3]}",
      KVIX_EINVAL, "\"tokens\"[0] is not an array"},
+    {"{\"type\":\"stored\",\"worker\":1,\"bs\":2,\"eagle\":true,\"blocks\":[{\"local\":1,\"seq\":1}],"
+     "\"tokens\":[[1,2]]}", KVIX_EINVAL, "\"tokens\"[0] has 2 tokens, expected bs + 1 = 3"},
+    {"{\"type\":\"stored\",\"worker\":1,\"bs\":2,\"eagle\":true,\"blocks\":[{\"local\":1,\"seq\":1},"
+     "{\"local\":1,\"seq\":2}],\"tokens\":[[1,2,3],[4,5,6]]}", KVIX_EINVAL,
+     "\"tokens\"[1] does not start with the last token of the one before"},
+    {"{\"type\":\"stored\",\"worker\":1,\"bs\":2,\"eagle\":1,\"blocks\":[]}", KVIX_EINVAL,
+     "\"eagle\" is not a boolean"},
+    {"{\"type\":\"stored\",\"worker\":1,\"group\":64,\"bs\":2,\"blocks\":[]}", KVIX_ERANGE,
+     "\"group\" out of range (0 to 63)"},
+    {"{\"type\":\"removed\",\"worker\":1,\"group\":\"1\",\"hashes\":[]}", KVIX_EINVAL,
+     "\"group\" is not an integer"},
+    {"{\"type\":\"stored\",\"worker\":1,\"kind\":7,\"bs\":2,\"blocks\":[]}", KVIX_EINVAL,
+     "\"kind\" is not a string"},
+    {"{\"type\":\"stored\",\"worker\":1,\"placeholder\":true,\"blocks\":[]}", KVIX_EINVAL,
+     "missing \"hashes\" in a placeholder"},
+    {"{\"type\":\"stored\",\"worker\":1,\"placeholder\":true,\"hashes\":[],\"blocks\":[]}",
+     KVIX_EINVAL, "a placeholder with \"blocks\""},
+    {"{\"type\":\"stored\",\"worker\":1,\"bs\":4,\"hashes\":[1]}", KVIX_EINVAL, "missing \"blocks\""},
     {"{\"type\":\"removed\",\"worker\":1}", KVIX_EINVAL, "missing \"hashes\""},
     {"{\"type\":\"removed\",\"worker\":1,\"hashes\":[\"01\",\"0g\"]}", KVIX_EINVAL,
      "bad hash \"0g\" in \"hashes\"[1]"},
@@ -283,6 +301,23 @@ TEST(json_round_trip_is_canonical)
         "\"medium\":\"disk\",\"hashes\":[\"0123456789abcdef\",\"0000000000000000\"]}\n",
         "{\"type\":\"cleared\",\"worker\":1,\"dp\":0,\"model\":\"llama\",\"tenant\":\"default\","
         "\"medium\":\"cpu\",\"eid\":2,\"ts\":0.1}\n",
+        /* KV cache groups, a group of another kind (hashes only), a
+         * placeholder, EAGLE's windows of bs + 1 tokens */
+        "{\"type\":\"stored\",\"worker\":1,\"dp\":0,\"model\":\"default\",\"tenant\":\"default\","
+        "\"medium\":\"gpu\",\"eid\":4,\"group\":0,\"kind\":\"full_attention\",\"bs\":16,"
+        "\"parent\":null,\"blocks\":[{\"local\":\"cb38e4d7fb2dca5c\",\"seq\":\"0123456789abcdef\"}]}\n",
+        "{\"type\":\"stored\",\"worker\":1,\"dp\":0,\"model\":\"default\",\"tenant\":\"default\","
+        "\"medium\":\"gpu\",\"eid\":4,\"group\":63,\"kind\":\"sliding_window\",\"bs\":16,"
+        "\"parent\":\"0000000000000001\",\"hashes\":[\"0123456789abcdef\"]}\n",
+        "{\"type\":\"stored\",\"worker\":1,\"dp\":0,\"model\":\"default\",\"tenant\":\"default\","
+        "\"medium\":\"cpu\",\"parent\":null,\"placeholder\":true,\"hashes\":[\"0123456789abcdef\","
+        "\"0000000000000002\"]}\n",
+        "{\"type\":\"removed\",\"worker\":1,\"dp\":0,\"model\":\"default\",\"tenant\":\"default\","
+        "\"medium\":\"gpu\",\"group\":2,\"hashes\":[\"0123456789abcdef\"]}\n",
+        "{\"type\":\"stored\",\"worker\":1,\"dp\":0,\"model\":\"default\",\"tenant\":\"default\","
+        "\"medium\":\"gpu\",\"bs\":2,\"parent\":null,\"eagle\":true,\"blocks\":[{\"local\":"
+        "\"0000000000000001\",\"seq\":\"0000000000000002\"},{\"local\":\"0000000000000003\","
+        "\"seq\":\"0000000000000004\"}],\"tokens\":[[1,2,3],[3,4,5]]}\n",
         "{\"type\":\"query\",\"model\":\"m\",\"tenant\":\"t\",\"lora\":\"l\",\"id\":{\"k\":[1,2]},"
         "\"bs\":16,\"tokens\":[1,2,3]}\n",
         "{\"type\":\"query\",\"model\":\"default\",\"tenant\":\"default\",\"local\":"
@@ -972,4 +1007,41 @@ TEST(answer_says_unknown)
     CHECK(kvix_answer_to_json(&ans, NULL, &b, &err) == KVIX_OK);
     CHECK_STR(b.data, "{\"blocks\":0,\"scores\":[],\"unknown\":\"tenant\"}\n");
     kvix_buf_release(&b);
+}
+
+/* A kind kvix does not know is "unknown" (engines add kinds, and none but
+ * the full ones is indexed); a kind without a group is group 0's. */
+TEST(group_kinds_unknown_and_default_group)
+{
+    kvix_event ev;
+    kvix_err err;
+    kvix_event_init(&ev);
+    CHECK(from_json("{\"type\":\"stored\",\"worker\":1,\"kind\":\"hyper_attention\",\"bs\":2,"
+                    "\"hashes\":[1]}",
+                    &ev, &err) == KVIX_OK);
+    CHECK(ev.has_group);
+    CHECK_U64(ev.group, 0);
+    CHECK(ev.kind == KVIX_KIND_UNKNOWN);
+    CHECK_U64(ev.nhashes, 1);
+    CHECK_U64(ev.nblocks, 0);
+    CHECK(!kvix_kind_full(ev.kind));
+    CHECK(from_json("{\"type\":\"stored\",\"worker\":1,\"group\":3,\"kind\":\"mla_attention\","
+                    "\"bs\":2,\"blocks\":[{\"local\":1,\"seq\":2}]}",
+                    &ev, &err) == KVIX_OK);
+    CHECK(ev.kind == KVIX_KIND_MLA_ATTENTION && kvix_kind_full(ev.kind));
+    CHECK_U64(ev.group, 3);
+    /* a full kind needs its blocks: hashes alone say nothing to index */
+    CHECK(from_json("{\"type\":\"stored\",\"worker\":1,\"group\":0,\"kind\":\"full_attention\","
+                    "\"bs\":2,\"hashes\":[1]}",
+                    &ev, &err) == KVIX_EINVAL);
+    CHECK_STR(err.msg, "missing \"blocks\"");
+    for (int k = KVIX_KIND_FULL_ATTENTION; k < KVIX_KIND_COUNT; k++) {
+        const char *n = kvix_kind_name(k);
+        CHECK(kvix_kind_parse(n, strlen(n)) == k);
+    }
+    CHECK_STR(kvix_kind_name(KVIX_KIND_NONE), "");
+    CHECK(kvix_kind_full(KVIX_KIND_NONE));
+    CHECK(kvix_kind_full(KVIX_KIND_SINK_FULL_ATTENTION));
+    CHECK(!kvix_kind_full(KVIX_KIND_SLIDING_WINDOW_MLA));
+    kvix_event_release(&ev);
 }

@@ -4,6 +4,7 @@
  * (random bytes, every truncation, huge declared sizes, deep nesting) fail
  * cleanly and deliver nothing. */
 #include <errno.h>
+#include <stddef.h>
 #include <jansson.h>
 #include <msgpack.h>
 #include <stdio.h>
@@ -126,6 +127,14 @@ static void compare_event(const char *file, json_t *x, const kvix_event *ev)
                 hex(ev->blocks[i].seq, h);
                 ok = ok && !strcmp(h, json_string_value(json_object_get(b, "seq")));
             }
+        } else if (!strcmp(key, "group")) {
+            ok = ev->has_group && (uint64_t)json_integer_value(val) == ev->group;
+        } else if (!strcmp(key, "kind")) {
+            ok = !strcmp(json_string_value(val), kvix_kind_name(ev->kind));
+        } else if (!strcmp(key, "placeholder")) {
+            ok = (int)ev->placeholder == json_is_true(val);
+        } else if (!strcmp(key, "eagle")) {
+            ok = (int)ev->eagle == json_is_true(val);
         } else if (!strcmp(key, "hashes")) {
             ok = json_array_size(val) == ev->nhashes;
             for (size_t i = 0; ok && i < ev->nhashes; i++) {
@@ -142,15 +151,38 @@ static void compare_event(const char *file, json_t *x, const kvix_event *ev)
     }
 }
 
-TEST(fixtures_decode_to_cases_json)
+/* The counters a case lists (cases-2026.json's "counts"), against cnt. */
+static void compare_counts(const char *file, json_t *want, const kvix_wire_counts *cnt)
+{
+    static const struct { const char *key; size_t off; } f[] = {
+        {"partial_blocks", offsetof(kvix_wire_counts, partial_blocks)},
+        {"unknown_events", offsetof(kvix_wire_counts, unknown_events)},
+        {"remote", offsetof(kvix_wire_counts, remote)},
+        {"unknown_media", offsetof(kvix_wire_counts, unknown_media)},
+        {"refused", offsetof(kvix_wire_counts, refused)},
+        {"placeholders", offsetof(kvix_wire_counts, placeholders)},
+        {"other_kinds", offsetof(kvix_wire_counts, other_kinds)},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        uint64_t v;
+        memcpy(&v, (const char *)cnt + f[i].off, sizeof v);
+        json_t *w = json_object_get(want, f[i].key); /* absent: 0 */
+        if (!CHECK_U64(v, w ? (uint64_t)json_integer_value(w) : 0))
+            printf("# %s: counter %s\n", file, f[i].key);
+    }
+}
+
+/* Every case of one cases file (cases.json: the ground truth's fixtures;
+ * cases-2026.json: make_2026.py's); returns how many. */
+static size_t fixture_cases(const char *cases_file)
 {
     char path[4200];
-    snprintf(path, sizeof path, "%s/vllm/cases.json", th_fixture_dir());
+    snprintf(path, sizeof path, "%s/vllm/%s", th_fixture_dir(), cases_file);
     json_error_t jerr;
     json_t *root = json_load_file(path, 0, &jerr);
     if (!CHECK(root != NULL)) {
         printf("# cannot read %s: %s\n", path, jerr.text);
-        return;
+        return 0;
     }
     json_t *r = json_object_get(root, "registration");
     kvix_wire_source src = reg();
@@ -173,7 +205,8 @@ TEST(fixtures_decode_to_cases_json)
         }
         sink s;
         kvix_err err = {0, "", KVIX_REASON_OTHER};
-        kvix_wire_counts cnt = {0, 0, 0};
+        kvix_wire_counts cnt;
+        memset(&cnt, 0, sizeof cnt);
         int rc = decode(buf, len, &src, &s, &cnt, &err);
         if (!strncmp(file, "bad-", 4)) {
             CHECK(rc == KVIX_EINVAL);
@@ -188,12 +221,20 @@ TEST(fixtures_decode_to_cases_json)
             compare_event(file, json_array_get(expect, k), &s.ev[k]);
         if (!strcmp(file, "map-multi-event.bin"))
             CHECK_U64(cnt.unknown_events, 1);
+        else if (rc == KVIX_OK)
+            compare_counts(file, json_object_get(c, "counts"), &cnt);
         sink_release(&s);
         free(buf);
         ncases++;
     }
-    CHECK(ncases >= 14);
     json_decref(root);
+    return ncases;
+}
+
+TEST(fixtures_decode_to_cases_json)
+{
+    CHECK(fixture_cases("cases.json") >= 14);
+    CHECK(fixture_cases("cases-2026.json") >= 11);
 }
 
 TEST(every_truncation_and_mutation_of_the_fixtures)
@@ -413,7 +454,7 @@ TEST(array_events_of_every_length)
             CHECK_U64(s.ev[0].dp, 3);
             CHECK_U64(s.ev[0].blocks[0].seq, UINT64_MAX - 1);
             CHECK_U64(s.ev[0].blocks[0].local, plain);
-            CHECK(s.ev[0].medium == (lens[i] >= 7 ? KVIX_MEDIUM_CPU : KVIX_MEDIUM_GPU));
+            CHECK(s.ev[0].medium == (lens[i] >= 7 ? KVIX_MEDIUM_DISK : KVIX_MEDIUM_GPU));
             CHECK(s.ev[0].has_ts);
         }
         sink_release(&s);
@@ -449,21 +490,31 @@ TEST(seq_past_the_eid_range_gives_no_eid)
 
 TEST(eagle_pairs_salt_map_and_lora)
 {
-    uint32_t t[16];
-    for (uint32_t i = 0; i < 16; i++)
+    uint32_t t[17];
+    for (uint32_t i = 0; i < 17; i++)
         t[i] = i + 1;
     kvix_wire_source src = reg();
     sink s;
     kvix_err err;
     pk k;
-    /* EAGLE bigrams: the first of each pair is the token. */
+    /* EAGLE bigrams (t[i], t[i+1]): hashed as Dynamo's newest router does,
+     * over the block and the next token (bs + 1 = 17: 1..17). */
     pk_init(&k);
     pbatch(&k, 3, 1);
     pstored_array(&k, 7, 16, 5, 1, NULL, 0);
     pbatch_tail(&k, 3, 0);
+    src.keep_tokens = 1;
     CHECK(decode(k.sb.data, k.sb.size, &src, &s, NULL, &err) == KVIX_OK);
-    if (CHECK_U64(s.n, 1))
-        CHECK_U64(s.ev[0].blocks[0].local, kvix_hash_local(t, 16, KVIX_HASH_SEED));
+    if (CHECK_U64(s.n, 1)) {
+        uint64_t want;
+        CHECK_U64(kvix_hash_blocks_eagle(t, 17, 16, KVIX_HASH_SEED, &want, NULL), 1);
+        CHECK_U64(s.ev[0].blocks[0].local, want);
+        CHECK_U64(want, kvix_hash_local(t, 17, KVIX_HASH_SEED));
+        CHECK(s.ev[0].eagle);
+        CHECK_U64(s.ev[0].ntokens, 17);
+        CHECK_U64(s.ev[0].tokens[16], 17);
+    }
+    src.keep_tokens = 0;
     sink_release(&s);
     msgpack_sbuffer_destroy(&k.sb);
     /* SGLang's {cache_salt} map where vLLM has lora_name: no LoRA. */
@@ -527,7 +578,8 @@ TEST(batch_shapes_dp_and_extras)
     src.dp = 7;
     sink s;
     kvix_err err;
-    kvix_wire_counts c = {0, 0, 0};
+    kvix_wire_counts c;
+    memset(&c, 0, sizeof c);
     int shapes[][2] = {{2, 0}, {3, -1}, {3, 4}, {5, 2}}; /* {elements, dp (-1 nil)} */
     int want[] = {7, 7, 4, 2};
     for (int i = 0; i < 4; i++) {
@@ -647,7 +699,8 @@ TEST(partial_blocks_unknown_types_and_bad_events)
     kvix_wire_source src = reg();
     sink s;
     kvix_err err;
-    kvix_wire_counts c = {0, 0, 0};
+    kvix_wire_counts c;
+    memset(&c, 0, sizeof c);
     pk k;
     /* A partial block (block_size 5 < 16) is skipped and counted. */
     pk_init(&k);
@@ -730,10 +783,11 @@ TEST(medium_names)
     CHECK(kvix_wire_medium("GPU", 3) == KVIX_MEDIUM_GPU);
     CHECK(kvix_wire_medium("CPU_PINNED", 10) == KVIX_MEDIUM_CPU);
     CHECK(kvix_wire_medium("CPU_TIER1", 9) == KVIX_MEDIUM_CPU);
-    CHECK(kvix_wire_medium("CPU_TIER2", 9) == KVIX_MEDIUM_CPU);
+    CHECK(kvix_wire_medium("CPU_TIER2", 9) == KVIX_MEDIUM_DISK);
     CHECK(kvix_wire_medium("DISK", 4) == KVIX_MEDIUM_DISK);
     CHECK(kvix_wire_medium("EXTERNAL", 8) == KVIX_MEDIUM_EXTERNAL);
-    CHECK(kvix_wire_medium("TAPE", 4) == KVIX_MEDIUM_GPU);
+    CHECK(kvix_wire_medium("TAPE", 4) == -1);
     CHECK(kvix_wire_medium("GPUX", 3) == KVIX_MEDIUM_GPU);
+    CHECK(kvix_wire_medium("GPUX", 4) == -1);
     CHECK(kvix_wire_medium(NULL, 0) == KVIX_MEDIUM_GPU);
 }
