@@ -337,6 +337,10 @@ static void summary(kvi *k)
     cli_warn("blocks: %" PRIu64 " stored, %" PRIu64 " duplicate, %" PRIu64 " removed, %" PRIu64
              " unknown removals",
              c.blocks.stored, c.blocks.duplicate, c.blocks.removed, c.blocks.unknown);
+    if (c.blocks.skipped || c.blocks.kept) /* hybrid models: kvix-events(5) */
+        cli_warn("kv cache groups: %" PRIu64 " blocks of other kinds skipped, %" PRIu64
+                 " removals kept by another full group",
+                 c.blocks.skipped, c.blocks.kept);
     if (k->svc) { /* the service's queries are the index's work too */
         uint64_t asked, answered;
         kvix_service_queries(k->svc, &asked, &answered);

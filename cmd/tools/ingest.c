@@ -382,6 +382,8 @@ void kvix_ingest_counts_get(kvix_ingest *g, kvix_ingest_counts *c)
     c->blocks.duplicate = tot.duplicate - g->base.duplicate;
     c->blocks.removed = tot.removed - g->base.removed;
     c->blocks.unknown = tot.unknown - g->base.unknown;
+    c->blocks.skipped = tot.skipped - g->base.skipped;
+    c->blocks.kept = tot.kept - g->base.kept;
 }
 
 /* ---- reading a source ------------------------------------------------------- */

@@ -31,7 +31,29 @@
  *    (engines evict leaves first, but need not): queries stop at the hole,
  *    and storing the parent again by its engine hash joins them up again.
  *  - cleared: every block of the (worker, dp), all tiers (removed counts
- *    blocks). Worker removal likewise, and it forgets the eid too.
+ *    blocks). Worker removal likewise, and it forgets the eid too (and the
+ *    group kinds below).
+ *  - KV cache groups (hybrid models; events with has_group): a store teaches
+ *    its group's kind for the (worker, dp) (a store that names no kind: the
+ *    one learned, else full). Only the full kinds (kvix_kind_full) are
+ *    indexed: a store of another kind, a removal of a group learned as
+ *    another kind, and a removal of a group never seen storing (group 0
+ *    excepted, as Dynamo) are counted skipped and change nothing but the
+ *    eid. A removal from one group never removes what another full group
+ *    holds: a (worker, dp) with two full groups or more keeps which of them
+ *    hold each (block, tier), and a hash leaves once none does (the others
+ *    counted kept); an event without group fields speaks for every full
+ *    group. A group that held full blocks and then says it is of another
+ *    kind drops the (worker, dp)'s blocks, as a cleared event: the
+ *    engine's configuration changed under it. A (worker, dp) that never
+ *    names a group pays for none of this.
+ *  - placeholder stored: each hash the (worker, dp) holds gets the event's
+ *    tier (counted stored, or duplicate when it had it); a hash not held is
+ *    counted unknown: nothing is guessed of blocks without tokens.
+ *  - EAGLE: a partition's blocks are hashed one way, fixed by its first
+ *    store of blocks (ev->eagle or not); a store hashed the other way is
+ *    refused (KVIX_EBLOCKSIZE), and token queries hash as the partition
+ *    does (kvix_index_eagle).
  *  - eid: an applied event with an eid records it as the (worker, dp)'s last
  *    (a rejected event does not); a removed/cleared event for a partition
  *    the index does not know (and that carries no bs) creates nothing and
@@ -122,6 +144,9 @@ typedef struct kvix_apply_result {
     uint64_t duplicate;  /* blocks the worker already held (idempotent store) */
     uint64_t removed;    /* blocks removed (by removed, cleared or worker removal) */
     uint64_t unknown;    /* removed hashes the worker did not hold: counted, skipped */
+    uint64_t skipped;    /* blocks or hashes of KV cache groups the index keeps out of its
+                          * answers (another kind), counted, not applied */
+    uint64_t kept;       /* removed hashes another full group of the worker still holds */
 } kvix_apply_result;
 
 /* Defaults: positional backend, measured jump, binary search on, no threads,
@@ -207,6 +232,10 @@ int kvix_index_explain(kvix_index *idx, const kvix_event *q, kvix_answer *ans, k
 
 /* Block size of a partition, 0 when unknown. */
 uint32_t kvix_index_block_size(const kvix_index *idx, const char *model, const char *tenant);
+/* 1 when a partition's blocks are EAGLE's (its first store of blocks was
+ * eagle: kvix_hash_blocks_eagle), so token queries hash alike; 0 otherwise
+ * (plain, not known yet, or no such partition). */
+int kvix_index_eagle(const kvix_index *idx, const char *model, const char *tenant);
 
 /* One stored block as the index holds it, for snapshots and dumps. */
 typedef struct kvix_block_info {

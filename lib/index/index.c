@@ -239,11 +239,12 @@ static void *forget_tier(wstate *w, uint64_t engine, unsigned tier, kvix_apply_r
  * as a hash-by-hash loop would leave them. */
 #define REMOVE_BATCH 16u
 
-static void remove_hashes(wstate *w, const kvix_event *ev, kvix_apply_result *r)
+/* hashes[0..n): ev's, or those of them no other full group holds
+ * (remove_grouped). */
+static void remove_hashes(wstate *w, const kvix_event *ev, const uint64_t *hashes, size_t n,
+                          kvix_apply_result *r)
 {
     const kvix_backend_ops *ops = w->p->ops;
-    const uint64_t *hashes = ev->hashes;
-    size_t n = ev->nhashes;
     unsigned tier = (unsigned)ev->medium;
     bmap *m = &w->blocks;
     void *nodes[REMOVE_BATCH];
@@ -286,6 +287,7 @@ static void clear_ws(wstate *w, kvix_apply_result *r)
     kvix_ix_bm_release(&w->blocks);
     kvix_ix_publish_held(w);
     kvix_ix_ws_side_free(w);
+    kvix_ix_grp_members_free(w); /* the kinds stay: the engine's, not its cache's */
 }
 
 /* ---- events ----------------------------------------------------------- */
@@ -318,24 +320,119 @@ static void prefetch_blocks(wstate *w, const kvix_event *ev, size_t i0, uint32_t
         ops->prefetch(part_be(w->p), pos, canon, n);
 }
 
+/* A partition's blocks are hashed one way: the first store of blocks says
+ * which (PART_HASH_*), and a store hashed the other way is refused. Any
+ * writer thread: a compare-and-swap. */
+static inline int part_hashing(part *p, const kvix_event *ev, kvix_err *err)
+{
+    uint8_t want = ev->eagle ? PART_HASH_EAGLE : PART_HASH_PLAIN;
+    uint8_t cur = __atomic_load_n(&p->hashing, __ATOMIC_RELAXED);
+    if (cur == want || (cur == PART_HASH_UNKNOWN &&
+                        (__atomic_compare_exchange_n(&p->hashing, &cur, want, 0, __ATOMIC_RELAXED,
+                                                     __ATOMIC_RELAXED) ||
+                         cur == want)))
+        return KVIX_OK;
+    return kvix_err_set(err, KVIX_EBLOCKSIZE,
+                        "partition %s/%s hashes %s blocks, this event %s ones", p->model,
+                        p->tenant, cur == PART_HASH_EAGLE ? "eagle" : "plain",
+                        ev->eagle ? "eagle" : "plain");
+}
+
+/* A store of a KV cache group: its kind learned (with the partition and
+ * state that takes), then 1 when the group is not indexed (the store
+ * counted and skipped, its eid recorded), 0 to go on storing, or an error. */
+static int group_store(kvix_index *idx, const kvix_event *ev, part **pp, wstate **wp,
+                       kvix_apply_result *r, kvix_err *err)
+{
+    int rc, drop;
+    if (!*pp && (rc = kvix_ix_part_get(idx, ev->model, ev->tenant, ev->bs, pp, err)))
+        return rc;
+    if (!*wp && (rc = kvix_ix_ws_get(*pp, ev->worker, ev->dp, wp, err)))
+        return rc;
+    wstate *w = *wp;
+    if ((rc = kvix_ix_grp_learn(w, ev->group, ev->kind, &drop, err))) {
+        kvix_ix_ws_done(w);
+        return rc;
+    }
+    if (drop)
+        clear_ws(w, r);
+    if (kvix_ix_grp_indexed(w, ev))
+        return 0;
+    r->skipped += ev->nblocks ? ev->nblocks : ev->nhashes;
+    record_eid(w, ev);
+    kvix_ix_ws_done(w);
+    return 1;
+}
+
+static int eid_state(kvix_index *idx, part *p, const kvix_event *ev, wstate **w, kvix_err *err);
+
+/* A placeholder store: the tier added to each hash the worker holds, the
+ * block's place and hashes its own (it has no tokens to say otherwise); a
+ * hash not held counted unknown. */
+static int apply_placeholder(kvix_index *idx, const kvix_event *ev, kvix_apply_result *r,
+                             kvix_err *err)
+{
+    if (ev->nhashes > KVIX_EVENT_BLOCKS_MAX)
+        return kvix_err_set(err, KVIX_ELIMIT, "%zu hashes in one event (limit %d)",
+                            ev->nhashes, KVIX_EVENT_BLOCKS_MAX);
+    part *p = kvix_ix_part_find(idx, ev->model, ev->tenant);
+    if (p && ev->bs && p->bs != ev->bs)
+        return kvix_ix_bs_mismatch(p, ev->bs, err);
+    wstate *w = p ? kvix_ix_ws_find(p, ev->worker, ev->dp) : NULL;
+    int rc = KVIX_OK;
+    size_t done = 0;
+    if (!kvix_ix_grp_indexed(w, ev)) {
+        r->skipped += ev->nhashes;
+    } else if (!w) {
+        r->unknown += ev->nhashes;
+    } else {
+        for (; done < ev->nhashes && !rc; done++) {
+            uint64_t engine = ev->hashes[done];
+            bent e = kvix_ix_bm_get(&w->blocks, engine, NULL);
+            if (!e) {
+                r->unknown++;
+                continue;
+            }
+            kvix_binfo o;
+            p->ops->info(part_be(p), bent_node(e), &o);
+            rc = store_block(w, engine, o.pos, o.local, o.canon,
+                             kvix_ix_parent_engine(w, engine, &o), o.parent_canon,
+                             (unsigned)ev->medium, NULL, r, err);
+        }
+        if (rc)
+            done--;
+        int mrc = kvix_ix_grp_stored(w, ev, done, err);
+        rc = rc ? rc : mrc;
+    }
+    int erc = rc ? KVIX_OK : eid_state(idx, p, ev, &w, err);
+    if (w)
+        kvix_ix_ws_done(w);
+    return rc ? rc : erc;
+}
+
 static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result *r,
                         kvix_err *err)
 {
+    if (ev->placeholder)
+        return apply_placeholder(idx, ev, r, err);
     if (ev->bs == 0 || ev->bs > KVIX_BS_MAX)
         return kvix_err_set(err, KVIX_ERANGE, "block size %" PRIu32 " out of range 1..%d",
                             ev->bs, KVIX_BS_MAX);
     if (ev->nblocks > KVIX_EVENT_BLOCKS_MAX)
         return kvix_err_set(err, KVIX_ELIMIT, "%zu blocks in one event (limit %d)",
                             ev->nblocks, KVIX_EVENT_BLOCKS_MAX);
+    if (ev->has_parent_at && !ev->has_parent)
+        return kvix_err_set(err, KVIX_EINVAL, "a parent's placement without its hash");
     part *p = kvix_ix_part_find(idx, ev->model, ev->tenant);
     if (p && p->bs != ev->bs)
         return kvix_ix_bs_mismatch(p, ev->bs, err);
     wstate *w = p ? kvix_ix_ws_find(p, ev->worker, ev->dp) : NULL;
+    int rc = ev->has_group ? group_store(idx, ev, &p, &w, r, err) : KVIX_OK;
+    if (rc)
+        return rc > 0 ? KVIX_OK : rc;
     uint32_t pos0 = 0;
     uint64_t prev = 0, parent = 0;
     kvix_ix_chain chain = {NULL, 0}; /* the previous block's node, which w holds: the next one's parent */
-    if (ev->has_parent_at && !ev->has_parent)
-        return kvix_err_set(err, KVIX_EINVAL, "a parent's placement without its hash");
     if (ev->has_parent_at) { /* the event says where the parent sat: held there or not */
         pos0 = ev->parent_position + 1;
         prev = ev->parent_canon;
@@ -343,11 +440,14 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
     } else if (ev->has_parent) {
         size_t at;
         bent pe = w ? kvix_ix_bm_get(&w->blocks, ev->parent, &at) : 0;
-        if (!pe)
+        if (!pe) {
+            if (w)
+                kvix_ix_ws_done(w); /* made for a group's kind, perhaps */
             return kvix_err_set(err, KVIX_EPARENT,
                                 "parent %016" PRIx64 " is not held by worker %" PRIu64
                                 " dp %" PRIu32,
                                 ev->parent, ev->worker, ev->dp);
+        }
         kvix_binfo pb;
         p->ops->info(part_be(p), bent_node(pe), &pb);
         pos0 = pb.pos + 1;
@@ -356,11 +456,17 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
         chain = (kvix_ix_chain){bent_node(pe), kvix_ix_bm_num(&w->blocks, at)};
     }
     if ((uint64_t)pos0 + ev->nblocks > KVIX_INDEX_DEPTH_MAX)
-        return kvix_err_set(err, KVIX_ERANGE, "block position %" PRIu64 " too deep (limit %u)",
-                            (uint64_t)pos0 + ev->nblocks - 1, KVIX_INDEX_DEPTH_MAX - 1);
-    int rc;
-    if (!p && (rc = kvix_ix_part_get(idx, ev->model, ev->tenant, ev->bs, &p, err)))
+        rc = kvix_err_set(err, KVIX_ERANGE, "block position %" PRIu64 " too deep (limit %u)",
+                          (uint64_t)pos0 + ev->nblocks - 1, KVIX_INDEX_DEPTH_MAX - 1);
+    else if (!p)
+        rc = kvix_ix_part_get(idx, ev->model, ev->tenant, ev->bs, &p, err);
+    if (!rc && ev->nblocks)
+        rc = part_hashing(p, ev, err);
+    if (rc) {
+        if (w)
+            kvix_ix_ws_done(w); /* made for a group's kind, perhaps */
         return rc;
+    }
     if (!w && (rc = kvix_ix_ws_get(p, ev->worker, ev->dp, &w, err)))
         return rc;
     kvix_ix_rank_if_asked(p);
@@ -375,6 +481,7 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
              ? kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block")
              : KVIX_OK;
     uint64_t canons[STORE_AHEAD];
+    size_t done = 0;
     for (size_t i0 = 0; i0 < ev->nblocks && !rc; i0 += STORE_AHEAD) {
         size_t nw = ev->nblocks - i0 < STORE_AHEAD ? ev->nblocks - i0 : STORE_AHEAD;
         prefetch_blocks(w, ev, i0, pos0 + (uint32_t)i0, prev, canons, nw);
@@ -383,9 +490,14 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
             uint64_t canon = canons[k];
             rc = store_block(w, ev->blocks[i].seq, pos0 + (uint32_t)i, ev->blocks[i].local, canon,
                              parent, prev, (unsigned)ev->medium, &chain, r, err);
+            done += !rc;
             prev = canon;
             parent = ev->blocks[i].seq;
         }
+    }
+    if (w->grp && w->grp->member) { /* a worker of several full groups */
+        int mrc = kvix_ix_grp_stored(w, ev, done, err);
+        rc = rc ? rc : mrc;
     }
     kvix_ix_publish_held(w);
     if (!rc)
@@ -410,6 +522,21 @@ static int eid_state(kvix_index *idx, part *p, const kvix_event *ev, wstate **w,
     return KVIX_OK;
 }
 
+/* A removal for a worker of several full groups: only the hashes no other
+ * full group holds leave. */
+static int remove_grouped(wstate *w, const kvix_event *ev, kvix_apply_result *r, kvix_err *err)
+{
+    uint64_t small[64], *keep = ev->nhashes <= 64 ? small : malloc(ev->nhashes * sizeof *keep);
+    if (!keep)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a removal");
+    size_t n = kvix_ix_grp_removed(w, ev, keep, r);
+    remove_hashes(w, ev, keep, n, r);
+    kvix_ix_publish_held(w);
+    if (keep != small)
+        free(keep);
+    return KVIX_OK;
+}
+
 static int apply_removed(kvix_index *idx, const kvix_event *ev, kvix_apply_result *r,
                          kvix_err *err)
 {
@@ -420,13 +547,19 @@ static int apply_removed(kvix_index *idx, const kvix_event *ev, kvix_apply_resul
     if (p && ev->bs && p->bs != ev->bs)
         return kvix_ix_bs_mismatch(p, ev->bs, err);
     wstate *w = p ? kvix_ix_ws_find(p, ev->worker, ev->dp) : NULL;
-    if (!w)
+    int rc = KVIX_OK;
+    if (!kvix_ix_grp_indexed(w, ev))
+        r->skipped += ev->nhashes; /* another kind's group: never what a prompt hits */
+    else if (!w)
         r->unknown += (uint32_t)ev->nhashes;
+    else if (w->grp && w->grp->member)
+        rc = remove_grouped(w, ev, r, err);
     else {
-        remove_hashes(w, ev, r);
+        remove_hashes(w, ev, ev->hashes, ev->nhashes, r);
         kvix_ix_publish_held(w);
     }
-    int rc = eid_state(idx, p, ev, &w, err);
+    if (!rc)
+        rc = eid_state(idx, p, ev, &w, err);
     if (w)
         kvix_ix_ws_done(w); /* its last block gone and no eid: released */
     return rc;
@@ -461,12 +594,16 @@ void kvix_ix_add_totals(kvix_index *idx, const kvix_apply_result *r)
         __atomic_fetch_add(&idx->tot_removed, r->removed, __ATOMIC_RELAXED);
     if (r->unknown)
         __atomic_fetch_add(&idx->tot_unknown, r->unknown, __ATOMIC_RELAXED);
+    if (r->skipped)
+        __atomic_fetch_add(&idx->tot_skipped, r->skipped, __ATOMIC_RELAXED);
+    if (r->kept)
+        __atomic_fetch_add(&idx->tot_kept, r->kept, __ATOMIC_RELAXED);
 }
 
 int kvix_index_apply(kvix_index *idx, const kvix_event *ev, kvix_apply_result *res,
                      kvix_err *err)
 {
-    kvix_apply_result r = {0, 0, 0, 0};
+    kvix_apply_result r = {0, 0, 0, 0, 0, 0};
     int rc;
     if (!idx || !ev)
         rc = kvix_err_set(err, KVIX_EINVAL, "no index or event");
@@ -498,12 +635,14 @@ void kvix_index_totals(const kvix_index *idx, kvix_apply_result *out)
     out->duplicate = __atomic_load_n(&idx->tot_dup, __ATOMIC_RELAXED);
     out->removed = __atomic_load_n(&idx->tot_removed, __ATOMIC_RELAXED);
     out->unknown = __atomic_load_n(&idx->tot_unknown, __ATOMIC_RELAXED);
+    out->skipped = __atomic_load_n(&idx->tot_skipped, __ATOMIC_RELAXED);
+    out->kept = __atomic_load_n(&idx->tot_kept, __ATOMIC_RELAXED);
 }
 
 static int remove_workers(kvix_index *idx, uint64_t worker, int all_dp, uint32_t dp,
                           kvix_apply_result *res, kvix_err *err)
 {
-    kvix_apply_result r = {0, 0, 0, 0};
+    kvix_apply_result r = {0, 0, 0, 0, 0, 0};
     (void)err;
     if (!idx)
         return kvix_err_set(err, KVIX_EINVAL, "no index");
@@ -518,6 +657,7 @@ static int remove_workers(kvix_index *idx, uint64_t worker, int all_dp, uint32_t
         for (wstate *next; w; w = next) {
             next = all_dp ? w->next_dp : NULL; /* w is released below */
             clear_ws(w, &r);
+            kvix_ix_grp_free(w);
             w->has_eid = 0;
             w->eid = 0;
             kvix_ix_ws_done(w);
@@ -545,13 +685,14 @@ int kvix_index_remove_worker_dp(kvix_index *idx, uint64_t worker, uint32_t dp,
 int kvix_index_forget_worker(kvix_index *idx, const char *model, const char *tenant,
                              uint64_t worker, uint32_t dp, kvix_apply_result *res, kvix_err *err)
 {
-    kvix_apply_result r = {0, 0, 0, 0};
+    kvix_apply_result r = {0, 0, 0, 0, 0, 0};
     if (!idx)
         return kvix_err_set(err, KVIX_EINVAL, "no index");
     part *p = kvix_ix_part_find(idx, model ? model : "default", tenant ? tenant : "default");
     wstate *w = p ? kvix_ix_ws_find(p, worker, dp) : NULL;
     if (w) {
         clear_ws(w, &r);
+        kvix_ix_grp_free(w);
         w->has_eid = 0;
         w->eid = 0;
         kvix_ix_ws_done(w);

@@ -240,6 +240,16 @@ typedef struct xr {
     xr_blk b[];
 } xr;
 
+/* A (worker, dp)'s KV cache groups (lib/index/index_groups.c), made when its
+ * first event with a group field comes. */
+typedef struct wgroups {
+    uint64_t learned;  /* groups whose kind a store taught */
+    uint64_t full;     /* of those, the ones of a full kind */
+    kvix_hmap *member; /* (engine hash, tier) -> the full groups holding it; only while
+                        * two full groups or more were learned */
+    uint8_t kind[KVIX_GROUPS_MAX]; /* kvix_kind per learned group */
+} wgroups;
+
 typedef struct wstate {
     uint64_t h;
     uint64_t worker;
@@ -248,6 +258,7 @@ typedef struct wstate {
     srec *rec;        /* its slot's record */
     bmap blocks;      /* engine hash -> bent */
     wside *side;      /* NULL while both its maps would be empty */
+    wgroups *grp;     /* NULL until an event names a KV cache group */
     struct wstate *next_dp; /* the same worker's state of another dp (atomic pointer) */
     int has_eid;
     uint64_t eid;
@@ -307,6 +318,7 @@ typedef struct part {
     uint64_t h;
     char *model, *tenant;
     uint32_t bs;
+    uint8_t hashing; /* atomic: PART_HASH_*, fixed by the first store of blocks */
     const kvix_backend_ops *ops;
     const kvix_index_opts *opts;
     void *be; /* atomic; NULL while the partition has no (worker, dp) (made on the first) */
@@ -367,6 +379,11 @@ static inline void kvix_ix_xr_block(wstate *w, const void *node)
 /* A stored event of p named adapter lora (not ""): remember it. */
 void kvix_ix_note_lora(part *p, const char *lora);
 
+/* How a partition's blocks were hashed: not known yet (no block stored),
+ * plain, or EAGLE's windows (kvix_hash_blocks_eagle): queries by tokens hash
+ * alike. */
+enum { PART_HASH_UNKNOWN = 0, PART_HASH_PLAIN, PART_HASH_EAGLE };
+
 typedef struct wqueue {
     struct kvix_index *idx;
     pthread_t th;
@@ -388,7 +405,7 @@ struct kvix_index {
     cmap parts;
     struct part *last; /* atomic: the partition found last (partitions live with
                         * the index: a hint that needs no read-side section) */
-    uint64_t tot_stored, tot_dup, tot_removed, tot_unknown; /* atomic */
+    uint64_t tot_stored, tot_dup, tot_removed, tot_unknown, tot_skipped, tot_kept; /* atomic */
     wqueue *q;
     unsigned nq;
     pthread_rwlock_t gate; /* writers shared, a quiet index exclusive (index_gate.c) */
@@ -466,9 +483,10 @@ static inline wstate *slot_ws(const part *p, uint32_t slot)
     return slotmap_ws(slots_of(p), slot);
 }
 
+/* A state is kept while it holds blocks, an eid, or group kinds learned. */
 static inline int ws_active(const wstate *w)
 {
-    return w->has_eid || kvix_ix_bm_size(&w->blocks) > 0;
+    return w->has_eid || kvix_ix_bm_size(&w->blocks) > 0 || w->grp;
 }
 
 /* Queries need not hash past the deepest position ever stored. Raised before
@@ -551,6 +569,28 @@ int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local
 void kvix_ix_add_totals(kvix_index *idx, const kvix_apply_result *r);
 /* The parent engine hash w stored engine under (b: the info of its node). */
 uint64_t kvix_ix_parent_engine(const wstate *w, uint64_t engine, const kvix_binfo *b);
+
+/* lib/index/index_groups.c */
+/* Learn that group's kind from a store of w (KVIX_KIND_NONE: the event did
+ * not say; kept as what was learned, else full). *drop set: a group that
+ * held full blocks is of another kind now, the caller drops w's blocks
+ * (as a cleared event). KVIX_ENOMEM. */
+int kvix_ix_grp_learn(wstate *w, uint32_t group, int kind, int *drop, kvix_err *err);
+/* Whether ev (stored or removed; w may be NULL) is of a group the index
+ * indexes: no group, a full kind learned or said, an unlearned group 0's
+ * removal. */
+int kvix_ix_grp_indexed(const wstate *w, const kvix_event *ev);
+/* ev's first n blocks (a placeholder: hashes) were stored by w: the groups
+ * holding them, when w keeps membership. KVIX_ENOMEM. */
+int kvix_ix_grp_stored(wstate *w, const kvix_event *ev, size_t n, kvix_err *err);
+/* The hashes of removed event ev that no other full group of w holds, into
+ * out (room for ev->nhashes); the others counted in r->kept. w keeps
+ * membership. */
+size_t kvix_ix_grp_removed(wstate *w, const kvix_event *ev, uint64_t *out, kvix_apply_result *r);
+/* Drop the membership (w holds no block any more), or the whole record. */
+void kvix_ix_grp_members_free(wstate *w);
+void kvix_ix_grp_free(wstate *w);
+size_t kvix_ix_grp_memory(const wstate *w);
 
 /* lib/index/index_pool.c */
 int kvix_ix_pool_start(kvix_index *idx, unsigned threads, kvix_err *err);

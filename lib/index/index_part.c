@@ -237,6 +237,7 @@ static void ws_free(void *e)
     kvix_ix_bm_release(&w->blocks);
     kvix_ix_ws_side_free(w);
     kvix_ix_xr_free(w);
+    kvix_ix_grp_free(w);
     free(w);
 }
 

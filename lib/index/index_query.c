@@ -768,7 +768,10 @@ static int query_tokens_bs(kvix_index *idx, const char *model, const char *tenan
         ans->unknown = unknown_reason(idx, model ? model : "default");
     if (!bs)
         return KVIX_OK; /* unknown partition, no block size: nothing to hash */
-    size_t n = ntokens / bs;
+    /* A partition of EAGLE's blocks hashes each over the next block's first
+     * token too (kvix_hash_blocks_eagle): a block needs one token more. */
+    int eagle = p && __atomic_load_n(&p->hashing, __ATOMIC_RELAXED) == PART_HASH_EAGLE;
+    size_t n = eagle ? kvix_hash_eagle_count(ntokens, bs) : ntokens / bs;
     ans->query_blocks = (uint32_t)n;
     if (!p || !n)
         return KVIX_OK;
@@ -778,7 +781,10 @@ static int query_tokens_bs(kvix_index *idx, const char *model, const char *tenan
     if (rc)
         return rc;
     uint64_t seed = kvix_hash_lora_seed(lora, lora ? strlen(lora) : 0);
-    kvix_hash_blocks(tokens, n * bs, bs, seed, ans->scratch, NULL);
+    if (eagle)
+        kvix_hash_blocks_eagle(tokens, n * bs + 1, bs, seed, ans->scratch, NULL);
+    else
+        kvix_hash_blocks(tokens, n * bs, bs, seed, ans->scratch, NULL);
     return query_part(p, ans->scratch, ans->scratch + n, n, ans, err);
 }
 
@@ -817,4 +823,10 @@ uint32_t kvix_index_block_size(const kvix_index *idx, const char *model, const c
 {
     const part *p = kvix_ix_part_find(idx, model ? model : "default", tenant ? tenant : "default");
     return p ? p->bs : 0;
+}
+
+int kvix_index_eagle(const kvix_index *idx, const char *model, const char *tenant)
+{
+    const part *p = kvix_ix_part_find(idx, model ? model : "default", tenant ? tenant : "default");
+    return p && __atomic_load_n(&p->hashing, __ATOMIC_RELAXED) == PART_HASH_EAGLE;
 }

@@ -127,7 +127,7 @@ int kvix_index_load(kvix_index *idx, const char *model, const char *tenant, uint
         return rc;
     if (kvix_ix_bm_reserve(&w->blocks, kvix_ix_bm_size(&w->blocks) + n))
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for %zu blocks", n);
-    kvix_apply_result r = {0, 0, 0, 0};
+    kvix_apply_result r = {0, 0, 0, 0, 0, 0};
     for (size_t i = 0; i < n && !rc; i++) {
         const kvix_block_info *b = &blocks[i];
         uint64_t canon = b->local, pcanon = 0;
@@ -275,7 +275,8 @@ void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
                 ids_ok = 0;
             out->blocks += kvix_ix_bm_size(&w->blocks);
             size_t fb = sizeof *w + kvix_ix_bm_memory(&w->blocks) + ws_side_memory(w) +
-                        kvix_ix_xr_memory(w);
+                        kvix_ix_xr_memory(w) +
+                        kvix_ix_grp_memory(w);
             out->bytes += fb;
         }
     }

@@ -135,6 +135,14 @@ static void kvix_metrics(kvix_service *s, out *o, const kvix_index_stats *st)
     for (size_t r = 0; r <= s->o.nreasons; r++)
         put(o, "kvix_events_rejected_total{reason=\"%s\"} %" PRIu64 "\n",
             r < s->o.nreasons ? s->o.reject_reasons[r] : "other", ld(&s->rejected_reason[r]));
+    kvix_apply_result tot;
+    kvix_index_totals(s->o.idx, &tot);
+    head(o, "kvix_group_skipped_total", "counter",
+         "blocks and hashes of KV cache groups of a kind kept out of answers, not applied");
+    put(o, "kvix_group_skipped_total %" PRIu64 "\n", tot.skipped);
+    head(o, "kvix_group_kept_total", "counter",
+         "removed hashes another full KV cache group of the worker still holds");
+    put(o, "kvix_group_kept_total %" PRIu64 "\n", tot.kept);
     head(o, "kvix_index_blocks", "gauge", "stored (worker, block) pairs");
     put(o, "kvix_index_blocks %zu\n", st->blocks);
     head(o, "kvix_index_unique_blocks", "gauge", "distinct (partition, position, hash) blocks");
