@@ -58,7 +58,8 @@ static const cli_opt options[] = {
     {O_REPLAY_EP, 0, "replay-endpoint", "ENDPOINT", NULL,
      "also serve replay requests per publisher (derived like --pub)"},
     {O_REPLAY_BUFFER, 0, "replay-buffer", "N", NULL, "batches kept for replay (default 10000)"},
-    {O_WIRE, 0, "wire", "STYLE", "map|array", "engine events as maps (current vllm, default) or arrays"},
+    {O_WIRE, 0, "wire", "VERSION", "vllm-0.26|vllm-0.25|vllm-0.9|sglang-array|sglang-map|map|array",
+     "the engine generation to speak (default vllm-0.26; kvsub(1) lists them)"},
     {O_TOPIC, 0, "topic", "TOPIC", NULL, "topic frame of every message (default empty)"},
     {O_PUB_WAIT, 0, "pub-wait", "SECONDS", NULL,
      "wait up to SECONDS for every publisher to have a subscriber (default 1)"},
@@ -557,12 +558,10 @@ int main(int argc, char **argv)
             pc.replay_buffer = cli_parse_uint(arg, 1, KVIX_ENGINEPUB_BUFFER_MAX, "--replay-buffer");
             break;
         case O_WIRE:
-            if (strcmp(arg, "map") == 0)
-                pc.wire = KVIX_WIRE_MAP;
-            else if (strcmp(arg, "array") == 0)
-                pc.wire = KVIX_WIRE_ARRAY;
-            else
-                cli_usage_error("bad %s: '%s' (map or array)", cli_opt_given(), arg);
+            if (kvix_wire_style_parse(arg, &pc.wire) != KVIX_OK)
+                cli_usage_error("bad %s: '%s' (vllm-0.26, vllm-0.25, vllm-0.9, sglang-array or "
+                                "sglang-map)",
+                                cli_opt_given(), arg);
             break;
         case O_TOPIC: pc.topic = arg; break;
         case O_PUB_WAIT: po.pub_wait = cli_parse_double(arg, 0, 86400, "--pub-wait"); break;

@@ -17,7 +17,7 @@ _kvreplay() {
     --map-file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     --replay-endpoint) return ;;
     --replay-buffer) return ;;
-    --wire) COMPREPLY=($(compgen -W "map array" -- "$cur")); return ;;
+    --wire) COMPREPLY=($(compgen -W "vllm-0.26 vllm-0.25 vllm-0.9 sglang-array sglang-map map array" -- "$cur")); return ;;
     --topic) return ;;
     --pub-wait) return ;;
     --pub-hold) return ;;

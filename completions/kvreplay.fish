@@ -16,7 +16,7 @@ complete -c kvreplay -l pub -x -d 'publish as engines: one bound socket per work
 complete -c kvreplay -l map-file -r -F -d 'write the publishers as worker:dp=endpoint lines (kvsub --workers-file)'
 complete -c kvreplay -l replay-endpoint -x -d 'also serve replay requests per publisher (derived like --pub)'
 complete -c kvreplay -l replay-buffer -x -d 'batches kept for replay (default 10000)'
-complete -c kvreplay -l wire -x -a 'map array' -d 'engine events as maps (current vllm, default) or arrays'
+complete -c kvreplay -l wire -x -a 'vllm-0.26 vllm-0.25 vllm-0.9 sglang-array sglang-map map array' -d 'the engine generation to speak (default vllm-0.26; kvsub(1) lists them)'
 complete -c kvreplay -l topic -x -d 'topic frame of every message (default empty)'
 complete -c kvreplay -l pub-wait -x -d 'wait up to SECONDS for every publisher to have a subscriber (default 1)'
 complete -c kvreplay -l pub-hold -x -d 'after the last batch, keep serving replay requests for SECONDS (default 0)'

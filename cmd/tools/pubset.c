@@ -226,6 +226,7 @@ int kvix_pubset_add(kvix_pubset *ps, uint64_t worker, uint32_t dp, const char **
                                 ps->cfg.replay_buffer, err);
     if (rc)
         return rc;
+    kvix_enginepub_set_replay_topic(p, kvix_wire_style_replay_topic(ps->cfg.wire));
     memmove(ps->pubs + at + 1, ps->pubs + at, (ps->n - at) * sizeof *ps->pubs);
     ps->pubs[at] = (pubent){worker, dp, p};
     ps->n++;

@@ -37,6 +37,11 @@ typedef struct kvix_enginepub kvix_enginepub;
 int kvix_enginepub_new(kvix_enginepub **out, void *zctx, const char *endpoint,
                        const char *replay_endpoint, const char *topic, size_t buffer_steps,
                        kvix_err *err);
+/* How the replay service answers: [identity, "", topic, seq8, payload] as
+ * vLLM 0.26+ (with_topic, the default), or [identity, "", seq8, payload] as
+ * older vLLM and SGLang (kvix_wire_style_replay_topic). */
+void kvix_enginepub_set_replay_topic(kvix_enginepub *p, int with_topic);
+
 /* Close the sockets, waiting at most linger_ms for queued messages. */
 void kvix_enginepub_free(kvix_enginepub *p, int linger_ms);
 

@@ -35,7 +35,7 @@
  *    group kinds below).
  *  - KV cache groups (hybrid models; events with has_group): a store teaches
  *    its group's kind for the (worker, dp) (a store that names no kind: the
- *    one learned, else full). Only the full kinds (kvix_kind_full) are
+ *    one said, else full). Only the full kinds (kvix_kind_full) are
  *    indexed: a store of another kind, a removal of a group learned as
  *    another kind, and a removal of a group never seen storing (group 0
  *    excepted, as Dynamo) are counted skipped and change nothing but the
@@ -43,10 +43,10 @@
  *    holds: a (worker, dp) with two full groups or more keeps which of them
  *    hold each (block, tier), and a hash leaves once none does (the others
  *    counted kept); an event without group fields speaks for every full
- *    group. A group that held full blocks and then says it is of another
- *    kind drops the (worker, dp)'s blocks, as a cleared event: the
- *    engine's configuration changed under it. A (worker, dp) that never
- *    names a group pays for none of this.
+ *    group, and what a (worker, dp) held before its groups were told is
+ *    group 0's. A group's kind is the last one its stores said (an engine
+ *    changes it only with a restart, which clears). A (worker, dp) that
+ *    names no group but group 0 of a full kind pays for none of this.
  *  - placeholder stored: each hash the (worker, dp) holds gets the event's
  *    tier (counted stored, or duplicate when it had it); a hash not held is
  *    counted unknown: nothing is guessed of blocks without tokens.

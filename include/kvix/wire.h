@@ -70,16 +70,39 @@ int kvix_wire_decode(const void *payload, size_t len, uint64_t seq,
                      const kvix_wire_source *src, kvix_wire_event_fn fn, void *ctx,
                      kvix_wire_counts *counts, kvix_err *err);
 
+/* The engine generations the encoder speaks (kvreplay --wire, kvsub(1)'s
+ * compatibility table): what each puts in a batch and how its replay
+ * service answers. What a generation cannot say (a tier before vLLM 0.10,
+ * KV cache groups before vLLM 0.25 or in SGLang's arrays, EAGLE's pairs
+ * from vLLM, a placeholder from SGLang) is refused with KVIX_EINVAL. */
 typedef enum kvix_wire_style {
-    KVIX_WIRE_MAP = 0, /* current vLLM: events as maps with "type" */
-    KVIX_WIRE_ARRAY,   /* legacy vLLM: events as arrays, 12 elements */
+    KVIX_WIRE_MAP = 0,      /* "vllm-0.26": events as maps, replay replies with the topic */
+    KVIX_WIRE_ARRAY,        /* "vllm-0.25": 12-element array events with groups */
+    KVIX_WIRE_VLLM_0_9,     /* "vllm-0.9": 6-element array events, batches [ts, events] */
+    KVIX_WIRE_SGLANG_ARRAY, /* "sglang-array": 7- or 8-element array events, signed hashes */
+    KVIX_WIRE_SGLANG_MAP,   /* "sglang-map": SGLang's map events (late 2026) */
+    KVIX_WIRE_STYLES
 } kvix_wire_style;
 
 /* Encode events ev[0..n) (all of one (worker, dp)) as one batch payload
- * [ts, events, dp] appended to out. Stored events need their tokens
- * (has_tokens) since engines send token ids, not local hashes. */
+ * appended to out, as that generation's engine would send it ([ts, events,
+ * dp], [ts, events] for vLLM 0.9). Stored events need their tokens
+ * (has_tokens) since engines send token ids, not local hashes (a
+ * placeholder, or a group of a kind that is not a full one, sends none). An
+ * event without group fields goes out as vLLM 0.25+ sends a model without
+ * hybrid layers: group 0, full_attention. */
 int kvix_wire_encode(const kvix_event *const *ev, size_t n, double ts, uint32_t dp,
                      kvix_wire_style style, kvix_buf *out, kvix_err *err);
+
+/* The generation's name ("vllm-0.26", ...), or "?". Static string. */
+const char *kvix_wire_style_name(kvix_wire_style style);
+/* A generation by name: the names above, and "vllm" (the newest vLLM),
+ * "sglang" (SGLang's arrays), "map" and "array" (vllm-0.26 and vllm-0.25);
+ * KVIX_EINVAL for another. */
+int kvix_wire_style_parse(const char *s, kvix_wire_style *out);
+/* 1 when that generation's replay service answers [topic, seq, payload]
+ * (vLLM 0.26+), 0 when [seq, payload] (older vLLM, SGLang). */
+int kvix_wire_style_replay_topic(kvix_wire_style style);
 
 /* The medium names engines use, mapped to kvix tiers as NVIDIA Dynamo maps
  * them, ignoring case: "GPU", "DEVICE", "" -> gpu; "CPU", "CPU_PINNED",

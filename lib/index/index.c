@@ -344,18 +344,16 @@ static inline int part_hashing(part *p, const kvix_event *ev, kvix_err *err)
 static int group_store(kvix_index *idx, const kvix_event *ev, part **pp, wstate **wp,
                        kvix_apply_result *r, kvix_err *err)
 {
-    int rc, drop;
+    int rc;
     if (!*pp && (rc = kvix_ix_part_get(idx, ev->model, ev->tenant, ev->bs, pp, err)))
         return rc;
     if (!*wp && (rc = kvix_ix_ws_get(*pp, ev->worker, ev->dp, wp, err)))
         return rc;
     wstate *w = *wp;
-    if ((rc = kvix_ix_grp_learn(w, ev->group, ev->kind, &drop, err))) {
+    if ((rc = kvix_ix_grp_learn(w, ev->group, ev->kind, err))) {
         kvix_ix_ws_done(w);
         return rc;
     }
-    if (drop)
-        clear_ws(w, r);
     if (kvix_ix_grp_indexed(w, ev))
         return 0;
     r->skipped += ev->nblocks ? ev->nblocks : ev->nhashes;

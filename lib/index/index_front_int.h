@@ -243,8 +243,8 @@ typedef struct xr {
 /* A (worker, dp)'s KV cache groups (lib/index/index_groups.c), made when its
  * first event with a group field comes. */
 typedef struct wgroups {
-    uint64_t learned;  /* groups whose kind a store taught */
-    uint64_t full;     /* of those, the ones of a full kind */
+    uint64_t learned;  /* groups whose kind a store said */
+    uint64_t full;     /* the full ones: said so, or group 0 while it said nothing */
     kvix_hmap *member; /* (engine hash, tier) -> the full groups holding it; only while
                         * two full groups or more were learned */
     uint8_t kind[KVIX_GROUPS_MAX]; /* kvix_kind per learned group */
@@ -572,10 +572,8 @@ uint64_t kvix_ix_parent_engine(const wstate *w, uint64_t engine, const kvix_binf
 
 /* lib/index/index_groups.c */
 /* Learn that group's kind from a store of w (KVIX_KIND_NONE: the event did
- * not say; kept as what was learned, else full). *drop set: a group that
- * held full blocks is of another kind now, the caller drops w's blocks
- * (as a cleared event). KVIX_ENOMEM. */
-int kvix_ix_grp_learn(wstate *w, uint32_t group, int kind, int *drop, kvix_err *err);
+ * not say; kept as what was said, else full). KVIX_ENOMEM. */
+int kvix_ix_grp_learn(wstate *w, uint32_t group, int kind, kvix_err *err);
 /* Whether ev (stored or removed; w may be NULL) is of a group the index
  * indexes: no group, a full kind learned or said, an unlearned group 0's
  * removal. */

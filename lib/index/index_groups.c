@@ -2,11 +2,14 @@
  * stores taught, whether an event's group is indexed, and, for a (worker,
  * dp) with two full-kind groups or more, which of them hold each block.
  *
- * A (worker, dp) that never sends a group field has no record here (w->grp
- * NULL): its events cost one test. One with groups has a record of 80 bytes;
- * the membership map exists only while two full kinds or more were learned
- * (a model whose full attention layers fall into several groups), so its
- * cost follows what those workers hold. */
+ * A (worker, dp) without a record here (w->grp NULL) is one whose only
+ * group is group 0, of a full kind (what every engine of a model without
+ * hybrid layers sends, vLLM naming it, older engines not): its events cost a
+ * test or two, and it is the same state whether its events named the group
+ * or not. One with more groups has a record of 80 bytes; the membership map
+ * exists only while two full groups or more were learned (a model whose
+ * full attention layers fall into several groups), so its cost follows
+ * what those workers hold. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,10 +25,12 @@ static int popcount(uint64_t v)
     return __builtin_popcountll(v);
 }
 
+/* w's record, made in the state it stands for without one: nothing said,
+ * group 0 taken to be full (what it held was group 0's). */
 static wgroups *grp_get(wstate *w)
 {
-    if (!w->grp)
-        w->grp = calloc(1, sizeof *w->grp);
+    if (!w->grp && (w->grp = calloc(1, sizeof *w->grp)))
+        w->grp->full = bit(0);
     return w->grp;
 }
 
@@ -97,16 +102,20 @@ nomem:
     return kvix_err_set(err, KVIX_ENOMEM, "out of memory for KV cache groups");
 }
 
-int kvix_ix_grp_learn(wstate *w, uint32_t group, int kind, int *drop, kvix_err *err)
+int kvix_ix_grp_learn(wstate *w, uint32_t group, int kind, kvix_err *err)
 {
-    *drop = 0;
+    if (!w->grp && group == 0 && kvix_kind_full(kind))
+        return KVIX_OK; /* what a state without a record stands for */
     wgroups *g = grp_get(w);
     if (!g)
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for KV cache groups");
-    int was = g->learned & bit(group) ? g->kind[group] : -1;
-    if (kind == KVIX_KIND_NONE && was >= 0)
-        return KVIX_OK; /* a store that does not say keeps what was learned */
-    if (was == kind)
+    int learned = (g->learned & bit(group)) != 0;
+    if (kind == KVIX_KIND_NONE) {
+        if (learned)
+            return KVIX_OK; /* a store that does not say keeps what was said */
+        kind = KVIX_KIND_FULL_ATTENTION;
+    }
+    if (learned && g->kind[group] == kind)
         return KVIX_OK;
     uint64_t old_full = g->full;
     g->kind[group] = (uint8_t)kind;
@@ -115,16 +124,18 @@ int kvix_ix_grp_learn(wstate *w, uint32_t group, int kind, int *drop, kvix_err *
         g->full |= bit(group);
     else
         g->full &= ~bit(group);
-    if (old_full & bit(group) && !(g->full & bit(group))) {
-        /* A group that held full blocks says it is of another kind: the
-         * engine's configuration changed under it, and what it held cannot
-         * be told from the rest. */
-        *drop = 1;
-        kvix_ix_grp_members_free(w);
-        return KVIX_OK;
-    }
-    if (!g->member && popcount(g->full) >= 2)
+    if (g->member && popcount(g->full) < 2) {
+        kvix_ix_grp_members_free(w); /* one full group: a removal of it is the removal */
+    } else if (g->member && (old_full & ~g->full)) {
+        /* A full group says it is of another kind (an engine reconfigured
+         * without a restart): its hold on blocks goes, the others' stay. */
+        size_t it = 0;
+        uint64_t *m;
+        while ((m = kvix_hmap_next(g->member, &it, NULL)))
+            *m &= g->full;
+    } else if (!g->member && popcount(g->full) >= 2) {
         return members_start(w, old_full ? old_full : g->full, err);
+    }
     return KVIX_OK;
 }
 
@@ -133,7 +144,9 @@ int kvix_ix_grp_indexed(const wstate *w, const kvix_event *ev)
     if (!ev->has_group)
         return 1;
     const wgroups *g = w ? w->grp : NULL;
-    if (!g || !(g->learned & bit(ev->group)))
+    if (!g)
+        return ev->group == 0 && (ev->type != KVIX_EV_STORED || kvix_kind_full(ev->kind));
+    if (!(g->learned & bit(ev->group)))
         /* Dynamo's rule: a removal of a group never seen storing is another
          * kind's, unless it is group 0 (what an engine without groups says) */
         return ev->type == KVIX_EV_STORED ? kvix_kind_full(ev->kind) : ev->group == 0;

@@ -19,6 +19,7 @@ struct kvix_enginepub {
     char ep[KVIX_ENGINEPUB_ENDPOINT_MAX], rep[KVIX_ENGINEPUB_ENDPOINT_MAX];
     char topic[256];
     size_t tlen;
+    int replay_topic; /* replay answers carry the topic frame */
     uint64_t seq;
     batch *ring; /* the last cap batches, oldest at head */
     size_t cap, head, count;
@@ -66,6 +67,7 @@ int kvix_enginepub_new(kvix_enginepub **out, void *zctx, const char *endpoint,
     if (tlen)
         memcpy(p->topic, topic, tlen);
     p->tlen = tlen;
+    p->replay_topic = 1;
     int rc = KVIX_OK;
     int hwm = KVIX_ENGINEPUB_HWM, one = 1, zero = 0;
     p->pub = zmq_socket(zctx, ZMQ_XPUB);
@@ -242,6 +244,21 @@ static int recv_request(void *s, zmq_msg_t fr[3])
     return n;
 }
 
+/* A replay answer's frames before its seq: [identity, ""] and the topic
+ * when the generation sends it. */
+static int reply_head(kvix_enginepub *p, const void *id, size_t idlen)
+{
+    if (p->replay_topic)
+        return send3(p->router, id, idlen, "", 0, p->topic, p->tlen, 1);
+    return zmq_send(p->router, id, idlen, ZMQ_DONTWAIT | ZMQ_SNDMORE) < 0 ||
+           zmq_send(p->router, "", 0, ZMQ_DONTWAIT | ZMQ_SNDMORE) < 0;
+}
+
+void kvix_enginepub_set_replay_topic(kvix_enginepub *p, int with_topic)
+{
+    p->replay_topic = with_topic != 0;
+}
+
 static int answer_replays(kvix_enginepub *p, kvix_err *err)
 {
     zmq_msg_t fr[3];
@@ -266,14 +283,14 @@ static int answer_replays(kvix_enginepub *p, kvix_err *err)
                 continue;
             unsigned char s8[8];
             put_be64(s8, b->seq);
-            rc = send3(p->router, id, idlen, "", 0, p->topic, p->tlen, 1) ||
+            rc = reply_head(p, id, idlen) ||
                  zmq_send(p->router, s8, 8, ZMQ_DONTWAIT | ZMQ_SNDMORE) < 0 ||
                  zmq_send(p->router, b->data, b->len, ZMQ_DONTWAIT) < 0;
         }
         if (ok && !rc) {
             unsigned char end[8];
             put_be64(end, KVIX_WIRE_SEQ_END);
-            rc = send3(p->router, id, idlen, "", 0, p->topic, p->tlen, 1) ||
+            rc = reply_head(p, id, idlen) ||
                  zmq_send(p->router, end, 8, ZMQ_DONTWAIT | ZMQ_SNDMORE) < 0 ||
                  zmq_send(p->router, "", 0, ZMQ_DONTWAIT) < 0;
         }

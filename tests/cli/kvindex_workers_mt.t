@@ -116,6 +116,12 @@ as_kvsub() {
     timeout --foreground 60 kvsub "${sargs[@]}" >sub.out 2>sub.err &
     SPID=$!
     serve -s live.kvix "$@" || return 1
+    same_as_kvsub
+}
+
+# same_as_kvsub: the checks of as_kvsub, kvsub and kvindex both running.
+same_as_kvsub() {
+    local i
     # (the waits end early once a process they wait on is gone)
     for i in $(seq 300); do
         "$PY" "$FE" final sub.out exp.json && break
@@ -167,6 +173,32 @@ engine --pub "ipc://$T/pub" --restart-after 15 --subscribers 2 --expect exp.json
 as_kvsub -w "1=ipc://$T/pub" -- -w "1=ipc://$T/pub"
 assert_grep '^kvix_subscription_restarts_total 1$' metrics
 assert_grep 'engine restarted' kv.err
+stop
+assert_eq "$rc" 0 "exit status on SIGTERM"
+end
+
+# A hybrid model's engine (sliding-window and Mamba groups evicting blocks
+# the full-attention group holds): kvindex subscribing itself keeps what
+# kvsub | kvindex keeps, and the prompts score what the full group holds.
+begin "kvindex -w: a hybrid model's KV cache groups, as kvsub | kvindex"
+engine --pub "ipc://$T/pub" --hybrid --batches 60 --subscribers 2 --expect exp.json --seed 32
+as_kvsub -w "1=ipc://$T/pub" -- -w "1=ipc://$T/pub"
+assert_grep '^kvix_subscription_other_kinds_total [1-9]' metrics
+assert_grep '^kvix_group_skipped_total [1-9]' metrics
+stop
+assert_eq "$rc" 0 "exit status on SIGTERM"
+end
+
+begin "POST /register: a hybrid model's KV cache groups, as kvsub | kvindex"
+engine --pub "ipc://$T/pub" --hybrid --style array --batches 60 --subscribers 2 \
+    --expect exp.json --seed 33
+timeout --foreground 60 kvsub -w "1=ipc://$T/pub" >sub.out 2>sub.err &
+SPID=$!
+serve -s live.kvix
+req POST /register "{\"instance_id\":1,\"endpoint\":\"ipc://$T/pub\",\"model_name\":\"default\",\"block_size\":16}"
+assert_eq "$st" 201 "register"
+same_as_kvsub
+assert_grep '^kvix_group_skipped_total [1-9]' metrics
 stop
 assert_eq "$rc" 0 "exit status on SIGTERM"
 end

@@ -57,7 +57,7 @@ pub_to_sub() {
 kvreplay -q --mooncake "$CONV" --workers 4 --capacity 200 --limit 150 --seed 2 --tokens \
     >"${TMPDIR:-/tmp}/kvreplay-pub.$$"
 LOG=${TMPDIR:-/tmp}/kvreplay-pub.$$
-trap 'cleanup; rm -f "$LOG"' EXIT
+trap 'cleanup; rm -f "$LOG" "$LOG.hybrid" "$LOG.hybrid.kvix" "$LOG.hybrid.kvix.lock"' EXIT
 
 begin "pub -> kvsub (tcp, map events): kvsub sees the log"
 pub_to_sub "$LOG" sub.ndjson --pub 'tcp://127.0.0.1:*'
@@ -90,6 +90,71 @@ assert_grep "^2:0=ipc://$T/eng-2-0\$" workers
 project "$LOG" >want
 project sub.ndjson >got
 cmp -s want got || fail "kvsub's events differ from the log"
+end
+
+# Every engine generation kvreplay speaks (kvsub(1)'s compatibility table):
+# kvsub reads each, and the index built through each wire equals the log's.
+for gen in vllm-0.26 vllm-0.25 vllm-0.9 sglang-array sglang-map; do
+    begin "pub --wire $gen -> kvsub: the index built through the wire equals the log's"
+    pub_to_sub "$LOG" sub.ndjson --pub "ipc://$T/g-$gen" --wire "$gen"
+    assert_eq "$pub_rc" 0 "kvreplay exit status"
+    assert_eq "$sub_rc" 0 "kvsub exit status"
+    project "$LOG" >want
+    project sub.ndjson >got
+    cmp -s want got || { fail "kvsub's events differ from the log"; diff want got | head -3 | sed 's/^/#   /'; }
+    assert_grep "gaps=0 " sub.err
+    grep -v '"type":"query"' "$LOG" | kvindex --quiet -s direct.kvix
+    kvindex --quiet -s wire.kvix sub.ndjson
+    run kvdump --diff direct.kvix wire.kvix
+    expect_rc 0
+    rm -f direct.kvix wire.kvix
+    end
+done
+
+# The log of a hybrid model: each store of the log is group 1's (full
+# attention), and a sliding-window group 0 stores its last block and evicts
+# it at once. Through the generations that carry groups, the index equals
+# the log's, and the log's equals the index of group 1's events alone.
+HYB=$LOG.hybrid
+"$PY" - "$LOG" >"$HYB" <<'EOF'
+import json, sys
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e["type"] == "query":
+        continue
+    if e["type"] == "cleared":
+        print(json.dumps(e))
+        continue
+    e["group"] = 1
+    if e["type"] == "stored":
+        e["kind"] = "full_attention"
+    print(json.dumps(e))
+    if e["type"] == "stored":
+        last = e["blocks"][-1]["seq"]
+        sw = {k: e[k] for k in ("worker", "dp", "model", "tenant", "eid", "bs") if k in e}
+        parent = e["blocks"][-2]["seq"] if len(e["blocks"]) > 1 else e.get("parent")
+        print(json.dumps(dict(sw, type="stored", group=0, kind="sliding_window", parent=parent,
+                              hashes=[last])))
+        print(json.dumps(dict(sw, type="removed", group=0, hashes=[last])))
+EOF
+grep -v '"type":"query"' "$LOG" | kvindex --quiet -s "$HYB.kvix"
+for gen in vllm-0.26 vllm-0.25 sglang-map; do
+    begin "pub --wire $gen -> kvsub: a hybrid model's log, the index of its full-attention group"
+    pub_to_sub "$HYB" sub.ndjson --pub "ipc://$T/h-$gen" --wire "$gen"
+    assert_eq "$pub_rc" 0 "kvreplay exit status"
+    assert_grep '"group":0,"kind":"sliding_window",' sub.ndjson
+    kvindex --quiet -s wire.kvix sub.ndjson
+    run kvdump --diff "$HYB.kvix" wire.kvix
+    expect_rc 0
+    rm -f wire.kvix
+    end
+done
+
+begin "pub --wire: what a generation cannot say is refused, not dropped"
+printf '%s\n' '{"type":"stored","worker":1,"medium":"cpu","bs":2,"parent":null,"blocks":[{"local":1,"seq":2}],"tokens":[[1,2]]}' >cpu.ndjson
+run kvreplay --fast --pub "ipc://$T/old" --pub-wait 0 --wire vllm-0.9 cpu.ndjson
+expect_rc 1
+assert_grep "the vllm-0.9 wire cannot carry a tier other than the gpu" err
 end
 
 begin "pub: one worker with a dp rank of its own"

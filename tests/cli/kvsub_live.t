@@ -101,6 +101,36 @@ for style in array array6 sglang bin; do
     end
 done
 
+# A hybrid model (sliding-window and Mamba groups beside full attention)
+# stores each span once per group with the same hashes; the sliding-window
+# and Mamba groups evict blocks the full-attention group still holds. The
+# events keep their group and kind, and kvindex's answers are what the full
+# group holds (same: a query per chain). Before the groups' rule, those
+# prompts scored less, and a Mamba store alone scored.
+for style in map array; do
+    begin "kvsub: a hybrid model ($style events): the prompt scores what the full-attention group holds"
+    engine --pub "ipc://$T/pub" --hybrid --style $style --batches 60 --expect exp.json --seed 31
+    sub -w "1=ipc://$T/pub"
+    wait_final exp.json
+    stop
+    expect_rc 0
+    same exp.json
+    stat_is other_kinds '[1-9][0-9]*'
+    assert_grep '"group":0,"kind":"sliding_window",.*"hashes":\['
+    assert_grep '"group":2,"kind":"mamba",'
+    assert_grep '"type":"removed",.*"group":0,'
+    # the scenario means something: the other groups evicted blocks the full
+    # group holds at the end
+    "$PY" - out exp.json <<'EOF' || fail "no eviction of another group hit a block the full group holds"
+import json, sys
+held = {b[2] for b in json.load(open(sys.argv[2]))["blocks"]}
+hit = sum(1 for l in open(sys.argv[1]) for e in [json.loads(l)]
+          if e["type"] == "removed" and e.get("group") in (0, 2) and set(e["hashes"]) & held)
+sys.exit(0 if hit else 1)
+EOF
+    end
+done
+
 begin "kvsub: -f msgpack --tokens (tokens hash to the locals given)"
 engine --pub "ipc://$T/pub" --expect exp.json --seed 24
 sub -w "1=ipc://$T/pub" -f msgpack --tokens

@@ -27,6 +27,12 @@ publish options:
                          sockets, counters from 0, cache and replay buffer empty
   --restart-skip N       the first N batches after the restart are not sent (replayable)
   --epoch                topics carry SGLang's "\0sgl-kv-epoch=<id>", a new id per run
+  --hybrid               a hybrid model (map and array styles): every span is stored by
+                         three KV cache groups with the same hashes, group 0 sliding
+                         window (its last block only: sparse), group 1 full attention
+                         (the blocks EXPECT knows), group 2 Mamba; groups 0 and 2 evict
+                         blocks group 1 still holds. A subscriber must end up with what
+                         group 1 holds
   --seed N               scenario seed
   --expect FILE          write what a correct subscriber holds at the end
   --linger SEC           keep answering replays this long after the last batch (default 60:
@@ -72,10 +78,12 @@ class Rank:
         self.children = {}  # engine hash -> number of cached children
         self.loss_floor = -1  # blocks stored in batches <= this seq are lost to a subscriber
         self.stored_at = {}  # engine hash -> seq of the batch that stored it
+        self.side = {0: set(), 2: set()}  # --hybrid: what groups 0 and 2 hold
 
     def restart(self):
         self.seq = 0
         self.last = -1
+        self.side = {0: set(), 2: set()}
         self.cache.clear()
         self.children.clear()
         self.loss_floor = -1
@@ -134,6 +142,49 @@ class Rank:
         return events
 
 
+KINDS = {0: "sliding_window", 1: "full_attention", 2: "mamba"}
+
+
+def hybridize(events, rank, bs):
+    """--hybrid: the same events as a model of three KV cache groups sends
+    them. Group 1 (full attention) carries the events made; group 0 (sliding
+    window) and group 2 (Mamba) store the last block of each span and evict
+    what they hold at random, blocks group 1 still holds among them."""
+    out = []
+    for e in events:
+        if e[0] == "stored":
+            _, hashes, parent, tokens = e
+            out.append(("stored", hashes, parent, tokens, 1, bs))
+            for g in (0, 2):
+                out.append(("stored", hashes[-1:], parent if len(hashes) == 1 else hashes[-2],
+                            tokens, g, bs))
+                rank.side[g].add(hashes[-1])
+        elif e[0] == "removed":
+            out.append(("removed", e[1], 1))
+        else:
+            out.append(e)
+            rank.side = {0: set(), 2: set()}
+    for g in (0, 2):
+        held = sorted(rank.side[g])
+        if held and rank.rng.random() < 0.5:
+            gone = rank.rng.sample(held, min(len(held), rank.rng.randint(1, 3)))
+            rank.side[g] -= set(gone)
+            out.append(("removed", gone, g))
+    return out
+
+
+def group_stored(hs, ph, tokens, group, bs, style):
+    """A hybrid model's BlockStored of one group (vLLM 0.25 arrays, 0.26 maps)."""
+    window = 128 if group == 0 else None
+    if style == "array":
+        return ["BlockStored", hs, ph, tokens, bs, None, "GPU", None, [None] * len(hs), group,
+                KINDS[group], window]
+    return {"type": "BlockStored", "block_hashes": hs, "parent_block_hash": ph,
+            "token_ids": tokens, "block_size": bs, "lora_id": None, "medium": "GPU",
+            "lora_name": None, "extra_keys": [None] * len(hs), "group_idx": group,
+            "kv_cache_spec_kind": KINDS[group], "kv_cache_spec_sliding_window": window}
+
+
 def enc_hash(h, style):
     if style == "sglang" and h >= 2**63:
         return h - 2**64
@@ -146,10 +197,13 @@ def encode(events, dp, style, ts):
     out = []
     for e in events:
         if e[0] == "stored":
-            _, hashes, parent, tokens = e
+            _, hashes, parent, tokens = e[:4]
             hs = [enc_hash(h, style) for h in hashes]
             ph = None if parent is None else enc_hash(parent, style)
             bs = len(tokens) // len(hashes)
+            if len(e) > 4:  # --hybrid: (..., group, bs); groups 0 and 2 skip blocks
+                out.append(group_stored(hs, ph, tokens, e[4], e[5], style))
+                continue
             if style == "array6":
                 out.append(["BlockStored", hs, ph, tokens, bs, None])
             elif style == "sglang":
@@ -164,11 +218,14 @@ def encode(events, dp, style, ts):
                             "group_idx": 0, "kv_cache_spec_kind": "full_attention"})
         elif e[0] == "removed":
             hs = [enc_hash(h, style) for h in e[1]]
-            if style.startswith("array") or style == "sglang":
+            group = e[2] if len(e) > 2 else 0
+            if style == "array":
+                out.append(["BlockRemoved", hs, "GPU", group])
+            elif style.startswith("array") or style == "sglang":
                 out.append(["BlockRemoved", hs, "GPU"])
             else:
                 out.append({"type": "BlockRemoved", "block_hashes": hs, "medium": "GPU",
-                            "group_idx": 0})
+                            "group_idx": group})
         else:
             if style.startswith("array") or style == "sglang":
                 out.append(["AllBlocksCleared"])
@@ -319,6 +376,8 @@ class Engine:
                 # so the expected state held changes nobody published.
                 if i == a.batches - 1 and not any(e[0] == "stored" for e in evs):
                     evs.append(r.make_store(a.bs))
+                if a.hybrid:
+                    evs = hybridize(evs, r, a.bs)
                 self.publish(r, evs)
             self.service(0)
             time.sleep(0.002)
@@ -397,9 +456,16 @@ def hx(v):
 def reduce_events(path):
     """Per-(worker, dp) block sets. Stored events that carry their tokens
     (--tokens) must have the local hashes of those tokens."""
-    state = {}
+    state, kinds = {}, {}
+    full = ("full_attention", "mla_attention", "sink_full_attention")
     for ev in load_events(path):
         s = state.setdefault((ev["worker"], ev.get("dp", 0)), {})
+        k = kinds.setdefault((ev["worker"], ev.get("dp", 0)), {0: "full_attention"})
+        if "group" in ev:  # kvix-events(5): only the full kinds are held
+            if ev["type"] == "stored" and ev.get("kind"):
+                k[ev["group"]] = ev["kind"]
+            if k.get(ev["group"]) not in full:
+                continue
         if ev["type"] == "stored":
             toks = ev.get("tokens")
             for i, b in enumerate(ev["blocks"]):
@@ -509,6 +575,7 @@ def main():
     pp.add_argument("--restart-after", type=int, default=0)
     pp.add_argument("--restart-skip", type=int, default=0)
     pp.add_argument("--epoch", action="store_true")
+    pp.add_argument("--hybrid", action="store_true")
     pp.add_argument("--buffer", type=int, default=10000)
     pp.add_argument("--seed", type=int, default=1)
     pp.add_argument("--expect")

@@ -229,15 +229,22 @@ TEST(two_full_groups_hold_a_block_until_both_evict_it)
     }
 }
 
-TEST(a_full_group_that_turns_into_another_kind_drops_the_worker)
+/* A hybrid model whose first store is the full group's, group 1: group 0,
+ * of another kind, said so after; what group 1 holds stays. */
+TEST(group_zero_of_another_kind_after_a_full_group)
 {
     kvix_index *idx = mk("positional");
-    CHECK(store(idx, 4, 0, FULL, GPU, 0, N, 1) == KVIX_OK);
-    CHECK(store(idx, 4, 0, SW, GPU, 0, 1, 2) == KVIX_OK);
-    CHECK_U64(res.removed, N);
+    CHECK(store(idx, 4, 1, FULL, GPU, 0, N, 1) == KVIX_OK);
+    CHECK(store(idx, 4, 0, SW, GPU, N - 1, N, 1) == KVIX_OK);
+    CHECK_U64(res.removed, 0);
     CHECK_U64(res.skipped, 1);
-    CHECK_U64(score(idx, 4), 0);
-    /* a store that names no kind keeps what was learned */
+    CHECK(removed(idx, 4, 0, GPU, 0, 2) == KVIX_OK);
+    CHECK_U64(res.skipped, 1);
+    CHECK_U64(score(idx, 4), N);
+    CHECK(removed(idx, 4, 1, GPU, N - 1, 3) == KVIX_OK);
+    CHECK_U64(res.removed, 1);
+    CHECK_U64(score(idx, 4), N - 1);
+    /* a store that names no kind keeps what was said */
     kvix_event_reset(&ev);
     ev.type = KVIX_EV_STORED;
     ev.worker = 4;
@@ -247,9 +254,13 @@ TEST(a_full_group_that_turns_into_another_kind_drops_the_worker)
     ev.blocks[ev.nblocks++] = (kvix_block){L[0], H[0]};
     CHECK(kvix_index_apply(idx, &ev, &res, &err) == KVIX_OK);
     CHECK_U64(res.skipped, 1);
+    /* a group that says another kind lets go of its blocks in nothing else */
+    CHECK(store(idx, 4, 1, SW, GPU, 0, 1, 4) == KVIX_OK);
+    CHECK_U64(res.skipped, 1);
+    CHECK_U64(score(idx, 4), N - 1);
     /* a removed worker forgets its kinds */
     CHECK(kvix_index_remove_worker(idx, 4, NULL, &err) == KVIX_OK);
-    CHECK(kvix_index_apply(idx, &ev, &res, &err) == KVIX_OK);
+    CHECK(store(idx, 4, 1, KVIX_KIND_NONE, GPU, 0, 1, 5) == KVIX_OK);
     CHECK_U64(res.stored, 1);
     kvix_index_free(idx);
 }
@@ -336,4 +347,26 @@ TEST(release_answer)
     kvix_answer_release(&ans);
     kvix_event_release(&ev);
     CHECK(1);
+}
+
+/* The common case, one full group (vLLM names it group 0, full_attention,
+ * on every event of a model without hybrid layers), is the state of a
+ * worker whose events name no group: not a byte more. */
+TEST(group_zero_full_costs_nothing)
+{
+    kvix_index *a = mk("positional"), *b = mk("positional");
+    for (uint64_t w = 1; w <= 8; w++) {
+        CHECK(store(a, w, 0, FULL, GPU, 0, N, 1) == KVIX_OK);
+        CHECK(removed(a, w, 0, GPU, N - 1, 2) == KVIX_OK);
+        CHECK(store(b, w, -1, 0, GPU, 0, N, 1) == KVIX_OK);
+        CHECK(removed(b, w, -1, GPU, N - 1, 2) == KVIX_OK);
+    }
+    kvix_index_stats sa, sb;
+    kvix_index_stats_get(a, &sa);
+    kvix_index_stats_get(b, &sb);
+    CHECK_U64(sa.bytes, sb.bytes);
+    CHECK_U64(sa.blocks, 8 * (N - 1));
+    CHECK_U64(sb.blocks, 8 * (N - 1));
+    kvix_index_free(a);
+    kvix_index_free(b);
 }

@@ -289,3 +289,186 @@ TEST(round_trip_through_the_decoder)
     for (int i = 0; i < 4; i++)
         kvix_event_release(&in[i]);
 }
+
+/* Byte-exact with the payloads of the older generations: vLLM 0.9's
+ * 6-element events in a batch without rank, SGLang's 7-element events with
+ * signed hashes, and EAGLE's token pairs (make_2026.py's sglang-eagle.bin). */
+TEST(older_generations_match_their_fixtures)
+{
+    kvix_event ev;
+    kvix_buf b;
+    kvix_err err;
+    stored(&ev, 2, 1);
+    ev.blocks[0].seq = UINT64_C(0x0123456789abcdef);
+    ev.blocks[1].seq = UINT64_C(0xf0e1d2c3b4a59687);
+    encode_one(&ev, 0, KVIX_WIRE_VLLM_0_9, &b);
+    check_bytes("array-stored-oldest.bin", &b);
+    kvix_buf_release(&b);
+    kvix_event_release(&ev);
+
+    stored(&ev, 1, 1);
+    ev.blocks[0].seq = (uint64_t)INT64_C(-1234605616436508552);
+    const kvix_event *p = &ev;
+    kvix_buf_init(&b);
+    CHECK(kvix_wire_encode(&p, 1, 1700000000.5, 1, KVIX_WIRE_SGLANG_ARRAY, &b, &err) == KVIX_OK);
+    check_bytes("sglang-array-stored.bin", &b);
+    kvix_buf_release(&b);
+    kvix_event_release(&ev);
+
+    stored(&ev, 2, 300);
+    ev.eagle = 1;
+    ev.tokens[ev.ntokens++] = 300 + 32; /* the token after the last block */
+    ev.blocks[0].seq = UINT64_MAX - 1;
+    ev.blocks[1].seq = UINT64_MAX - 2;
+    kvix_buf_init(&b);
+    CHECK(kvix_wire_encode(&p, 1, 1767225600.5, 1, KVIX_WIRE_SGLANG_ARRAY, &b, &err) == KVIX_OK);
+    check_bytes("sglang-eagle.bin", &b);
+    kvix_buf_release(&b);
+    /* what a generation cannot say is refused, not dropped */
+    kvix_buf_init(&b);
+    CHECK(kvix_wire_encode(&p, 1, 0, 0, KVIX_WIRE_MAP, &b, &err) == KVIX_EINVAL);
+    CHECK_STR(err.msg, "the vllm-0.26 wire cannot carry eagle's token pairs");
+    ev.eagle = 0;
+    ev.ntokens--;
+    ev.medium = KVIX_MEDIUM_CPU;
+    CHECK(kvix_wire_encode(&p, 1, 0, 0, KVIX_WIRE_VLLM_0_9, &b, &err) == KVIX_EINVAL);
+    CHECK_STR(err.msg, "the vllm-0.9 wire cannot carry a tier other than the gpu");
+    ev.medium = KVIX_MEDIUM_GPU;
+    ev.has_group = 1;
+    ev.group = 1;
+    CHECK(kvix_wire_encode(&p, 1, 0, 0, KVIX_WIRE_SGLANG_ARRAY, &b, &err) == KVIX_EINVAL);
+    CHECK_STR(err.msg, "the sglang-array wire cannot carry kv cache groups");
+    CHECK_U64(b.len, 0);
+    kvix_buf_release(&b);
+    kvix_event_release(&ev);
+}
+
+/* Every generation, each with what it can say (groups, kinds, placeholders,
+ * EAGLE, tiers), decodes back to the events it was given. */
+TEST(every_generation_round_trips)
+{
+    static const char *names[] = {"vllm-0.26", "vllm-0.25", "vllm-0.9", "sglang-array",
+                                  "sglang-map"};
+    for (int st = 0; st < KVIX_WIRE_STYLES; st++) {
+        kvix_wire_style style;
+        CHECK(kvix_wire_style_parse(names[st], &style) == KVIX_OK);
+        CHECK((int)style == st);
+        CHECK_STR(kvix_wire_style_name(style), names[st]);
+        int groups = style == KVIX_WIRE_MAP || style == KVIX_WIRE_ARRAY ||
+                     style == KVIX_WIRE_SGLANG_MAP;
+        int sglang = style == KVIX_WIRE_SGLANG_ARRAY || style == KVIX_WIRE_SGLANG_MAP;
+        int tiers = style != KVIX_WIRE_VLLM_0_9;
+        kvix_event in[5];
+        size_t n = 0;
+        for (int i = 0; i < 5; i++)
+            kvix_event_init(&in[i]);
+        /* a stored event: EAGLE for SGLang, a tier where there are tiers */
+        stored(&in[n], 2, 40);
+        in[n].blocks[0].seq = UINT64_C(0x8000000000000005);
+        in[n].blocks[1].seq = 77;
+        in[n].medium = tiers ? KVIX_MEDIUM_DISK : KVIX_MEDIUM_GPU;
+        if (sglang) {
+            in[n].eagle = 1;
+            in[n].tokens[in[n].ntokens++] = 99;
+        }
+        if (tiers)
+            snprintf(in[n].lora, sizeof in[n].lora, "%s", "adapter-b");
+        n++;
+        if (groups) { /* a sliding-window group's store (hashes only) and removal */
+            kvix_event *e = &in[n++];
+            e->type = KVIX_EV_STORED;
+            e->bs = 16;
+            e->has_group = 1;
+            e->group = 1;
+            e->kind = KVIX_KIND_SLIDING_WINDOW;
+            kvix_event_reserve_hashes(e, 1, NULL);
+            e->hashes[e->nhashes++] = 77;
+            e = &in[n++];
+            e->type = KVIX_EV_REMOVED;
+            e->has_group = 1;
+            e->group = 1;
+            kvix_event_reserve_hashes(e, 1, NULL);
+            e->hashes[e->nhashes++] = 77;
+        }
+        if (groups && !sglang) { /* vLLM's offloading connector */
+            kvix_event *e = &in[n++];
+            e->type = KVIX_EV_STORED;
+            e->placeholder = 1;
+            e->medium = KVIX_MEDIUM_CPU;
+            kvix_event_reserve_hashes(e, 2, NULL);
+            e->hashes[e->nhashes++] = 77;
+            e->hashes[e->nhashes++] = UINT64_C(0x8000000000000005);
+        }
+        kvix_event *e = &in[n++];
+        e->type = KVIX_EV_REMOVED;
+        e->medium = in[0].medium;
+        kvix_event_reserve_hashes(e, 1, NULL);
+        e->hashes[e->nhashes++] = UINT64_C(0x8000000000000005);
+        const kvix_event *p[5];
+        for (size_t i = 0; i < n; i++)
+            p[i] = &in[i];
+        kvix_buf b;
+        kvix_buf_init(&b);
+        kvix_err err;
+        int rc = kvix_wire_encode(p, n, 3.5, 4, style, &b, &err);
+        if (!CHECK(rc == KVIX_OK))
+            printf("#   %s: %s\n", names[st], err.msg);
+        got g;
+        for (int i = 0; i < 8; i++)
+            kvix_event_init(&g.ev[i]);
+        g.n = 0;
+        kvix_wire_source src = {.worker = 1, .dp = 4, .block_size = 16, .keep_tokens = 1};
+        kvix_wire_counts c;
+        memset(&c, 0, sizeof c);
+        rc = kvix_wire_decode(b.data, b.len, 5, &src, collect, &g, &c, &err);
+        if (!CHECK(rc == KVIX_OK))
+            printf("#   %s: decode: %s\n", names[st], err.msg);
+        CHECK_U64(g.n, n);
+        for (size_t i = 0; i < n && i < g.n; i++) {
+            const kvix_event *a = &in[i], *d = &g.ev[i];
+            CHECK_U64(d->type, a->type);
+            CHECK_U64(d->dp, 4);
+            CHECK_U64(d->medium, a->medium);
+            CHECK_U64(d->placeholder, a->placeholder);
+            CHECK_U64(d->eagle, a->eagle);
+            CHECK_STR(d->lora, a->lora);
+            CHECK_U64(d->nhashes, a->nhashes);
+            for (size_t k = 0; k < a->nhashes && k < d->nhashes; k++)
+                CHECK_U64(d->hashes[k], a->hashes[k]);
+            if (a->has_group) {
+                CHECK(d->has_group && d->group == a->group);
+                if (a->type == KVIX_EV_STORED)
+                    CHECK(d->kind == a->kind);
+            } else if (groups && a->type != KVIX_EV_CLEARED && !a->placeholder) {
+                /* vLLM names a model's only group: 0, full_attention */
+                CHECK(!d->has_group || (d->group == 0 && kvix_kind_full(d->kind)));
+            }
+            CHECK_U64(d->nblocks, a->nblocks);
+            for (size_t k = 0; k < a->nblocks && k < d->nblocks; k++)
+                CHECK_U64(d->blocks[k].seq, a->blocks[k].seq);
+            if (a->nblocks && d->nblocks && d->has_tokens) {
+                CHECK_U64(d->ntokens, a->ntokens);
+                uint64_t want[2];
+                uint64_t seed = kvix_hash_lora_seed(a->lora, strlen(a->lora));
+                if (a->eagle)
+                    kvix_hash_blocks_eagle(a->tokens, a->ntokens, 16, seed, want, NULL);
+                else
+                    kvix_hash_blocks(a->tokens, a->ntokens, 16, seed, want, NULL);
+                CHECK_U64(d->blocks[0].local, want[0]);
+                CHECK_U64(d->blocks[1].local, want[1]);
+            }
+        }
+        for (int i = 0; i < 8; i++)
+            kvix_event_release(&g.ev[i]);
+        for (int i = 0; i < 5; i++)
+            kvix_event_release(&in[i]);
+        kvix_buf_release(&b);
+    }
+    kvix_wire_style s;
+    CHECK(kvix_wire_style_parse("vllm", &s) == KVIX_OK && s == KVIX_WIRE_MAP);
+    CHECK(kvix_wire_style_parse("array", &s) == KVIX_OK && s == KVIX_WIRE_ARRAY);
+    CHECK(kvix_wire_style_parse("sglang", &s) == KVIX_OK && s == KVIX_WIRE_SGLANG_ARRAY);
+    CHECK(kvix_wire_style_parse("vllm-1.0", &s) == KVIX_EINVAL);
+    CHECK(kvix_wire_style_replay_topic(KVIX_WIRE_MAP));
+    CHECK(!kvix_wire_style_replay_topic(KVIX_WIRE_ARRAY));
+}
