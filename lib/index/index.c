@@ -479,7 +479,6 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
              ? kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block")
              : KVIX_OK;
     uint64_t canons[STORE_AHEAD];
-    size_t done = 0;
     for (size_t i0 = 0; i0 < ev->nblocks && !rc; i0 += STORE_AHEAD) {
         size_t nw = ev->nblocks - i0 < STORE_AHEAD ? ev->nblocks - i0 : STORE_AHEAD;
         prefetch_blocks(w, ev, i0, pos0 + (uint32_t)i0, prev, canons, nw);
@@ -488,15 +487,12 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
             uint64_t canon = canons[k];
             rc = store_block(w, ev->blocks[i].seq, pos0 + (uint32_t)i, ev->blocks[i].local, canon,
                              parent, prev, (unsigned)ev->medium, &chain, r, err);
-            done += !rc;
             prev = canon;
             parent = ev->blocks[i].seq;
         }
     }
-    if (w->grp && w->grp->member) { /* a worker of several full groups */
-        int mrc = kvix_ix_grp_stored(w, ev, done, err);
-        rc = rc ? rc : mrc;
-    }
+    if (!rc && w->grp && w->grp->member) /* a worker of several full groups */
+        rc = kvix_ix_grp_stored(w, ev, ev->nblocks, err);
     kvix_ix_publish_held(w);
     if (!rc)
         record_eid(w, ev);
