@@ -17,7 +17,7 @@
 #include "kvix/stream.h"
 #include "kvix/tokens.h"
 
-enum { O_STRICT = 0x100, O_SALT, O_MM };
+enum { O_STRICT = 0x100, O_SALT, O_MM, O_EAGLE };
 enum { F_LOCAL, F_SEQ, F_PSH, F_PLH, F_ALL };
 
 static const cli_opt options[] = {
@@ -29,6 +29,9 @@ static const cli_opt options[] = {
     {O_MM, 0, "mm", "BLOCK=HASH[,HASH...]", NULL,
      "block BLOCK carries these multimodal object hashes (hex, or vLLM's 64-digit "
      "identifiers), for lines that name none (repeatable)"},
+    {O_EAGLE, 0, "eagle", NULL, NULL,
+     "hash as for an engine running EAGLE: each block over its tokens and the next one "
+     "(block size + 1 windows, as Dynamo's newest router)"},
     {'P', 'P', "positional", NULL, NULL, "add positional sequence and lineage hashes (psh, plh)"},
     {'d', 'd', "decimal", NULL, NULL, "print hashes in decimal instead of hex"},
     {'p', 'p', "plain", "FIELD", "local|seq|psh|plh",
@@ -53,6 +56,7 @@ typedef struct hasher {
     kvix_tokens_mm *mm;   /* --mm, by block: for lines that name none */
     size_t nmm;
     int positional, decimal, plain, strict; /* plain: F_* or F_ALL for NDJSON */
+    int eagle;            /* EAGLE's windows: kvix_hash_blocks_eagle */
     kvix_tokens line;     /* the line being hashed: its tokens, seed and id */
     uint64_t *local, *seq;
     kvix_u128 *pos;       /* only with psh or plh wanted */
@@ -165,8 +169,9 @@ static int mm_blocks(hasher *h, const kvix_tokens_mm *mm, size_t n, size_t nb, u
                 v[k++] = mm[j].hash;
         size_t b = mm[i].block;
         if (b < nb) {
-            int rc = kvix_hash_local_mm(h->line.tok + b * h->bs, h->bs, seed, v, k, &h->local[b],
-                                        err);
+            /* with EAGLE a block's window takes the next block's first token */
+            int rc = kvix_hash_local_mm(h->line.tok + b * h->bs, h->bs + (size_t)h->eagle, seed, v,
+                                        k, &h->local[b], err);
             if (rc < 0)
                 return rc;
             first = b < first ? b : first;
@@ -183,7 +188,7 @@ static int mm_blocks(hasher *h, const kvix_tokens_mm *mm, size_t n, size_t nb, u
 static int emit(hasher *h, kvix_err *err)
 {
     const kvix_tokens *meta = &h->line;
-    size_t nb = meta->n / h->bs;
+    size_t nb = h->eagle ? kvix_hash_eagle_count(meta->n, h->bs) : meta->n / h->bs;
     if (nb > h->cap_blk) {
         size_t c = h->cap_blk ? h->cap_blk : 1024;
         while (c < nb)
@@ -199,7 +204,10 @@ static int emit(hasher *h, kvix_err *err)
     uint64_t seed = salt && salt[0]
                         ? kvix_hash_salt_seed(lora, lora ? strlen(lora) : 0, salt, strlen(salt))
                         : meta->seed;
-    kvix_hash_blocks(meta->tok, meta->n, h->bs, seed, h->local, h->seq);
+    if (h->eagle)
+        kvix_hash_blocks_eagle(meta->tok, meta->n, h->bs, seed, h->local, h->seq);
+    else
+        kvix_hash_blocks(meta->tok, meta->n, h->bs, seed, h->local, h->seq);
     int mrc = mm_blocks(h, meta->has_mm ? meta->mm : h->mm, meta->has_mm ? meta->nmm : h->nmm,
                         nb, seed, err);
     if (mrc < 0)
@@ -240,7 +248,8 @@ static int emit(hasher *h, kvix_err *err)
             o = put_array(h, o, F_PLH, nb, pos);
         }
         *o++ = ']';
-        size_t partial = meta->n % h->bs;
+        /* the tokens no block took (with EAGLE a block also reads the next one's first) */
+        size_t partial = meta->n - (nb ? nb * h->bs + (size_t)h->eagle : 0);
         if (partial) {
             o = put_str(o, ",\"partial\":");
             o = put_dec64(o, partial);
@@ -456,6 +465,9 @@ int main(int argc, char **argv)
             break;
         case O_MM:
             parse_mm(&h, arg);
+            break;
+        case O_EAGLE:
+            h.eagle = 1;
             break;
         case 'P':
             h.positional = 1;

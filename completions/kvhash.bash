@@ -11,7 +11,7 @@ _kvhash() {
     -p|--plain) COMPREPLY=($(compgen -W "local seq psh plh" -- "$cur")); return ;;
     esac
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--block-size -b --lora -l --salt --mm --positional -P --decimal -d --plain -p --strict --help -h --version -V" -- "$cur"))
+        COMPREPLY=($(compgen -W "--block-size -b --lora -l --salt --mm --eagle --positional -P --decimal -d --plain -p --strict --help -h --version -V" -- "$cur"))
         return
     fi
     COMPREPLY=($(compgen -f -- "$cur"))

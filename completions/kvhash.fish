@@ -3,6 +3,7 @@ complete -c kvhash -s b -l block-size -x -d 'tokens per block, 1 to 65536 (requi
 complete -c kvhash -s l -l lora -x -d 'LoRA adapter for lines that name none'
 complete -c kvhash -l salt -x -d 'hash with a cache salt mixed into the seed, as Dynamo\'s newest router does with its cache namespace, for lines that name none'
 complete -c kvhash -l mm -x -d 'block BLOCK carries these multimodal object hashes (hex, or vLLM\'s 64-digit identifiers), for lines that name none (repeatable)'
+complete -c kvhash -l eagle -d 'hash as for an engine running EAGLE: each block over its tokens and the next one (block size + 1 windows, as Dynamo\'s newest router)'
 complete -c kvhash -s P -l positional -d 'add positional sequence and lineage hashes (psh, plh)'
 complete -c kvhash -s d -l decimal -d 'print hashes in decimal instead of hex'
 complete -c kvhash -s p -l plain -x -a 'local seq psh plh' -d 'print only FIELD (local, seq, psh or plh), one line per input line'

@@ -98,6 +98,33 @@ assert_eq "$($PY -c 'import json,sys; print(type(json.load(sys.stdin)["local"][0
 golden kvhash_positional_decimal
 end
 
+# EAGLE (SGLang's speculative decoding): each block hashed over its tokens and
+# the next block's first, as Dynamo's newest router and kvsub do; checked
+# against python's xxhash, and against the index built from EAGLE's pairs.
+begin "--eagle: block size + 1 windows, as the engines' EAGLE blocks are indexed"
+echo 1 2 3 4 5 6 7 8 9 10 >in
+run kvhash -b 4 --eagle in
+expect_rc 0
+want=$($PY -c '
+import struct, xxhash
+t = list(range(1, 11))
+h = lambda w: "%016x" % xxhash.xxh3_64_intdigest(struct.pack("<%dI" % len(w), *w), seed=1337)
+print(h(t[0:5]), h(t[4:9]))')
+assert_eq "$(jq -r '.local | join(" ")' out)" "$want" "local hashes of the two windows"
+assert_eq "$(jq -r .partial out)" 1 "the token no window took"
+run kvhash -b 4 --eagle -p local in
+assert_eq "$(cat out)" "$want" "plain"
+echo 1 2 3 4 >in
+run kvhash -b 4 --eagle in
+assert_eq "$(cat out)" '{"local":[],"seq":[],"partial":4}' "a block needs the next token"
+# an SGLang EAGLE engine's store (its pairs) through kvsub's decoder, then a
+# query of the same tokens: kvhash --eagle's hashes are the ones indexed
+printf '%s\n' '{"type":"stored","worker":1,"bs":4,"eagle":true,"parent":null,"blocks":[{"local":"'"${want% *}"'","seq":"a1"},{"local":"'"${want#* }"'","seq":"a2"}]}' \
+    '[1,2,3,4,5,6,7,8,9,10]' >ev.ndjson
+run kvindex --quiet ev.ndjson
+assert_eq "$(jq -c '[.blocks, .scores[0].blocks]' out)" "[2,2]" "an EAGLE partition's query"
+end
+
 begin "input shapes: whitespace, JSON array, query object, per-block arrays agree"
 {
     echo "1 2 3 4 5 6 7 8 9"
