@@ -317,6 +317,7 @@ TEST(older_generations_match_their_fixtures)
 
     stored(&ev, 2, 300);
     ev.eagle = 1;
+    kvix_event_reserve_tokens(&ev, 33, NULL);
     ev.tokens[ev.ntokens++] = 300 + 32; /* the token after the last block */
     ev.blocks[0].seq = UINT64_MAX - 1;
     ev.blocks[1].seq = UINT64_MAX - 2;
@@ -369,6 +370,7 @@ TEST(every_generation_round_trips)
         in[n].medium = tiers ? KVIX_MEDIUM_DISK : KVIX_MEDIUM_GPU;
         if (sglang) {
             in[n].eagle = 1;
+            kvix_event_reserve_tokens(&in[n], 33, NULL);
             in[n].tokens[in[n].ntokens++] = 99;
         }
         if (tiers)
