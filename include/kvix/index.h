@@ -86,6 +86,7 @@
 #include <stdint.h>
 
 #include "kvix/answer.h"
+#include "kvix/buf.h"
 #include "kvix/error.h"
 #include "kvix/event.h"
 
@@ -278,6 +279,21 @@ int kvix_index_foreach(kvix_index *idx, kvix_foreach_fn fn, void *ctx);
 int kvix_index_load(kvix_index *idx, const char *model, const char *tenant, uint32_t bs,
                     uint64_t worker, uint32_t dp, const kvix_block_info *blocks, size_t n,
                     kvix_err *err);
+
+/* The state kvix_index_foreach does not visit, for a snapshot to stay exact
+ * (its extension record 64, kvix-snapshot(5)): the KV cache group kinds each
+ * (worker, dp) was told, which full groups hold each block of a (worker, dp)
+ * with several, and the partitions whose blocks are EAGLE's. Appended to out
+ * (grown as needed), nothing when there is none: an index without hybrid
+ * models nor EAGLE has none. The index must be quiet, as for
+ * kvix_index_foreach. KVIX_ENOMEM (out unchanged). */
+int kvix_index_groups_save(kvix_index *idx, kvix_buf *out, kvix_err *err);
+/* Restore it onto an index whose blocks are loaded (kvix_index_load):
+ * KVIX_ECORRUPT for a payload that is not one (truncated, out of order, a
+ * kind out of range, a membership row of a block not held, ...); on error
+ * what came before the failing entry stays applied. Same concurrency as
+ * kvix_index_load. */
+int kvix_index_groups_load(kvix_index *idx, const void *payload, size_t len, kvix_err *err);
 
 /* Restore the last applied eid of a (worker, dp) (from a snapshot). */
 int kvix_index_set_eid(kvix_index *idx, const char *model, const char *tenant, uint32_t bs,

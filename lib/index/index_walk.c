@@ -51,7 +51,9 @@ int kvix_index_foreach(kvix_index *idx, kvix_foreach_fn fn, void *ctx)
         ws = nws;
         for (uint32_t s = 0; s < ns; s++) {
             wstate *w = slot_ws(p, s);
-            if (w && ws_active(w))
+            /* a state kept only for its KV cache groups' kinds holds neither a
+             * block nor an eid: kvix_index_groups_save says it */
+            if (w && (w->has_eid || kvix_ix_bm_size(&w->blocks)))
                 ws[nw++] = w;
         }
         if (nw > 1)
@@ -123,6 +125,11 @@ int kvix_index_load(kvix_index *idx, const char *model, const char *tenant, uint
         return rc;
     if (n == 0) /* the partition alone (UINT64_MAX: one without workers) */
         return KVIX_OK;
+    /* blocks stored: the partition's hashing is known, plain unless the KV
+     * cache group state says EAGLE (kvix_index_groups_load) */
+    uint8_t unknown = PART_HASH_UNKNOWN;
+    __atomic_compare_exchange_n(&p->hashing, &unknown, PART_HASH_PLAIN, 0, __ATOMIC_RELAXED,
+                                __ATOMIC_RELAXED);
     if ((rc = kvix_ix_ws_get(p, worker, dp, &w, err)))
         return rc;
     if (kvix_ix_bm_reserve(&w->blocks, kvix_ix_bm_size(&w->blocks) + n))

@@ -370,3 +370,107 @@ TEST(group_zero_full_costs_nothing)
     kvix_index_free(a);
     kvix_index_free(b);
 }
+
+/* ---- the state a snapshot keeps (kvix_index_groups_save / _load) ------- */
+
+static int copy_fn(void *ctx, const char *model, const char *tenant, uint32_t bs, uint64_t worker,
+                   uint32_t dp, int has_eid, uint64_t eid, const kvix_block_info *b, size_t n)
+{
+    kvix_index *to = ctx;
+    kvix_err e;
+    int rc = kvix_index_load(to, model, tenant, bs, worker, dp, b, n, &e);
+    if (!rc && has_eid)
+        rc = kvix_index_set_eid(to, model, tenant, bs, worker, dp, eid, &e);
+    return rc;
+}
+
+/* A copy of from, as a snapshot restores it: blocks, then the group state. */
+static kvix_index *restored(kvix_index *from, kvix_buf *payload)
+{
+    kvix_index *to = mk("positional");
+    payload->len = 0;
+    CHECK(kvix_index_groups_save(from, payload, &err) == KVIX_OK);
+    CHECK(kvix_index_foreach(from, copy_fn, to) == KVIX_OK);
+    if (payload->len)
+        CHECK(kvix_index_groups_load(to, payload->data, payload->len, &err) == KVIX_OK);
+    return to;
+}
+
+TEST(group_state_saves_and_loads_exactly)
+{
+    kvix_index *a = mk("positional");
+    kvix_buf p1, p2;
+    kvix_buf_init(&p1);
+    kvix_buf_init(&p2);
+    /* none: no payload */
+    CHECK(store(a, 1, 0, FULL, GPU, 0, N, 1) == KVIX_OK);
+    CHECK(kvix_index_groups_save(a, &p1, &err) == KVIX_OK);
+    CHECK_U64(p1.len, 0);
+    /* worker 2: group 0 a sliding window, group 1 full; worker 3: two full
+     * groups and their membership; an EAGLE partition */
+    CHECK(store(a, 2, 1, FULL, GPU, 0, N, 1) == KVIX_OK);
+    CHECK(store(a, 2, 0, SW, GPU, N - 1, N, 1) == KVIX_OK);
+    CHECK(store(a, 3, 0, FULL, GPU, 0, N, 1) == KVIX_OK);
+    CHECK(store(a, 3, 2, KVIX_KIND_MLA_ATTENTION, GPU, 0, 2, 2) == KVIX_OK);
+    CHECK(store(a, 3, 2, KVIX_KIND_MLA_ATTENTION, KVIX_MEDIUM_CPU, 0, 1, 3) == KVIX_OK);
+    kvix_event_reset(&ev);
+    ev.type = KVIX_EV_STORED;
+    kvix_event_set_name(ev.model, "e", 1, NULL);
+    ev.worker = 9;
+    ev.bs = 4;
+    ev.eagle = 1;
+    kvix_event_reserve_blocks(&ev, 1, NULL);
+    ev.blocks[ev.nblocks++] = (kvix_block){5, 6};
+    CHECK(kvix_index_apply(a, &ev, &res, &err) == KVIX_OK);
+    kvix_index *b = restored(a, &p1);
+    CHECK(p1.len > 24);
+    CHECK(kvix_index_groups_save(b, &p2, &err) == KVIX_OK);
+    CHECK(p1.len == p2.len && !memcmp(p1.data, p2.data, p1.len)); /* one state, one payload */
+    CHECK(kvix_index_eagle(b, "e", "default"));
+    CHECK(!kvix_index_eagle(b, "default", "default"));
+    /* the restored index behaves as the first */
+    for (int k = 0; k < 2; k++) {
+        kvix_index *x = k ? b : a;
+        CHECK(removed(x, 2, 0, GPU, 0, 10) == KVIX_OK); /* group 0 a window: skipped */
+        CHECK_U64(res.skipped, 1);
+        CHECK(removed(x, 3, 0, GPU, 1, 10) == KVIX_OK); /* group 2 holds block 1 too */
+        CHECK_U64(res.kept, 1);
+        CHECK(removed(x, 3, 0, KVIX_MEDIUM_CPU, 0, 11) == KVIX_OK);
+        CHECK_U64(res.kept, 1);
+        CHECK_U64(score(x, 2), N);
+        CHECK_U64(score(x, 3), N);
+        /* a plain store in the EAGLE partition: refused in both */
+        kvix_event_reset(&ev);
+        ev.type = KVIX_EV_STORED;
+        kvix_event_set_name(ev.model, "e", 1, NULL);
+        ev.worker = 10;
+        ev.bs = 4;
+        kvix_event_reserve_blocks(&ev, 1, NULL);
+        ev.blocks[ev.nblocks++] = (kvix_block){5, 6};
+        CHECK(kvix_index_apply(x, &ev, &res, &err) == KVIX_EBLOCKSIZE);
+    }
+    /* every cut and some flips of the payload: refused cleanly or loaded */
+    for (size_t cut = 0; cut < p1.len; cut++) {
+        kvix_index *c = mk("positional");
+        CHECK(kvix_index_foreach(a, copy_fn, c) == KVIX_OK);
+        CHECK(kvix_index_groups_load(c, p1.data, cut, &err) == KVIX_ECORRUPT);
+        kvix_index_free(c);
+    }
+    uint64_t rng = th_seed() | 1;
+    for (int round = 0; round < 200; round++) {
+        kvix_index *c = mk("positional");
+        CHECK(kvix_index_foreach(a, copy_fn, c) == KVIX_OK);
+        char *m = malloc(p1.len);
+        memcpy(m, p1.data, p1.len);
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        m[rng % p1.len] ^= (char)(1u << (rng >> 40) % 8);
+        int rc = kvix_index_groups_load(c, m, p1.len, &err);
+        CHECK(rc == KVIX_OK || rc == KVIX_ECORRUPT || rc == KVIX_EBLOCKSIZE);
+        free(m);
+        kvix_index_free(c);
+    }
+    kvix_buf_release(&p1);
+    kvix_buf_release(&p2);
+    kvix_index_free(a);
+    kvix_index_free(b);
+}
