@@ -295,6 +295,12 @@ int kvix_index_groups_save(kvix_index *idx, kvix_buf *out, kvix_err *err);
  * kvix_index_load. */
 int kvix_index_groups_load(kvix_index *idx, const void *payload, size_t len, kvix_err *err);
 
+/* Forget the KV cache group state: every (worker, dp)'s kinds and
+ * membership (one kept only for them goes), and the hashing of partitions
+ * that hold no block. Before a snapshot replaces the index's content
+ * (kvix_snapshot_replace). The index must be quiet. */
+void kvix_index_groups_reset(kvix_index *idx);
+
 /* Restore the last applied eid of a (worker, dp) (from a snapshot). */
 int kvix_index_set_eid(kvix_index *idx, const char *model, const char *tenant, uint32_t bs,
                        uint64_t worker, uint32_t dp, uint64_t eid, kvix_err *err);

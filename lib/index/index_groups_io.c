@@ -320,8 +320,7 @@ static int load_ws(kvix_index *idx, rd *r, wstate **out, const char *m, const ch
     if ((rc = kvix_ix_ws_get(p, worker, dp, &w, r->err)))
         return rc;
     *out = w;
-    if (w->grp)
-        return bad(r, "a worker twice");
+    kvix_ix_grp_free(w); /* the file's word, whatever the index held (a replace) */
     if (!(w->grp = calloc(1, sizeof *w->grp)))
         return kvix_err_set(r->err, KVIX_ENOMEM, "out of memory loading KV cache groups");
     wgroups *g = w->grp;
@@ -413,4 +412,29 @@ int kvix_index_groups_load(kvix_index *idx, const void *payload, size_t len, kvi
     if (r.off != r.n)
         return bad(&r, "bytes after the last record");
     return KVIX_OK;
+}
+
+void kvix_index_groups_reset(kvix_index *idx)
+{
+    kvix_ix_parts_quiesce(idx);
+    size_t np;
+    part **ps = kvix_ix_parts_list(idx, &np);
+    for (size_t i = 0; ps && i < np; i++) {
+        part *p = ps[i];
+        uint32_t ns = part_nslots(p);
+        int blocks = 0;
+        for (uint32_t s = 0; s < ns; s++) {
+            wstate *w = slot_ws(p, s);
+            if (!w)
+                continue;
+            blocks |= kvix_ix_bm_size(&w->blocks) > 0;
+            if (w->grp) {
+                kvix_ix_grp_free(w);
+                kvix_ix_ws_done(w); /* kept only for its kinds: released */
+            }
+        }
+        if (!blocks)
+            __atomic_store_n(&p->hashing, PART_HASH_UNKNOWN, __ATOMIC_RELAXED);
+    }
+    free(ps);
 }

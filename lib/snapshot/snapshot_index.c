@@ -41,6 +41,22 @@ int kvix_snapshot_save_at(kvix_index *idx, const char *path, const char *stream,
     return kvix_snapshot_save_with(idx, path, &o, info, err);
 }
 
+/* The index's KV cache group state, when it has any: extension record 64
+ * (kvix_index_groups_save), not optional (an older kvix refuses the file
+ * rather than lose it). */
+static int save_groups(kvix_index *idx, kvix_snapshot_writer *w, kvix_err *err)
+{
+    kvix_buf b;
+    kvix_buf_init(&b);
+    int rc = kvix_index_groups_save(idx, &b, err);
+    if (!rc && b.len) {
+        kvix_snapshot_ext e = {KVIX_SNAPSHOT_EXT_KVGROUPS, 0, b.data, b.len};
+        rc = kvix_snapshot_writer_ext(w, &e, err);
+    }
+    kvix_buf_release(&b);
+    return rc;
+}
+
 int kvix_snapshot_save_with(kvix_index *idx, const char *path, const kvix_snapshot_save_opts *o,
                             kvix_snapshot_info *info, kvix_err *err)
 {
@@ -49,6 +65,10 @@ int kvix_snapshot_save_with(kvix_index *idx, const char *path, const kvix_snapsh
     if (rc)
         return rc;
     if (o && o->stream && (rc = kvix_snapshot_writer_set_stream(s.w, o->stream, o->seq, err))) {
+        kvix_snapshot_writer_abort(s.w);
+        return rc;
+    }
+    if ((rc = save_groups(idx, s.w, err))) {
         kvix_snapshot_writer_abort(s.w);
         return rc;
     }
@@ -143,6 +163,19 @@ static int collect_visit(void *ctx, const char *model, const char *tenant, uint3
     return 0;
 }
 
+/* The file's KV cache group state onto idx, its blocks loaded. */
+static int load_groups(kvix_snapshot *s, kvix_index *idx, kvix_err *err)
+{
+    kvix_snapshot_ext e;
+    for (size_t i = 0; kvix_snapshot_ext_get(s, i, &e) == KVIX_OK; i++) {
+        int rc;
+        if (e.type == KVIX_SNAPSHOT_EXT_KVGROUPS &&
+            (rc = kvix_index_groups_load(idx, e.data, e.len, err)))
+            return rc;
+    }
+    return KVIX_OK;
+}
+
 int kvix_snapshot_replace(kvix_snapshot *s, kvix_index *idx, kvix_err *err)
 {
     wdp_list l = {NULL, 0, 0};
@@ -156,12 +189,13 @@ int kvix_snapshot_replace(kvix_snapshot *s, kvix_index *idx, kvix_err *err)
     free(l.v);
     if (rc)
         return rc;
+    kvix_index_groups_reset(idx);
     kvix_snapshot_rewind(s);
     loader one = {s, idx, 0, 1, KVIX_OK, {0, "", KVIX_REASON_OTHER}};
     load_part(&one);
     if (one.rc && err)
         *err = one.err;
-    return one.rc;
+    return one.rc ? one.rc : load_groups(s, idx, err);
 }
 
 static unsigned load_threads(const kvix_snapshot_info *info, unsigned want)
@@ -228,7 +262,7 @@ int kvix_snapshot_apply_threads(kvix_snapshot *s, kvix_index *idx, unsigned thre
         return kvix_err_set(err, KVIX_ECORRUPT,
                             "the index rebuilt %zu blocks from the snapshot's %" PRIu64,
                             blocks, info.blocks);
-    return KVIX_OK;
+    return load_groups(s, idx, err);
 }
 
 int kvix_snapshot_load(kvix_index *idx, const char *path, kvix_snapshot_info *info,

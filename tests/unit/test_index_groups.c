@@ -8,6 +8,7 @@
 #include "harness.h"
 #include "kvix/hash.h"
 #include "kvix/index.h"
+#include "kvix/snapshot.h"
 
 static const char *const backends[] = {"positional", "radix", "reference"};
 
@@ -469,6 +470,69 @@ TEST(group_state_saves_and_loads_exactly)
         free(m);
         kvix_index_free(c);
     }
+    kvix_buf_release(&p1);
+    kvix_buf_release(&p2);
+    kvix_index_free(a);
+    kvix_index_free(b);
+}
+
+/* The extension records of type 64 a snapshot file holds. */
+static size_t ext_records(const char *path)
+{
+    kvix_snapshot *s;
+    size_t n = 0;
+    kvix_snapshot_ext e;
+    if (kvix_snapshot_open(&s, path, &err))
+        return SIZE_MAX;
+    for (size_t i = 0; kvix_snapshot_ext_get(s, i, &e) == KVIX_OK; i++)
+        n += e.type == KVIX_SNAPSHOT_EXT_KVGROUPS;
+    kvix_snapshot_close(s);
+    return n;
+}
+
+/* Through a snapshot file: the group state is its extension record 64, and
+ * an index without any writes none. */
+TEST(snapshot_keeps_the_group_state)
+{
+    kvix_index *a = mk("positional");
+    CHECK(store(a, 1, 0, FULL, GPU, 0, N, 1) == KVIX_OK);
+    kvix_snapshot_info info;
+    CHECK(kvix_snapshot_save(a, th_path("plain.kvix"), &info, &err) == KVIX_OK);
+    CHECK_U64(ext_records(th_path("plain.kvix")), 0);
+    CHECK(store(a, 2, 1, FULL, GPU, 0, N, 1) == KVIX_OK);
+    CHECK(store(a, 2, 0, SW, GPU, N - 1, N, 2) == KVIX_OK);
+    CHECK(store(a, 3, 0, FULL, GPU, 0, N, 1) == KVIX_OK);
+    CHECK(store(a, 3, 2, KVIX_KIND_MLA_ATTENTION, GPU, 0, 2, 2) == KVIX_OK);
+    CHECK(kvix_snapshot_save(a, th_path("g.kvix"), &info, &err) == KVIX_OK);
+    CHECK_U64(ext_records(th_path("g.kvix")), 1);
+    kvix_index *b = mk("positional");
+    if (!CHECK(kvix_snapshot_load(b, th_path("g.kvix"), NULL, &err) == KVIX_OK))
+        printf("#   %s\n", err.msg);
+    kvix_buf p1, p2;
+    kvix_buf_init(&p1);
+    kvix_buf_init(&p2);
+    CHECK(kvix_index_groups_save(a, &p1, &err) == KVIX_OK);
+    CHECK(kvix_index_groups_save(b, &p2, &err) == KVIX_OK);
+    CHECK(p1.len > 0 && p1.len == p2.len && !memcmp(p1.data, p2.data, p1.len));
+    CHECK(kvix_snapshot_save(b, th_path("g2.kvix"), &info, &err) == KVIX_OK);
+    CHECK(removed(b, 2, 0, GPU, 0, 3) == KVIX_OK); /* group 0 is a window: skipped */
+    CHECK_U64(res.skipped, 1);
+    CHECK(removed(b, 3, 0, GPU, 0, 3) == KVIX_OK); /* group 2 still holds it */
+    CHECK_U64(res.kept, 1);
+    CHECK_U64(score(b, 2), N);
+    CHECK_U64(score(b, 3), N);
+    /* the same state saves to the same bytes */
+    FILE *f1 = fopen(th_path("g.kvix"), "rb"), *f2 = fopen(th_path("g2.kvix"), "rb");
+    int same = f1 && f2;
+    for (int c1, c2; same && ((c1 = fgetc(f1)) != EOF || (c2 = fgetc(f2)) != EOF);) {
+        c2 = c1 == EOF ? c2 : fgetc(f2);
+        same = c1 == c2;
+    }
+    CHECK(same);
+    if (f1)
+        fclose(f1);
+    if (f2)
+        fclose(f2);
     kvix_buf_release(&p1);
     kvix_buf_release(&p2);
     kvix_index_free(a);
