@@ -288,11 +288,16 @@ int kvix_index_load(kvix_index *idx, const char *model, const char *tenant, uint
  * models nor EAGLE has none. The index must be quiet, as for
  * kvix_index_foreach. KVIX_ENOMEM (out unchanged). */
 int kvix_index_groups_save(kvix_index *idx, kvix_buf *out, kvix_err *err);
-/* Restore it onto an index whose blocks are loaded (kvix_index_load):
- * KVIX_ECORRUPT for a payload that is not one (truncated, out of order, a
- * kind out of range, a membership row of a block not held, ...); on error
- * what came before the failing entry stays applied. Same concurrency as
- * kvix_index_load. */
+/* Check a payload whole without an index: KVIX_ECORRUPT for one that is
+ * not one (truncated, out of order, a kind out of range, full groups that do
+ * not follow from the kinds, ...). A snapshot's reader does so at open. */
+int kvix_index_groups_check(const void *payload, size_t len, kvix_err *err);
+/* Restore it onto an index whose blocks are loaded (kvix_index_load): what
+ * kvix_index_groups_check refuses is refused, KVIX_ECORRUPT (on error what
+ * came before the failing entry stays applied); a membership row of a block
+ * the worker does not hold, or a worker of a partition the index does not
+ * have, is skipped. After a check, only KVIX_ENOMEM can fail. Same
+ * concurrency as kvix_index_load. */
 int kvix_index_groups_load(kvix_index *idx, const void *payload, size_t len, kvix_err *err);
 
 /* Forget the KV cache group state: every (worker, dp)'s kinds and

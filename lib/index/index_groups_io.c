@@ -260,6 +260,7 @@ static int after(const char *pm, const char *pt, uint64_t pw, uint32_t pd, const
     return c < 0;
 }
 
+/* The EAGLE partitions (idx NULL: only checked). */
 static int load_eagle(kvix_index *idx, rd *r, uint64_t n)
 {
     char m[KVIX_NAME_MAX], t[KVIX_NAME_MAX], pm[KVIX_NAME_MAX] = "", pt[KVIX_NAME_MAX] = "";
@@ -270,19 +271,25 @@ static int load_eagle(kvix_index *idx, rd *r, uint64_t n)
         uint32_t bs = take32(r);
         if (!after(pm, pt, 0, 0, m, t, 0, 0, i == 0))
             return bad(r, "partitions out of order");
-        part *p;
-        if ((rc = kvix_ix_part_get(idx, m, t, bs, &p, r->err)))
-            return rc == KVIX_EBLOCKSIZE || rc == KVIX_ERANGE ? bad(r, "a partition's block size")
-                                                              : rc;
-        /* before or after its blocks (kvix_index_load takes them as plain) */
-        __atomic_store_n(&p->hashing, PART_HASH_EAGLE, __ATOMIC_RELAXED);
+        if (bs == 0 || bs > KVIX_BS_MAX)
+            return bad(r, "a block size out of range");
         memcpy(pm, m, sizeof pm);
         memcpy(pt, t, sizeof pt);
+        if (!idx)
+            continue;
+        part *p = kvix_ix_part_find(idx, m, t);
+        if (!p && (rc = kvix_ix_part_get(idx, m, t, bs, &p, r->err)))
+            return rc;
+        /* before or after its blocks (kvix_index_load takes them as plain) */
+        __atomic_store_n(&p->hashing, PART_HASH_EAGLE, __ATOMIC_RELAXED);
     }
     return KVIX_OK;
 }
 
-/* One (worker, dp)'s record, checked whole against what the index holds. */
+/* One (worker, dp)'s record (idx NULL: only checked). What the snapshot's
+ * reader checked (everything but its blocks) holds; a membership row of a
+ * block the worker does not hold, or a worker of a partition the index does
+ * not have, says nothing of what it holds: skipped. */
 static int load_ws(kvix_index *idx, rd *r, wstate **out, const char *m, const char *t)
 {
     int rc = need(r, 32);
@@ -293,6 +300,8 @@ static int load_ws(kvix_index *idx, rd *r, wstate **out, const char *m, const ch
     uint64_t learned = take64(r), full = take64(r), want_full = 0;
     if (has_member > 1)
         return bad(r, "a flag out of range");
+    if (worker > KVIX_WORKER_MAX)
+        return bad(r, "a worker out of range");
     uint8_t kind[KVIX_GROUPS_MAX] = {0};
     for (uint32_t k = 0; k < KVIX_GROUPS_MAX; k++) {
         if (!(learned & (UINT64_C(1) << k)))
@@ -313,20 +322,6 @@ static int load_ws(kvix_index *idx, rd *r, wstate **out, const char *m, const ch
         return bad(r, "membership kept for a worker without two full groups, or not kept");
     if (!(learned & ~UINT64_C(1)) && full == 1 && !has_member)
         return bad(r, "a record that says nothing more than none");
-    part *p = kvix_ix_part_find(idx, m, t);
-    if (!p)
-        return bad(r, "a worker of a partition the snapshot does not hold");
-    wstate *w;
-    if ((rc = kvix_ix_ws_get(p, worker, dp, &w, r->err)))
-        return rc;
-    *out = w;
-    kvix_ix_grp_free(w); /* the file's word, whatever the index held (a replace) */
-    if (!(w->grp = calloc(1, sizeof *w->grp)))
-        return kvix_err_set(r->err, KVIX_ENOMEM, "out of memory loading KV cache groups");
-    wgroups *g = w->grp;
-    g->learned = learned;
-    g->full = full;
-    memcpy(g->kind, kind, sizeof kind);
     if ((rc = need(r, 8)))
         return rc;
     uint64_t n = take64(r);
@@ -334,7 +329,21 @@ static int load_ws(kvix_index *idx, rd *r, wstate **out, const char *m, const ch
         return bad(r, "membership rows for a worker that keeps none");
     if (n > (r->n - r->off) / 17)
         return bad(r, "more membership rows than bytes");
-    if (has_member) {
+    part *p = idx ? kvix_ix_part_find(idx, m, t) : NULL;
+    wstate *w = NULL;
+    if (p && (rc = kvix_ix_ws_get(p, worker, dp, &w, r->err)))
+        return rc;
+    *out = w;
+    wgroups *g = NULL;
+    if (w) {
+        kvix_ix_grp_free(w); /* the file's word, whatever the index held (a replace) */
+        if (!(w->grp = g = calloc(1, sizeof *w->grp)))
+            return kvix_err_set(r->err, KVIX_ENOMEM, "out of memory loading KV cache groups");
+        g->learned = learned;
+        g->full = full;
+        memcpy(g->kind, kind, sizeof kind);
+    }
+    if (g && has_member) {
         if (!(g->member = malloc(sizeof *g->member)))
             return kvix_err_set(r->err, KVIX_ENOMEM, "out of memory loading KV cache groups");
         kvix_hmap_init(g->member, 2, sizeof(uint64_t));
@@ -351,19 +360,24 @@ static int load_ws(kvix_index *idx, rd *r, wstate **out, const char *m, const ch
             return bad(r, "membership rows out of order");
         if (tier >= KVIX_MEDIUM_COUNT || !groups || (groups & ~full))
             return bad(r, "a membership row out of range");
-        bent e = kvix_ix_bm_get(&w->blocks, engine, NULL);
+        pe = engine;
+        ptier = tier;
+        bent e = g ? kvix_ix_bm_get(&w->blocks, engine, NULL) : 0;
         if (!e || !(bent_tiers(e) & (1u << tier)))
-            return bad(r, "a membership row of a block the worker does not hold");
+            continue;
         uint64_t key[2] = {engine, tier};
         int inserted;
         uint64_t *v = kvix_hmap_put(g->member, key, &inserted);
         if (!v)
             return kvix_err_set(r->err, KVIX_ENOMEM, "out of memory loading KV cache groups");
         *v = groups;
-        pe = engine;
-        ptier = tier;
     }
     return KVIX_OK;
+}
+
+int kvix_index_groups_check(const void *payload, size_t len, kvix_err *err)
+{
+    return kvix_index_groups_load(NULL, payload, len, err);
 }
 
 int kvix_index_groups_load(kvix_index *idx, const void *payload, size_t len, kvix_err *err)

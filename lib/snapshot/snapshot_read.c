@@ -502,6 +502,13 @@ static int frame3(kvix_snapshot *s, kvix_err *err)
                                     ", unknown to this kvix (written by a newer one?)",
                                     s->name, tag);
             }
+            /* the index's own: checked whole now, so a verified file loads */
+            kvix_err why;
+            if (tag == KVIX_SNAPSHOT_EXT_KVGROUPS &&
+                kvix_index_groups_check(d + pos + REC_HEAD_BYTES, (size_t)len, &why)) {
+                free(ext);
+                return CORRUPT(s, pos, err, "%s", why.msg);
+            }
             if (next == cap) {
                 size_t c = cap ? 2 * cap : 8;
                 size_t *e = realloc(ext, c * sizeof *e);

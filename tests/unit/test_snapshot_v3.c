@@ -202,9 +202,14 @@ TEST(extension_records)
 {
     grp g[NGRP];
     make_groups(g, th_seed() + 2); /* the first two are written */
+    /* record 64's payload is checked at open (kvix_index_groups_check): a
+     * well-formed one, partition m/t hashes EAGLE's blocks of 16 */
+    static const char kvgroups[38] = {1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,
+                                      0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0,
+                                      'm', 't', 16, 0, 0, 0};
     kvix_snapshot_ext ext[3] = {
         {KVIX_SNAPSHOT_EXT_REGISTRATIONS, 0, "[{\"instance_id\":1}]", 19},
-        {KVIX_SNAPSHOT_EXT_KVGROUPS, KVIX_SNAPSHOT_EXT_OPTIONAL, "", 0},
+        {KVIX_SNAPSHOT_EXT_KVGROUPS, KVIX_SNAPSHOT_EXT_OPTIONAL, kvgroups, sizeof kvgroups},
         {900, KVIX_SNAPSHOT_EXT_OPTIONAL, "later", 5}, /* a later kvix's, optional */
     };
     kvix_snapshot_info wi;
