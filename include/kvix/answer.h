@@ -130,7 +130,8 @@ typedef struct kvix_explained {
     unsigned causes;      /* DIFFERS: bits of what could make the hashes differ */
     unsigned likely;      /* of those, confirmed: the query's block 0 rehashed another
                            * way is what the worker holds (KVIX_CAUSE_LORA: with the
-                           * adapter in lora, "" for none) */
+                           * adapter in lora, "" for none); KVIX_CAUSE_EAGLE: a router's
+                           * hashes against a partition of EAGLE's windows */
     char lora[KVIX_NAME_MAX];
     uint32_t held_at;     /* blocks the worker holds at that position */
     uint32_t held_after;  /* of those, after the matched prefix */
@@ -150,6 +151,7 @@ typedef struct kvix_explain {
     uint32_t bs;           /* the partition's block size */
     uint32_t query_bs;     /* the query's "bs" when it differs from bs (then no answer) */
     uint32_t depth;        /* 1 + the deepest position stored in the partition */
+    int eagle;             /* the partition's blocks are EAGLE's windows (kvix_index_eagle) */
     uint32_t nw;
     kvix_explained w[KVIX_EXPLAIN_MAX];
     /* private scratch */

@@ -809,6 +809,8 @@ int kvix_answer_explain_to_json(const kvix_answer *ans, const kvix_event *q,
             rc = app_u64(out, ",\"query_bs\":", x->query_bs, err);
         if (!rc)
             rc = app_u64(out, ",\"depth\":", x->depth, err);
+        if (!rc && x->eagle)
+            rc = app(out, ",\"eagle\":true", err);
         if (!rc)
             rc = app(out, ",\"workers\":[", err);
         for (uint32_t i = 0; !rc && i < x->nw; i++) {

@@ -20,6 +20,7 @@ static void explain_reset(kvix_explain *x)
 {
     x->unknown = KVIX_UNKNOWN_NONE;
     x->nclosest = 0;
+    x->eagle = 0;
     x->bs = x->query_bs = x->depth = 0;
     x->nw = 0;
 }
@@ -167,7 +168,10 @@ static void first_workers(const part *p, kvix_explain *x)
 static int query_chain(const part *p, const kvix_event *q, kvix_explain *x, const uint64_t **local,
                        const uint64_t **canon, size_t *n, kvix_err *err)
 {
-    size_t nb = q->has_tokens ? q->ntokens / p->bs : q->nhashes;
+    int eagle = x->eagle; /* hashed as the partition's blocks are, as the query was */
+    size_t nb = !q->has_tokens ? q->nhashes
+                : eagle        ? kvix_hash_eagle_count(q->ntokens, p->bs)
+                               : q->ntokens / p->bs;
     if (nb && 2 * nb > x->scratch_cap) {
         uint64_t *s = realloc(x->scratch, 2 * nb * sizeof *s);
         if (!s)
@@ -176,9 +180,11 @@ static int query_chain(const part *p, const kvix_event *q, kvix_explain *x, cons
         x->scratch_cap = 2 * nb;
     }
     uint64_t *l = x->scratch, *c = x->scratch + nb;
-    if (q->has_tokens)
-        kvix_hash_blocks(q->tokens, nb * p->bs, p->bs,
-                         kvix_hash_lora_seed(q->lora, strlen(q->lora)), l, NULL);
+    uint64_t seed = kvix_hash_lora_seed(q->lora, strlen(q->lora));
+    if (q->has_tokens && eagle && nb)
+        kvix_hash_blocks_eagle(q->tokens, nb * p->bs + 1, p->bs, seed, l, NULL);
+    else if (q->has_tokens)
+        kvix_hash_blocks(q->tokens, nb * p->bs, p->bs, seed, l, NULL);
     else if (nb)
         memcpy(l, q->hashes, nb * sizeof *l);
     for (size_t i = 0; i < nb; i++)
@@ -203,10 +209,11 @@ typedef struct alts {
     const char *lora[PART_LORAS + 1];
 } alts;
 
-static void lora_alts(const part *p, const kvix_event *q, alts *a)
+static void lora_alts(const part *p, const kvix_event *q, int eagle, alts *a)
 {
     a->n = 0;
-    if (!q->has_tokens || q->ntokens < p->bs)
+    size_t w = p->bs + (eagle != 0); /* block 0's window */
+    if (!q->has_tokens || q->ntokens < w)
         return;
     uint32_t n = __atomic_load_n(&p->nloras, __ATOMIC_ACQUIRE);
     for (uint32_t i = 0; i <= n; i++) {
@@ -215,7 +222,7 @@ static void lora_alts(const part *p, const kvix_event *q, alts *a)
             continue;
         a->lora[a->n] = name;
         a->local[a->n++] =
-            kvix_hash_local(q->tokens, p->bs, kvix_hash_lora_seed(name, strlen(name)));
+            kvix_hash_local(q->tokens, w, kvix_hash_lora_seed(name, strlen(name)));
     }
 }
 
@@ -255,8 +262,8 @@ static void held_at(const part *p, const wstate *w, uint32_t pos, uint64_t pcano
 
 /* What the index knows at position m for w (m below n). */
 static void explain_at(const part *p, const kvix_event *q, const wstate *w,
-                       const uint64_t *local, const uint64_t *canon, uint32_t m, double now,
-                       kvix_explained *e)
+                       const uint64_t *local, const uint64_t *canon, uint32_t m, int eagle,
+                       double now, kvix_explained *e)
 {
     e->want = local[m];
     xr_evt ev;
@@ -273,7 +280,7 @@ static void explain_at(const part *p, const kvix_event *q, const wstate *w,
     }
     alts a = {0};
     if (m == 0)
-        lora_alts(p, q, &a);
+        lora_alts(p, q, eagle, &a);
     held_at(p, w, m, m ? canon[m - 1] : 0, &a, e);
     if (m == 0 ? e->held_at > 0 : e->held_after > 0) {
         e->why = KVIX_WHY_DIFFERS;
@@ -283,10 +290,17 @@ static void explain_at(const part *p, const kvix_event *q, const wstate *w,
          * with the partition's block size and no salt (kvix's local hashes
          * carry none: the salt enters only the engines' own hashes), so
          * only the hashes a router sends can differ by those. */
+        /* A token query is hashed as the partition's blocks are, EAGLE's
+         * windows or plain (kvix_index_eagle): only a router's own hashes
+         * can differ by them, and against an EAGLE partition a router that
+         * hashes plain windows (most do) is the likely one. */
         e->causes = m ? KVIX_CAUSE_TOKENS | KVIX_CAUSE_MULTIMODAL
                       : KVIX_CAUSE_TOKENS | KVIX_CAUSE_LORA | KVIX_CAUSE_MULTIMODAL |
-                            KVIX_CAUSE_EAGLE |
-                            (q->has_tokens ? 0 : KVIX_CAUSE_SALT | KVIX_CAUSE_BLOCK_SIZE);
+                            (q->has_tokens ? 0
+                                           : KVIX_CAUSE_SALT | KVIX_CAUSE_BLOCK_SIZE |
+                                                 KVIX_CAUSE_EAGLE);
+        if (m == 0 && !q->has_tokens && eagle)
+            e->likely |= KVIX_CAUSE_EAGLE;
     } else if (kvix_ix_xr_last_clear(w, &ev)) {
         e->why = KVIX_WHY_CLEARED;
         removal_of(&ev, now, &e->removal);
@@ -297,14 +311,14 @@ static void explain_at(const part *p, const kvix_event *q, const wstate *w,
 
 /* Why e's (worker, dp), w, stops where it does; n: the query's blocks. */
 static void explain_worker(const part *p, const kvix_event *q, const wstate *w,
-                           const uint64_t *local, const uint64_t *canon, size_t n, double now,
-                           kvix_explained *e)
+                           const uint64_t *local, const uint64_t *canon, size_t n, int eagle,
+                           double now, kvix_explained *e)
 {
     if (e->blocks >= n) {
         e->why = KVIX_WHY_MATCH;
         return;
     }
-    explain_at(p, q, w, local, canon, e->blocks, now, e);
+    explain_at(p, q, w, local, canon, e->blocks, eagle, now, e);
     xr_evt ev;
     if (e->why != KVIX_WHY_CLEARED && kvix_ix_xr_last_clear(w, &ev)) {
         e->has_clear = 1; /* what it held before may be the answer */
@@ -351,6 +365,7 @@ int kvix_index_explain(kvix_index *idx, const kvix_event *q, kvix_answer *ans, k
         return KVIX_OK;
     x->bs = p->bs;
     x->depth = __atomic_load_n(&p->depth, __ATOMIC_RELAXED);
+    x->eagle = __atomic_load_n(&p->hashing, __ATOMIC_RELAXED) == PART_HASH_EAGLE;
     kvix_event qf = *q; /* every scored worker's match, whatever the answer's top */
     qf.has_top = 1;
     qf.top = 0;
@@ -383,7 +398,7 @@ int kvix_index_explain(kvix_index *idx, const kvix_event *q, kvix_answer *ans, k
             continue;
         }
         e->blocks = matched(&x->full, e->worker, e->dp);
-        explain_worker(p, q, w, local, canon, n, now, e);
+        explain_worker(p, q, w, local, canon, n, x->eagle, now, e);
     }
     return KVIX_OK;
 }

@@ -33,7 +33,7 @@ EOF
 Q='"tokens":[1,2,3,4,5,6,7,8,10,11,12,13]'
 W2='{"worker":2,"dp":0,"named":true,"why":"removed","blocks":1,"want":"'$L1'","removed":{"blocks":1,"eid":2,"ts":1700000000.5,"at":T,"ago":A}}'
 W5='{"worker":5,"dp":0,"named":true,"why":"cleared","blocks":0,"want":"'$L0'","cleared":{"blocks":1,"eid":9,"at":T,"ago":A}}'
-W4='{"worker":4,"dp":0,"named":true,"why":"differs","blocks":0,"want":"'$L0'","held":{"at":1,"after_prefix":1,"blocks":[{"local":"9df1b8814fdc3b69","engine":"0000000000000041","tiers":["gpu"],"after_prefix":true}]},"causes":["tokens","lora","multimodal","eagle"],"likely":["lora"],"engine_lora":"adapter-a"}'
+W4='{"worker":4,"dp":0,"named":true,"why":"differs","blocks":0,"want":"'$L0'","held":{"at":1,"after_prefix":1,"blocks":[{"local":"9df1b8814fdc3b69","engine":"0000000000000041","tiers":["gpu"],"after_prefix":true}]},"causes":["tokens","lora","multimodal"],"likely":["lora"],"engine_lora":"adapter-a"}'
 W9='{"worker":9,"dp":0,"named":true,"why":"unknown_worker"}'
 
 begin "kvindex: each cause a query misses by, and what explain says of it"
@@ -58,11 +58,41 @@ cat >want <<EOF
 {"id":2,"blocks":0,"scores":[],"unknown":"model","explain":{"why":"unknown_model","closest":["m"]}}
 {"id":3,"blocks":0,"scores":[],"unknown":"tenant","explain":{"why":"unknown_tenant","closest":["team-a","default"]}}
 {"id":4,"blocks":0,"scores":[],"explain":{"why":"block_size","bs":4,"query_bs":8,"depth":3,"workers":[]}}
-{"id":5,"blocks":1,"scores":[],"explain":{"bs":4,"depth":3,"workers":[{"worker":1,"dp":0,"named":true,"why":"differs","blocks":0,"want":"$b0","held":{"at":1,"after_prefix":1,"blocks":[{"local":"$L0","engine":"0000000000000011","tiers":["gpu"],"after_prefix":true}]},"causes":["tokens","lora","multimodal","eagle"],"likely":["lora"],"engine_lora":""}]}}
+{"id":5,"blocks":1,"scores":[],"explain":{"bs":4,"depth":3,"workers":[{"worker":1,"dp":0,"named":true,"why":"differs","blocks":0,"want":"$b0","held":{"at":1,"after_prefix":1,"blocks":[{"local":"$L0","engine":"0000000000000011","tiers":["gpu"],"after_prefix":true}]},"causes":["tokens","lora","multimodal"],"likely":["lora"],"engine_lora":""}]}}
 {"id":6,"blocks":1,"scores":[],"explain":{"bs":4,"depth":3,"workers":[{"worker":1,"dp":0,"named":true,"why":"differs","blocks":0,"want":"0000000000000001","held":{"at":1,"after_prefix":1,"blocks":[{"local":"$L0","engine":"0000000000000011","tiers":["gpu"],"after_prefix":true}]},"causes":["tokens","lora","salt","multimodal","block_size","eagle"]}]}}
 {"id":7,"blocks":3,"scores":[{"worker":1,"dp":0,"blocks":2,"tokens":8,"tiers":{"gpu":2}},{"worker":3,"dp":0,"blocks":2,"tokens":8,"tiers":{"gpu":2}},{"worker":2,"dp":0,"blocks":1,"tokens":4,"tiers":{"gpu":1}}]}
 EOF
 diff want got >d || fail "answers differ: $(cat d)"
+end
+
+begin "an EAGLE engine: token queries hashed as its windows, a router's plain hashes likely EAGLE (CLI and HTTP)"
+e=$(echo 1 2 3 4 5 6 7 8 9 | kvhash -b 4 --eagle --plain local)
+p=$(echo 1 2 3 4 5 6 7 8 | kvhash -b 4 --decimal --plain local)
+read -r e0 e1 <<<"$e"
+read -r p0 p1 <<<"$p"
+echo "{\"type\":\"stored\",\"worker\":1,\"model\":\"e\",\"bs\":4,\"eagle\":true,\"blocks\":[{\"local\":\"$e0\",\"seq\":\"1\"},{\"local\":\"$e1\",\"seq\":\"2\"}]}" >in
+cp in in2
+echo '{"model":"e","tokens":[1,2,3,4,5,6,7,8,9],"explain":true,"workers":[1]}' >>in
+echo '{"model":"e","local":['"$p0,$p1"'],"explain":true,"workers":[1]}' >>in
+run kvindex --quiet in
+expect_rc 0
+assert_eq "$(sed -n 1p out | jq -c '[.explain.eagle, .explain.workers[0].why]')" '[true,"match"]' "token query"
+assert_eq "$(sed -n 2p out | jq -c '[.explain.workers[0].why, .explain.workers[0].likely]')" \
+    '["differs",["eagle"]]' "a router's plain hashes"
+: >kv.err
+timeout --foreground 120 kvindex --listen 127.0.0.1:0 <in2 >kv.out 2>kv.err 3>&- &
+KPID=$!
+PIDS="$PIDS $KPID"
+URL=$(listening kv.err) || fail "kvindex never said where it listens"
+for i in $(seq 600); do
+    n=$(curl -s "$URL/metrics" | awk '/^kvix_events_applied_total/ {s += $2} END {print s + 0}')
+    [ "$n" = 1 ] && break
+    sleep 0.05
+done
+body=$(curl -s -XPOST "$URL/explain" -d '{"model_name":"e","block_hashes":['"$p0,$p1"'],"workers":[1]}')
+assert_eq "$(jq -c '[.explain.eagle, .explain.workers[0].likely]' <<<"$body")" '[true,["eagle"]]' "HTTP"
+kill -TERM "$KPID"
+wait "$KPID"
 end
 
 begin "kvindex --explain explains every query; -q from a snapshot; --removals 0 keeps no record"

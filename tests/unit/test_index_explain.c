@@ -408,3 +408,78 @@ TEST(a_query_nobody_matches_explains_the_first_workers)
     free(x);
     kvix_index_free(idx);
 }
+
+/* A partition of EAGLE's blocks (windows of bs + 1 tokens): a token query is
+ * hashed as they are, so it matches and its explanation's hashes are
+ * EAGLE's; a router's plain hashes against it are likely the cause. */
+TEST(an_eagle_partition)
+{
+    uint32_t t0[4 * BS + 1];
+    prompt(t0, 0, 4, 4);
+    t0[4 * BS] = 99;
+    uint64_t el[4], pl[4];
+    CHECK_U64(kvix_hash_blocks_eagle(t0, 4 * BS + 1, BS, KVIX_HASH_SEED, el, NULL), 4);
+    kvix_hash_blocks(t0, 4 * BS, BS, KVIX_HASH_SEED, pl, NULL);
+    for (size_t b = 0; b < 3; b++) {
+        kvix_index *idx = make(backends[b], 64);
+        kvix_event ev;
+        kvix_event_init(&ev);
+        kvix_event_set_name(ev.model, "m", 1, NULL);
+        ev.type = KVIX_EV_STORED;
+        ev.worker = 1;
+        ev.bs = BS;
+        ev.eagle = 1;
+        CHECK(kvix_event_reserve_blocks(&ev, 2, NULL) == KVIX_OK);
+        ev.blocks[0] = (kvix_block){el[0], 10};
+        ev.blocks[1] = (kvix_block){el[1], 11};
+        ev.nblocks = 2;
+        kvix_err err;
+        CHECK(kvix_index_apply(idx, &ev, NULL, &err) == KVIX_OK);
+        kvix_event_release(&ev);
+        CHECK(kvix_index_eagle(idx, "m", NULL) == 1);
+        kvix_event q;
+        query(&q, t0, 4);
+        CHECK(kvix_event_reserve_tokens(&q, 4 * BS + 1, NULL) == KVIX_OK);
+        q.tokens[4 * BS] = 99;
+        q.ntokens = 4 * BS + 1;
+        q.xworkers[0] = 1;
+        q.nxworkers = 1;
+        kvix_answer ans;
+        kvix_answer_init(&ans);
+        kvix_explain *x = malloc(sizeof *x);
+        kvix_explain_init(x);
+        explain(idx, &q, &ans, x);
+        const kvix_explained *e = find(x, 1);
+        CHECK(x->eagle && e && e->blocks == 2 && e->why == KVIX_WHY_NOBODY && e->want == el[2]);
+        /* a router's plain hashes: block 0 differs, EAGLE the likely cause */
+        kvix_event qh;
+        kvix_event_init(&qh);
+        kvix_event_set_name(qh.model, "m", 1, NULL);
+        qh.type = KVIX_EV_QUERY;
+        CHECK(kvix_event_reserve_hashes(&qh, 4, NULL) == KVIX_OK);
+        memcpy(qh.hashes, pl, sizeof pl);
+        qh.nhashes = 4;
+        qh.xworkers[0] = 1;
+        qh.nxworkers = 1;
+        explain(idx, &qh, &ans, x);
+        e = find(x, 1);
+        CHECK(e && e->blocks == 0 && e->why == KVIX_WHY_DIFFERS && e->want == pl[0] &&
+              (e->causes & KVIX_CAUSE_EAGLE) && (e->likely & KVIX_CAUSE_EAGLE) &&
+              e->held[0].local == el[0]);
+        /* a token query is never told EAGLE: it is hashed as the partition */
+        kvix_event_release(&q);
+        query(&q, t0, 4);
+        q.tokens[0] = 12345;
+        q.xworkers[0] = 1;
+        q.nxworkers = 1;
+        explain(idx, &q, &ans, x);
+        e = find(x, 1);
+        CHECK(e && e->why == KVIX_WHY_DIFFERS && !(e->causes & KVIX_CAUSE_EAGLE));
+        kvix_event_release(&qh);
+        kvix_event_release(&q);
+        kvix_answer_release(&ans);
+        kvix_explain_release(x);
+        free(x);
+        kvix_index_free(idx);
+    }
+}
