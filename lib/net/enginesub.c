@@ -113,14 +113,24 @@ int kvix_enginesub_new(kvix_enginesub **out, const kvix_enginesub_config *cfg,
     return KVIX_OK;
 }
 
-void esub_sub_close(sub *b)
+void esub_sockets_close(sub *b)
 {
-    kvix_seqtrack_release(&b->st); /* closes the dealer */
+    /* The monitor is stopped before its socket closes: closed without it,
+     * libzmq keeps the monitor's own PAIR socket (and its eventfd) for the
+     * life of the context, three descriptors per subscription removed. */
+    if (b->sock)
+        (void)zmq_socket_monitor(b->sock, NULL, 0);
     if (b->mon)
         zmq_close(b->mon);
     if (b->sock)
         zmq_close(b->sock);
     b->mon = b->sock = NULL;
+}
+
+void esub_sub_close(sub *b)
+{
+    kvix_seqtrack_release(&b->st); /* closes the dealer */
+    esub_sockets_close(b);
     b->opened = false;
 }
 

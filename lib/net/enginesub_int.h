@@ -126,6 +126,8 @@ int esub_vec_push(vec *v, sub *x);
 /* Tells the caller's note callback (if any) about b; counts repeats per kind. */
 void esub_note(kvix_enginesub *s, int kind, const sub *b, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Poll thread: closes b's SUB socket and its monitor. */
+void esub_sockets_close(sub *b);
 /* Poll thread: closes b's sockets and its tracker (b stays allocated). */
 void esub_sub_close(sub *b);
 void esub_counts_add(kvix_seqtrack_counts *a, const kvix_seqtrack_counts *b);

@@ -118,22 +118,14 @@ static void reopen(kvix_enginesub *s, sub *b, uint64_t now)
     esub_clear_all(b);
     kvix_seqtrack_counts keep = b->st.counts;
     kvix_seqtrack_release(&b->st);
-    if (b->mon)
-        zmq_close(b->mon);
-    if (b->sock)
-        zmq_close(b->sock);
-    b->mon = b->sock = NULL;
+    esub_sockets_close(b);
     kvix_seqtrack_config tc = {s->cfg.hold_max, s->cfg.replay_timeout_ms, s->cfg.hold_bytes_max};
     kvix_seqtrack_init(&b->st, &tc, &esub_track_ops, b);
     b->st.counts = keep;
     kvix_err err;
     if (open_socket(s, b, &err) != KVIX_OK) {
         esub_note(s, KVIX_ENGINESUB_FAILED, b, "worker %" PRIu64 ": %s", b->spec.worker, err.msg);
-        if (b->mon)
-            zmq_close(b->mon);
-        if (b->sock)
-            zmq_close(b->sock);
-        b->mon = b->sock = NULL; /* stays silent until removed */
+        esub_sockets_close(b); /* stays silent until removed */
     }
 }
 
