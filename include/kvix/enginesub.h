@@ -94,12 +94,20 @@ void kvix_enginesub_spec_init(kvix_enginesub_spec *sp);
  * message naming what is wrong. */
 int kvix_enginesub_spec_parse(kvix_enginesub_spec *sp, const char *text, kvix_err *err);
 
-/* Whether ZMQ can use endpoint, checked fully without a socket: tcp://HOST:PORT
- * (HOST a name, an IPv4 address or [IPv6]; PORT 1..65535; when bind: also *
- * or 0 for an ephemeral port, and HOST * or an interface), ipc://PATH (PATH
- * shorter than a unix socket path, 107 bytes), inproc://NAME. KVIX_EINVAL or
- * KVIX_ELIMIT with the reason. */
+/* Whether an engine can be reached at endpoint, checked fully without a
+ * socket: tcp://HOST:PORT (HOST a name, an IPv4 address or [IPv6]; PORT
+ * 1..65535; when bind: also * or 0 for an ephemeral port, and HOST * or an
+ * interface) or ipc://PATH (PATH shorter than a unix socket path, 107
+ * bytes). Not inproc://, which reaches only this process's own sockets.
+ * KVIX_EINVAL or KVIX_ELIMIT with the reason. */
 int kvix_enginesub_endpoint_check(const char *endpoint, bool bind, kvix_err *err);
+/* kvix_enginesub_endpoint_check, then endpoint's canonical form into out
+ * (KVIX_ENGINESUB_ENDPOINT_MAX bytes; out may be endpoint): one engine has
+ * one form, which the registry compares. tcp: the host in lower case, an
+ * address as inet_ntop writes it, the port without leading zeros; ipc: the
+ * path without empty or "." components, ".." taking back the one before
+ * (lexically: ipc:///tmp/e/./x is ipc:///tmp/e/x). */
+int kvix_enginesub_endpoint_canon(const char *endpoint, bool bind, char *out, kvix_err *err);
 
 /* ---- the workers file --------------------------------------------------
  * One subscription a line: ID[:DP]=ENDPOINT [replay=ENDPOINT] [model=NAME]

@@ -216,16 +216,19 @@ static int conflict(kvix_enginesub *s, const kvix_enginesub_spec *sp, const sub 
     return KVIX_OK;
 }
 
-static int check_spec(const kvix_enginesub *s, const kvix_enginesub_spec *sp, kvix_err *err)
+/* sp checked, into *out with its endpoints in canonical form. */
+static int check_spec(const kvix_enginesub *s, const kvix_enginesub_spec *sp,
+                      kvix_enginesub_spec *out, kvix_err *err)
 {
     if (memchr(sp->endpoint, 0, sizeof sp->endpoint) == NULL ||
         memchr(sp->replay, 0, sizeof sp->replay) == NULL ||
         memchr(sp->model, 0, sizeof sp->model) == NULL ||
         memchr(sp->tenant, 0, sizeof sp->tenant) == NULL)
         return kvix_err_set(err, KVIX_EINVAL, "unterminated string in a subscription");
-    int rc = kvix_enginesub_endpoint_check(sp->endpoint, s->cfg.bind, err);
+    *out = *sp;
+    int rc = kvix_enginesub_endpoint_canon(sp->endpoint, s->cfg.bind, out->endpoint, err);
     if (!rc && sp->replay[0])
-        rc = kvix_enginesub_endpoint_check(sp->replay, false, err);
+        rc = kvix_enginesub_endpoint_canon(sp->replay, false, out->replay, err);
     if (!rc && sp->worker > KVIX_WORKER_MAX) /* the index's range: its events would be refused */
         rc = kvix_err_set(err, KVIX_ERANGE, "worker %" PRIu64 " past 2^63-1", sp->worker);
     if (!rc && sp->block_size > KVIX_BS_MAX)
@@ -270,10 +273,11 @@ void esub_leave(kvix_enginesub *s, size_t i)
     }
 }
 
-int kvix_enginesub_add(kvix_enginesub *s, const kvix_enginesub_spec *sp, int group,
+int kvix_enginesub_add(kvix_enginesub *s, const kvix_enginesub_spec *given, int group,
                        kvix_err *err)
 {
-    int rc = check_spec(s, sp, err);
+    kvix_enginesub_spec c, *sp = &c;
+    int rc = check_spec(s, given, &c, err);
     if (rc)
         return rc;
     sub *b = sub_new(s, sp, group);
@@ -291,9 +295,13 @@ int kvix_enginesub_add(kvix_enginesub *s, const kvix_enginesub_spec *sp, int gro
     return rc;
 }
 
-int kvix_enginesub_remove(kvix_enginesub *s, const char *endpoint, kvix_err *err)
+int kvix_enginesub_remove(kvix_enginesub *s, const char *given, kvix_err *err)
 {
     int rc = KVIX_ENOTFOUND;
+    char endpoint[KVIX_ENGINESUB_ENDPOINT_MAX];
+    if (kvix_enginesub_endpoint_canon(given, s->cfg.bind, endpoint, NULL) != KVIX_OK)
+        return kvix_err_set(err, rc, "no subscription to %.*s", KVIX_ENGINESUB_ENDPOINT_MAX,
+                            given);
     pthread_mutex_lock(&s->mu);
     for (size_t i = 0; i < s->reg.n; i++)
         if (!s->reg.v[i]->removed && !strcmp(s->reg.v[i]->spec.endpoint, endpoint)) {
@@ -347,23 +355,28 @@ static bool same_sub(const kvix_enginesub_spec *a, const kvix_enginesub_spec *b)
            !strcmp(a->tenant, b->tenant) && a->block_size == b->block_size;
 }
 
-int kvix_enginesub_replace(kvix_enginesub *s, int group, const kvix_enginesub_spec *v,
+int kvix_enginesub_replace(kvix_enginesub *s, int group, const kvix_enginesub_spec *given,
                            size_t n, size_t *added, size_t *removed, kvix_err *err)
 {
     int rc = KVIX_OK;
     size_t nadd = 0, ndel = 0;
+    kvix_enginesub_spec *v = malloc((n ? n : 1) * sizeof *v);
+    if (!v)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
     for (size_t i = 0; i < n && !rc; i++) {
-        rc = check_spec(s, &v[i], err);
+        rc = check_spec(s, &given[i], &v[i], err);
         for (size_t j = 0; j < i && !rc; j++)
             if (!strcmp(v[i].endpoint, v[j].endpoint) ||
                 (v[i].worker == v[j].worker && v[i].dp == v[j].dp))
                 rc = kvix_err_set(err, KVIX_EINVAL, "%s listed twice", v[i].endpoint);
     }
-    if (rc)
+    sub **fresh = rc ? NULL : calloc(n ? n : 1, sizeof *fresh);
+    if (!rc && !fresh)
+        rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    if (rc) {
+        free(v);
         return rc;
-    sub **fresh = calloc(n ? n : 1, sizeof *fresh);
-    if (!fresh)
-        return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    }
     pthread_mutex_lock(&s->mu);
     /* Check everything against the other groups before changing anything. */
     for (size_t i = 0; i < n && !rc; i++) {
@@ -438,6 +451,7 @@ int kvix_enginesub_replace(kvix_enginesub *s, int group, const kvix_enginesub_sp
     for (size_t i = 0; i < n; i++)
         free(fresh[i]);
     free(fresh);
+    free(v);
     if (rc)
         return rc;
     if (added)

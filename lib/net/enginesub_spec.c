@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -83,15 +84,95 @@ int kvix_enginesub_endpoint_check(const char *ep, bool bind, kvix_err *err)
                                 plen, sizeof un.sun_path - 1);
         return KVIX_OK;
     }
-    if (!strncmp(ep, "inproc://", 9)) {
-        if (!ep[9])
-            return kvix_err_set(err, KVIX_EINVAL, "bad endpoint '%s': no name", ep);
+    /* inproc:// reaches only sockets of this process: no engine is there,
+     * only the subscriber's own monitors, which a registration could take over */
+    return kvix_err_set(err, KVIX_EINVAL,
+                        "bad endpoint '%s': expected tcp://HOST:PORT or ipc://PATH", ep);
+}
+
+/* The ipc path p (NUL-terminated, at out's end of room) with empty and "."
+ * components dropped and ".." taking back the component before it. */
+static void canon_path(char *p)
+{
+    if (p[0] == '@') /* Linux's abstract namespace: a name, not a path */
+        return;
+    bool abs = p[0] == '/';
+    char *w = p + abs, *r = p + abs;
+    size_t depth = 0; /* components written that a ".." may take back */
+    while (*r) {
+        char *e = strchr(r, '/');
+        size_t n = e ? (size_t)(e - r) : strlen(r);
+        char *next = r + n + (e != NULL); /* before the write below can reach it */
+        if (n == 0 || (n == 1 && r[0] == '.')) {
+            /* dropped */
+        } else if (n == 2 && r[0] == '.' && r[1] == '.' && (depth || abs)) {
+            if (depth) {
+                w--; /* the '/' after the last component */
+                while (w > p + abs && w[-1] != '/')
+                    w--;
+                depth--;
+            }
+        } else {
+            memmove(w, r, n);
+            w += n;
+            *w++ = '/';
+            if (!(n == 2 && r[0] == '.' && r[1] == '.'))
+                depth++;
+        }
+        r = next;
+        if (!e)
+            break;
+    }
+    if (w > p + abs)
+        w--; /* the last '/' */
+    if (w == p) /* "." or "a/.." */
+        *w++ = '.';
+    *w = '\0';
+}
+
+int kvix_enginesub_endpoint_canon(const char *ep, bool bind, char *out, kvix_err *err)
+{
+    int rc = kvix_enginesub_endpoint_check(ep, bind, err);
+    if (rc)
+        return rc;
+    char t[KVIX_ENGINESUB_ENDPOINT_MAX];
+    snprintf(t, sizeof t, "%s", ep); /* checked: it fits */
+    if (!strncmp(t, "ipc://", 6)) {
+        canon_path(t + 6);
+        memcpy(out, t, strlen(t) + 1);
         return KVIX_OK;
     }
-    return kvix_err_set(err, KVIX_EINVAL,
-                        "bad endpoint '%s': expected tcp://HOST:PORT, ipc://PATH or "
-                        "inproc://NAME",
-                        ep);
+    char *host = t + 6, *colon = strrchr(host, ':');
+    *colon = '\0';
+    const char *port = colon + 1;
+    while (port[0] == '0' && port[1]) /* "05557", not "0" (--bind's ephemeral) */
+        port++;
+    char h[INET6_ADDRSTRLEN + 2];
+    unsigned char a[sizeof(struct in6_addr)];
+    size_t hl = strlen(host);
+    if (host[0] == '[') {
+        host[hl - 1] = '\0';
+        if (inet_pton(AF_INET6, host + 1, a) == 1 && inet_ntop(AF_INET6, a, h + 1, sizeof h - 2)) {
+            h[0] = '[';
+            strcat(h, "]");
+        } else {
+            snprintf(h, sizeof h, "%s]", host);
+        }
+    } else if (inet_pton(AF_INET, host, a) == 1 && inet_ntop(AF_INET, a, h, sizeof h)) {
+        /* as written */
+    } else {
+        h[0] = '\0';
+    }
+    /* a name: case does not tell hosts apart */
+    char *name = h[0] ? h : host;
+    for (char *c = name; *c; c++)
+        if (*c >= 'A' && *c <= 'Z')
+            *c = (char)(*c - 'A' + 'a');
+    int n = snprintf(out, KVIX_ENGINESUB_ENDPOINT_MAX, "tcp://%s:%s", name, port);
+    if (n < 0 || n >= KVIX_ENGINESUB_ENDPOINT_MAX)
+        return kvix_err_set(err, KVIX_ELIMIT, "endpoint of %d bytes (limit %d)", n,
+                            KVIX_ENGINESUB_ENDPOINT_MAX - 1);
+    return KVIX_OK;
 }
 
 int kvix_enginesub_spec_parse(kvix_enginesub_spec *sp, const char *s, kvix_err *err)
@@ -152,14 +233,13 @@ static int parse_line(char *line, bool bind, kvix_enginesub_spec *sp, bool *blan
     int rc = kvix_enginesub_spec_parse(sp, tok, err);
     if (rc)
         return rc;
-    if ((rc = kvix_enginesub_endpoint_check(sp->endpoint, bind, err)))
+    if ((rc = kvix_enginesub_endpoint_canon(sp->endpoint, bind, sp->endpoint, err)))
         return rc;
     while ((tok = strtok_r(NULL, " \t\r\n", &save)) && *tok != '#') {
         char *eq = strchr(tok, '=');
         if (eq && eq - tok == 6 && !strncmp(tok, "replay", 6) && eq[1]) {
-            if ((rc = kvix_enginesub_endpoint_check(eq + 1, false, err)))
+            if ((rc = kvix_enginesub_endpoint_canon(eq + 1, false, sp->replay, err)))
                 return rc;
-            snprintf(sp->replay, sizeof sp->replay, "%s", eq + 1); /* length checked */
         } else if (eq && eq - tok == 5 && !strncmp(tok, "model", 5)) {
             if ((rc = set_name(sp->model, "model", eq + 1, err)))
                 return rc;

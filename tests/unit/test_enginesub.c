@@ -403,6 +403,8 @@ TEST(endpoints_checked_in_full)
         "tcp://127.0.0.1:99999", "tcp://127.0.0.1:0",   "tcp://127.0.0.1",  "tcp://:5557",
         "tcp://*:5557",          "tcp://h st:1",        "tcp://[::1:5557",  "nosuch://x",
         "ipc://",                "tcp://127.0.0.1:55a", "tcp://127.0.0.1:-1",
+        /* this process's own sockets (the monitors' among them), no engine's */
+        "inproc://a",            "inproc://kvix-enginesub-mon-1",
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         kvix_err err;
@@ -415,11 +417,64 @@ TEST(endpoints_checked_in_full)
     memset(longipc + 7, 'a', 150);
     CHECK(kvix_enginesub_endpoint_check(longipc, false, NULL) == KVIX_ELIMIT);
     static const char *const good[] = {"tcp://127.0.0.1:5557", "tcp://gpu-1.example:1",
-                                       "tcp://[::1]:65535", "ipc:///tmp/x", "inproc://a"};
+                                       "tcp://[::1]:65535", "ipc:///tmp/x"};
     for (size_t i = 0; i < sizeof good / sizeof *good; i++)
         CHECK(kvix_enginesub_endpoint_check(good[i], false, NULL) == KVIX_OK);
     CHECK(kvix_enginesub_endpoint_check("tcp://*:0", true, NULL) == KVIX_OK);
     CHECK(kvix_enginesub_endpoint_check("tcp://*:*", true, NULL) == KVIX_OK);
+}
+
+/* One engine, one form: the registry compares endpoints canonical, so the
+ * same publisher cannot be subscribed twice under two spellings. */
+TEST(endpoints_compared_in_canonical_form)
+{
+    static const char *const pairs[][2] = {
+        {"ipc:///tmp/e/./x", "ipc:///tmp/e/x"},
+        {"ipc:///tmp//e/x/", "ipc:///tmp/e/x"},
+        {"ipc:///tmp/e/../e/x", "ipc:///tmp/e/x"},
+        {"ipc:///../x", "ipc:///x"},
+        {"ipc://./x", "ipc://x"},
+        {"ipc://a/../x", "ipc://x"},
+        {"ipc://../x", "ipc://../x"},
+        {"ipc://a/../../x", "ipc://../x"},
+        {"ipc://@abstract/./x", "ipc://@abstract/./x"},
+        {"tcp://GPU1.Example:05557", "tcp://gpu1.example:5557"},
+        {"tcp://[0:0::1]:5557", "tcp://[::1]:5557"},
+        {"tcp://[FE80::1]:1", "tcp://[fe80::1]:1"},
+        {"tcp://127.0.0.1:5557", "tcp://127.0.0.1:5557"},
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
+        char out[KVIX_ENGINESUB_ENDPOINT_MAX];
+        CHECK(kvix_enginesub_endpoint_canon(pairs[i][0], false, out, NULL) == KVIX_OK);
+        CHECK_STR(out, pairs[i][1]);
+    }
+    got g;
+    memset(&g, 0, sizeof g);
+    kvix_enginesub *s = new_sub(&g, 0);
+    kvix_enginesub_spec sp;
+    kvix_err err;
+    kvix_enginesub_spec_init(&sp);
+    sp.worker = 1;
+    snprintf(sp.endpoint, sizeof sp.endpoint, "%s", "ipc:///tmp/kvix-es-c/x");
+    CHECK(kvix_enginesub_add(s, &sp, 0, &err) == KVIX_OK);
+    sp.worker = 2;
+    snprintf(sp.endpoint, sizeof sp.endpoint, "%s", "ipc:///tmp/kvix-es-c/./x");
+    CHECK(kvix_enginesub_add(s, &sp, 0, &err) == KVIX_ELIMIT);
+    CHECK(strstr(err.msg, "already subscribed") != NULL);
+    kvix_enginesub_spec v[2];
+    kvix_enginesub_spec_init(&v[0]);
+    kvix_enginesub_spec_init(&v[1]);
+    v[0].worker = 3;
+    v[1].worker = 4;
+    snprintf(v[0].endpoint, sizeof v[0].endpoint, "%s", "tcp://Host-A:5557");
+    snprintf(v[1].endpoint, sizeof v[1].endpoint, "%s", "tcp://host-a:05557");
+    CHECK(kvix_enginesub_replace(s, 1, v, 2, NULL, NULL, &err) == KVIX_EINVAL);
+    CHECK(kvix_enginesub_remove(s, "ipc:///tmp//kvix-es-c/x", &err) == KVIX_OK);
+    kvix_enginesub_counts c;
+    CHECK(kvix_enginesub_step(s, 0, &err) == KVIX_OK);
+    kvix_enginesub_counts_get(s, &c);
+    CHECK_U64(c.subscriptions, 0);
+    kvix_enginesub_free(s);
 }
 
 TEST(workers_file_written_then_read_back)

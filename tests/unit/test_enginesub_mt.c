@@ -54,7 +54,7 @@ static void *editor(void *arg)
         kvix_enginesub_spec sp;
         kvix_enginesub_spec_init(&sp);
         sp.worker = (uint64_t)(id * 1000 + i);
-        snprintf(sp.endpoint, sizeof sp.endpoint, "inproc://kvix-mt-%d-%d", id, i);
+        snprintf(sp.endpoint, sizeof sp.endpoint, "ipc:///tmp/kvix-mt-%d-%d", id, i);
         CHECK(kvix_enginesub_add(s, &sp, 0, NULL) == KVIX_OK);
         if (i % 2)
             CHECK(kvix_enginesub_remove(s, sp.endpoint, NULL) == KVIX_OK);
@@ -87,7 +87,7 @@ TEST(add_remove_list_from_threads_while_polling)
     for (int i = 0; i < 2; i++) {
         kvix_enginesub_spec_init(&v[i]);
         v[i].worker = 5000 + (uint64_t)i;
-        snprintf(v[i].endpoint, sizeof v[i].endpoint, "inproc://kvix-mt-file-%d", i);
+        snprintf(v[i].endpoint, sizeof v[i].endpoint, "ipc:///tmp/kvix-mt-file-%d", i);
     }
     size_t added, removed;
     CHECK(kvix_enginesub_replace(s, 1, v, 2, &added, &removed, NULL) == KVIX_OK);

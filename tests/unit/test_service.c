@@ -230,6 +230,11 @@ TEST(register_unregister_workers)
          "\"n\",\"block_size\":4}", 409, NULL}, /* endpoint taken */
         {"POST", "/register", "{\"instance_id\":2,\"endpoint\":\"udp://h:1\",\"model_name\":"
          "\"n\",\"block_size\":4}", 400, NULL},
+        /* this process's own sockets: an internal monitor could be taken over */
+        {"POST", "/register", "{\"instance_id\":2,\"endpoint\":\"inproc://kvix-enginesub-mon-1\","
+         "\"model_name\":\"n\",\"block_size\":4}", 400, NULL},
+        {"POST", "/register", "{\"instance_id\":2,\"endpoint\":\"tcp://H:01\",\"model_name\":"
+         "\"n\",\"block_size\":4}", 409, NULL}, /* tcp://h:1 spelt otherwise */
         {"POST", "/register", "{\"instance_id\":2,\"endpoint\":\"tcp://h:9\",\"model_name\":"
          "\"a:b\",\"block_size\":4}", 400, NULL},
         {"POST", "/register", "{\"instance_id\":2,\"endpoint\":\"tcp://h:9\",\"model_name\":"
