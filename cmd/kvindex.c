@@ -58,6 +58,7 @@ enum {
     O_REMOVALS,
     O_PORT,
     O_WORKERS,
+    O_MAX_SUBSCRIPTIONS,
 };
 
 /* Dynamo's standalone indexer serves at this port when given none. */
@@ -126,6 +127,8 @@ static const cli_opt options[] = {
      DYNAMO_PORT ") and read no standard input"},
     {O_MODEL, 0, "model-name", "NAME", NULL, "Dynamo's name for --model"},
     {O_TENANT, 0, "tenant-id", "NAME", NULL, "Dynamo's name for --tenant"},
+    {O_MAX_SUBSCRIPTIONS, 0, "max-subscriptions", "N", NULL,
+     "engine subscriptions held at once (-w, --workers-file, POST /register; default 1024, or what the open-file limit allows); more are refused"},
     {0, 0, NULL, NULL, NULL, NULL},
 };
 
@@ -607,13 +610,16 @@ static void load_workers(kvi *k, int initial)
     size_t added, removed;
     kvix_err err;
     int rc = kvix_ingest_feed_load(k->g, k->workers_file, &added, &removed, &err);
+    const char *hint = rc == KVIX_EBUSY ? " (--max-subscriptions)" : "";
     if (rc && initial)
-        cli_die(rc == KVIX_EINVAL || rc == KVIX_ELIMIT ? KVIX_EXIT_USAGE : KVIX_EXIT_IO, "%s",
-                err.msg);
+        cli_die(rc == KVIX_EINVAL || rc == KVIX_ELIMIT || rc == KVIX_EBUSY ? KVIX_EXIT_USAGE
+                                                                           : KVIX_EXIT_IO,
+                "%s%s", err.msg, hint);
     pthread_mutex_lock(&k->mu);
     clear_progress(k);
     if (rc)
-        cli_warn("%s: keeping the workers of %s as they were", err.msg, k->workers_file);
+        cli_warn("%s%s: keeping the workers of %s as they were", err.msg, hint,
+                 k->workers_file);
     else if (!initial && !k->quiet)
         cli_warn("reloaded %s: %zu added, %zu removed", k->workers_file, added, removed);
     pthread_mutex_unlock(&k->mu);
@@ -621,15 +627,18 @@ static void load_workers(kvi *k, int initial)
 
 /* The subscriber, its -w and --workers-file subscriptions, each (worker,
  * dp) the index holds an eid for resumed after it. Started by start_feed. */
-static void make_feed(kvi *k, const kvix_enginesub_config *cfg, const char **wargs, size_t nw)
+static void make_feed(kvi *k, kvix_enginesub_config *cfg, size_t subs_given, const char **wargs,
+                      size_t nw)
 {
     kvix_err err;
+    /* besides: the HTTP connections, snapshot files, peers, stdio */
+    cfg->subs_max = cli_size_subscriptions(subs_given, 2048 + 64, "--max-subscriptions");
     int rc = kvix_ingest_feed_new(k->g, cfg, &err);
     if (rc)
         cli_die(cli_exit_for(rc), "%s", err.msg);
     for (size_t i = 0; i < nw; i++)
-        if (kvix_ingest_feed_add(k->g, wargs[i], &err))
-            cli_usage_error("%s", err.msg);
+        if ((rc = kvix_ingest_feed_add(k->g, wargs[i], &err)))
+            cli_usage_error("%s%s", err.msg, rc == KVIX_EBUSY ? " (--max-subscriptions)" : "");
     if (k->workers_file)
         load_workers(k, 1);
 }
@@ -931,6 +940,7 @@ typedef struct kvargs {
     const char **wargs;        /* -w specs, nw of them */
     size_t nw;
     int replay_timeout;        /* --replay-timeout given */
+    size_t subs_given;         /* --max-subscriptions, or 0 */
     char **files;              /* the input files, nfiles of them ("-": stdin) */
     int nfiles;
     int subscribing;           /* -w or --workers-file */
@@ -1034,6 +1044,10 @@ static void parse_options(kvi *k, kvargs *a, int argc, char **argv)
         case O_REPLAY_TIMEOUT:
             a->cfg.replay_timeout_ms = cli_parse_uint(arg, 1, 3600000, "replay timeout");
             a->replay_timeout = 1;
+            break;
+        case O_MAX_SUBSCRIPTIONS:
+            a->subs_given = (size_t)cli_parse_uint(arg, 1, kvix_enginesub_subs_limit(),
+                                                   "subscription count");
             break;
         }
     }
@@ -1145,7 +1159,7 @@ static void start_from_peers(kvi *k, kvargs *a, int feeding)
 {
     peek_registrations(k);
     if (feeding || k->nregs)
-        make_feed(k, &a->cfg, a->wargs, a->nw);
+        make_feed(k, &a->cfg, a->subs_given, a->wargs, a->nw);
     restore_registrations(k);
     if (a->listen)
         start_service(k, a->listen, a->http_threads);
@@ -1172,7 +1186,7 @@ static void start_from_snapshot(kvi *k, kvargs *a, int feeding)
         cli_warn("stream %s: starting empty from its first message", k->nopt.stream);
     kvix_ingest_rebase(k->g);
     if (feeding || k->nregs)
-        make_feed(k, &a->cfg, a->wargs, a->nw);
+        make_feed(k, &a->cfg, a->subs_given, a->wargs, a->nw);
     restore_registrations(k);
     if (a->listen)
         start_service(k, a->listen, a->http_threads);

@@ -50,6 +50,7 @@ enum {
     O_JSON,
     O_IDLE_EXIT,
     O_RELOAD,
+    O_MAX_SUBSCRIPTIONS,
 };
 
 static const cli_opt options[] = {
@@ -68,6 +69,8 @@ static const cli_opt options[] = {
      "read ID[:DP]=ENDPOINT [replay=ENDPOINT] lines from FILE; re-read on SIGHUP"},
     {O_RELOAD, 0, "reload", "SECONDS", NULL,
      "re-read the workers file when it changes, checked every SECONDS (default 0.25; 0: on SIGHUP only)"},
+    {O_MAX_SUBSCRIPTIONS, 0, "max-subscriptions", "N", NULL,
+     "subscriptions held at once (default 1024, or what the open-file limit allows); more are refused"},
     {O_TOKENS, 0, "tokens", NULL, NULL, "keep each stored block's token ids in the events"},
     {O_REPLAY_TIMEOUT, 0, "replay-timeout", "MS", NULL,
      "give up a recovery MS milliseconds after asking (default 5000)"},
@@ -325,7 +328,8 @@ static void load_workers(bool initial)
     rc = kvix_enginesub_replace(S.sub, 1, v, n, &added, &removed, &err);
     free(v);
     if (rc) {
-        cli_warn("%s: %s", S.workers_file, err.msg);
+        cli_warn("%s: %s%s", S.workers_file, err.msg,
+                 rc == KVIX_EBUSY ? " (--max-subscriptions)" : "");
         if (initial)
             exit(cli_finish(KVIX_EXIT_USAGE));
         cli_warn("keeping the workers of %s as they were", S.workers_file);
@@ -604,6 +608,7 @@ int main(int argc, char **argv)
     const char **wargs = NULL;
     size_t nw = 0;
     bool reload_set = false;
+    size_t subs_given = 0;
     S.reload_ms = 250;
     int c;
     while ((c = cli_next(argc, argv, &arg)) != -1) {
@@ -643,6 +648,10 @@ int main(int argc, char **argv)
         case O_MAX_MESSAGE:
             cfg.msg_max = (size_t)cli_parse_uint(arg, 1024, KVIX_WIRE_FRAME_MAX, "max message");
             break;
+        case O_MAX_SUBSCRIPTIONS:
+            subs_given = (size_t)cli_parse_uint(arg, 1, kvix_enginesub_subs_limit(),
+                                                "subscription count");
+            break;
         case O_RESUME: S.resume = arg; break;
         case O_JSON: S.json = true; break;
         case O_IDLE_EXIT:
@@ -681,6 +690,8 @@ int main(int argc, char **argv)
         cli_usage_error("no worker: give -w ID[:DP]=ENDPOINT or --workers-file FILE");
     if (reload_set && !S.workers_file)
         cli_usage_error("--reload needs --workers-file");
+    /* stdio, the NATS connection, the wake pipe: a few descriptors besides */
+    cfg.subs_max = cli_size_subscriptions(subs_given, 64, "--max-subscriptions");
     for (size_t i = 0; i < nw; i++)
         add_spec(&S.specs, &S.nspecs, wargs[i], cfg.bind, "");
     free(wargs);
@@ -712,8 +723,8 @@ int main(int argc, char **argv)
     if (S.resume)
         load_resume(cfg.model ? cfg.model : "default", cfg.tenant ? cfg.tenant : "default");
     for (size_t i = 0; i < S.nspecs; i++)
-        if (kvix_enginesub_add(S.sub, &S.specs[i], 0, &err))
-            cli_usage_error("%s", err.msg);
+        if ((rc = kvix_enginesub_add(S.sub, &S.specs[i], 0, &err)))
+            cli_usage_error("%s%s", err.msg, rc == KVIX_EBUSY ? " (--max-subscriptions)" : "");
     if (S.workers_file)
         load_workers(true);
     if ((rc = kvix_enginesub_apply(S.sub, &err)))

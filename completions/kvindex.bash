@@ -29,9 +29,10 @@ _kvindex() {
     --workers) return ;;
     --model-name) return ;;
     --tenant-id) return ;;
+    --max-subscriptions) return ;;
     esac
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--snapshot -s --query-only -q --format -f --backend --jump --top --explain --removals --threads -t --strict --save-every-seconds --save-every-events --quiet --verbose -v --nats --stream --reset-on-gap --until-caught-up --listen --http-threads --http-nice --peers --worker -w --workers-file --model --tenant --block-size --replay-timeout --port --workers --model-name --tenant-id --help -h --version -V" -- "$cur"))
+        COMPREPLY=($(compgen -W "--snapshot -s --query-only -q --format -f --backend --jump --top --explain --removals --threads -t --strict --save-every-seconds --save-every-events --quiet --verbose -v --nats --stream --reset-on-gap --until-caught-up --listen --http-threads --http-nice --peers --worker -w --workers-file --model --tenant --block-size --replay-timeout --port --workers --model-name --tenant-id --max-subscriptions --help -h --version -V" -- "$cur"))
         return
     fi
     COMPREPLY=($(compgen -f -- "$cur"))

@@ -31,5 +31,6 @@ complete -c kvindex -l port -x -d 'as Dynamo\'s indexer: serve the HTTP API on e
 complete -c kvindex -l workers -x -d 'as Dynamo\'s indexer: -w for each comma-separated entry; serve at --port (default 8090) and read no standard input'
 complete -c kvindex -l model-name -x -d 'Dynamo\'s name for --model'
 complete -c kvindex -l tenant-id -x -d 'Dynamo\'s name for --tenant'
+complete -c kvindex -l max-subscriptions -x -d 'engine subscriptions held at once (-w, --workers-file, POST /register; default 1024, or what the open-file limit allows); more are refused'
 complete -c kvindex -s h -l help -d 'print this help and exit'
 complete -c kvindex -s V -l version -d 'print the version and exit'

@@ -13,6 +13,7 @@ _kvsub() {
     -f|--format) COMPREPLY=($(compgen -W "ndjson msgpack" -- "$cur")); return ;;
     --workers-file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     --reload) return ;;
+    --max-subscriptions) return ;;
     --replay-timeout) return ;;
     --replay-buffer) return ;;
     --replay-buffer-bytes) return ;;
@@ -29,7 +30,7 @@ _kvsub() {
     --nats-window) return ;;
     esac
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--worker -w --replay --model -m --tenant -t --block-size -b --topic --bind --format -f --workers-file --reload --tokens --replay-timeout --replay-buffer --replay-buffer-bytes --max-message --resume --json --idle-exit --nats --subject --stream --stream-max-age --stream-max-bytes --stream-replicas --stream-dup-window --nats-window --help -h --version -V" -- "$cur"))
+        COMPREPLY=($(compgen -W "--worker -w --replay --model -m --tenant -t --block-size -b --topic --bind --format -f --workers-file --reload --max-subscriptions --tokens --replay-timeout --replay-buffer --replay-buffer-bytes --max-message --resume --json --idle-exit --nats --subject --stream --stream-max-age --stream-max-bytes --stream-replicas --stream-dup-window --nats-window --help -h --version -V" -- "$cur"))
         return
     fi
 }

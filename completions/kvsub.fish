@@ -9,6 +9,7 @@ complete -c kvsub -l bind -d 'bind the endpoints instead of connecting (engines 
 complete -c kvsub -s f -l format -x -a 'ndjson msgpack' -d 'output format (default ndjson)'
 complete -c kvsub -l workers-file -r -F -d 'read ID[:DP]=ENDPOINT [replay=ENDPOINT] lines from FILE; re-read on SIGHUP'
 complete -c kvsub -l reload -x -d 're-read the workers file when it changes, checked every SECONDS (default 0.25; 0: on SIGHUP only)'
+complete -c kvsub -l max-subscriptions -x -d 'subscriptions held at once (default 1024, or what the open-file limit allows); more are refused'
 complete -c kvsub -l tokens -d 'keep each stored block\'s token ids in the events'
 complete -c kvsub -l replay-timeout -x -d 'give up a recovery MS milliseconds after asking (default 5000)'
 complete -c kvsub -l replay-buffer -x -d 'live batches held per endpoint while a replay runs (default 10000)'

@@ -8,8 +8,11 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "kvix/enginesub.h"
 
 #ifndef KVIX_VERSION
 #define KVIX_VERSION "0.1.0"
@@ -331,4 +334,26 @@ double cli_parse_double(const char *s, double min, double max, const char *what)
         cli_usage_error("bad %s: '%s' (expected a number from %g to %g)", what, s ? s : "", min,
                         max);
     return v;
+}
+
+size_t cli_size_subscriptions(size_t n, uint64_t others, const char *option)
+{
+    size_t want = n ? n : KVIX_ENGINESUB_SUBS_DEFAULT;
+    uint64_t need = (uint64_t)want * KVIX_ENGINESUB_FDS_PER_SUB + others;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return want; /* nothing known: the subscriber says when it runs out */
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        rlim_t to = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? (rlim_t)need : rl.rlim_max;
+        struct rlimit nl = {to, rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &nl) == 0)
+            rl.rlim_cur = to;
+    }
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
+        return want;
+    if (n)
+        cli_usage_error("%s %zu needs %" PRIu64 " open files; the limit is %llu (ulimit -Hn)",
+                        option, n, need, (unsigned long long)rl.rlim_cur);
+    uint64_t fit = rl.rlim_cur > others ? (rl.rlim_cur - others) / KVIX_ENGINESUB_FDS_PER_SUB : 0;
+    return fit ? (size_t)fit : 1;
 }

@@ -84,6 +84,14 @@ int cli_exit_for(int kvix_status);
  * Returns code unchanged when all is well, KVIX_EXIT_IO otherwise. */
 int cli_finish(int code);
 
+/* The subscriptions a tool holds at once: n (0: KVIX_ENGINESUB_SUBS_DEFAULT,
+ * or fewer when the open-file limit cannot take that many), each with
+ * KVIX_ENGINESUB_FDS_PER_SUB descriptors, plus `others` the tool holds
+ * besides. Raises the soft open-file limit as far as that needs (never past
+ * the hard one); an n given that does not fit is a usage error naming
+ * option and the limits. */
+size_t cli_size_subscriptions(size_t n, uint64_t others, const char *option);
+
 /* Parse a decimal unsigned integer in [min, max] for option what; exits with
  * a usage error otherwise. */
 uint64_t cli_parse_uint(const char *s, uint64_t min, uint64_t max, const char *what);

@@ -72,6 +72,13 @@ extern "C" {
 #define KVIX_ENGINESUB_TIMEOUT_DEFAULT 5000 /* ms a whole recovery may take */
 #define KVIX_ENGINESUB_RANKS_DEFAULT 1024 /* distinct dp ranks per subscription */
 #define KVIX_ENGINESUB_NOCONN_DEFAULT 5000 /* ms without a connection before it is said */
+#define KVIX_ENGINESUB_SUBS_DEFAULT 1024 /* subscriptions held at once */
+/* What one subscription may hold open: ZMQ sockets (SUB, its monitor's
+ * two PAIRs, a replay DEALER) and file descriptors (their four mailboxes,
+ * two connections): the ZMQ context and the process's open-file limit are
+ * sized from these. */
+#define KVIX_ENGINESUB_SOCKETS_PER_SUB 4
+#define KVIX_ENGINESUB_FDS_PER_SUB 6
 #define KVIX_ENGINESUB_FILE_LINE_MAX 4096 /* bytes of a workers-file line */
 #define KVIX_ENGINESUB_FILE_LINES_MAX 1000000
 
@@ -143,7 +150,18 @@ typedef struct kvix_enginesub_config {
                                     (since it opened, or lost the last) is noted once,
                                     and its connection after that (default 5000; 0:
                                     never). Not with bind */
+    size_t subs_max;             /* subscriptions held at once (default 1024): the ZMQ
+                                    context's socket limit is sized to it (at most
+                                    kvix_enginesub_subs_limit()), and an add or a replace
+                                    past it is refused with KVIX_EBUSY. The process's
+                                    open-file limit is the caller's to size:
+                                    KVIX_ENGINESUB_FDS_PER_SUB per subscription */
 } kvix_enginesub_config;
+
+/* The most subscriptions one subscriber can hold: ZMQ's own socket limit
+ * (ZMQ_SOCKET_LIMIT, 65535 on Linux) over KVIX_ENGINESUB_SOCKETS_PER_SUB,
+ * less the context's slack. */
+size_t kvix_enginesub_subs_limit(void);
 
 /* The defaults above. */
 void kvix_enginesub_config_init(kvix_enginesub_config *cfg);
@@ -222,7 +240,8 @@ void kvix_enginesub_free(kvix_enginesub *s);
 /* Add a subscription (sp copied). group: the caller's tag (kvsub: 0 command
  * line, 1 workers file) for kvix_enginesub_replace. KVIX_EINVAL: a bad
  * endpoint; KVIX_ELIMIT: its endpoint already subscribed, or (worker, dp)
- * already registered (a worker and rank has one publisher). Any thread. */
+ * already registered (a worker and rank has one publisher); KVIX_EBUSY:
+ * cfg.subs_max subscriptions held already. Any thread. */
 int kvix_enginesub_add(kvix_enginesub *s, const kvix_enginesub_spec *sp, int group,
                        kvix_err *err);
 /* Remove the subscription of endpoint: its ranks are cleared. KVIX_ENOTFOUND.
@@ -234,7 +253,8 @@ int kvix_enginesub_remove(kvix_enginesub *s, const char *endpoint, kvix_err *err
 size_t kvix_enginesub_remove_worker(kvix_enginesub *s, uint64_t worker, const char *model,
                                     const char *tenant, uint32_t dp);
 /* Make group's subscriptions specs[0..n), all or nothing: every spec is
- * checked against the others and the other groups first; then those no
+ * checked against the others and the other groups first (and the total
+ * against cfg.subs_max: KVIX_EBUSY); then those no
  * longer listed are removed, new ones added, kept ones get the line's replay
  * endpoint. *added and *removed (may be NULL) tell how many. Any thread. */
 int kvix_enginesub_replace(kvix_enginesub *s, int group, const kvix_enginesub_spec *specs,

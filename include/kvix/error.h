@@ -26,7 +26,8 @@ typedef enum kvix_status {
     KVIX_ENOTFOUND = -9,  /* no such partition, worker or file */
     KVIX_ESYS = -10,      /* a system facility failed (threads, sockets) */
     KVIX_EOF = -11,       /* clean end of input (not an error for readers' callers) */
-    KVIX_EBUSY = -12,     /* held by another process (a snapshot's lock) */
+    KVIX_EBUSY = -12,     /* held by another process (a snapshot's lock), or every place
+                             taken (a subscriber at its limit of subscriptions) */
 } kvix_status;
 
 #define KVIX_ERR_MSG_MAX 256

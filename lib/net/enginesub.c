@@ -59,6 +59,16 @@ void kvix_enginesub_config_init(kvix_enginesub_config *cfg)
     cfg->msg_max = KVIX_ENGINESUB_MSG_DEFAULT;
     cfg->ranks_max = KVIX_ENGINESUB_RANKS_DEFAULT;
     cfg->noconn_warn_ms = KVIX_ENGINESUB_NOCONN_DEFAULT;
+    cfg->subs_max = KVIX_ENGINESUB_SUBS_DEFAULT;
+}
+
+/* Sockets of the context beyond the subscriptions' own: sockets closed but
+ * not yet reaped (libzmq frees a socket's slot after zmq_close returns). */
+#define SOCKETS_SLACK 256
+
+size_t kvix_enginesub_subs_limit(void)
+{
+    return (65535 - SOCKETS_SLACK) / KVIX_ENGINESUB_SOCKETS_PER_SUB;
 }
 
 int kvix_enginesub_new(kvix_enginesub **out, const kvix_enginesub_config *cfg,
@@ -74,6 +84,10 @@ int kvix_enginesub_new(kvix_enginesub **out, const kvix_enginesub_config *cfg,
                             cfg->msg_max, KVIX_WIRE_FRAME_MAX);
     if (!ops || !ops->event)
         return kvix_err_set(err, KVIX_EINVAL, "no event callback");
+    size_t subs_max = cfg->subs_max ? cfg->subs_max : KVIX_ENGINESUB_SUBS_DEFAULT;
+    if (subs_max > kvix_enginesub_subs_limit())
+        return kvix_err_set(err, KVIX_ERANGE, "%zu subscriptions: ZMQ holds at most %zu", subs_max,
+                            kvix_enginesub_subs_limit());
     kvix_enginesub *s = calloc(1, sizeof *s);
     if (!s)
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
@@ -82,6 +96,7 @@ int kvix_enginesub_new(kvix_enginesub **out, const kvix_enginesub_config *cfg,
         s->cfg.hold_max = 1;
     if (!s->cfg.ranks_max)
         s->cfg.ranks_max = 1;
+    s->cfg.subs_max = subs_max;
     snprintf(s->model, sizeof s->model, "%s", m); /* lengths checked above */
     snprintf(s->tenant, sizeof s->tenant, "%s", t);
     s->topic = strdup(cfg->topic ? cfg->topic : "");
@@ -104,7 +119,10 @@ int kvix_enginesub_new(kvix_enginesub **out, const kvix_enginesub_config *cfg,
     s->wake_wr = p[1];
     pthread_mutex_init(&s->mu, NULL);
     s->zctx = zmq_ctx_new();
-    if (!s->zctx) {
+    /* libzmq's default, 1023 sockets, was 341 subscriptions; the limit ZMQ
+     * itself has for a context is checked above */
+    int nsock = (int)(subs_max * KVIX_ENGINESUB_SOCKETS_PER_SUB + SOCKETS_SLACK);
+    if (!s->zctx || zmq_ctx_set(s->zctx, ZMQ_MAX_SOCKETS, nsock) != 0) {
         kvix_err_set(err, KVIX_ESYS, "cannot create a zmq context: %s", zmq_strerror(errno));
         kvix_enginesub_free(s);
         return KVIX_ESYS;
@@ -217,6 +235,12 @@ static int conflict(kvix_enginesub *s, const kvix_enginesub_spec *sp, const sub 
 }
 
 /* sp checked, into *out with its endpoints in canonical form. */
+static int full(const kvix_enginesub *s, size_t want, kvix_err *err)
+{
+    return kvix_err_set(err, KVIX_EBUSY, "%zu subscriptions: the limit is %zu", want,
+                        s->cfg.subs_max);
+}
+
 static int check_spec(const kvix_enginesub *s, const kvix_enginesub_spec *sp,
                       kvix_enginesub_spec *out, kvix_err *err)
 {
@@ -285,6 +309,8 @@ int kvix_enginesub_add(kvix_enginesub *s, const kvix_enginesub_spec *given, int 
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
     pthread_mutex_lock(&s->mu);
     rc = conflict(s, sp, NULL, err);
+    if (!rc && s->reg.n >= s->cfg.subs_max)
+        rc = full(s, s->reg.n + 1, err);
     if (!rc && (rc = enter(s, b)))
         kvix_err_set(err, rc, "out of memory");
     pthread_mutex_unlock(&s->mu);
@@ -407,6 +433,13 @@ int kvix_enginesub_replace(kvix_enginesub *s, int group, const kvix_enginesub_sp
         }
         if (!rc && !kept && !(fresh[i] = sub_new(s, &v[i], group)))
             rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    }
+    if (!rc) {
+        size_t others = 0; /* what stays whatever the group becomes */
+        for (size_t k = 0; k < s->reg.n; k++)
+            others += !s->reg.v[k]->removed && s->reg.v[k]->group != group;
+        if (others + n > s->cfg.subs_max)
+            rc = full(s, others + n, err);
     }
     if (!rc && (s->reg.cap < s->reg.n + n || s->pending.cap < s->pending.n + n ||
                 s->gone.cap < s->gone.n + s->reg.n)) {

@@ -170,6 +170,8 @@ void kvix_service_register(kvix_service *s, const char *body, size_t len,
     pthread_mutex_unlock(&s->register_mu);
     if (rc == KVIX_ELIMIT) /* already registered: the endpoint, or the worker and rank */
         kvix_service_respond_error(r, 409, e.msg);
+    else if (rc == KVIX_EBUSY) /* the subscriber's limit: not now, maybe after an unregister */
+        kvix_service_respond_error(r, 503, e.msg);
     else if (rc)
         kvix_service_respond_err(r, &e);
     else

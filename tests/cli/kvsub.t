@@ -27,6 +27,21 @@ run kvsub -w 1=tcp://127.0.0.1:1 extra
 expect_rc 2
 end
 
+begin "kvsub: --max-subscriptions refuses past it, and says when the open-file limit cannot hold it"
+run kvsub --max-subscriptions 2 -w 1=tcp://127.0.0.1:1 -w 2=tcp://127.0.0.1:2 -w 3=tcp://127.0.0.1:3
+expect_rc 2
+assert_grep '3 subscriptions: the limit is 2 \(--max-subscriptions\)' err
+printf '1=ipc://%s/x\n2=ipc://%s/y\n' "$T" "$T" >workers2
+run kvsub --max-subscriptions 1 --workers-file workers2
+expect_rc 2
+assert_grep 'the limit is 1' err
+run kvsub --max-subscriptions 0 -w 1=tcp://127.0.0.1:1
+expect_rc 2
+run bash -c 'ulimit -n 100 && ulimit -Hn 100 && exec "$0" --max-subscriptions 100 -w 1=tcp://127.0.0.1:1' "$KVIX_BIN/kvsub"
+expect_rc 2
+assert_grep 'max-subscriptions 100 needs [0-9]* open files; the limit is 100' err
+end
+
 begin "kvsub: workers file problems"
 run kvsub --workers-file missing
 expect_rc 3

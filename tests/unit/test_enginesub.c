@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -395,6 +396,66 @@ TEST(subscriptions_removed_give_their_descriptors_back)
         fprintf(stderr, "#   %d descriptors before, %d after\n", before, after);
     CHECK(before > 0 && after - before < 8);
     kvix_enginesub_free(s);
+}
+
+/* libzmq's default context holds 1023 sockets, three a subscription: the
+ * 342nd subscription failed to open ("Too many open files") and was dropped.
+ * The context is sized to cfg.subs_max, and past it an add is refused. */
+TEST(subscriptions_past_341_open_and_the_limit_is_refused)
+{
+    struct rlimit rl;
+    CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+    if (rl.rlim_cur < 4096 && (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= 4096)) {
+        rl.rlim_cur = 4096;
+        CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+    }
+    CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur >= 4096);
+    got g;
+    memset(&g, 0, sizeof g);
+    kvix_enginesub *s = new_sub(&g, 0);
+    kvix_err err;
+    kvix_enginesub_spec sp;
+    kvix_enginesub_spec_init(&sp);
+    for (int i = 0; i < 400; i++) {
+        sp.worker = (uint64_t)i;
+        snprintf(sp.endpoint, sizeof sp.endpoint, "tcp://127.0.0.1:%d", 1 + i);
+        CHECK(kvix_enginesub_add(s, &sp, 0, &err) == KVIX_OK);
+    }
+    int rc = kvix_enginesub_apply(s, &err);
+    if (rc)
+        fprintf(stderr, "#   %s\n", err.msg);
+    CHECK(rc == KVIX_OK);
+    int nopen = 0;
+    kvix_enginesub_list(s, count_open, &nopen);
+    CHECK_U64(nopen, 400);
+    CHECK_U64(g.kinds[KVIX_ENGINESUB_FAILED], 0);
+    kvix_enginesub_free(s);
+
+    kvix_enginesub_config cfg;
+    kvix_enginesub_config_init(&cfg);
+    cfg.subs_max = 2;
+    kvix_enginesub_ops ops = {on_event, on_note};
+    CHECK(kvix_enginesub_new(&s, &cfg, &ops, &g, &err) == KVIX_OK);
+    for (int i = 0; i < 3; i++) {
+        sp.worker = (uint64_t)i;
+        snprintf(sp.endpoint, sizeof sp.endpoint, "tcp://127.0.0.1:%d", 1 + i);
+        CHECK(kvix_enginesub_add(s, &sp, 0, &err) == (i < 2 ? KVIX_OK : KVIX_EBUSY));
+    }
+    CHECK(strstr(err.msg, "the limit is 2") != NULL);
+    kvix_enginesub_spec v[2];
+    for (int i = 0; i < 2; i++) {
+        kvix_enginesub_spec_init(&v[i]);
+        v[i].worker = 10 + (uint64_t)i;
+        snprintf(v[i].endpoint, sizeof v[i].endpoint, "tcp://127.0.0.1:%d", 10 + i);
+    }
+    CHECK(kvix_enginesub_replace(s, 1, v, 1, NULL, NULL, &err) == KVIX_EBUSY);
+    CHECK(kvix_enginesub_remove_worker(s, 1, NULL, NULL, UINT32_MAX) == 1);
+    CHECK(kvix_enginesub_replace(s, 1, v, 1, NULL, NULL, &err) == KVIX_OK);
+    CHECK(kvix_enginesub_replace(s, 1, v, 2, NULL, NULL, &err) == KVIX_EBUSY);
+    CHECK(kvix_enginesub_replace(s, 1, v + 1, 1, NULL, NULL, &err) == KVIX_OK); /* in place */
+    kvix_enginesub_free(s);
+    cfg.subs_max = kvix_enginesub_subs_limit() + 1;
+    CHECK(kvix_enginesub_new(&s, &cfg, &ops, &g, &err) == KVIX_ERANGE);
 }
 
 TEST(endpoints_checked_in_full)

@@ -362,6 +362,39 @@ TEST(registrations_encode_decode)
     kvix_index_free(idx);
 }
 
+/* A subscriber at its limit answers 503, never 201 for a subscription it
+ * would then drop. */
+TEST(register_past_the_subscription_limit_is_503)
+{
+    kvix_index *idx = new_index();
+    kvix_enginesub_config cfg;
+    kvix_enginesub_config_init(&cfg);
+    cfg.subs_max = 1;
+    kvix_enginefeed *f = NULL;
+    kvix_enginefeed_opts fo = {.idx = idx};
+    kvix_err e;
+    CHECK(kvix_enginefeed_new(&f, &cfg, &fo, &e) == 0);
+    kvix_service *s = NULL;
+    kvix_service_opts so = {.idx = idx, .sub = kvix_enginefeed_sub(f),
+                           .sub_cfg = kvix_enginefeed_config(f)};
+    CHECK(kvix_service_new(&s, &so, &e) == 0);
+    kvix_service_response r;
+    kvix_service_response_init(&r);
+    const char *one = "{\"instance_id\":1,\"endpoint\":\"tcp://h:1\",\"model_name\":\"m\","
+                      "\"block_size\":2}";
+    const char *two = "{\"instance_id\":2,\"endpoint\":\"tcp://h:2\",\"model_name\":\"m\","
+                      "\"block_size\":2}";
+    kvix_service_handle(s, "POST", "/register", one, strlen(one), &r);
+    CHECK_U64(r.status, 201);
+    kvix_service_handle(s, "POST", "/register", two, strlen(two), &r);
+    CHECK_U64(r.status, 503);
+    CHECK(r.body.data && strstr(r.body.data, "the limit is 1") != NULL);
+    kvix_service_response_release(&r);
+    kvix_service_free(s);
+    kvix_enginefeed_free(f);
+    kvix_index_free(idx);
+}
+
 static int count_group(void *ctx, const char *model, const char *tenant, uint32_t bs,
                        uint64_t worker, uint32_t dp, int has_eid, uint64_t eid,
                        const kvix_block_info *b, size_t n)
