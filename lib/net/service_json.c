@@ -69,6 +69,10 @@ static int u64_rewrite(const char *t, size_t len, kvix_buf *out, kvix_u64_refs *
             /* a real: kept whole, the decoder calls it the wrong type */
             while (j < len && (is_digit(t[j]) || strchr(".eE+-", t[j])))
                 j++;
+        } else if (c == '0' && j - i > 1) {
+            /* JSON has none; jansson refuses them, but a value past 2^63-1
+             * reaches it rewritten, so they are refused here for all */
+            return kvix_err_set(err, KVIX_EINVAL, "number at byte %zu has a leading zero", i + 1);
         } else if (over) {
             return kvix_err_set(err, KVIX_ERANGE, "number at byte %zu is above 2^64-1", i + 1);
         } else if (refs && (v > INT64_MAX || (j - i > next_len && c != '0'))) {

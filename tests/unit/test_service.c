@@ -35,6 +35,12 @@ TEST(u64_reads_every_value_exactly)
     CHECK_U64(u64_of("[99999999999999999999999]", &v), (uint64_t)KVIX_ERANGE);
     CHECK_U64(u64_of("[-1]", &v), (uint64_t)KVIX_EINVAL);
     CHECK_U64(u64_of("[1,", &v), (uint64_t)KVIX_EINVAL);
+    /* JSON has no leading zeros, above 2^63-1 (rewritten before jansson) too */
+    CHECK_U64(u64_of("[0018446744073709551615]", &v), (uint64_t)KVIX_EINVAL);
+    CHECK_U64(u64_of("[09223372036854775808]", &v), (uint64_t)KVIX_EINVAL);
+    CHECK_U64(u64_of("[01]", &v), (uint64_t)KVIX_EINVAL);
+    CHECK_U64(u64_of("[00]", &v), (uint64_t)KVIX_EINVAL);
+    CHECK(u64_of("[0.5e1]", &v) == KVIX_OK); /* a real, the reader's to refuse */
     /* strings are left alone, escapes included; reals stay reals */
     kvix_err e;
     const char *t = "{\"a\":\"-1 \\\" 18446744073709551616\",\"b\":1.5e3,\"c\":-0.5}";
