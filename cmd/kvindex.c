@@ -1150,6 +1150,10 @@ static kvix_snapshot_lock *lock_snapshot(const kvi *k)
     int rc = k->snap && !k->query_only ? kvix_snapshot_lock_take(&lock, k->snap, &err) : KVIX_OK;
     if (rc)
         cli_die(cli_exit_for(rc), "cannot lock %s: %s", k->snap, err.msg);
+    size_t stale = kvix_snapshot_lock_stale(lock);
+    if (stale && !k->quiet)
+        cli_warn("%s: removed %zu temporary file%s of interrupted saves", k->snap, stale,
+                 stale == 1 ? "" : "s");
     return lock;
 }
 

@@ -156,12 +156,19 @@ typedef struct kvix_snapshot_lock kvix_snapshot_lock;
  * to (kvix_snapshot_resolve), created if missing and never removed; the
  * holder's pid is written into it. Never waits: another holder gives
  * KVIX_EBUSY (its pid in the message); a lock file that cannot be created
- * gives KVIX_ENOTFOUND (no such folder) or KVIX_EIO. The lock dies with the
+ * gives KVIX_ENOTFOUND (no such folder) or KVIX_EIO, and so does one that is
+ * a symbolic link or not a regular file of one name (never written through).
+ * Once held, the temporary files interrupted saves left beside the target
+ * are removed (kvix_snapshot_lock_stale). The lock dies with the
  * process, so a crash leaves none behind. *out is owned by the caller:
  * kvix_snapshot_lock_release. Saves and loads do not take it themselves. */
 int kvix_snapshot_lock_take(kvix_snapshot_lock **out, const char *path, kvix_err *err);
 /* The lock file's name (owned by l). */
 const char *kvix_snapshot_lock_path(const kvix_snapshot_lock *l);
+/* How many temporary files of interrupted saves (TARGET.tmp.XXXXXX beside
+ * the target) the take removed: with the lock held, no save of the path is
+ * running, so they are nobody's. */
+size_t kvix_snapshot_lock_stale(const kvix_snapshot_lock *l);
 /* Drop the lock and free l. NULL is fine. */
 void kvix_snapshot_lock_release(kvix_snapshot_lock *l);
 

@@ -81,7 +81,6 @@ for i in $(seq 1 10); do
     sleep "0.$(printf '%03d' $((RANDOM % 500)))"
     kill -9 "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
-    rm -f idx.kvix.tmp.*
     [ -f idx.kvix ] || continue
     seen=$((seen + 1))
     if ! kvdump --check -q idx.kvix; then
@@ -92,4 +91,13 @@ done
 echo "# 10 kills, $seen snapshots on disk checked"
 assert_eq "$bad" 0 "snapshots that do not check"
 [ "$seen" -ge 1 ] || fail "kvindex never saved before being killed"
+# what the killed saves left (one more planted, so there is one) is removed
+# by the next kvindex of the path, and only that
+echo x >idx.kvix.tmp.Zz9Yy8
+echo x >idx.kvix.tmp.short
+run kvindex -s idx.kvix </dev/null
+expect_rc 0
+assert_grep '^kvindex: idx.kvix: removed [0-9]+ temporary files? of interrupted saves$' err
+compgen -G 'idx.kvix.tmp.??????' >/dev/null && fail "temporary files of killed saves are left"
+[ -f idx.kvix.tmp.short ] || fail "a file of another name was removed"
 end

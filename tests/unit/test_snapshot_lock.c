@@ -79,3 +79,66 @@ TEST(save_through_a_link_replaces_the_target)
     CHECK_STR(real, th_path("sub/target.kvix"));
     free(real);
 }
+
+static int file_holds(const char *path, const char *text)
+{
+    char b[64] = "";
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(b, 1, sizeof b - 1, f);
+    fclose(f);
+    b[n] = '\0';
+    return strcmp(b, text) == 0;
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+/* A lock file planted as a link is never written through: the pid went
+ * into (and truncated) whatever the link named. */
+TEST(lock_file_planted_as_a_link_is_refused_and_its_target_kept)
+{
+    kvix_snapshot_lock *a = NULL;
+    kvix_err err;
+    write_file(th_path("precious"), "keep me\n");
+    CHECK(symlink(th_path("precious"), th_path("p.kvix.lock")) == 0);
+    CHECK(kvix_snapshot_lock_take(&a, th_path("p.kvix"), &err) == KVIX_EIO);
+    CHECK(strstr(err.msg, "symbolic link") != NULL);
+    CHECK(file_holds(th_path("precious"), "keep me\n"));
+    CHECK(link(th_path("precious"), th_path("h.kvix.lock")) == 0);
+    CHECK(kvix_snapshot_lock_take(&a, th_path("h.kvix"), &err) == KVIX_EIO);
+    CHECK(file_holds(th_path("precious"), "keep me\n"));
+    CHECK(mkfifo(th_path("f.kvix.lock"), 0600) == 0);
+    CHECK(kvix_snapshot_lock_take(&a, th_path("f.kvix"), &err) == KVIX_EIO);
+    CHECK(a == NULL);
+}
+
+/* What saves killed mid-way left (TARGET.tmp.XXXXXX) is removed once the
+ * lock is held: nothing else of another name is touched. */
+TEST(lock_removes_what_interrupted_saves_left)
+{
+    static const char *const stale[] = {"q.kvix.tmp.AbC123", "q.kvix.tmp.000000"};
+    static const char *const kept[] = {"q.kvix.tmp.AbC12", "q.kvix.tmp.AbC1234",
+                                       "q.kvix.tmp.AbC-12", "r.kvix.tmp.AbC123", "q.kvix"};
+    for (size_t i = 0; i < 2; i++)
+        write_file(th_path(stale[i]), "x");
+    for (size_t i = 0; i < 5; i++)
+        write_file(th_path(kept[i]), "x");
+    kvix_snapshot_lock *a = NULL;
+    kvix_err err;
+    CHECK(kvix_snapshot_lock_take(&a, th_path("q.kvix"), &err) == KVIX_OK);
+    CHECK_U64(kvix_snapshot_lock_stale(a), 2);
+    for (size_t i = 0; i < 2; i++)
+        CHECK(access(th_path(stale[i]), F_OK) != 0);
+    for (size_t i = 0; i < 5; i++)
+        CHECK(access(th_path(kept[i]), F_OK) == 0);
+    kvix_snapshot_lock_release(a);
+}
