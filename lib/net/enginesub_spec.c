@@ -2,11 +2,13 @@
  * full, and the workers file (its reader and its writer), see
  * kvix/enginesub.h. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -281,10 +283,24 @@ int kvix_enginesub_file_read(const char *path, bool bind, kvix_enginesub_spec **
 {
     *out = NULL;
     *nout = 0;
-    FILE *fp = fopen(path, "r");
-    if (!fp)
+    /* Not blocking in open: a FIFO with no writer would hold the caller (a
+     * reload on SIGHUP) for ever, and read as empty it would drop every
+     * worker. Only a regular file is a workers file. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
         return kvix_err_set(err, errno == ENOENT ? KVIX_ENOTFOUND : KVIX_EIO,
                             "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return kvix_err_set(err, KVIX_EIO, "cannot read %s: not a regular file", path);
+    }
+    FILE *fp = fdopen(fd, "r");
+    if (!fp) {
+        int e = errno;
+        close(fd);
+        return kvix_err_set(err, KVIX_ENOMEM, "cannot read %s: %s", path, strerror(e));
+    }
     kvix_enginesub_spec *v = NULL;
     size_t n = 0, cap = 0, lineno = 0;
     char line[KVIX_ENGINESUB_FILE_LINE_MAX];

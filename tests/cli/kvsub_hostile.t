@@ -113,6 +113,12 @@ assert_grep "workers:2: bad endpoint 'tcp://127.0.0.1:99999'" err
 assert_grep 'workers:2: .*ipc path of 121 bytes' err
 assert_grep "workers:2: unknown setting 'colour=blue'" err
 assert_grep 'workers:2: worker 1 dp 0 listed twice' err
+# a FIFO in its place: the reload neither blocks in open nor reads it as empty
+rm workers && mkfifo workers
+kill -HUP "$KPID"
+for i in $(seq 100); do [ "$(grep -c 'keeping the workers' err)" -gt 4 ] && break; sleep 0.1; done
+assert_grep 'cannot read workers: not a regular file' err
+rm workers
 printf '2=ipc://%s/b\n' "$T" >workers # a good one is applied
 kill -HUP "$KPID"
 wait_for 'reloaded workers: 1 workers, 1 added, 1 removed' err
