@@ -59,6 +59,10 @@ enum {
     O_PORT,
     O_WORKERS,
     O_MAX_SUBSCRIPTIONS,
+    O_HTTP_MAX_CONNS,
+    O_HTTP_MAX_PER_ADDR,
+    O_HTTP_TIMEOUT,
+    O_HTTP_MEMORY,
 };
 
 /* Dynamo's standalone indexer serves at this port when given none. */
@@ -105,6 +109,14 @@ static const cli_opt options[] = {
     {O_HTTP_NICE, 0, "http-nice", "N", NULL,
      "lower the HTTP threads' scheduling priority by N (0-19, default 0), so that ingest keeps "
      "its share of the CPU under a query load"},
+    {O_HTTP_MAX_CONNS, 0, "http-max-connections", "N", NULL,
+     "HTTP connections held at once (default 2048); past it the oldest idle one makes room"},
+    {O_HTTP_MAX_PER_ADDR, 0, "http-max-per-address", "N", NULL,
+     "of them, from one client address (default 512)"},
+    {O_HTTP_TIMEOUT, 0, "http-timeout", "SECONDS", NULL,
+     "a request must arrive whole within SECONDS of its connection or the answer before (default 10)"},
+    {O_HTTP_MEMORY, 0, "http-memory", "BYTES", NULL,
+     "request bodies and query parses together hold at most BYTES; past it 503 (default 134217728)"},
     {O_PEERS, 0, "peers", "URL,...", NULL,
      "start from the first peer whose GET /snapshot or GET /dump answers, after holding the "
      "input back 1 s (else from the snapshot); --nats: a new replica, or one the stream left "
@@ -149,6 +161,8 @@ typedef struct kvi {
     int query_only, strict, quiet, verbose, progress, explain;
     unsigned threads; /* writer threads (0 with -q) */
     int http_nice;    /* --http-nice */
+    kvix_service_limits http_limits; /* --http-max-*, --http-timeout, --http-memory */
+    uint64_t files;   /* open files the subscriptions may hold */
     uint64_t save_every_events;
     double save_every_secs;
     const char **names;     /* source names, by number (kvix_ingest_opts.sources) */
@@ -632,7 +646,8 @@ static void make_feed(kvi *k, kvix_enginesub_config *cfg, size_t subs_given, con
 {
     kvix_err err;
     /* besides: the HTTP connections, snapshot files, peers, stdio */
-    cfg->subs_max = cli_size_subscriptions(subs_given, 2048 + 64, "--max-subscriptions");
+    cfg->subs_max = cli_size_subscriptions(subs_given, 64, "--max-subscriptions");
+    k->files = (uint64_t)cfg->subs_max * KVIX_ENGINESUB_FDS_PER_SUB;
     int rc = kvix_ingest_feed_new(k->g, cfg, &err);
     if (rc)
         cli_die(cli_exit_for(rc), "%s", err.msg);
@@ -689,7 +704,19 @@ static void start_service(kvi *k, const char *listen, unsigned http_threads)
                           : k->nopt.url ? "kvindex --nats applies the stream; the engines are "
                                           "subscribed by kvsub --nats, which publishes to it"
                                         : NULL,
+        .limits = k->http_limits,
     };
+    /* a descriptor a connection, beside the subscriptions' (sized before)
+     * and a few hundred more: the default shrinks to what the open-file
+     * limit allows */
+    unsigned conns = so.limits.conns_max ? so.limits.conns_max : KVIX_SERVICE_CONNS_DEFAULT;
+    uint64_t others = k->files + 256, have = cli_files_raise(others + conns);
+    if (have < others + conns) {
+        if (so.limits.conns_max)
+            cli_usage_error("--http-max-connections %u needs %" PRIu64 " open files; the limit "
+                            "is %" PRIu64 " (ulimit -Hn)", conns, others + conns, have);
+        so.limits.conns_max = have > others ? (unsigned)(have - others) : 1;
+    }
     parse_listen(listen, addr, sizeof addr, &so.port);
     kvix_err err;
     int rc = kvix_ingest_serve(k->g, &so, &err);
@@ -1020,6 +1047,20 @@ static void parse_options(kvi *k, kvargs *a, int argc, char **argv)
             a->http_threads = (unsigned)cli_parse_uint(arg, 1, 256, "thread count");
             break;
         case O_HTTP_NICE: k->http_nice = (int)cli_parse_uint(arg, 0, 19, "nice value"); break;
+        case O_HTTP_MAX_CONNS:
+            k->http_limits.conns_max = (unsigned)cli_parse_uint(arg, 1, 1u << 20, "connection count");
+            break;
+        case O_HTTP_MAX_PER_ADDR:
+            k->http_limits.conns_per_addr =
+                (unsigned)cli_parse_uint(arg, 1, 1u << 20, "connection count");
+            break;
+        case O_HTTP_TIMEOUT:
+            k->http_limits.timeout_s = (unsigned)cli_parse_uint(arg, 1, 86400, "timeout");
+            break;
+        case O_HTTP_MEMORY:
+            k->http_limits.memory_max =
+                (size_t)cli_parse_uint(arg, 1u << 20, UINT64_C(1) << 40, "memory");
+            break;
         case O_PEERS: a->npeers += add_peers(k->peers, arg); break;
         case 'w': add_worker(a, arg); break;
         case O_WORKERS:

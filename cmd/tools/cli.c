@@ -336,24 +336,30 @@ double cli_parse_double(const char *s, double min, double max, const char *what)
     return v;
 }
 
-size_t cli_size_subscriptions(size_t n, uint64_t others, const char *option)
+uint64_t cli_files_raise(uint64_t want)
 {
-    size_t want = n ? n : KVIX_ENGINESUB_SUBS_DEFAULT;
-    uint64_t need = (uint64_t)want * KVIX_ENGINESUB_FDS_PER_SUB + others;
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
-        return want; /* nothing known: the subscriber says when it runs out */
-    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
-        rlim_t to = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? (rlim_t)need : rl.rlim_max;
+        return UINT64_MAX; /* nothing known: what runs out says so */
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+        rlim_t to = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? (rlim_t)want : rl.rlim_max;
         struct rlimit nl = {to, rl.rlim_max};
         if (setrlimit(RLIMIT_NOFILE, &nl) == 0)
             rl.rlim_cur = to;
     }
-    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
+    return rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rl.rlim_cur;
+}
+
+size_t cli_size_subscriptions(size_t n, uint64_t others, const char *option)
+{
+    size_t want = n ? n : KVIX_ENGINESUB_SUBS_DEFAULT;
+    uint64_t need = (uint64_t)want * KVIX_ENGINESUB_FDS_PER_SUB + others;
+    uint64_t have = cli_files_raise(need);
+    if (have >= need)
         return want;
     if (n)
-        cli_usage_error("%s %zu needs %" PRIu64 " open files; the limit is %llu (ulimit -Hn)",
-                        option, n, need, (unsigned long long)rl.rlim_cur);
-    uint64_t fit = rl.rlim_cur > others ? (rl.rlim_cur - others) / KVIX_ENGINESUB_FDS_PER_SUB : 0;
+        cli_usage_error("%s %zu needs %" PRIu64 " open files; the limit is %" PRIu64
+                        " (ulimit -Hn)", option, n, need, have);
+    uint64_t fit = have > others ? (have - others) / KVIX_ENGINESUB_FDS_PER_SUB : 0;
     return fit ? (size_t)fit : 1;
 }

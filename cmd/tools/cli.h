@@ -84,6 +84,10 @@ int cli_exit_for(int kvix_status);
  * Returns code unchanged when all is well, KVIX_EXIT_IO otherwise. */
 int cli_finish(int code);
 
+/* Raise the soft limit of open files towards want (never past the hard
+ * limit, never lowering it); the soft limit then in force. */
+uint64_t cli_files_raise(uint64_t want);
+
 /* The subscriptions a tool holds at once: n (0: KVIX_ENGINESUB_SUBS_DEFAULT,
  * or fewer when the open-file limit cannot take that many), each with
  * KVIX_ENGINESUB_FDS_PER_SUB descriptors, plus `others` the tool holds

@@ -29,6 +29,7 @@
 #include "kvix/error.h"
 #include "kvix/event.h"
 #include "kvix/index.h"
+#include "kvix/service.h"
 #include "kvix/peers.h"
 #include "kvix/snapshot.h"
 #include "kvix/stream.h"
@@ -113,6 +114,7 @@ typedef struct kvix_ingest_serve_opts {
     const char *stream;   /* the NATS stream the index follows, NULL: none */
     uint64_t seq;         /* the stream position the index reflects now */
     const char *no_sub_why; /* without subscriptions: why (kvix_service_opts) */
+    kvix_service_limits limits; /* the server's bounds (0s: the defaults) */
 } kvix_ingest_serve_opts;
 
 /* Make the service and start listening (kvix_service_new, _listen);

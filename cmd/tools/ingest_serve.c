@@ -152,6 +152,7 @@ int kvix_ingest_serve(kvix_ingest *g, const kvix_ingest_serve_opts *o, kvix_err 
         .peers = o->peers,
         .stream = o->stream,
         .server_nice = o->nice,
+        .limits = o->limits,
     };
     kvix_service *s;
     int rc = kvix_service_new(&s, &so, err);

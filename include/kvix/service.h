@@ -40,6 +40,26 @@ extern "C" {
 
 typedef struct kvix_service kvix_service;
 
+/* What the HTTP server lets clients hold (kvix_service_listen). A
+ * connection past conns_max, or past conns_per_addr from one address, takes
+ * the place of the oldest one of them that has waited over half a second for its
+ * request (or, kept alive, for its next one); with none, it is closed at
+ * once. A request must arrive whole within timeout_s of its connection or
+ * of the answer before it (whatever trickles in meanwhile), and an answer
+ * must make progress within it. Request bodies and the parse of a query
+ * hold at most memory_max bytes together: a request past it is answered 503.
+ * 0 in a field: its default. */
+#define KVIX_SERVICE_CONNS_DEFAULT 2048
+#define KVIX_SERVICE_CONNS_PER_ADDR_DEFAULT 512
+#define KVIX_SERVICE_TIMEOUT_DEFAULT 10
+#define KVIX_SERVICE_MEMORY_DEFAULT ((size_t)128 << 20)
+typedef struct kvix_service_limits {
+    unsigned conns_max;
+    unsigned conns_per_addr;
+    unsigned timeout_s;
+    size_t memory_max;
+} kvix_service_limits;
+
 typedef struct kvix_service_opts {
     kvix_index *idx;          /* borrowed; must outlive the service */
     size_t body_max;          /* 0: KVIX_SERVICE_BODY_MAX */
@@ -69,6 +89,8 @@ typedef struct kvix_service_opts {
      * the writers keep their share of the CPU under a query load. 0: as the
      * process. */
     int server_nice;
+    /* The server's bounds (see kvix_service_limits). */
+    kvix_service_limits limits;
 } kvix_service_opts;
 
 /* *out is owned by the caller: kvix_service_free. opts is copied. */

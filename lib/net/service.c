@@ -26,6 +26,17 @@ int kvix_service_new(kvix_service **out, const kvix_service_opts *opts, kvix_err
         s->o.body_max = KVIX_SERVICE_BODY_MAX;
     if (!s->o.tmpdir)
         s->o.tmpdir = "/tmp";
+    kvix_service_limits *l = &s->o.limits;
+    if (!l->conns_max)
+        l->conns_max = KVIX_SERVICE_CONNS_DEFAULT;
+    if (!l->conns_per_addr)
+        l->conns_per_addr = KVIX_SERVICE_CONNS_PER_ADDR_DEFAULT;
+    if (l->conns_per_addr > l->conns_max)
+        l->conns_per_addr = l->conns_max;
+    if (!l->timeout_s)
+        l->timeout_s = KVIX_SERVICE_TIMEOUT_DEFAULT;
+    if (!l->memory_max)
+        l->memory_max = KVIX_SERVICE_MEMORY_DEFAULT;
     s->rejected_reason = calloc(opts->nreasons + 1, sizeof *s->rejected_reason);
     if (!s->rejected_reason) {
         free(s);

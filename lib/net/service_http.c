@@ -16,6 +16,7 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -36,8 +37,69 @@
 
 typedef struct conn {
     kvix_buf body;
-    size_t seen; /* bytes received, kept or not */
+    size_t seen;     /* bytes received, kept or not */
+    size_t held;     /* the body's capacity, taken from the requests' memory */
+    int refuse;      /* 0, or the status already chosen (413, 503): the body is dropped */
+    int answered;    /* a response is queued */
+    kvix_conn *rec;  /* the connection's record (lib/net/service_conns.c) */
 } conn;
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Keep n more bytes of the body: its capacity grows by doubling, never past
+ * the ceiling, and each growth is taken from the memory all requests share
+ * first. Past either, the request is refused and what it held given back. */
+static void body_add(kvix_service *s, conn *k, const char *data, size_t n)
+{
+    if (k->refuse)
+        return;
+    size_t need = k->body.len + n + 1;
+    if (k->seen > s->o.body_max) {
+        k->refuse = 413;
+    } else if (need > k->body.cap) {
+        size_t cap = k->body.cap ? k->body.cap : 4096;
+        while (cap < need)
+            cap *= 2;
+        if (cap > s->o.body_max + 1)
+            cap = s->o.body_max + 1;
+        char *p = NULL;
+        if (!kvix_conns_mem_take(s->conns, cap - k->held)) {
+            k->refuse = 503;
+        } else if (!(p = realloc(k->body.data, cap))) {
+            kvix_conns_mem_give(s->conns, cap - k->held);
+            k->refuse = 503;
+        } else {
+            k->body.data = p;
+            k->body.cap = k->held = cap;
+        }
+    }
+    if (k->refuse) {
+        kvix_buf_release(&k->body);
+        kvix_conns_mem_give(s->conns, k->held);
+        k->held = 0;
+        return;
+    }
+    memcpy(k->body.data + k->body.len, data, n);
+    k->body.len += n;
+    k->body.data[k->body.len] = '\0';
+}
+
+/* A request refused before its answer is computed: 413 or 503. */
+static void refusal(kvix_service *s, int status, kvix_service_response *r)
+{
+    char msg[128];
+    if (status == 413)
+        snprintf(msg, sizeof msg, "request body over the limit of %zu bytes", s->o.body_max);
+    else
+        snprintf(msg, sizeof msg, "the server holds all the request memory it may (%zu bytes): "
+                 "try again", s->o.limits.memory_max);
+    kvix_service_respond_error(r, status, msg);
+}
 
 static void conn_done(kvix_service *s)
 {
@@ -96,24 +158,43 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!k)
             return MHD_NO;
         kvix_buf_init(&k->body);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        k->rec = ci ? ci->socket_context : NULL;
         *ctx = k;
         pthread_mutex_lock(&s->inflight_mu);
         s->inflight++;
         pthread_mutex_unlock(&s->inflight_mu);
-        return MHD_YES;
+        /* a body announced over the ceiling is refused before it is read */
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        char *end;
+        errno = 0;
+        unsigned long long n = cl ? strtoull(cl, &end, 10) : 0;
+        if (!cl || errno || *end || n <= s->o.body_max)
+            return MHD_YES;
+        k->refuse = 413;
     }
     if (*upload_size) {
         size_t n = *upload_size;
         k->seen += n;
-        /* past the ceiling the bytes are read and dropped: the answer is 413 */
-        if (k->seen <= s->o.body_max && kvix_buf_append(&k->body, upload_data, n, NULL))
-            k->seen = s->o.body_max + 1;
+        body_add(s, k, upload_data, n);
         *upload_size = 0;
-        return MHD_YES;
+        if (!k->refuse || k->answered)
+            return MHD_YES;
+        /* refused: answered at once, and libmicrohttpd closes the
+         * connection rather than read the rest */
     }
+    if (k->answered)
+        return MHD_YES;
+    k->answered = 1;
+    kvix_conns_answering(s->conns, k->rec);
     kvix_service_response r;
     kvix_service_response_init(&r);
-    kvix_service_handle(s, method, url, k->body.data, k->seen, &r);
+    if (k->refuse)
+        refusal(s, k->refuse, &r);
+    else
+        kvix_service_handle(s, method, url, k->body.data, k->body.len, &r);
     enum MHD_Result ok = send_response(c, &r);
     kvix_service_response_release(&r);
     return ok;
@@ -125,10 +206,12 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
     kvix_service *s = cls;
     conn *k = *ctx;
     (void)c;
-    (void)why;
     if (!k)
         return;
+    if (why == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        kvix_conns_waiting(s->conns, k->rec, mono_now());
     kvix_buf_release(&k->body);
+    kvix_conns_mem_give(s->conns, k->held);
     free(k);
     *ctx = NULL;
     conn_done(s);
@@ -140,7 +223,27 @@ typedef struct http_worker {
     struct MHD_Daemon *d;
     pthread_t th;
     int started;
+    unsigned id;
+    int kick; /* eventfd: connections of ours to end (kvix_conns_sweep) */
 } http_worker;
+
+/* A connection opened or closed on w's daemon (on w's thread). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    http_worker *w = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        kvix_conns_close(w->s->conns, *socket_context);
+        *socket_context = NULL;
+        return;
+    }
+    const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ad =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    *socket_context = fd ? kvix_conns_open(w->s->conns, w->id, fd->connect_fd,
+                                           ad ? ad->client_addr : NULL, mono_now())
+                         : NULL;
+}
 
 /* The server: s->http. state: HTTP_RUN, then HTTP_QUIESCE (every worker
  * stops accepting), then HTTP_EXIT; each change is signalled on wake. */
@@ -174,37 +277,51 @@ static void *serve(void *arg)
     if (w->s->o.server_nice > 0)
         lower_priority(w->s->o.server_nice);
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(w->d, MHD_DAEMON_INFO_EPOLL_FD);
-    struct pollfd p[2] = {{di ? di->epoll_fd : -1, POLLIN, 0}, {h->wake, POLLIN, 0}};
+    struct pollfd p[3] = {
+        {di ? di->epoll_fd : -1, POLLIN, 0}, {w->kick, POLLIN, 0}, {h->wake, POLLIN, 0}};
     int cap = -1; /* no cap while the wake descriptor is watched */
     for (;;) {
         int state = __atomic_load_n(&h->state, __ATOMIC_ACQUIRE);
         if (state == HTTP_EXIT)
             break;
-        if (state == HTTP_QUIESCE && p[1].fd >= 0) {
+        if (state == HTTP_QUIESCE && p[2].fd >= 0) {
             /* our daemon's accepting ends in the thread that runs it; the
              * shared socket is closed once every daemon has stopped */
             (void)MHD_quiesce_daemon(w->d);
-            p[1].fd = -1;
+            p[2].fd = -1;
             cap = 20;
             pthread_mutex_lock(&h->mu);
             h->quiesced++;
             pthread_cond_broadcast(&h->cv);
             pthread_mutex_unlock(&h->mu);
         }
-        if (poll(p, 2, wait_ms(w->d, cap)) < 0 && errno != EINTR)
+        int next = kvix_conns_sweep(w->s->conns, w->id, mono_now());
+        int ms = wait_ms(w->d, cap);
+        if (next >= 0 && (ms < 0 || next < ms))
+            ms = next;
+        if (poll(p, 3, ms) < 0 && errno != EINTR)
             break;
+        if (p[1].revents & POLLIN) {
+            uint64_t v;
+            (void)!read(w->kick, &v, sizeof v);
+        }
         MHD_run(w->d);
     }
     return NULL;
 }
 
 /* The daemon of one worker: on listen_fd when it is valid, else on ss. */
-static struct MHD_Daemon *start_daemon(kvix_service *s, unsigned flags, uint16_t port,
+static struct MHD_Daemon *start_daemon(http_worker *w, unsigned flags, uint16_t port,
                                        const struct sockaddr_storage *ss, MHD_socket listen_fd)
 {
+    kvix_service *s = w->s;
+    /* libmicrohttpd's own limit only backs ours up (connections ended but
+     * not yet closed count in it): any daemon may take every connection */
     struct MHD_OptionItem common[] = {
         {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, s},
-        {MHD_OPTION_CONNECTION_TIMEOUT, 60, NULL},
+        {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, w},
+        {MHD_OPTION_CONNECTION_LIMIT, (intptr_t)s->o.limits.conns_max + 128, NULL},
+        {MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)s->o.limits.timeout_s, NULL},
         {MHD_OPTION_CONNECTION_MEMORY_LIMIT, POOL_BYTES, NULL},
         {MHD_OPTION_END, 0, NULL},
     };
@@ -236,6 +353,11 @@ static void http_free(kvix_service *s)
         }
     if (h->listen != MHD_INVALID_SOCKET)
         close(h->listen);
+    for (unsigned i = 0; i < h->n; i++)
+        if (h->w[i].kick >= 0)
+            close(h->w[i].kick);
+    kvix_conns_free(s->conns);
+    s->conns = NULL;
     close(h->wake);
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->cv);
@@ -269,6 +391,8 @@ int kvix_service_listen(kvix_service *s, const char *addr, unsigned port, unsign
                             addr);
     }
     unsigned n = threads ? threads : 2u;
+    if (n > 256)
+        return kvix_err_set(err, KVIX_ERANGE, "%u server threads (at most 256)", n);
     struct kvix_http *h = calloc(1, sizeof *h + n * sizeof h->w[0]);
     if (!h)
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
@@ -285,10 +409,20 @@ int kvix_service_listen(kvix_service *s, const char *addr, unsigned port, unsign
     s->http = h;
     s->stop = kvix_service_shutdown;
     int rc = KVIX_OK;
+    int kicks[256];
+    for (unsigned i = 0; i < n; i++) {
+        h->w[i].s = s;
+        h->w[i].id = i;
+        h->w[i].kick = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        kicks[i] = h->w[i].kick;
+        if (h->w[i].kick < 0 && !rc)
+            rc = kvix_err_set(err, KVIX_ESYS, "cannot make an eventfd: %s", strerror(errno));
+    }
+    if (!rc)
+        rc = kvix_conns_new(&s->conns, &s->o.limits, n, kicks, err);
     for (unsigned i = 0; i < n && !rc; i++) {
         errno = 0;
-        h->w[i].s = s;
-        h->w[i].d = start_daemon(s, flags, (uint16_t)port, &ss, h->listen);
+        h->w[i].d = start_daemon(&h->w[i], flags, (uint16_t)port, &ss, h->listen);
         if (!h->w[i].d) {
             int e = errno;
             rc = kvix_err_set(err, KVIX_ESYS, "cannot listen on %s port %u%s%s%s", addr, port,

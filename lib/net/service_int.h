@@ -76,7 +76,11 @@ typedef struct kvix_u64_refs {
 } kvix_u64_refs;
 /* kvix_json_u64_loadb, but long integer literals reach jansson as references
  * -(i + 1) to refs->v[i] (see u64_rewrite): read every integer of the
- * document back with kvix_u64_ref. Same documents accepted, same errors. */
+ * document back with kvix_u64_ref. Same documents accepted, same errors,
+ * but for one ceiling: a query holds at most KVIX_QUERY_CONTAINERS_MAX arrays
+ * and objects (KVIX_ELIMIT, before jansson builds any: 8 MiB of [[],[],...]
+ * made ~600 MB of them). */
+#define KVIX_QUERY_CONTAINERS_MAX 4096
 json_t *kvix_json_u64_loadb_refs(const char *text, size_t len, kvix_u64_refs *refs,
                                  kvix_err *err);
 void kvix_u64_refs_release(kvix_u64_refs *refs);

@@ -40,6 +40,7 @@ static int u64_rewrite(const char *t, size_t len, kvix_buf *out, kvix_u64_refs *
     char *o = out->data + out->len;
     size_t i = 0, kept = 0; /* t[kept..i) is still to copy */
     size_t next_len = 2;    /* the length of the next reference, "-1" */
+    size_t containers = 0;  /* with refs (a query): '[' and '{' so far */
     uint64_t next_pow = 10; /* the next reference number that is one digit longer */
     while (i < len) {
         char c = t[i];
@@ -53,6 +54,9 @@ static int u64_rewrite(const char *t, size_t len, kvix_buf *out, kvix_u64_refs *
         if (!is_digit(c)) {
             if (c == '-' && i + 1 < len && is_digit(t[i + 1]))
                 return kvix_err_set(err, KVIX_EINVAL, "negative number at byte %zu", i + 1);
+            if (refs && (c == '[' || c == '{') && ++containers > KVIX_QUERY_CONTAINERS_MAX)
+                return kvix_err_set(err, KVIX_ELIMIT, "more than %d arrays and objects in a "
+                                    "query", KVIX_QUERY_CONTAINERS_MAX);
             i++;
             continue;
         }

@@ -163,6 +163,28 @@ static void kvix_metrics(kvix_service *s, out *o, const kvix_index_stats *st)
     head(o, "kvix_http_requests_in_flight", "gauge",
          "requests received and not yet answered (this one included)");
     put(o, "kvix_http_requests_in_flight %u\n", inflight);
+    if (s->conns) {
+        kvix_conns_stats c;
+        kvix_conns_figures(s->conns, &c);
+        head(o, "kvix_http_connections", "gauge", "HTTP connections held");
+        put(o, "kvix_http_connections %" PRIu64 "\n", c.open);
+        head(o, "kvix_http_connections_refused_total", "counter",
+             "connections closed at once: past --http-max-connections or "
+             "--http-max-per-address with none to make room");
+        put(o, "kvix_http_connections_refused_total %" PRIu64 "\n", c.refused);
+        head(o, "kvix_http_connections_evicted_total", "counter",
+             "connections closed to make room for a new one (the oldest waiting for a request)");
+        put(o, "kvix_http_connections_evicted_total %" PRIu64 "\n", c.evicted);
+        head(o, "kvix_http_connections_expired_total", "counter",
+             "connections closed because their request did not arrive within --http-timeout");
+        put(o, "kvix_http_connections_expired_total %" PRIu64 "\n", c.expired);
+        head(o, "kvix_http_request_memory_bytes", "gauge",
+             "memory held by request bodies and query parses");
+        put(o, "kvix_http_request_memory_bytes %" PRIu64 "\n", c.memory);
+        head(o, "kvix_http_request_memory_refused_total", "counter",
+             "requests answered 503: --http-memory was all held");
+        put(o, "kvix_http_request_memory_refused_total %" PRIu64 "\n", c.memory_refused);
+    }
     head(o, "kvix_snapshot_saves_total", "counter", "snapshot saves");
     put(o, "kvix_snapshot_saves_total %" PRIu64 "\n", saves);
     if (saves) {

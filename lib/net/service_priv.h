@@ -6,7 +6,9 @@
 #define KVIX_SERVICE_PRIV_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "kvix/index.h"
 #include "kvix/service.h"
@@ -55,6 +57,7 @@ struct kvix_service {
     /* stops the server (kvix_service_shutdown), set with http: the object
      * is below the server and frees it through this */
     void (*stop)(kvix_service *s, unsigned timeout_ms);
+    struct kvix_conns *conns; /* its connections' bounds; NULL: not listening */
     unsigned port;
 };
 
@@ -65,6 +68,41 @@ typedef struct kvix_service_thread {
     kvix_u64_refs refs;
 } kvix_service_thread;
 kvix_service_thread *kvix_service_thread_get(kvix_service *s);
+
+/* The server's connections and the memory their requests hold
+ * (lib/net/service_conns.c). Every call but _new and _free is thread-safe. */
+typedef struct kvix_conns kvix_conns;
+typedef struct kvix_conn kvix_conn;
+typedef struct kvix_conns_stats {
+    uint64_t open, memory, refused, evicted, expired, memory_refused;
+} kvix_conns_stats;
+/* kick[w]: the descriptor written when server thread w has connections to
+ * end (kvix_conns_sweep); copied. */
+int kvix_conns_new(kvix_conns **out, const kvix_service_limits *lim, unsigned nworkers,
+                   const int *kick, kvix_err *err);
+void kvix_conns_free(kvix_conns *c);
+/* A connection accepted by thread `worker` (libmicrohttpd's start
+ * notification, on that thread): its record, or NULL (out of memory). Past
+ * the bounds the oldest waiting connection is ended in its place, or, with
+ * none to end, this one is (its socket shut down; the record stays until
+ * kvix_conns_close). */
+kvix_conn *kvix_conns_open(kvix_conns *c, unsigned worker, int fd, const struct sockaddr *addr,
+                           double now);
+/* libmicrohttpd closed the connection; r is freed. NULL is fine. */
+void kvix_conns_close(kvix_conns *c, kvix_conn *r);
+/* Its request arrived whole: no deadline while it is answered. */
+void kvix_conns_answering(kvix_conns *c, kvix_conn *r);
+/* Answered and kept alive: the next request's deadline runs from now. */
+void kvix_conns_waiting(kvix_conns *c, kvix_conn *r, double now);
+/* On thread `worker`, outside libmicrohttpd: end the connections queued
+ * for it, and those whose request is late. Returns the milliseconds until
+ * the next deadline, or -1 for none. */
+int kvix_conns_sweep(kvix_conns *c, unsigned worker, double now);
+/* Take n bytes of the requests' memory; false (counted) past memory_max. */
+bool kvix_conns_mem_take(kvix_conns *c, size_t n);
+void kvix_conns_mem_give(kvix_conns *c, size_t n);
+void kvix_conns_figures(kvix_conns *c, kvix_conns_stats *out);
+
 kvix_answer *kvix_service_answer(kvix_service *s);
 void kvix_service_answer_free(void *p);
 void kvix_service_metrics(kvix_service *s, kvix_service_response *r);

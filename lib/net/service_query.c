@@ -362,6 +362,10 @@ static void post_query_json(kvix_service *s, const char *body, size_t len, int b
         return;
     }
     json_t *o = kvix_json_u64_loadb_refs(body, len, &ts->refs, &e);
+    if (!o && e.code == KVIX_ELIMIT) { /* no parse at all: not as a kvix query either */
+        kvix_service_respond_error(r, 413, e.msg);
+        return;
+    }
     if (!o && !by_hash) {
         /* A kvix query may hold what the u64 reader refuses (a negative
          * token, to be told apart); a Dynamo query gets the reader's error. */
@@ -389,14 +393,33 @@ static void post_query_json(kvix_service *s, const char *body, size_t len, int b
         json_decref(o);
 }
 
+static int budget_take(void *ctx, size_t n)
+{
+    return kvix_conns_mem_take(ctx, n);
+}
+
+static void budget_give(void *ctx, size_t n)
+{
+    kvix_conns_mem_give(ctx, n);
+}
+
 /* POST /query, /query_by_hash, /explain. The body's jansson values live in
  * this thread's arena (lib/codec/json_arena_int.h), dropped at once after the answer:
  * jansson's malloc and free per value were ~7 % of a /query_by_hash. */
 void kvix_service_post_query(kvix_service *s, const char *body, size_t len, int by_hash,
                              int explain, kvix_service_response *r)
 {
-    int arena = kvix_json_arena_begin();
+    /* behind the server, the parse takes its memory from what every
+     * request shares (kvix_service_limits.memory_max) */
+    kvix_json_budget b = {budget_take, budget_give, s->conns};
+    int arena = kvix_json_arena_begin_budget(s->conns ? &b : NULL);
     post_query_json(s, body, len, by_hash, explain, arena, r);
+    if (arena && kvix_json_arena_refused()) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "the server holds all the request memory it may (%zu bytes): "
+                 "try again", s->o.limits.memory_max);
+        kvix_service_respond_error(r, 503, msg);
+    }
     if (arena)
         kvix_json_arena_end();
 }
