@@ -63,6 +63,8 @@ enum {
     O_HTTP_MAX_PER_ADDR,
     O_HTTP_TIMEOUT,
     O_HTTP_MEMORY,
+    O_AUTH_TOKEN_FILE,
+    O_AUTH_QUERIES,
 };
 
 /* Dynamo's standalone indexer serves at this port when given none. */
@@ -117,6 +119,10 @@ static const cli_opt options[] = {
      "a request must arrive whole within SECONDS of its connection or the answer before (default 10)"},
     {O_HTTP_MEMORY, 0, "http-memory", "BYTES", NULL,
      "request bodies and query parses together hold at most BYTES; past it 503 (default 134217728)"},
+    {O_AUTH_TOKEN_FILE, 0, "auth-token-file", "FILE", "file",
+     "--listen: the endpoints that change or export the state need 'Authorization: Bearer' and the first line of FILE (401 otherwise); also sent to --peers"},
+    {O_AUTH_QUERIES, 0, "auth-queries", NULL, NULL,
+     "--auth-token-file: /query and /query_by_hash need the token too"},
     {O_PEERS, 0, "peers", "URL,...", NULL,
      "start from the first peer whose GET /snapshot or GET /dump answers, after holding the "
      "input back 1 s (else from the snapshot); --nats: a new replica, or one the stream left "
@@ -163,6 +169,8 @@ typedef struct kvi {
     int http_nice;    /* --http-nice */
     kvix_service_limits http_limits; /* --http-max-*, --http-timeout, --http-memory */
     uint64_t files;   /* open files the subscriptions may hold */
+    char *auth_token; /* --auth-token-file's, or NULL */
+    int auth_queries; /* --auth-queries */
     uint64_t save_every_events;
     double save_every_secs;
     const char **names;     /* source names, by number (kvix_ingest_opts.sources) */
@@ -705,6 +713,8 @@ static void start_service(kvi *k, const char *listen, unsigned http_threads)
                                           "subscribed by kvsub --nats, which publishes to it"
                                         : NULL,
         .limits = k->http_limits,
+        .auth_token = k->auth_token,
+        .auth_queries = k->auth_queries,
     };
     /* a descriptor a connection, beside the subscriptions' (sized before)
      * and a few hundred more: the default shrinks to what the open-file
@@ -1057,6 +1067,16 @@ static void parse_options(kvi *k, kvargs *a, int argc, char **argv)
         case O_HTTP_TIMEOUT:
             k->http_limits.timeout_s = (unsigned)cli_parse_uint(arg, 1, 86400, "timeout");
             break;
+        case O_AUTH_TOKEN_FILE:
+            free(k->auth_token);
+            k->auth_token = cli_read_secret(arg, "--auth-token-file");
+            {
+                kvix_err e;
+                if (kvix_peers_set_token(k->peers, k->auth_token, &e))
+                    cli_usage_error("--auth-token-file: %s: %s", arg, e.msg);
+            }
+            break;
+        case O_AUTH_QUERIES: k->auth_queries = 1; break;
         case O_HTTP_MEMORY:
             k->http_limits.memory_max =
                 (size_t)cli_parse_uint(arg, 1u << 20, UINT64_C(1) << 40, "memory");
@@ -1134,6 +1154,8 @@ static void check_options(const kvi *k, const kvargs *a)
                         "--workers-file");
     if (a->listen && k->reset_on_gap)
         cli_usage_error("--reset-on-gap replaces the index: not with --listen, whose queries use it");
+    if (k->auth_queries && !k->auth_token)
+        cli_usage_error("--auth-queries goes with --auth-token-file");
     if (a->npeers && k->query_only)
         cli_usage_error("-q answers from the snapshot: --peers makes no sense with it");
     if (a->dynamo && (k->query_only || k->nopt.url))
@@ -1341,6 +1363,7 @@ int main(int argc, char **argv)
     kvix_ingest_free(k.g);
     free(k.names);
     kvix_peers_free(k.peers);
+    free(k.auth_token);
     code = cli_finish(code);
     kvix_snapshot_lock_release(lock); /* after the last save and output */
     return code;

@@ -363,3 +363,37 @@ size_t cli_size_subscriptions(size_t n, uint64_t others, const char *option)
     uint64_t fit = have > others ? (have - others) / KVIX_ENGINESUB_FDS_PER_SUB : 0;
     return fit ? (size_t)fit : 1;
 }
+
+char *cli_read_secret(const char *path, const char *option)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        cli_die(KVIX_EXIT_IO, "%s: cannot open %s: %s", option, path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && (st.st_mode & 077))
+        cli_warn("%s: %s may be read by others than its owner (chmod 600)", option, path);
+    char line[4096 + 3];
+    if (!fgets(line, sizeof line, f)) {
+        int e = ferror(f) ? errno : 0;
+        fclose(f);
+        if (e)
+            cli_die(KVIX_EXIT_IO, "%s: cannot read %s: %s", option, path, strerror(e));
+        cli_usage_error("%s: %s is empty", option, path);
+    }
+    fclose(f);
+    size_t n = strlen(line);
+    if (n > 4096 + 1 || (n == 4096 + 1 && line[n - 1] != '\n'))
+        cli_usage_error("%s: the first line of %s is longer than 4096 bytes", option, path);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ' ||
+                 line[n - 1] == '\t'))
+        line[--n] = '\0';
+    char *p = line;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (!*p)
+        cli_usage_error("%s: %s is empty", option, path);
+    char *out = strdup(p);
+    if (!out)
+        cli_die(KVIX_EXIT_SYS, "out of memory");
+    return out;
+}

@@ -84,6 +84,12 @@ int cli_exit_for(int kvix_status);
  * Returns code unchanged when all is well, KVIX_EXIT_IO otherwise. */
 int cli_finish(int code);
 
+/* The secret in file path (a token, a password): its first line without
+ * the line end or surrounding blanks, at most 4096 bytes. Exits 3 when it
+ * cannot be read, 2 when it is empty or too long (option names it). Warns
+ * when others than its owner may read it. The caller frees it. */
+char *cli_read_secret(const char *path, const char *option);
+
 /* Raise the soft limit of open files towards want (never past the hard
  * limit, never lowering it); the soft limit then in force. */
 uint64_t cli_files_raise(uint64_t want);

@@ -115,6 +115,8 @@ typedef struct kvix_ingest_serve_opts {
     uint64_t seq;         /* the stream position the index reflects now */
     const char *no_sub_why; /* without subscriptions: why (kvix_service_opts) */
     kvix_service_limits limits; /* the server's bounds (0s: the defaults) */
+    const char *auth_token;  /* kvix_service_opts.auth_token, auth_queries */
+    int auth_queries;
 } kvix_ingest_serve_opts;
 
 /* Make the service and start listening (kvix_service_new, _listen);

@@ -153,6 +153,8 @@ int kvix_ingest_serve(kvix_ingest *g, const kvix_ingest_serve_opts *o, kvix_err 
         .stream = o->stream,
         .server_nice = o->nice,
         .limits = o->limits,
+        .auth_token = o->auth_token,
+        .auth_queries = o->auth_queries,
     };
     kvix_service *s;
     int rc = kvix_service_new(&s, &so, err);
@@ -195,7 +197,7 @@ int kvix_ingest_recover(kvix_ingest *g, kvix_peers *peers, const char *stream,
     char **urls = NULL, **tried = NULL;
     size_t n = 0, ntried = 0;
     const char **fresh = NULL;
-    kvix_peers_recover_opts o = {.stream = stream};
+    kvix_peers_recover_opts o = {.stream = stream, .token = kvix_peers_token(peers)};
     kvix_peers_result res;
     int rc = KVIX_ENOTFOUND;
     memset(rec, 0, sizeof *rec);

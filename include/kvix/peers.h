@@ -39,6 +39,16 @@ int kvix_peers_check(const char *url, size_t len, kvix_err *err);
 int kvix_peers_add(kvix_peers *p, const char *url, size_t len, int *added, kvix_err *err);
 /* Remove url (trailing slashes ignored); 1 if it was there, else 0. */
 int kvix_peers_remove(kvix_peers *p, const char *url, size_t len);
+/* Whether text[0..len) is a bearer token a service accepts and peers are
+ * sent (kvix_service_opts.auth_token): 1..KVIX_SERVICE_TOKEN_MAX bytes of
+ * RFC 6750's token68. KVIX_EINVAL (empty, a byte outside token68),
+ * KVIX_ELIMIT (too long). */
+int kvix_peers_token_check(const char *text, size_t len, kvix_err *err);
+/* The bearer token to send the peers (their --auth-token-file: replicas of
+ * one service share it), copied; NULL: none. Errors of kvix_peers_token_check. */
+int kvix_peers_set_token(kvix_peers *p, const char *token, kvix_err *err);
+/* The token, borrowed while the set lives (set it before sharing the set). */
+const char *kvix_peers_token(const kvix_peers *p);
 /* A copy of the URLs in registration order: *urls is owned by the caller
  * (kvix_peers_list_free(*urls, *n)). */
 int kvix_peers_list(kvix_peers *p, char ***urls, size_t *n, kvix_err *err);
@@ -55,6 +65,8 @@ typedef struct kvix_peers_recover_opts {
     /* With stream: a snapshot at a sequence below this is not taken (the
      * stream no longer holds the messages after it). */
     uint64_t min_seq;
+    /* Non-NULL: sent as "Authorization: Bearer TOKEN" (kvix_peers_token). */
+    const char *token;
 } kvix_peers_recover_opts;
 
 typedef struct kvix_peers_result {

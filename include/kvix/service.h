@@ -91,7 +91,19 @@ typedef struct kvix_service_opts {
     int server_nice;
     /* The server's bounds (see kvix_service_limits). */
     kvix_service_limits limits;
+    /* Non-NULL: a bearer token (copied; kvix_peers_token_check says which
+     * are tokens) that requests must carry as "Authorization:
+     * Bearer TOKEN" to reach the endpoints that change or export the state
+     * (/register, /unregister, /workers, /register_peer, /deregister_peer,
+     * /peers, /dump, /snapshot, /explain), and with auth_queries /query and
+     * /query_by_hash too; others are answered 401. /health and /metrics
+     * stay open. */
+    const char *auth_token;
+    int auth_queries;
 } kvix_service_opts;
+
+#define KVIX_SERVICE_TOKEN_MAX 4096
+
 
 /* *out is owned by the caller: kvix_service_free. opts is copied. */
 int kvix_service_new(kvix_service **out, const kvix_service_opts *opts, kvix_err *err);
@@ -145,6 +157,7 @@ typedef struct kvix_service_response {
     int fd;                   /* >= 0: send this file's fd_size bytes instead of body; the
                                * caller owns (and closes) it */
     uint64_t fd_size;
+    int auth_challenge;       /* a 401: the answer says WWW-Authenticate: Bearer */
 } kvix_service_response;
 
 void kvix_service_response_init(kvix_service_response *r);
@@ -157,6 +170,15 @@ void kvix_service_response_release(kvix_service_response *r);
  * initialised; its previous contents are replaced. */
 void kvix_service_handle(kvix_service *s, const char *method, const char *path,
                          const char *body, size_t len, kvix_service_response *r);
+/* kvix_service_handle with the request's Authorization header (NULL: none;
+ * kvix_service_handle is this with NULL). */
+void kvix_service_handle_as(kvix_service *s, const char *authorization, const char *method,
+                            const char *path, const char *body, size_t len,
+                            kvix_service_response *r);
+/* Whether a request for path with this Authorization header (NULL: none)
+ * may be answered: 1, or 0 (answer 401). Thread-safe; the server asks it
+ * before reading a body. */
+int kvix_service_authorized(const kvix_service *s, const char *path, const char *authorization);
 
 /* ---- the HTTP server (libmicrohttpd) ---- */
 /* Listen on addr (IPv4 or IPv6 literal; NULL: 127.0.0.1) and port (0: any

@@ -17,7 +17,49 @@ struct kvix_peers {
     pthread_mutex_t mu;
     char *url[KVIX_PEERS_MAX];
     size_t n;
+    char *token;
 };
+
+int kvix_peers_token_check(const char *t, size_t len, kvix_err *err)
+{
+    if (len == 0)
+        return kvix_err_set(err, KVIX_EINVAL, "empty token");
+    if (len > KVIX_SERVICE_TOKEN_MAX)
+        return kvix_err_set(err, KVIX_ELIMIT, "token of %zu bytes (limit %d)", len,
+                            KVIX_SERVICE_TOKEN_MAX);
+    size_t i = 0;
+    for (; i < len && t[i] != '='; i++) {
+        char c = t[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              strchr("-._~+/", c)))
+            return kvix_err_set(err, KVIX_EINVAL, "token byte %zu is not a letter, digit or "
+                                "one of -._~+/ (RFC 6750)", i + 1);
+    }
+    if (i == 0)
+        return kvix_err_set(err, KVIX_EINVAL, "token of padding only");
+    for (; i < len; i++)
+        if (t[i] != '=')
+            return kvix_err_set(err, KVIX_EINVAL, "token byte %zu follows its '=' padding", i + 1);
+    return KVIX_OK;
+}
+
+int kvix_peers_set_token(kvix_peers *p, const char *token, kvix_err *err)
+{
+    int rc = token ? kvix_peers_token_check(token, strlen(token), err) : KVIX_OK;
+    char *t = !rc && token ? strdup(token) : NULL;
+    if (!rc && token && !t)
+        rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    if (rc)
+        return rc;
+    free(p->token);
+    p->token = t;
+    return KVIX_OK;
+}
+
+const char *kvix_peers_token(const kvix_peers *p)
+{
+    return p->token;
+}
 
 int kvix_peers_new(kvix_peers **out, kvix_err *err)
 {
@@ -34,6 +76,7 @@ void kvix_peers_free(kvix_peers *p)
         return;
     for (size_t i = 0; i < p->n; i++)
         free(p->url[i]);
+    free(p->token);
     pthread_mutex_destroy(&p->mu);
     free(p);
 }
@@ -180,8 +223,10 @@ static size_t on_data(char *p, size_t size, size_t n, void *ctx)
 }
 
 /* GET url + path into k->b; KVIX_OK on a 200. */
-static int fetch(const char *url, const char *path, long timeout_ms, sink *k, kvix_err *err)
+static int fetch(const char *url, const char *path, const kvix_peers_recover_opts *o, sink *k,
+                 kvix_err *err)
 {
+    long timeout_ms = o->timeout_ms;
     char full[KVIX_PEER_URL_MAX + 32];
     size_t ul = trimmed(url, strlen(url));
     if (ul >= KVIX_PEER_URL_MAX)
@@ -201,10 +246,25 @@ static int fetch(const char *url, const char *path, long timeout_ms, sink *k, kv
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, k);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, ebuf);
+    struct curl_slist *hdr = NULL;
+    char *auth = NULL;
+    if (o->token) {
+        size_t al = strlen(o->token) + 32;
+        if (!(auth = malloc(al)) ||
+            (snprintf(auth, al, "Authorization: Bearer %s", o->token),
+             !(hdr = curl_slist_append(NULL, auth)))) {
+            free(auth);
+            curl_easy_cleanup(c);
+            return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+        }
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+    }
     CURLcode rc = curl_easy_perform(c);
     long status = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_cleanup(c);
+    curl_slist_free_all(hdr);
+    free(auth);
     if (k->over)
         return kvix_err_set(err, KVIX_ELIMIT, "%s: answer larger than %zu bytes", full, k->max);
     if (rc != CURLE_OK)
@@ -241,7 +301,7 @@ static int curl_ready(kvix_err *err)
 static int one_snapshot(const char *url, const kvix_peers_recover_opts *o, sink *k,
                         kvix_snapshot **out, kvix_err *err)
 {
-    if (fetch(url, "/snapshot", o->timeout_ms, k, err))
+    if (fetch(url, "/snapshot", o, k, err))
         return KVIX_EIO;
     kvix_snapshot *s;
     if (kvix_snapshot_open_mem(&s, k->b.data ? k->b.data : "", k->b.len, err)) {
@@ -286,7 +346,7 @@ static int first_peer(const char *const *urls, size_t n, size_t from,
         *winner = i;
         *snap = NULL;
         if (one_snapshot(urls[i], o, k, snap, err) == KVIX_OK ||
-            (with_dump && fetch(urls[i], "/dump", o->timeout_ms, k, err) == KVIX_OK))
+            (with_dump && fetch(urls[i], "/dump", o, k, err) == KVIX_OK))
             return KVIX_OK;
     }
     if (err && n)

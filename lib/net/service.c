@@ -42,9 +42,18 @@ int kvix_service_new(kvix_service **out, const kvix_service_opts *opts, kvix_err
         free(s);
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
     }
+    if (opts->auth_token) {
+        int rc = kvix_peers_token_check(opts->auth_token, strlen(opts->auth_token), err);
+        if (rc || !(s->o.auth_token = strdup(opts->auth_token))) {
+            free(s->rejected_reason);
+            free(s);
+            return rc ? rc : kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+        }
+    }
     if (!s->o.peers) {
         int rc = kvix_peers_new(&s->o.peers, err);
         if (rc) {
+            free((char *)s->o.auth_token);
             free(s->rejected_reason);
             free(s);
             return rc;
@@ -68,6 +77,7 @@ void kvix_service_free(kvix_service *s)
     kvix_service_answer_free(pthread_getspecific(s->ans_key));
     pthread_key_delete(s->ans_key);
     free(s->rejected_reason);
+    free((char *)s->o.auth_token);
     if (s->own_peers)
         kvix_peers_free(s->o.peers);
     free(s);

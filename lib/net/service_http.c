@@ -141,6 +141,8 @@ static enum MHD_Result send_response(struct MHD_Connection *c, kvix_service_resp
     if (!resp)
         return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->content_type);
+    if (r->auth_challenge)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"kvix\"");
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
     return ok;
@@ -165,15 +167,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         pthread_mutex_lock(&s->inflight_mu);
         s->inflight++;
         pthread_mutex_unlock(&s->inflight_mu);
-        /* a body announced over the ceiling is refused before it is read */
+        /* without the token, or with a body announced over the ceiling, a
+         * request is refused before its body is read */
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
         char *end;
         errno = 0;
         unsigned long long n = cl ? strtoull(cl, &end, 10) : 0;
-        if (!cl || errno || *end || n <= s->o.body_max)
+        if (!kvix_service_authorized(
+                s, url, MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                    MHD_HTTP_HEADER_AUTHORIZATION)))
+            k->refuse = 401;
+        else if (cl && !errno && !*end && n > s->o.body_max)
+            k->refuse = 413;
+        else
             return MHD_YES;
-        k->refuse = 413;
     }
     if (*upload_size) {
         size_t n = *upload_size;
@@ -191,10 +199,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     kvix_conns_answering(s->conns, k->rec);
     kvix_service_response r;
     kvix_service_response_init(&r);
-    if (k->refuse)
+    if (k->refuse == 401) /* answered by the handler, counted in the metrics */
+        kvix_service_handle_as(s, NULL, method, url, NULL, 0, &r);
+    else if (k->refuse)
         refusal(s, k->refuse, &r);
     else
-        kvix_service_handle(s, method, url, k->body.data, k->body.len, &r);
+        kvix_service_handle_as(
+            s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
+            method, url, k->body.data, k->body.len, &r);
     enum MHD_Result ok = send_response(c, &r);
     kvix_service_response_release(&r);
     return ok;

@@ -1,8 +1,10 @@
 /* The service protocol's entry: kvix_service_handle routes a request to its
- * endpoint's handler, checks method and body size, and times it for /metrics.
+ * endpoint's handler, checks its token, method and body size, and times it
+ * for /metrics.
  * Above every handler; only the server (lib/net/service_http.c) is above it. */
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,8 +32,52 @@ static const char *const ep_method[EP_COUNT] = {"GET",  "GET",  "POST", "POST", 
                                                 "GET",  "POST", "POST", "GET",  "POST",
                                                 "POST", "GET",  "POST", ""};
 
+/* ---- access ---- */
+
+/* Equal, in a time that does not depend on where they differ. */
+static int same_secret(const char *a, size_t alen, const char *b, size_t blen)
+{
+    unsigned char d = alen != blen;
+    for (size_t i = 0; i < alen; i++)
+        d |= (unsigned char)(a[i] ^ (i < blen ? b[i] : 0));
+    return d == 0;
+}
+
+/* What guards an endpoint: 0 open, 1 a query, 2 the state. */
+static int ep_guard(int ep)
+{
+    switch (ep) {
+    case EP_HEALTH: case EP_METRICS: case EP_OTHER: return 0;
+    case EP_QUERY: case EP_QUERY_HASH: return 1;
+    default: return 2;
+    }
+}
+
+int kvix_service_authorized(const kvix_service *s, const char *path, const char *authz)
+{
+    int g = ep_guard(route(path));
+    if (!s->o.auth_token || g == 0 || (g == 1 && !s->o.auth_queries))
+        return 1;
+    if (!authz || strncasecmp(authz, "Bearer ", 7) != 0)
+        return 0;
+    const char *t = authz + 7;
+    while (*t == ' ')
+        t++;
+    size_t n = strlen(t);
+    while (n && t[n - 1] == ' ')
+        n--;
+    return same_secret(s->o.auth_token, strlen(s->o.auth_token), t, n);
+}
+
 void kvix_service_handle(kvix_service *s, const char *method, const char *path,
                          const char *body, size_t len, kvix_service_response *r)
+{
+    kvix_service_handle_as(s, NULL, method, path, body, len, r);
+}
+
+void kvix_service_handle_as(kvix_service *s, const char *authz, const char *method,
+                            const char *path, const char *body, size_t len,
+                            kvix_service_response *r)
 {
     double t0 = mono_now();
     int ep = route(path);
@@ -46,8 +92,13 @@ void kvix_service_handle(kvix_service *s, const char *method, const char *path,
         close(r->fd);
     r->fd = -1;
     r->body.len = 0;
+    r->auth_challenge = 0;
     if (ep == EP_OTHER) {
         kvix_service_respond_error(r, 404, "no such endpoint");
+    } else if (!kvix_service_authorized(s, path, authz)) {
+        kvix_service_respond_error(r, 401, "this endpoint needs the service's bearer token "
+                                   "(Authorization: Bearer TOKEN)");
+        r->auth_challenge = 1;
     } else if (strcmp(as, ep_method[ep]) != 0) {
         char msg[64];
         snprintf(msg, sizeof msg, "method not allowed (use %s)",

@@ -401,6 +401,81 @@ TEST(register_past_the_subscription_limit_is_503)
     kvix_index_free(idx);
 }
 
+/* With a bearer token, the endpoints that change or export the state (and
+ * with auth_queries the queries) answer 401 without it; /health and
+ * /metrics stay open. An unregistration without it wiped a worker whose
+ * blocks came from stdin. */
+TEST(bearer_token_guards_the_state)
+{
+    kvix_index *idx = new_index();
+    feed(idx, "{\"type\":\"stored\",\"worker\":3,\"model\":\"m\",\"bs\":2,"
+              "\"blocks\":[{\"local\":\"01\",\"seq\":\"01\"}]}");
+    kvix_enginefeed *f = NULL;
+    kvix_enginefeed_opts fo = {.idx = idx};
+    kvix_err e;
+    CHECK(kvix_enginefeed_new(&f, NULL, &fo, &e) == 0);
+    kvix_service *s = NULL;
+    kvix_service_opts so = {.idx = idx, .sub = kvix_enginefeed_sub(f),
+                           .sub_cfg = kvix_enginefeed_config(f), .auth_token = "s3cr3t-T0k.en=="};
+    CHECK(kvix_service_new(&s, &so, &e) == 0);
+    static const struct {
+        const char *authz, *method, *path, *body;
+        int status;
+    } cases[] = {
+        {NULL, "GET", "/health", "", 200},
+        {NULL, "GET", "/metrics", "", 200},
+        {NULL, "POST", "/query", "{\"model\":\"m\",\"local\":[\"01\"]}", 200},
+        {NULL, "GET", "/dump", "", 401},
+        {NULL, "GET", "/snapshot", "", 401},
+        {NULL, "GET", "/workers", "", 401},
+        {NULL, "GET", "/peers", "", 401},
+        {NULL, "POST", "/register_peer", "{\"url\":\"http://x\"}", 401},
+        {NULL, "POST", "/explain", "{\"model\":\"m\",\"local\":[\"01\"]}", 401},
+        {NULL, "POST", "/unregister", "{\"instance_id\":3,\"model_name\":\"m\"}", 401},
+        {"Bearer s3cr3t", "GET", "/dump", "", 401},
+        {"Bearer s3cr3t-T0k.en==x", "GET", "/dump", "", 401},
+        {"Basic s3cr3t-T0k.en==", "GET", "/dump", "", 401},
+        {"Bearer s3cr3t-T0k.en==", "GET", "/dump", "", 200},
+        {"bearer   s3cr3t-T0k.en== ", "GET", "/workers", "", 200},
+        {"Bearer s3cr3t-T0k.en==", "GET", "/nowhere", "", 404},
+        {NULL, "GET", "/nowhere", "", 404},
+    };
+    kvix_service_response r;
+    kvix_service_response_init(&r);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        kvix_service_handle_as(s, cases[i].authz, cases[i].method, cases[i].path, cases[i].body,
+                               strlen(cases[i].body), &r);
+        if (!CHECK_U64(r.status, cases[i].status))
+            fprintf(stderr, "#   %s %s\n", cases[i].method, cases[i].path);
+        CHECK_U64(r.auth_challenge, cases[i].status == 401);
+    }
+    /* the worker fed from outside is still there */
+    const char *q = "{\"model\":\"m\",\"local\":[\"01\"]}";
+    const char *qh = "{\"block_hashes\":[1],\"model_name\":\"m\"}";
+    kvix_service_handle(s, "POST", "/query", q, strlen(q), &r);
+    CHECK(r.body.data && strstr(r.body.data, "\"worker\":3") != NULL);
+    kvix_service_free(s);
+    so.auth_queries = 1;
+    CHECK(kvix_service_new(&s, &so, &e) == 0);
+    kvix_service_handle(s, "POST", "/query", q, strlen(q), &r);
+    CHECK_U64(r.status, 401);
+    kvix_service_handle_as(s, "Bearer s3cr3t-T0k.en==", "POST", "/query_by_hash", qh,
+                           strlen(qh), &r);
+    CHECK_U64(r.status, 200);
+    CHECK_U64(kvix_service_authorized(s, "/health", NULL), 1);
+    kvix_service_free(s);
+    static const char *const bad[] = {"", "a b", "a\"b", "=abc", "ab=c", "t\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        so.auth_token = bad[i];
+        s = NULL;
+        CHECK(kvix_service_new(&s, &so, &e) == KVIX_EINVAL);
+        CHECK(s == NULL);
+    }
+    kvix_service_response_release(&r);
+    kvix_enginefeed_free(f);
+    kvix_index_free(idx);
+}
+
 static int count_group(void *ctx, const char *model, const char *tenant, uint32_t bs,
                        uint64_t worker, uint32_t dp, int has_eid, uint64_t eid,
                        const kvix_block_info *b, size_t n)
