@@ -99,6 +99,7 @@ static const cli_opt options[] = {
     {'v', 'v', "verbose", NULL, NULL, "report the snapshot loaded and every save on stderr"},
     {O_NATS, 0, "nats", "URL", NULL,
      "consume a NATS JetStream stream instead of stdin, from the snapshot's position on"},
+    CLI_NATS_AUTH_OPTIONS,
     {O_STREAM, 0, "stream", "NAME", NULL, "--nats: the stream to consume (default KVIX)"},
     {O_RESET_ON_GAP, 0, "reset-on-gap", NULL, NULL,
      "--nats: when the stream no longer holds the next message, start empty from its first "
@@ -1018,6 +1019,8 @@ static void parse_options(kvi *k, kvargs *a, int argc, char **argv)
     const char *arg;
     int c;
     while ((c = cli_next(argc, argv, &arg)) != -1) {
+        if (cli_nats_option(c, arg, &k->nopt))
+            continue;
         switch (c) {
         case 's': k->snap = arg; break;
         case 'q': k->query_only = 1; break;
@@ -1113,6 +1116,7 @@ static void parse_options(kvi *k, kvargs *a, int argc, char **argv)
         }
     }
     a->files = argv + optind;
+    cli_nats_check(&k->nopt);
     a->nfiles = argc - optind;
     a->subscribing = a->nw || k->workers_file;
     if (a->port && a->listen)

@@ -88,6 +88,7 @@ static const cli_opt options[] = {
      "once engine messages came, stop after SECONDS without one (default: run until stopped)"},
     {O_NATS, 0, "nats", "URL", NULL,
      "also publish every batch printed to a NATS JetStream stream (one message per batch)"},
+    CLI_NATS_AUTH_OPTIONS,
     {O_SUBJECT, 0, "subject", "PREFIX", NULL,
      "--nats: publish to PREFIX.<model>.<worker> (default kvix)"},
     {O_STREAM, 0, "stream", "NAME", NULL,
@@ -612,6 +613,8 @@ int main(int argc, char **argv)
     S.reload_ms = 250;
     int c;
     while ((c = cli_next(argc, argv, &arg)) != -1) {
+        if (cli_nats_option(c, arg, &S.nopt))
+            continue;
         switch (c) {
         case 'w':
             wargs = xrealloc(wargs, (nw + 1) * sizeof *wargs);
@@ -686,6 +689,7 @@ int main(int argc, char **argv)
     }
     if (optind < argc)
         cli_usage_error("unexpected argument '%s'", argv[optind]);
+    cli_nats_check(&S.nopt);
     if (!nw && !S.workers_file)
         cli_usage_error("no worker: give -w ID[:DP]=ENDPOINT or --workers-file FILE");
     if (reload_set && !S.workers_file)

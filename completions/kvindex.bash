@@ -14,6 +14,13 @@ _kvindex() {
     --save-every-seconds) return ;;
     --save-every-events) return ;;
     --nats) return ;;
+    --nats-user) return ;;
+    --nats-password-file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --nats-token-file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --nats-creds) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --nats-tls-ca) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --nats-tls-cert) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --nats-tls-key) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     --stream) return ;;
     --listen) return ;;
     --http-threads) return ;;
@@ -37,7 +44,7 @@ _kvindex() {
     --max-subscriptions) return ;;
     esac
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--snapshot -s --query-only -q --format -f --backend --jump --top --explain --removals --threads -t --strict --save-every-seconds --save-every-events --quiet --verbose -v --nats --stream --reset-on-gap --until-caught-up --listen --http-threads --http-nice --http-max-connections --http-max-per-address --http-timeout --http-memory --auth-token-file --auth-queries --peers --worker -w --workers-file --model --tenant --block-size --replay-timeout --port --workers --model-name --tenant-id --max-subscriptions --help -h --version -V" -- "$cur"))
+        COMPREPLY=($(compgen -W "--snapshot -s --query-only -q --format -f --backend --jump --top --explain --removals --threads -t --strict --save-every-seconds --save-every-events --quiet --verbose -v --nats --nats-user --nats-password-file --nats-token-file --nats-creds --nats-tls-ca --nats-tls-cert --nats-tls-key --stream --reset-on-gap --until-caught-up --listen --http-threads --http-nice --http-max-connections --http-max-per-address --http-timeout --http-memory --auth-token-file --auth-queries --peers --worker -w --workers-file --model --tenant --block-size --replay-timeout --port --workers --model-name --tenant-id --max-subscriptions --help -h --version -V" -- "$cur"))
         return
     fi
     COMPREPLY=($(compgen -f -- "$cur"))

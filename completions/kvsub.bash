@@ -21,6 +21,13 @@ _kvsub() {
     --resume) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     --idle-exit) return ;;
     --nats) return ;;
+    --nats-user) return ;;
+    --nats-password-file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --nats-token-file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --nats-creds) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --nats-tls-ca) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --nats-tls-cert) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --nats-tls-key) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     --subject) return ;;
     --stream) return ;;
     --stream-max-age) return ;;
@@ -30,7 +37,7 @@ _kvsub() {
     --nats-window) return ;;
     esac
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--worker -w --replay --model -m --tenant -t --block-size -b --topic --bind --format -f --workers-file --reload --max-subscriptions --tokens --replay-timeout --replay-buffer --replay-buffer-bytes --max-message --resume --json --idle-exit --nats --subject --stream --stream-max-age --stream-max-bytes --stream-replicas --stream-dup-window --nats-window --help -h --version -V" -- "$cur"))
+        COMPREPLY=($(compgen -W "--worker -w --replay --model -m --tenant -t --block-size -b --topic --bind --format -f --workers-file --reload --max-subscriptions --tokens --replay-timeout --replay-buffer --replay-buffer-bytes --max-message --resume --json --idle-exit --nats --nats-user --nats-password-file --nats-token-file --nats-creds --nats-tls-ca --nats-tls-cert --nats-tls-key --subject --stream --stream-max-age --stream-max-bytes --stream-replicas --stream-dup-window --nats-window --help -h --version -V" -- "$cur"))
         return
     fi
 }

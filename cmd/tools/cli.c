@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "kvix/enginesub.h"
+#include "kvix/natslog.h"
 
 #ifndef KVIX_VERSION
 #define KVIX_VERSION "0.1.0"
@@ -396,4 +397,36 @@ char *cli_read_secret(const char *path, const char *option)
     if (!out)
         cli_die(KVIX_EXIT_SYS, "out of memory");
     return out;
+}
+
+int cli_nats_option(int c, const char *arg, kvix_natslog_opts *o)
+{
+    switch (c) {
+    case CLI_O_NATS_USER: o->user = arg; return 1;
+    case CLI_O_NATS_PASSWORD_FILE: o->password = cli_read_secret(arg, "--nats-password-file"); return 1;
+    case CLI_O_NATS_TOKEN_FILE: o->token = cli_read_secret(arg, "--nats-token-file"); return 1;
+    case CLI_O_NATS_CREDS: o->creds = arg; return 1;
+    case CLI_O_NATS_TLS_CA: o->tls_ca = arg; return 1;
+    case CLI_O_NATS_TLS_CERT: o->tls_cert = arg; return 1;
+    case CLI_O_NATS_TLS_KEY: o->tls_key = arg; return 1;
+    default: return 0;
+    }
+}
+
+void cli_nats_check(const kvix_natslog_opts *o)
+{
+    int any = o->user || o->password || o->token || o->creds || o->tls_ca || o->tls_cert ||
+              o->tls_key;
+    if (any && !o->url)
+        cli_usage_error("--nats-* credentials go with --nats URL");
+    if (!o->tls_cert != !o->tls_key)
+        cli_usage_error("--nats-tls-cert and --nats-tls-key go together");
+    if (!o->user != !o->password)
+        cli_usage_error("--nats-user and --nats-password-file go together");
+    /* nats.c reads them at each connection attempt: a missing one would be
+     * an attempt that fails for ever */
+    const char *files[] = {o->creds, o->tls_ca, o->tls_cert, o->tls_key};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++)
+        if (files[i] && access(files[i], R_OK) != 0)
+            cli_die(KVIX_EXIT_IO, "cannot read %s: %s", files[i], strerror(errno));
 }

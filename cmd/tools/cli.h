@@ -84,6 +84,41 @@ int cli_exit_for(int kvix_status);
  * Returns code unchanged when all is well, KVIX_EXIT_IO otherwise. */
 int cli_finish(int code);
 
+/* The NATS credentials options of every tool that speaks to a NATS server
+ * (kvsub --nats, kvindex --nats): their ids, their table entries, and
+ * cli_nats_option to take them into a kvix_natslog_opts. */
+enum {
+    CLI_O_NATS_USER = 0x400,
+    CLI_O_NATS_PASSWORD_FILE,
+    CLI_O_NATS_TOKEN_FILE,
+    CLI_O_NATS_CREDS,
+    CLI_O_NATS_TLS_CA,
+    CLI_O_NATS_TLS_CERT,
+    CLI_O_NATS_TLS_KEY,
+};
+#define CLI_NATS_AUTH_OPTIONS                                                                    \
+    {CLI_O_NATS_USER, 0, "nats-user", "NAME", NULL, "--nats: the user to connect as"},           \
+    {CLI_O_NATS_PASSWORD_FILE, 0, "nats-password-file", "FILE", "file",                          \
+     "--nats: the user's password, the first line of FILE"},                                     \
+    {CLI_O_NATS_TOKEN_FILE, 0, "nats-token-file", "FILE", "file",                                \
+     "--nats: an authorization token, the first line of FILE"},                                  \
+    {CLI_O_NATS_CREDS, 0, "nats-creds", "FILE", "file",                                          \
+     "--nats: a credentials file (user JWT and NKey seed)"},                                     \
+    {CLI_O_NATS_TLS_CA, 0, "nats-tls-ca", "FILE", "file",                                        \
+     "--nats: TLS, the server verified against the CA certificates of FILE (PEM)"},              \
+    {CLI_O_NATS_TLS_CERT, 0, "nats-tls-cert", "FILE", "file",                                    \
+     "--nats: a client certificate (PEM) for servers that verify clients"},                      \
+    {CLI_O_NATS_TLS_KEY, 0, "nats-tls-key", "FILE", "file", "--nats: the client certificate's key (PEM)"}
+
+struct kvix_natslog_opts;
+/* Take option c (one of CLI_O_NATS_*) into o: 1, or 0 when c is another
+ * option. Secrets are read from their files (cli_read_secret, kept for the
+ * process's life). */
+int cli_nats_option(int c, const char *arg, struct kvix_natslog_opts *o);
+/* The credentials options given go with --nats (url); usage error if not,
+ * or when a certificate comes without its key. */
+void cli_nats_check(const struct kvix_natslog_opts *o);
+
 /* The secret in file path (a token, a password): its first line without
  * the line end or surrounding blanks, at most 4096 bytes. Exits 3 when it
  * cannot be read, 2 when it is empty or too long (option names it). Warns

@@ -55,6 +55,13 @@ typedef struct kvix_natslog_opts {
     int64_t dup_window_s;   /* stream created: duplicate window (0: server default, 2 min) */
     int64_t timeout_ms;     /* one request: stream info, publish acknowledgement */
     unsigned window;        /* publishing: batches in flight at most (1..65536) */
+    /* Credentials, each NULL when not used (nats.c reads the files): */
+    const char *user, *password; /* user and password */
+    const char *token;           /* an authorization token */
+    const char *creds;           /* a credentials file: user JWT and NKey seed */
+    const char *tls_ca;          /* TLS, the server verified against this CA file (PEM);
+                                    a tls:// URL asks for TLS with the system's CAs */
+    const char *tls_cert, *tls_key; /* a client certificate chain and its key (PEM) */
 } kvix_natslog_opts;
 
 #define KVIX_NATSLOG_WINDOW_MAX 65536u

@@ -154,15 +154,55 @@ int kvix_natslog_open(kvix_natslog **out, const kvix_natslog_opts *o, kvix_err *
     if (s == NATS_OK)
         s = natsOptions_SetReconnectBufSize(no, 1);
     if (s == NATS_OK)
-        s = natsOptions_SetRetryOnFailedConnect(no, true, on_connected, l);
-    if (s == NATS_OK)
         s = natsOptions_SetReconnectedCB(no, on_reconnected, l);
     if (s == NATS_OK)
         s = natsOptions_SetErrorHandler(no, on_async_error, l);
+    const char *what = l->url;
+    if (s == NATS_OK && (o->user || o->password) &&
+        (s = natsOptions_SetUserInfo(no, o->user, o->password)) != NATS_OK)
+        what = "user and password";
+    if (s == NATS_OK && o->token && (s = natsOptions_SetToken(no, o->token)) != NATS_OK)
+        what = "token";
+    if (s == NATS_OK && o->creds &&
+        (s = natsOptions_SetUserCredentialsFromFiles(no, o->creds, NULL)) != NATS_OK)
+        what = o->creds;
+    if (s == NATS_OK && (o->tls_ca || o->tls_cert) &&
+        (s = natsOptions_SetSecure(no, true)) != NATS_OK)
+        what = "tls (is libnats built with it?)";
+    if (s == NATS_OK && o->tls_ca &&
+        (s = natsOptions_LoadCATrustedCertificates(no, o->tls_ca)) != NATS_OK)
+        what = o->tls_ca;
+    if (s == NATS_OK && (o->tls_cert || o->tls_key) &&
+        (s = natsOptions_LoadCertificatesChain(no, o->tls_cert, o->tls_key)) != NATS_OK)
+        what = o->tls_cert ? o->tls_cert : o->tls_key;
+    if (s != NATS_OK && what != l->url) {
+        int rc = natslog_fail(err, KVIX_EINVAL, what, s, 0);
+        natsOptions_Destroy(no);
+        kvix_natslog_free(l);
+        return rc;
+    }
     if (s == NATS_OK) {
+        /* One attempt in place first: a server that refuses our credentials
+         * or our certificate says so now, an error, rather than at every
+         * attempt of a wait that would never end. One that is not there
+         * yet is waited for in the background. */
         s = natsConnection_Connect(&l->nc, no);
-        if (s == NATS_NOT_YET_CONNECTED)
-            s = NATS_OK; /* retried in the background */
+        int away = s == NATS_NO_SERVER || s == NATS_TIMEOUT || s == NATS_IO_ERROR ||
+                   s == NATS_PROTOCOL_ERROR || s == NATS_CONNECTION_CLOSED ||
+                   s == NATS_CONNECTION_DISCONNECTED || s == NATS_STALE_CONNECTION;
+        if (away) {
+            s = natsOptions_SetRetryOnFailedConnect(no, true, on_connected, l);
+            if (s == NATS_OK)
+                s = natsConnection_Connect(&l->nc, no);
+            if (s == NATS_NOT_YET_CONNECTED)
+                s = NATS_OK; /* retried in the background */
+        } else if (s != NATS_OK) {
+            what = l->url;
+            int rc = natslog_fail(err, KVIX_EIO, what, s, 0);
+            natsOptions_Destroy(no);
+            kvix_natslog_free(l);
+            return rc;
+        }
     }
     natsOptions_Destroy(no);
     if (s != NATS_OK) {
@@ -193,8 +233,15 @@ int kvix_natslog_state_get(kvix_natslog *l, kvix_natslog_state *st, kvix_err *er
 {
     /* Not connected (yet, or any more): said at once, not after a request's
      * whole timeout, so a caller waiting for the server stays responsive. */
-    if (!kvix_natslog_connected(l))
+    if (!kvix_natslog_connected(l)) {
+        /* why the last attempt failed: a server that refuses our
+         * credentials or certificate says so at every attempt */
+        const char *why = NULL;
+        natsStatus ls = natsConnection_GetLastError(l->nc, &why);
+        if (ls != NATS_OK && why && *why)
+            return kvix_err_set(err, KVIX_EIO, "nats: not connected to %s (%s)", l->url, why);
         return kvix_err_set(err, KVIX_EIO, "nats: not connected to %s", l->url);
+    }
     jsStreamInfo *si = NULL;
     jsErrCode je = 0;
     natsStatus s = js_GetStreamInfo(&si, l->js, l->stream, NULL, &je);

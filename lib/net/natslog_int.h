@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #include <nats/nats.h>
 
@@ -73,6 +74,9 @@ static inline int natslog_fail(kvix_err *err, int code, const char *what, natsSt
                                jsErrCode je)
 {
     const char *last = nats_GetLastError(NULL);
+    /* nats.c says where in its source first: "(conn.c:1905): Authorization Violation" */
+    if (last && last[0] == '(' && strstr(last, "): "))
+        last = strstr(last, "): ") + 3;
     if (je)
         return kvix_err_set(err, code, "nats: %s: %s (jetstream error %d)", what,
                             last && *last ? last : natsStatus_GetText(s), (int)je);

@@ -1,6 +1,7 @@
 # A real nats-server (JetStream) for the CLI tests that need one, sourced
 # after lib.sh and procs.sh:
-#   nats_start         a server for this test case: JetStream store in $T/js,
+#   nats_start         a server for this test case (with NATS_ARGS, when set, on
+#                      its command line): JetStream store in $T/js,
 #                      log in $T/server.log, on loopback at a port the server
 #                      picks itself (no window in which another test could
 #                      take it); sets NPORT, NURL=nats://127.0.0.1:NPORT and
@@ -27,7 +28,8 @@ fi
 _nats_up() {
     local before i
     before=$(grep -c "Server is ready" "$T/server.log" 2>/dev/null)
-    nats-server -js -sd "$T/js" -a 127.0.0.1 -p "$1" >>"$T/server.log" 2>&1 &
+    # shellcheck disable=SC2086 # NATS_ARGS: the test's extra flags, word-split
+    nats-server -js -sd "$T/js" -a 127.0.0.1 -p "$1" ${NATS_ARGS:-} >>"$T/server.log" 2>&1 &
     SPID=$!
     PIDS="$PIDS $SPID"
     for i in $(seq 600); do
