@@ -180,12 +180,21 @@ static void nats_flush(void)
         return;
     S.bopen = false;
     char warned[KVIX_ERR_MSG_MAX] = "";
+    kvix_natslog_pubstats before;
+    kvix_natslog_pubstats_get(S.nats, &before);
     for (;;) {
         kvix_err err;
         int rc = kvix_natslog_publish(S.nats, S.batch.data, S.batch.len, KVIX_FMT_MSGPACK, &err);
         if (rc == KVIX_OK) {
             if (warned[0])
                 cli_warn("nats: publishing again");
+            kvix_natslog_pubstats now;
+            kvix_natslog_pubstats_get(S.nats, &now);
+            if (now.lost != before.lost)
+                cli_warn("nats: worker %" PRIu64 " dp %" PRIu32 ": %" PRIu64 " event%s of batch %"
+                         PRIu64 " over the server's largest message: published as a clear",
+                         S.bworker, S.bdp, now.lost - before.lost,
+                         now.lost - before.lost == 1 ? "" : "s", S.beid);
             S.batch.len = 0;
             return;
         }
@@ -432,6 +441,8 @@ static void print_stats(void)
             json_object_set_new(o, "nats_pending", json_integer((json_int_t)ps.pending));
             json_object_set_new(o, "nats_resent", json_integer((json_int_t)ps.resent));
             json_object_set_new(o, "nats_reordered", json_integer((json_int_t)ps.reordered));
+            json_object_set_new(o, "nats_split", json_integer((json_int_t)ps.split));
+            json_object_set_new(o, "nats_lost", json_integer((json_int_t)ps.lost));
         }
         print_json(o);
         return;
@@ -443,6 +454,8 @@ static void print_stats(void)
     if (S.nats) /* published: acknowledged by the server */
         fprintf(stderr, "kvsub: nats published=%" PRIu64 " duplicates=%" PRIu64 "\n", ps.acked,
                 ps.duplicates);
+    if (S.nats && (ps.split || ps.lost))
+        fprintf(stderr, "kvsub: nats split=%" PRIu64 " lost=%" PRIu64 "\n", ps.split, ps.lost);
     /* always, zeros too: a reader (nats_replicas.t) must not have to guess
      * whether a missing line means nothing was in flight */
     if (S.nats)

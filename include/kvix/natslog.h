@@ -108,11 +108,19 @@ typedef struct kvix_natslog_pubstats {
                             window (a server that refused one batch and took the next
                             on the same connection: a cluster's leader change) */
     uint64_t pending;    /* batches taken and not acknowledged yet */
+    uint64_t split;      /* batches over the server's largest message, sent in parts */
+    uint64_t lost;       /* records over it alone: published as a clear of their
+                            (worker, dp) instead */
 } kvix_natslog_pubstats;
 
 /* Take one batch into the window and send it: data[0..len) holds its
  * records in fmt (NDJSON lines are converted to msgpack records), all of one
- * (model, worker, dp, eid); the first record gives subject and id. Returns
+ * (model, worker, dp, eid); the first record gives subject and id. A batch
+ * over the server's largest message (its max_payload, 1 MiB by default) is
+ * sent as several messages, cut between records, ids ID.p0, ID.p1, ...; a
+ * record over it alone cannot be sent, and a clear of its (worker, dp) goes
+ * in its place (counted: kvix_natslog_pubstats.lost), so that no replica
+ * keeps blocks it can no longer vouch for and nothing waits for ever. Returns
  * KVIX_OK once the batch is held (copied: the caller keeps data), before the
  * server acknowledged it: kvix_natslog_flush says when every batch taken is
  * in the stream. Failed batches of the window are sent again first.

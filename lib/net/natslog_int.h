@@ -18,7 +18,7 @@ typedef struct natslog_batch {
     int state;    /* NB_FLIGHT, NB_DONE, NB_FAILED */
     int has_id;
     uint64_t seq; /* NB_DONE: where the stream holds it */
-    char id[64];
+    char id[96];
     char subj[KVIX_NATSLOG_SUBJECT_MAX + KVIX_NAME_MAX + 32];
     kvix_buf pay;
 } natslog_batch;
@@ -64,6 +64,9 @@ struct kvix_natslog {
     } f;
     /* publisher */
     kvix_buf pay;
+    size_t *recs;        /* where each record of pay starts */
+    size_t nrecs, caprecs;
+    kvix_buf part;       /* a part of pay (or its stand-in clear) on its way */
     kvix_event ev;
     natslog_pub pub;
 };

@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,17 +108,35 @@ static void put_token(char *dst, size_t cap, const char *src)
         snprintf(dst, cap, "_");
 }
 
-/* The payload: the records as msgpack; the first record kept in l->ev. */
+static int note_record(kvix_natslog *l, kvix_err *err)
+{
+    if (l->nrecs == l->caprecs) {
+        size_t c = l->caprecs ? l->caprecs * 2 : 64;
+        size_t *v = realloc(l->recs, c * sizeof *v);
+        if (!v)
+            return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+        l->recs = v;
+        l->caprecs = c;
+    }
+    l->recs[l->nrecs++] = l->pay.len;
+    return KVIX_OK;
+}
+
+/* The payload: the records as msgpack, where each starts in l->recs; the
+ * first record kept in l->ev. */
 static int build_payload(kvix_natslog *l, const char *data, size_t len, kvix_format fmt,
                          kvix_err *err)
 {
     l->pay.len = 0;
+    l->nrecs = 0;
     int first = 1, rc = KVIX_OK;
     kvix_event tmp;
     kvix_event_init(&tmp);
     size_t off = 0;
     while (off < len) {
         kvix_event *ev = first ? &l->ev : &tmp;
+        if ((rc = note_record(l, err)))
+            break;
         if (fmt == KVIX_FMT_MSGPACK) {
             size_t used = 0;
             rc = kvix_event_from_msgpack(data + off, len - off, &used, ev, err);
@@ -130,6 +149,7 @@ static int build_payload(kvix_natslog *l, const char *data, size_t len, kvix_for
             const char *nl = memchr(data + off, '\n', len - off);
             size_t n = nl ? (size_t)(nl - (data + off)) : len - off;
             if (n == 0) {
+                l->nrecs--;
                 off += 1;
                 continue;
             }
@@ -156,8 +176,9 @@ static void subject_of(kvix_natslog *l, char *dst, size_t cap)
     snprintf(dst, cap, "%s.%s.%" PRIu64, l->subject, model, l->ev.worker);
 }
 
-/* Subject and id of the batch in l->pay (its first record in l->ev). */
-static void name_batch(kvix_natslog *l, natslog_batch *b)
+/* Subject and id of the batch in l->pay (its first record in l->ev); part
+ * >= 0: of that part of it. */
+static void name_batch(kvix_natslog *l, natslog_batch *b, int part)
 {
     subject_of(l, b->subj, sizeof b->subj);
     b->has_id = l->ev.has_eid;
@@ -170,8 +191,10 @@ static void name_batch(kvix_natslog *l, natslog_batch *b)
     if (l->ev.has_ts) {
         uint64_t bits;
         memcpy(&bits, &l->ev.ts, sizeof bits);
-        snprintf(b->id + n, sizeof b->id - (size_t)n, ".%016" PRIx64, bits);
+        n += snprintf(b->id + n, sizeof b->id - (size_t)n, ".%016" PRIx64, bits);
     }
+    if (part >= 0)
+        snprintf(b->id + n, sizeof b->id - (size_t)n, ".p%d", part);
 }
 
 static void pub_opts(kvix_natslog *l, const natslog_batch *b, jsPubOptions *po)
@@ -320,13 +343,13 @@ static int resend_failed(kvix_natslog *l, const struct timespec *dl, kvix_err *e
     return KVIX_OK;
 }
 
-int kvix_natslog_publish(kvix_natslog *l, const char *data, size_t len, kvix_format fmt,
-                         kvix_err *err)
+/* Take *pay into the window and send it (its buffer swapped with the ring
+ * slot's): the batch in l->pay (its first record in l->ev), or its part
+ * `part` (>= 0). */
+static int take(kvix_natslog *l, kvix_buf *pay, int part, kvix_err *err)
 {
     natslog_pub *p = &l->pub;
-    int rc = build_payload(l, data, len, fmt, err);
-    if (rc)
-        return rc;
+    int rc;
     struct timespec dl = deadline(l->o.timeout_ms);
     subject_of(l, p->next_subj, sizeof p->next_subj); /* read only by this thread */
     for (;;) {
@@ -347,9 +370,9 @@ int kvix_natslog_publish(kvix_natslog *l, const char *data, size_t len, kvix_for
     /* The slot past the last is ours: on_ack looks only at [head, head + count). */
     natslog_batch *b = &p->ring[(p->head + p->count) % p->cap];
     kvix_buf t = b->pay;
-    b->pay = l->pay;
-    l->pay = t;
-    name_batch(l, b);
+    b->pay = *pay;
+    *pay = t;
+    name_batch(l, b, part);
     b->state = NB_FLIGHT;
     pthread_mutex_lock(&p->mu);
     p->count++;
@@ -357,6 +380,73 @@ int kvix_natslog_publish(kvix_natslog *l, const char *data, size_t len, kvix_for
     pthread_mutex_unlock(&p->mu);
     send_async(l, b);
     return KVIX_OK;
+}
+
+/* Record i of l->pay alone is over max: the clear of its (worker, dp) in
+ * l->part instead (no eid: the subscriber's own, as for a loss). */
+static int stand_in(kvix_natslog *l, size_t i, kvix_err *err)
+{
+    size_t end = i + 1 < l->nrecs ? l->recs[i + 1] : l->pay.len, used = 0;
+    kvix_event ev;
+    kvix_event_init(&ev);
+    int rc = kvix_event_from_msgpack(l->pay.data + l->recs[i], end - l->recs[i], &used, &ev, err);
+    if (!rc) {
+        ev.type = KVIX_EV_CLEARED;
+        ev.has_eid = 0;
+        ev.nblocks = 0;
+        ev.nhashes = 0;
+        l->part.len = 0;
+        rc = kvix_event_to_msgpack(&ev, &l->part, err);
+    }
+    kvix_event_release(&ev);
+    return rc;
+}
+
+/* A batch over max: its records in parts of at most max bytes, each taken
+ * on its own. */
+static int take_parts(kvix_natslog *l, size_t max, kvix_err *err)
+{
+    natslog_pub *p = &l->pub;
+    int part = 0, rc = KVIX_OK;
+    uint64_t lost = 0;
+    for (size_t i = 0; i < l->nrecs && !rc;) {
+        size_t from = l->recs[i], j = i;
+        while (j < l->nrecs && (j + 1 < l->nrecs ? l->recs[j + 1] : l->pay.len) - from <= max)
+            j++;
+        if (j == i) { /* one record over max by itself */
+            rc = stand_in(l, i, err);
+            lost++;
+            j = i + 1;
+        } else {
+            size_t to = j < l->nrecs ? l->recs[j] : l->pay.len;
+            l->part.len = 0;
+            rc = kvix_buf_append(&l->part, l->pay.data + from, to - from, err);
+        }
+        if (!rc)
+            rc = take(l, &l->part, part++, err);
+        i = j;
+    }
+    pthread_mutex_lock(&p->mu);
+    p->st.split += !rc;
+    p->st.lost += rc ? 0 : lost;
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+int kvix_natslog_publish(kvix_natslog *l, const char *data, size_t len, kvix_format fmt,
+                         kvix_err *err)
+{
+    int rc = build_payload(l, data, len, fmt, err);
+    if (rc)
+        return rc;
+    /* nats.c refuses a message over the server's max_payload, every time:
+     * sent whole again and again, it wedged the publisher */
+    int64_t max = natsConnection_GetMaxPayload(l->nc);
+    /* the server counts the headers (the message id) in: room for them */
+    size_t room = max <= 0 ? SIZE_MAX : max > 1024 ? (size_t)max - 512 : (size_t)max / 2;
+    if (l->pay.len > room)
+        return take_parts(l, room, err);
+    return take(l, &l->pay, -1, err);
 }
 
 int kvix_natslog_flush(kvix_natslog *l, int64_t timeout_ms, kvix_err *err)
