@@ -204,6 +204,7 @@ static int do_dump(const char *path, const kvix_snapshot_filter *f)
             d.pending.type = KVIX_EV_CLEARED;
             d.pending.worker = g.worker;
             d.pending.dp = g.dp;
+            d.pending.bs = g.bs; /* the first of its partition makes it */
             out_check(kvix_event_set_name(d.pending.model, g.model, strlen(g.model), &err), &err);
             out_check(kvix_event_set_name(d.pending.tenant, g.tenant, strlen(g.tenant), &err),
                       &err);

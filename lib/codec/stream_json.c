@@ -561,6 +561,10 @@ int kvix_event_to_json(const kvix_event *ev, kvix_buf *out, kvix_err *err)
         if (!rc)
             rc = app(out, d, err);
     }
+    /* a removed or cleared event may carry the partition's block size: with
+     * its eid, the first of a partition makes it (kvdump's eid-only pairs) */
+    if (!rc && ev->type != KVIX_EV_STORED && ev->bs)
+        rc = app_u64(out, ",\"bs\":", ev->bs, err);
     if (!rc && ev->type == KVIX_EV_STORED)
         rc = to_json_stored(ev, out, err);
     else if (!rc && ev->type == KVIX_EV_REMOVED)

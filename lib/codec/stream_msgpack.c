@@ -661,8 +661,8 @@ int kvix_event_to_msgpack(const kvix_event *ev, kvix_buf *out, kvix_err *err)
         size_t n = 6 + ev->has_eid + ev->has_ts + group + kind;
         if (ev->type == KVIX_EV_STORED)
             n += stored_keys(ev, span);
-        else if (ev->type == KVIX_EV_REMOVED)
-            n += 1;
+        else
+            n += (ev->type == KVIX_EV_REMOVED) + !!ev->bs; /* bs: as kvix_event_to_json */
         msgpack_pack_map(&pk, n);
         pk_kv_str(&pk, "type", kvix_event_type_name(ev->type));
         pk_kv_u64(&pk, "worker", ev->worker);
@@ -680,6 +680,8 @@ int kvix_event_to_msgpack(const kvix_event *ev, kvix_buf *out, kvix_err *err)
             pk_str(&pk, "ts");
             msgpack_pack_double(&pk, ev->ts);
         }
+        if (ev->type != KVIX_EV_STORED && ev->bs)
+            pk_kv_u64(&pk, "bs", ev->bs);
         if (ev->type == KVIX_EV_STORED)
             pack_stored(&pk, ev, span);
         else if (ev->type == KVIX_EV_REMOVED)

@@ -509,11 +509,13 @@ static int eid_state(kvix_index *idx, part *p, const kvix_event *ev, wstate **w,
         return (record_eid(*w, ev), KVIX_OK);
     if (!p && !ev->bs)
         return KVIX_OK;
-    if ((!p && (rc = kvix_ix_part_get(idx, ev->model, ev->tenant, ev->bs, &p, err))) ||
-        (rc = kvix_ix_ws_get(p, ev->worker, ev->dp, w, err)))
+    if (!p && (rc = kvix_ix_part_get(idx, ev->model, ev->tenant, ev->bs, &p, err)))
         return rc;
-    record_eid(*w, ev);
-    return KVIX_OK;
+    if (ev->worker > KVIX_WORKER_MAX) /* a snapshot could not hold it */
+        return kvix_err_set(err, KVIX_ERANGE, "worker %" PRIu64 " out of range (0 to %" PRId64 ")",
+                            ev->worker, (int64_t)KVIX_WORKER_MAX);
+    /* a pair without blocks has no state: its eid alone is kept */
+    return kvix_ix_eid_set(p, ev->worker, ev->dp, ev->eid, err);
 }
 
 /* A removal for a worker of several full groups: only the hashes no other
@@ -656,6 +658,7 @@ static int remove_workers(kvix_index *idx, uint64_t worker, int all_dp, uint32_t
             w->eid = 0;
             kvix_ix_ws_done(w);
         }
+        kvix_ix_eid_forget(p, worker, all_dp, dp);
     }
     kvix_rcu_unlock();
     kvix_ix_add_totals(idx, &r);
@@ -692,6 +695,8 @@ int kvix_index_forget_worker(kvix_index *idx, const char *model, const char *ten
         kvix_ix_ws_done(w);
         kvix_ix_add_totals(idx, &r);
     }
+    if (p)
+        kvix_ix_eid_forget(p, worker, 0, dp);
     if (res)
         *res = r;
     return KVIX_OK;

@@ -375,11 +375,16 @@ int kvix_index_explain(kvix_index *idx, const kvix_event *q, kvix_answer *ans, k
         add_worker(x, ans->scores[i].worker, ans->scores[i].dp, 0);
     for (uint32_t i = 0; i < q->nxworkers && i < KVIX_QUERY_WORKERS_MAX; i++) {
         const wstate *w = kvix_ix_ws_first(p, q->xworkers[i]);
+        uint32_t dps[KVIX_EXPLAIN_MAX];
+        /* ranks that hold nothing but their eid have no state: kept apart */
+        size_t nd = kvix_ix_eid_dps(p, q->xworkers[i], dps, KVIX_EXPLAIN_MAX);
         kvix_explained *e;
-        if (!w && (e = add_worker(x, q->xworkers[i], 0, 1)))
+        if (!w && !nd && (e = add_worker(x, q->xworkers[i], 0, 1)))
             e->why = KVIX_WHY_UNKNOWN_WORKER;
         for (; w; w = __atomic_load_n(&w->next_dp, __ATOMIC_ACQUIRE))
             add_worker(x, w->worker, w->dp, 1);
+        for (size_t d = 0; d < nd; d++)
+            add_worker(x, q->xworkers[i], dps[d], 1);
     }
     if (!x->nw)
         first_workers(p, x);
@@ -393,6 +398,20 @@ int kvix_index_explain(kvix_index *idx, const kvix_event *q, kvix_answer *ans, k
         if (e->why == KVIX_WHY_UNKNOWN_WORKER)
             continue;
         const wstate *w = kvix_ix_ws_find(p, e->worker, e->dp);
+        eidrec er;
+        if (!w && kvix_ix_eid_get(p, e->worker, e->dp, &er)) {
+            /* it holds nothing: its last clear, when its record had one */
+            e->blocks = 0;
+            if (!n) {
+                e->why = KVIX_WHY_MATCH;
+                continue;
+            }
+            e->want = local[0];
+            e->why = er.has_clear ? KVIX_WHY_CLEARED : KVIX_WHY_ABSENT;
+            if (er.has_clear)
+                removal_of(&er.clear, now, &e->removal);
+            continue;
+        }
         if (!w) { /* gone since the answer: not on a quiet index */
             e->why = KVIX_WHY_UNKNOWN_WORKER;
             continue;

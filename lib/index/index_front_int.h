@@ -339,6 +339,10 @@ typedef struct part {
     uint32_t rank_due;      /* atomic: past it, a writer ranks (kvix_ix_rank_if_asked) */
     /* under lock: */
     uint32_t live;    /* registered states */
+    kvix_hmap eids;   /* (worker, dp) -> eidrec of the pairs that hold no block: their
+                       * state is released (its slot free for another pair) and the eid,
+                       * their resume position, kept here; taken back by the pair's
+                       * next state */
     uint32_t limbo;   /* released slots waiting for their grace period */
     uint32_t nfree, fcap; /* free slots (below nslots) reusable now; room for fcap >= nslots */
     uint32_t *free_slots;
@@ -483,7 +487,9 @@ static inline wstate *slot_ws(const part *p, uint32_t slot)
     return slotmap_ws(slots_of(p), slot);
 }
 
-/* A state is kept while it holds blocks, an eid, or group kinds learned. */
+/* A state with state: blocks, an eid, or group kinds learned (a state
+ * holding only its eid is released by kvix_ix_ws_done, the eid kept in
+ * p->eids; one with group kinds is kept). */
 static inline int ws_active(const wstate *w)
 {
     return w->has_eid || kvix_ix_bm_size(&w->blocks) > 0 || w->grp;
@@ -516,12 +522,30 @@ int kvix_ix_part_get(kvix_index *idx, const char *model, const char *tenant, uin
              kvix_err *err);
 /* The state of (worker, dp) in p, registered with a free slot if absent. */
 int kvix_ix_ws_get(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix_err *err);
-/* The worker's writer is done with w: if it holds no block and no eid, its
- * state is unregistered, its slot maps to nothing, and both are reclaimed
- * after a grace period (w must not be used after this call). When it was
- * the partition's last, the partition gives its backend and slot tables
- * back. */
+/* The worker's writer is done with w: if it holds no block, its state is
+ * unregistered (its eid, if any, kept in p->eids), its slot maps to nothing,
+ * and both are reclaimed after a grace period (w must not be used after
+ * this call). When it was the partition's last, the partition gives its
+ * backend and slot tables back. */
 void kvix_ix_ws_done(wstate *w);
+/* The last eid of (worker, dp), which has no state (it holds no block):
+ * kept in p->eids. KVIX_ENOMEM. */
+int kvix_ix_eid_set(part *p, uint64_t worker, uint32_t dp, uint64_t eid, kvix_err *err);
+/* What p->eids keeps of a pair without blocks: its eid, and the last clear
+ * its record of removals held when its state went (explain's answer for a
+ * pair that holds nothing). */
+typedef struct eidrec {
+    uint64_t eid;
+    int has_clear;
+    xr_evt clear;
+} eidrec;
+/* (worker, dp)'s record: 1, or 0 when it has none. */
+int kvix_ix_eid_get(part *p, uint64_t worker, uint32_t dp, eidrec *out);
+/* The ranks of worker's pairs without blocks, up to max of them; how many. */
+size_t kvix_ix_eid_dps(part *p, uint64_t worker, uint32_t *dps, size_t max);
+/* Forget the eids of worker's pairs without a state (every rank when
+ * all_dp, else dp's). */
+void kvix_ix_eid_forget(part *p, uint64_t worker, int all_dp, uint32_t dp);
 /* A query merged n hits of unranked slots: counted, so that past a bound
  * (amortized against that work) a writer ranks them. */
 static inline void kvix_ix_unranked_seen(part *p, uint32_t n)

@@ -265,6 +265,7 @@ void kvix_ix_part_free(void *e)
 {
     part *p = e;
     free(p->loras);
+    kvix_hmap_release(&p->eids);
     kvix_ix_cmap_release(&p->workers, ws_free);
     kvix_ix_cmap_release(&p->wheads, free);
     kvix_ix_slots_free(p->chunks);
@@ -365,12 +366,95 @@ static void head_free_cb(struct rcu_head *head)
     free((char *)head - offsetof(whead, rcu));
 }
 
+/* Under p->lock. clear: the pair's last clear, or NULL to keep what the
+ * record had. */
+static int eids_put(part *p, uint64_t worker, uint32_t dp, uint64_t eid, const xr_evt *clear)
+{
+    uint64_t key[2] = {worker, dp};
+    int fresh = 0;
+    eidrec *v = kvix_hmap_put(&p->eids, key, &fresh);
+    if (!v)
+        return KVIX_ENOMEM;
+    v->eid = eid;
+    if (clear) {
+        v->has_clear = 1;
+        v->clear = *clear;
+    }
+    return KVIX_OK;
+}
+
+int kvix_ix_eid_set(part *p, uint64_t worker, uint32_t dp, uint64_t eid, kvix_err *err)
+{
+    pthread_mutex_lock(&p->lock);
+    int rc = eids_put(p, worker, dp, eid, NULL);
+    pthread_mutex_unlock(&p->lock);
+    return rc ? kvix_err_set(err, rc, "out of memory for an eid") : KVIX_OK;
+}
+
+int kvix_ix_eid_get(part *p, uint64_t worker, uint32_t dp, eidrec *out)
+{
+    uint64_t key[2] = {worker, dp};
+    pthread_mutex_lock(&p->lock);
+    const eidrec *v = kvix_hmap_get(&p->eids, key);
+    if (v)
+        *out = *v;
+    pthread_mutex_unlock(&p->lock);
+    return v != NULL;
+}
+
+size_t kvix_ix_eid_dps(part *p, uint64_t worker, uint32_t *dps, size_t max)
+{
+    size_t n = 0, it = 0;
+    const uint64_t *k;
+    pthread_mutex_lock(&p->lock);
+    while (n < max && kvix_hmap_next(&p->eids, &it, &k))
+        if (k[0] == worker)
+            dps[n++] = (uint32_t)k[1];
+    pthread_mutex_unlock(&p->lock);
+    return n;
+}
+
+void kvix_ix_eid_forget(part *p, uint64_t worker, int all_dp, uint32_t dp)
+{
+    pthread_mutex_lock(&p->lock);
+    if (!all_dp) {
+        uint64_t key[2] = {worker, dp};
+        kvix_hmap_del(&p->eids, key);
+    } else {
+        for (;;) { /* a deletion moves entries: look again from the start */
+            size_t it = 0;
+            const uint64_t *k;
+            int found = 0;
+            while (kvix_hmap_next(&p->eids, &it, &k))
+                if (k[0] == worker) {
+                    uint64_t key[2] = {k[0], k[1]};
+                    kvix_hmap_del(&p->eids, key);
+                    found = 1;
+                    break;
+                }
+            if (!found)
+                break;
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+}
+
 void kvix_ix_ws_done(wstate *w)
 {
-    if (ws_active(w))
+    /* blocks, or the kinds of its KV cache groups learned, keep the state */
+    if (kvix_ix_bm_size(&w->blocks) > 0 || w->grp)
         return;
     part *p = w->p;
     pthread_mutex_lock(&p->lock);
+    /* A pair that holds only its eid gives its slot back (70,000 workers
+     * that each stored and removed a block held 65,536 slots for ever, and
+     * the rest were refused): the eid waits for it in p->eids. */
+    xr_evt clear;
+    int has_clear = w->has_eid && kvix_ix_xr_last_clear(w, &clear);
+    if (w->has_eid && eids_put(p, w->worker, w->dp, w->eid, has_clear ? &clear : NULL) != KVIX_OK) {
+        pthread_mutex_unlock(&p->lock); /* out of memory: it keeps its state */
+        return;
+    }
     cmap_delete(&p->workers, w);
     whead *hd = cmap_find_locked(&p->wheads, wh_hash(w->worker), wh_match, &w->worker);
     wstate **pp = &hd->first; /* only this worker's writer walks its chain */
@@ -469,6 +553,7 @@ int kvix_ix_part_get(kvix_index *idx, const char *model, const char *tenant, uin
                 p->ops = idx->ops;
                 p->opts = &idx->opts;
                 pthread_mutex_init(&p->lock, NULL);
+                kvix_hmap_init(&p->eids, 2, sizeof(eidrec));
                 if (p->model && p->tenant && !cmap_insert(&idx->parts, p))
                     rc = KVIX_OK; /* its backend comes with its first (worker, dp) */
                 if (rc) {
@@ -706,11 +791,19 @@ static int ws_register(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix
     w->dp = dp;
     w->slot = slot;
     w->p = p;
+    uint64_t key[2] = {worker, dp};
+    const eidrec *eid = kvix_hmap_get(&p->eids, key);
+    if (eid) { /* the pair's last eid, kept while it held nothing */
+        w->has_eid = 1;
+        w->eid = eid->eid;
+    }
     kvix_ix_bm_init(&w->blocks, p->ops, part_be(p));
     if (cmap_insert(&p->workers, w)) {
         free(w);
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a worker");
     }
+    if (eid)
+        kvix_hmap_del(&p->eids, key);
     w->next_dp = hd->first;
     __atomic_store_n(&hd->first, w, __ATOMIC_RELEASE);
     srec *r = slot_rec(p, slot);

@@ -20,6 +20,38 @@ static int ws_cmp(const void *a, const void *b)
     return x->dp < y->dp ? -1 : x->dp > y->dp;
 }
 
+/* A pair without blocks: its eid alone (p->eids). */
+typedef struct eid_only {
+    uint64_t worker, eid;
+    uint32_t dp;
+} eid_only;
+
+static int eo_cmp(const void *a, const void *b)
+{
+    const eid_only *x = a, *y = b;
+    if (x->worker != y->worker)
+        return x->worker < y->worker ? -1 : 1;
+    return x->dp < y->dp ? -1 : x->dp > y->dp;
+}
+
+/* p's eid-only pairs, sorted; NULL with *n 0 when there are none, NULL
+ * with *n > 0 when memory ran out. */
+static eid_only *eids_sorted(part *p, size_t *n)
+{
+    pthread_mutex_lock(&p->lock);
+    *n = kvix_hmap_size(&p->eids);
+    eid_only *v = *n ? malloc(*n * sizeof *v) : NULL;
+    size_t it = 0, k = 0;
+    const uint64_t *key;
+    const eidrec *e;
+    while (v && (e = kvix_hmap_next(&p->eids, &it, &key)))
+        v[k++] = (eid_only){key[0], e->eid, (uint32_t)key[1]};
+    pthread_mutex_unlock(&p->lock);
+    if (v && k > 1)
+        qsort(v, k, sizeof *v, eo_cmp);
+    return v;
+}
+
 static int info_cmp(const void *a, const void *b)
 {
     const kvix_block_info *x = a, *y = b;
@@ -58,10 +90,25 @@ int kvix_index_foreach(kvix_index *idx, kvix_foreach_fn fn, void *ctx)
         }
         if (nw > 1)
             qsort(ws, nw, sizeof *ws, ws_cmp);
-        if (!nw)
-            rc = fn(ctx, p->model, p->tenant, p->bs, UINT64_MAX, 0, 0, 0, NULL, 0);
-        for (uint32_t j = 0; j < nw && !rc; j++) {
-            wstate *w = ws[j];
+        size_t ne, ei = 0;
+        eid_only *eo = eids_sorted(p, &ne);
+        if (ne && !eo) {
+            rc = KVIX_ENOMEM;
+            break;
+        }
+        /* A partition that holds nothing is not walked (not saved, not
+         * dumped): clears that emptied it left it in the index, but a
+         * restart from the snapshot does not bring it back, so the
+         * partitions' limit does not outlive the run. */
+        for (uint32_t j = 0; (j < nw || ei < ne) && !rc;) {
+            if (ei < ne && (j == nw || eo[ei].worker < ws[j]->worker ||
+                            (eo[ei].worker == ws[j]->worker && eo[ei].dp < ws[j]->dp))) {
+                rc = fn(ctx, p->model, p->tenant, p->bs, eo[ei].worker, eo[ei].dp, 1,
+                        eo[ei].eid, NULL, 0);
+                ei++;
+                continue;
+            }
+            wstate *w = ws[j++];
             size_t nb = kvix_ix_bm_size(&w->blocks), k = 0, it = 0;
             if (nb > info_cap) {
                 kvix_block_info *ni = realloc(info, nb * sizeof *info);
@@ -91,6 +138,7 @@ int kvix_index_foreach(kvix_index *idx, kvix_foreach_fn fn, void *ctx)
             rc = fn(ctx, p->model, p->tenant, p->bs, w->worker, w->dp, w->has_eid, w->eid, info,
                     nb);
         }
+        free(eo);
     }
     free(info);
     free(ws);
@@ -107,8 +155,13 @@ int kvix_index_set_eid(kvix_index *idx, const char *model, const char *tenant, u
     if (eid > KVIX_EID_MAX)
         return kvix_err_set(err, KVIX_ERANGE, "eid %" PRIu64 " out of range (0 to %" PRId64 ")",
                             eid, (int64_t)KVIX_EID_MAX);
-    if ((rc = kvix_ix_part_get(idx, model, tenant, bs, &p, err)) || (rc = kvix_ix_ws_get(p, worker, dp, &w, err)))
+    if ((rc = kvix_ix_part_get(idx, model, tenant, bs, &p, err)))
         return rc;
+    if (worker > KVIX_WORKER_MAX)
+        return kvix_err_set(err, KVIX_ERANGE, "worker %" PRIu64 " out of range (0 to %" PRId64 ")",
+                            worker, (int64_t)KVIX_WORKER_MAX);
+    if (!(w = kvix_ix_ws_find(p, worker, dp))) /* no blocks: no state, its eid alone */
+        return kvix_ix_eid_set(p, worker, dp, eid, err);
     w->has_eid = 1;
     w->eid = eid;
     return KVIX_OK;
@@ -273,6 +326,16 @@ void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
         uint32_t ns = part_nslots(p);
         out->bytes += (ns + SLOT_CHUNK - 1) / SLOT_CHUNK * SLOT_CHUNK * sizeof(srec) +
                       (p->chunks ? SLOT_CHUNKS * sizeof *p->chunks : 0);
+        /* pairs with an eid and no block: they have state, in p->eids */
+        pthread_mutex_lock(&p->lock);
+        out->workers += kvix_hmap_size(&p->eids);
+        out->bytes += kvix_hmap_memory(&p->eids);
+        size_t it = 0;
+        const uint64_t *key;
+        while (ids_ok && kvix_hmap_next(&p->eids, &it, &key))
+            if (!kvix_hmap_put(&ids, &key[0], NULL))
+                ids_ok = 0;
+        pthread_mutex_unlock(&p->lock);
         for (uint32_t s = 0; s < ns; s++) {
             wstate *w = slot_ws(p, s);
             if (!w)

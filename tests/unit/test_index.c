@@ -696,12 +696,15 @@ TEST(foreach_order_and_eids)
         CHECK(kvix_index_set_eid(idx, "b", "default", 4, 2, 0, 99, &err) == KVIX_OK);
         CHECK(kvix_index_set_eid(idx, "b", "default", 8, 2, 0, 99, &err) == KVIX_EBLOCKSIZE);
         CHECK(kvix_index_set_eid(idx, "c", "default", 3, 5, 0, 7, &err) == KVIX_OK);
-        /* an empty partition: created, its only worker dropped */
+        /* an empty partition: created, its only worker dropped; it stays
+         * in the index but is not walked (so not saved: a restart does not
+         * keep what holds nothing) */
         CHECK(store(idx, "d", 4, 0, 0, 4, NULL, L, 1, 0, NULL) == KVIX_OK);
         CHECK(kvix_index_remove_worker(idx, 4, NULL, &err) == KVIX_OK);
+        CHECK(kvix_index_block_size(idx, "d", "default") == 4);
         CHECK(walk(idx) == 0);
-        CHECK_U64(nvisits, 6);
-        if (nvisits != 6)
+        CHECK_U64(nvisits, 5);
+        if (nvisits != 5)
             continue;
         CHECK_STR(visits[0].model, "a");
         CHECK_U64(visits[0].worker, 7);
@@ -729,16 +732,13 @@ TEST(foreach_order_and_eids)
         CHECK_U64(visits[4].bs, 3);
         CHECK_U64(visits[4].worker, 5);
         CHECK_U64(visits[4].eid, 7);
-        CHECK_STR(visits[5].model, "d");
-        CHECK_U64(visits[5].worker, UINT64_MAX);
-        CHECK_U64(visits[5].n, 0);
         /* a visitor's non-zero return stops the walk and is returned */
         nvisits = 31;
         CHECK_U64(kvix_index_foreach(idx, collect, NULL), 7);
         /* worker removal forgets the eid too */
         CHECK(kvix_index_remove_worker(idx, 2, NULL, &err) == KVIX_OK);
         CHECK(walk(idx) == 0);
-        CHECK_U64(nvisits, 5);
+        CHECK_U64(nvisits, 4);
     }
 }
 

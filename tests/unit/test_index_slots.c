@@ -172,3 +172,91 @@ static void run(kvix_backend b, long npairs)
 TEST(pairs_200000_come_and_go_positional) { run(KVIX_BACKEND_POSITIONAL, 200000); }
 TEST(pairs_70000_come_and_go_radix) { run(KVIX_BACKEND_RADIX, 70000); }
 TEST(pairs_70000_come_and_go_reference) { run(KVIX_BACKEND_REFERENCE, 70000); }
+
+/* Pairs that store a block and remove it, each with an eid: they hold only
+ * their eid (the resume position), which used to keep their slot for ever
+ * (70,000 such workers: 8,928 refused at the 65,536 wall). Now the slot is
+ * given back and the eid kept apart: every pair is accepted, every eid is
+ * walked (saved) and taken back by the pair's next state, and worker removal
+ * forgets it. */
+static uint64_t eo_sum, eo_n, eo_blocks;
+static int eo_visit(void *ctx, const char *model, const char *tenant, uint32_t bs,
+                    uint64_t worker, uint32_t dp, int has_eid, uint64_t eid,
+                    const kvix_block_info *b, size_t n)
+{
+    (void)ctx;
+    (void)model;
+    (void)tenant;
+    (void)bs;
+    (void)b;
+    (void)dp;
+    if (worker == UINT64_MAX)
+        return 0;
+    eo_n++;
+    eo_blocks += n;
+    if (has_eid)
+        eo_sum += eid - 2 * (worker / 7); /* eid 2k + 1 of pair k: 1 each */
+    return 0;
+}
+
+TEST(pairs_that_keep_only_their_eid_give_their_slots_back)
+{
+    kvix_index_opts o;
+    kvix_index_opts_init(&o);
+    kvix_index *idx;
+    CHECK(kvix_index_new(&idx, &o, NULL) == KVIX_OK);
+    kvix_event ev;
+    kvix_event_init(&ev);
+    long n = 70000;
+    bad = 0;
+    for (long k = 0; k < n && bad < 5; k++) {
+        uint64_t w = (uint64_t)k * 7;
+        ie_event(&ev, KVIX_EV_STORED, w, 0);
+        ev.bs = 16;
+        ev.has_eid = 1;
+        ev.eid = (uint64_t)(2 * k);
+        kvix_event_reserve_blocks(&ev, 1, NULL);
+        ev.blocks[0].local = (uint64_t)k + 1;
+        ev.blocks[0].seq = (uint64_t)k + 1;
+        ev.nblocks = 1;
+        ie_apply(idx, &ev, &bad, "store of pair", k);
+        ie_event(&ev, KVIX_EV_REMOVED, w, 0);
+        ev.has_eid = 1;
+        ev.eid = (uint64_t)(2 * k + 1);
+        kvix_event_reserve_hashes(&ev, 1, NULL);
+        ev.hashes[0] = (uint64_t)k + 1;
+        ev.nhashes = 1;
+        ie_apply(idx, &ev, &bad, "removal of pair", k);
+    }
+    CHECK_U64(bad, 0);
+    kvix_index_stats st;
+    kvix_index_stats_get(idx, &st);
+    CHECK_U64(st.workers, (uint64_t)n);
+    CHECK_U64(st.blocks, 0);
+    eo_sum = eo_n = eo_blocks = 0;
+    CHECK(kvix_index_foreach(idx, eo_visit, NULL) == 0);
+    CHECK_U64(eo_n, (uint64_t)n);
+    CHECK_U64(eo_sum, (uint64_t)n);
+    /* pair 3 stores again without an eid: its state takes its eid back */
+    ie_event(&ev, KVIX_EV_STORED, 21, 0);
+    ev.bs = 16;
+    kvix_event_reserve_blocks(&ev, 1, NULL);
+    ev.blocks[0].local = 99;
+    ev.blocks[0].seq = 99;
+    ev.nblocks = 1;
+    ie_apply(idx, &ev, &bad, "store again of pair", 3);
+    eo_sum = eo_n = eo_blocks = 0;
+    CHECK(kvix_index_foreach(idx, eo_visit, NULL) == 0);
+    CHECK_U64(eo_n, (uint64_t)n);
+    CHECK_U64(eo_sum, (uint64_t)n);
+    CHECK_U64(eo_blocks, 1);
+    /* removal forgets eids, held or alone */
+    kvix_err err;
+    CHECK(kvix_index_remove_worker(idx, 21, NULL, &err) == KVIX_OK);
+    CHECK(kvix_index_remove_worker(idx, 28, NULL, &err) == KVIX_OK);
+    CHECK(kvix_index_forget_worker(idx, "default", "default", 35, 0, NULL, &err) == KVIX_OK);
+    kvix_index_stats_get(idx, &st);
+    CHECK_U64(st.workers, (uint64_t)n - 3);
+    kvix_event_release(&ev);
+    kvix_index_free(idx);
+}

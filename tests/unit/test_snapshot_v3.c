@@ -10,6 +10,7 @@
 
 #include "harness.h"
 #include "kvix/snapshot.h"
+#include "kvix/snapshot_stats.h"
 #include "snapshot_gen.h"
 #include "snapshot_int.h"
 
@@ -447,11 +448,15 @@ TEST(older_versions_read_alike)
     CHECK_U64(i2.version, 2);
     CHECK(i2.has_stream && strcmp(i2.stream, "KVIX_EVENTS") == 0 && i2.stream_seq == 4242);
     kvix_snapshot_group g[3];
-    size_t groups = 0, bad = 0;
+    size_t groups = 0, bad = 0, empty[3] = {0, 0, 0};
     int rc[3];
     for (;;) {
+        /* a partition that holds nothing is not saved any more: v1 and v2
+         * have one, v3 does not */
         for (int i = 0; i < 3; i++)
-            rc[i] = kvix_snapshot_next(s[i], &g[i], &err);
+            while ((rc[i] = kvix_snapshot_next(s[i], &g[i], &err)) == KVIX_OK &&
+                   kvix_snapshot_group_is_partition(&g[i]))
+                empty[i]++;
         if (rc[0] || rc[1] || rc[2])
             break;
         groups++;
@@ -465,7 +470,10 @@ TEST(older_versions_read_alike)
     }
     CHECK(rc[0] == KVIX_EOF && rc[1] == KVIX_EOF && rc[2] == KVIX_EOF);
     CHECK_U64(bad, 0);
-    CHECK_U64(groups, 36); /* 35 workers, a partition without one */
+    CHECK_U64(groups, 35); /* 35 workers */
+    CHECK_U64(empty[0], 1);
+    CHECK_U64(empty[1], 1);
+    CHECK_U64(empty[2], 0);
     for (int i = 0; i < 3; i++)
         kvix_snapshot_close(s[i]);
 }
