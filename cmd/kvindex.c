@@ -65,6 +65,7 @@ enum {
     O_HTTP_MEMORY,
     O_AUTH_TOKEN_FILE,
     O_AUTH_QUERIES,
+    O_PEERS_TIMEOUT,
 };
 
 /* Dynamo's standalone indexer serves at this port when given none. */
@@ -128,6 +129,8 @@ static const cli_opt options[] = {
      "start from the first peer whose GET /snapshot or GET /dump answers, after holding the "
      "input back 1 s (else from the snapshot); --nats: a new replica, or one the stream left "
      "behind, takes a peer's /snapshot and its stream position"},
+    {O_PEERS_TIMEOUT, 0, "peers-timeout", "SECONDS", NULL,
+     "--peers: a recovery takes at most SECONDS in all, however many peers hang (default 30)"},
     {'w', 'w', "worker", "ID[:DP]=ENDPOINT", NULL,
      "subscribe to a worker's event endpoint and apply its events (repeatable)"},
     {O_WORKERS_FILE, 0, "workers-file", "FILE", "file",
@@ -172,6 +175,7 @@ typedef struct kvi {
     uint64_t files;   /* open files the subscriptions may hold */
     char *auth_token; /* --auth-token-file's, or NULL */
     int auth_queries; /* --auth-queries */
+    unsigned peers_timeout_s; /* --peers-timeout */
     uint64_t save_every_events;
     double save_every_secs;
     const char **names;     /* source names, by number (kvix_ingest_opts.sources) */
@@ -1080,6 +1084,9 @@ static void parse_options(kvi *k, kvargs *a, int argc, char **argv)
             }
             break;
         case O_AUTH_QUERIES: k->auth_queries = 1; break;
+        case O_PEERS_TIMEOUT:
+            k->peers_timeout_s = (unsigned)cli_parse_uint(arg, 1, 86400, "timeout");
+            break;
         case O_HTTP_MEMORY:
             k->http_limits.memory_max =
                 (size_t)cli_parse_uint(arg, 1u << 20, UINT64_C(1) << 40, "memory");
@@ -1345,6 +1352,11 @@ int main(int argc, char **argv)
         cli_die(KVIX_EXIT_SYS, "%s", err.msg);
     parse_options(&k, &a, argc, argv);
     check_options(&k, &a);
+    /* peers' answers are written to $TMPDIR as they come, never held in memory */
+    const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    if (kvix_peers_set_transfer(k.peers, tmp, 5000,
+                                (uint64_t)(k.peers_timeout_s ? k.peers_timeout_s : 30) * 1000, &err))
+        cli_die(KVIX_EXIT_SYS, "%s", err.msg);
     name_sources(&k, &a);
     make_ingest(&k, &a);
     k.progress = !k.quiet && cli_draws_progress();

@@ -34,6 +34,7 @@ complete -c kvindex -l http-memory -x -d 'request bodies and query parses togeth
 complete -c kvindex -l auth-token-file -r -F -d '--listen: the endpoints that change or export the state need \'Authorization: Bearer\' and the first line of FILE (401 otherwise); also sent to --peers'
 complete -c kvindex -l auth-queries -d '--auth-token-file: /query and /query_by_hash need the token too'
 complete -c kvindex -l peers -x -d 'start from the first peer whose GET /snapshot or GET /dump answers, after holding the input back 1 s (else from the snapshot); --nats: a new replica, or one the stream left behind, takes a peer\'s /snapshot and its stream position'
+complete -c kvindex -l peers-timeout -x -d '--peers: a recovery takes at most SECONDS in all, however many peers hang (default 30)'
 complete -c kvindex -s w -l worker -x -d 'subscribe to a worker\'s event endpoint and apply its events (repeatable)'
 complete -c kvindex -l workers-file -r -F -d 'subscribe to the ID[:DP]=ENDPOINT [replay=ENDPOINT] lines of FILE; re-read on SIGHUP'
 complete -c kvindex -l model -x -d '-w: model name of the events (default "default")'

@@ -156,8 +156,10 @@ static int bootstrap(kvix_follow *f, uint64_t first, kvix_err *err)
     if (rc)
         return rc;
     const char *stream = f->o.nats->stream;
-    kvix_peers_recover_opts po = {.stream = stream, .min_seq = first ? first - 1 : 0,
-                                  .token = kvix_peers_token(f->o.peers)};
+    kvix_peers_recover_opts po;
+    kvix_peers_opts(f->o.peers, &po);
+    po.stream = stream;
+    po.min_seq = first ? first - 1 : 0;
     kvix_snapshot *s = NULL;
     kvix_err e;
     rc = n ? kvix_peers_fetch_snapshot((const char *const *)urls, n, &po, &s, &who, &e)

@@ -197,7 +197,9 @@ int kvix_ingest_recover(kvix_ingest *g, kvix_peers *peers, const char *stream,
     char **urls = NULL, **tried = NULL;
     size_t n = 0, ntried = 0;
     const char **fresh = NULL;
-    kvix_peers_recover_opts o = {.stream = stream, .token = kvix_peers_token(peers)};
+    kvix_peers_recover_opts o;
+    kvix_peers_opts(peers, &o); /* one deadline for every peer asked, late ones too */
+    o.stream = stream;
     kvix_peers_result res;
     int rc = KVIX_ENOTFOUND;
     memset(rec, 0, sizeof *rec);

@@ -55,9 +55,27 @@ int kvix_peers_list(kvix_peers *p, char ***urls, size_t *n, kvix_err *err);
 void kvix_peers_list_free(char **urls, size_t n);
 
 /* ---- recovery ---- */
+struct kvix_peers_recover_opts;
+/* How recoveries from the set's peers transfer (tmpdir copied; NULL:
+ * "/tmp"): kvix_peers_recover_opts' timeout_ms, and the whole recovery
+ * bounded to recovery_ms from its start (0: no bound). KVIX_ENOMEM. Set
+ * them before sharing the set. */
+int kvix_peers_set_transfer(kvix_peers *p, const char *tmpdir, long timeout_ms,
+                            uint64_t recovery_ms, kvix_err *err);
+/* *o zeroed, then the set's token, tmpdir and timeout, and a deadline of
+ * recovery_ms from now: a recovery starting now. */
+void kvix_peers_opts(const kvix_peers *p, struct kvix_peers_recover_opts *o);
+
 typedef struct kvix_peers_recover_opts {
-    long timeout_ms;    /* per request; 0: 10000 */
+    long timeout_ms;    /* a peer silent this long (no connection, or under a byte a
+                           second) is given up, however long its answer takes
+                           otherwise; 0: 5000 */
+    uint64_t deadline_ms; /* CLOCK_MONOTONIC milliseconds past which no peer is asked and a
+                           transfer under way is cut: the whole recovery's bound
+                           (0: none) */
     size_t max_bytes;   /* ceiling of one answer; 0: 16 GiB */
+    const char *tmpdir; /* answers are written to an unlinked file here as they
+                           arrive (the heap never holds them); NULL: "/tmp" */
     /* Non-NULL: only a GET /snapshot that reflects this NATS stream is taken
      * (an exact hand-off: the caller consumes from info.stream_seq + 1);
      * /dump, which says no position, is not asked. */

@@ -1,11 +1,17 @@
 /* Peers: the set of their URLs, and recovery from the first that answers
  * (GET /snapshot, else GET /dump; libcurl). */
+#define _GNU_SOURCE /* mkostemp */
 #include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "kvix/peers.h"
 #include "kvix/service.h"
@@ -18,7 +24,37 @@ struct kvix_peers {
     char *url[KVIX_PEERS_MAX];
     size_t n;
     char *token;
+    char *tmpdir;
+    long timeout_ms;
+    uint64_t recovery_ms;
 };
+
+int kvix_peers_set_transfer(kvix_peers *p, const char *tmpdir, long timeout_ms,
+                            uint64_t recovery_ms, kvix_err *err)
+{
+    char *t = tmpdir ? strdup(tmpdir) : NULL;
+    if (tmpdir && !t)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+    free(p->tmpdir);
+    p->tmpdir = t;
+    p->timeout_ms = timeout_ms;
+    p->recovery_ms = recovery_ms;
+    return KVIX_OK;
+}
+
+void kvix_peers_opts(const kvix_peers *p, kvix_peers_recover_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->token = p->token;
+    o->tmpdir = p->tmpdir;
+    o->timeout_ms = p->timeout_ms;
+    if (p->recovery_ms) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        o->deadline_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000 +
+                         p->recovery_ms;
+    }
+}
 
 int kvix_peers_token_check(const char *t, size_t len, kvix_err *err)
 {
@@ -77,6 +113,7 @@ void kvix_peers_free(kvix_peers *p)
     for (size_t i = 0; i < p->n; i++)
         free(p->url[i]);
     free(p->token);
+    free(p->tmpdir);
     pthread_mutex_destroy(&p->mu);
     free(p);
 }
@@ -205,43 +242,110 @@ static void curl_init(void)
     curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
+/* A peer's answer goes to an unlinked temporary file as it arrives (libcurl's
+ * write callback), never to the heap: a 3,000 MB body took RSS to 6.2 GB.
+ * The file is then mapped (a snapshot verified and applied from it, a dump
+ * walked event by event): its pages are the page cache's, given back under
+ * pressure. */
 typedef struct sink {
-    kvix_buf b;
-    size_t max;
-    int over;
+    int fd;          /* the temporary file, or -1 */
+    uint64_t n, max; /* bytes written; the ceiling */
+    int over, werr;
 } sink;
 
 static size_t on_data(char *p, size_t size, size_t n, void *ctx)
 {
     sink *k = ctx;
     size_t len = size * n;
-    if (k->b.len + len > k->max) {
+    if (k->n + len > k->max) {
         k->over = 1;
         return 0; /* aborts the transfer */
     }
-    return kvix_buf_append(&k->b, p, len, NULL) ? 0 : len;
+    for (size_t off = 0; off < len;) {
+        ssize_t w = write(k->fd, p + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0) {
+            k->werr = errno;
+            return 0;
+        }
+        off += (size_t)w;
+    }
+    k->n += len;
+    return len;
 }
 
-/* GET url + path into k->b; KVIX_OK on a 200. */
-static int fetch(const char *url, const char *path, const kvix_peers_recover_opts *o, sink *k,
-                 kvix_err *err)
+static int sink_open(sink *k, const char *tmpdir, uint64_t max, kvix_err *err)
 {
-    long timeout_ms = o->timeout_ms;
+    char path[4096];
+    k->fd = -1;
+    k->max = max;
+    if ((size_t)snprintf(path, sizeof path, "%s/kvix-peer-XXXXXX", tmpdir) >= sizeof path)
+        return kvix_err_set(err, KVIX_EINVAL, "temporary folder name too long");
+    k->fd = mkostemp(path, O_CLOEXEC);
+    if (k->fd < 0)
+        return kvix_err_set(err, KVIX_EIO, "cannot create a file in %s: %s", tmpdir,
+                            strerror(errno));
+    unlink(path); /* nothing left behind, whatever happens */
+    return KVIX_OK;
+}
+
+static void sink_close(sink *k)
+{
+    if (k->fd >= 0)
+        close(k->fd);
+    k->fd = -1;
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Milliseconds left to o->deadline_ms (1 at least once it has passed, for
+ * libcurl's "no limit" 0), or 0 without a deadline. */
+static long left_ms(const kvix_peers_recover_opts *o)
+{
+    if (!o->deadline_ms)
+        return 0;
+    uint64_t now = mono_ms();
+    return now >= o->deadline_ms ? 1 : (long)(o->deadline_ms - now);
+}
+
+/* GET url + path into k's file; KVIX_OK on a 200. *answered: the peer gave
+ * an HTTP status at all (a peer that does not answer is not asked again). */
+static int fetch(const char *url, const char *path, const kvix_peers_recover_opts *o, sink *k,
+                 int *answered, kvix_err *err)
+{
+    *answered = 0;
     char full[KVIX_PEER_URL_MAX + 32];
     size_t ul = trimmed(url, strlen(url));
     if (ul >= KVIX_PEER_URL_MAX)
         return kvix_err_set(err, KVIX_ELIMIT, "peer url longer than %u bytes",
                             KVIX_PEER_URL_MAX - 1);
     snprintf(full, sizeof full, "%.*s%s", (int)ul, url, path);
-    k->b.len = 0;
-    k->over = 0;
+    if (o->deadline_ms && mono_ms() >= o->deadline_ms)
+        return kvix_err_set(err, KVIX_EIO, "%s: not asked: the recovery's time is over", full);
+    k->n = 0;
+    k->over = k->werr = 0;
+    if (ftruncate(k->fd, 0) != 0 || lseek(k->fd, 0, SEEK_SET) != 0)
+        return kvix_err_set(err, KVIX_EIO, "temporary file: %s", strerror(errno));
     CURL *c = curl_easy_init();
     if (!c)
         return kvix_err_set(err, KVIX_ENOMEM, "cannot create a curl handle");
     char ebuf[CURL_ERROR_SIZE] = "";
+    long silence_s = (o->timeout_ms + 999) / 1000, left = left_ms(o);
     curl_easy_setopt(c, CURLOPT_URL, full);
     curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
+    /* a peer silent (under a byte a second) this long is given up, however
+     * big its answer; the whole recovery has its own deadline */
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
+                     left && left < o->timeout_ms ? left : o->timeout_ms);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, silence_s);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, left);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, k);
@@ -265,8 +369,12 @@ static int fetch(const char *url, const char *path, const kvix_peers_recover_opt
     curl_easy_cleanup(c);
     curl_slist_free_all(hdr);
     free(auth);
+    *answered = status != 0;
     if (k->over)
-        return kvix_err_set(err, KVIX_ELIMIT, "%s: answer larger than %zu bytes", full, k->max);
+        return kvix_err_set(err, KVIX_ELIMIT, "%s: answer larger than %" PRIu64 " bytes", full,
+                            k->max);
+    if (k->werr)
+        return kvix_err_set(err, KVIX_EIO, "%s: temporary file: %s", full, strerror(k->werr));
     if (rc != CURLE_OK)
         return kvix_err_set(err, KVIX_EIO, "%s: %s", full, *ebuf ? ebuf : curl_easy_strerror(rc));
     if (status != 200)
@@ -282,9 +390,11 @@ static void opts_fill(kvix_peers_recover_opts *o, const kvix_peers_recover_opts 
     if (given)
         *o = *given;
     if (!o->timeout_ms)
-        o->timeout_ms = 10000;
+        o->timeout_ms = 5000;
     if (!o->max_bytes)
         o->max_bytes = (size_t)1 << 34;
+    if (!o->tmpdir)
+        o->tmpdir = "/tmp";
 }
 
 static int curl_ready(kvix_err *err)
@@ -297,14 +407,16 @@ static int curl_ready(kvix_err *err)
 }
 
 /* The peer's GET /snapshot, verified whole: KVIX_OK with *out, or KVIX_EIO
- * (err says why) to try something else. */
+ * (err says why) to try something else; *answered as fetch says. */
 static int one_snapshot(const char *url, const kvix_peers_recover_opts *o, sink *k,
-                        kvix_snapshot **out, kvix_err *err)
+                        kvix_snapshot **out, int *answered, kvix_err *err)
 {
-    if (fetch(url, "/snapshot", o, k, err))
+    if (fetch(url, "/snapshot", o, k, answered, err))
         return KVIX_EIO;
+    if (lseek(k->fd, 0, SEEK_SET) != 0)
+        return kvix_err_set(err, KVIX_EIO, "temporary file: %s", strerror(errno));
     kvix_snapshot *s;
-    if (kvix_snapshot_open_mem(&s, k->b.data ? k->b.data : "", k->b.len, err)) {
+    if (kvix_snapshot_open_fd(&s, k->fd, url, err)) { /* mapped from the file */
         char m[sizeof err->msg];
         snprintf(m, sizeof m, "%s", err ? err->msg : "");
         return kvix_err_set(err, KVIX_EIO, "%.*s/snapshot: %s", (int)trimmed(url, strlen(url)),
@@ -333,9 +445,11 @@ static int one_snapshot(const char *url, const kvix_peers_recover_opts *o, sink 
 
 /* The peers from urls[from] on, in order, until one answers: its GET
  * /snapshot (verified whole) in *snap, or, with_dump, its GET /dump's body
- * in k->b (*snap NULL); *winner says which. KVIX_ENOTFOUND when none did
- * (err: the last peer's failure). The one loop of fetch_snapshot and
- * recover, which tries the next peer after a dump it cannot use. */
+ * in k's file (*snap NULL); *winner says which. A peer that answered
+ * nothing to /snapshot (silent, away) is not asked for /dump. KVIX_ENOTFOUND
+ * when none did (err: the last peer's failure). The one loop of
+ * fetch_snapshot and recover, which tries the next peer after a dump it
+ * cannot use. */
 static int first_peer(const char *const *urls, size_t n, size_t from,
                       const kvix_peers_recover_opts *o, int with_dump, sink *k,
                       kvix_snapshot **snap, size_t *winner, kvix_err *err)
@@ -343,10 +457,11 @@ static int first_peer(const char *const *urls, size_t n, size_t from,
     if (!from)
         kvix_err_set(err, KVIX_ENOTFOUND, "no peer given");
     for (size_t i = from; i < n; i++) {
+        int answered;
         *winner = i;
         *snap = NULL;
-        if (one_snapshot(urls[i], o, k, snap, err) == KVIX_OK ||
-            (with_dump && fetch(urls[i], "/dump", o, k, err) == KVIX_OK))
+        if (one_snapshot(urls[i], o, k, snap, &answered, err) == KVIX_OK ||
+            (with_dump && answered && fetch(urls[i], "/dump", o, k, &answered, err) == KVIX_OK))
             return KVIX_OK;
     }
     if (err && n)
@@ -364,10 +479,11 @@ int kvix_peers_fetch_snapshot(const char *const *urls, size_t n,
     int rc = curl_ready(err);
     if (rc)
         return rc;
-    sink k = {.max = o.max_bytes};
-    kvix_buf_init(&k.b);
+    sink k;
+    if ((rc = sink_open(&k, o.tmpdir, o.max_bytes, err)))
+        return rc;
     rc = first_peer(urls, n, 0, &o, 0, &k, out, winner, err);
-    kvix_buf_release(&k.b);
+    sink_close(&k); /* a snapshot maps what it needs: the file lives on with it */
     return rc;
 }
 
@@ -381,8 +497,9 @@ int kvix_peers_recover(kvix_index *idx, const char *const *urls, size_t n,
     int rc = curl_ready(err);
     if (rc)
         return rc;
-    sink k = {.max = o.max_bytes};
-    kvix_buf_init(&k.b);
+    sink k;
+    if ((rc = sink_open(&k, o.tmpdir, o.max_bytes, err)))
+        return rc;
     kvix_snapshot *s;
     size_t from = 0;
     /* with a stream, only a snapshot carries the position: no dump */
@@ -395,12 +512,22 @@ int kvix_peers_recover(kvix_index *idx, const char *const *urls, size_t n,
             res->from_snapshot = 1;
             break;
         }
-        rc = kvix_service_dump_apply(idx, k.b.data ? k.b.data : "", k.b.len, &res->applied,
+        void *m = k.n ? mmap(NULL, (size_t)k.n, PROT_READ, MAP_PRIVATE, k.fd, 0) : NULL;
+        if (m == MAP_FAILED) {
+            rc = kvix_err_set(err, KVIX_EIO, "cannot map %s/dump's answer: %s",
+                              urls[res->winner], strerror(errno));
+            break;
+        }
+        if (m)
+            madvise(m, (size_t)k.n, MADV_SEQUENTIAL);
+        rc = kvix_service_dump_apply(idx, m ? m : "", (size_t)k.n, &res->applied,
                                      &res->rejected, err);
+        if (m)
+            munmap(m, (size_t)k.n);
         if (!rc || res->applied || res->rejected)
             break; /* taken, or failed half way: the index is no longer as it was */
         from = res->winner + 1;
     }
-    kvix_buf_release(&k.b);
+    sink_close(&k);
     return rc;
 }

@@ -9,6 +9,7 @@
 #include "hashmap_int.h"
 #include "kvix/hash.h"
 #include "kvix/snapshot.h"
+#include "json_arena_int.h"
 #include "service_int.h"
 
 /* ---- exact u64 ---- */
@@ -502,75 +503,241 @@ static int read_router_event(json_t *re, kvix_event *ev, kvix_err *err)
     return kvix_err_set(err, KVIX_EINVAL, "event data is neither stored, removed nor cleared");
 }
 
-static int apply_partition(kvix_index *idx, const char *key, json_t *part, kvix_event *ev,
-                           uint64_t *applied, uint64_t *rejected, kvix_err *err)
+/* One RouterEvent of partition key (model:tenant, split at colon) applied:
+ * counted applied or rejected; KVIX_ENOMEM and KVIX_EBLOCKSIZE end the dump. */
+static int apply_router_event(kvix_index *idx, const char *key, const char *colon, uint64_t bs,
+                              json_t *re, kvix_event *ev, uint64_t *applied, uint64_t *rejected,
+                              kvix_err *err)
+{
+    int rc;
+    kvix_event_reset(ev);
+    ev->bs = (uint32_t)bs;
+    if ((rc = kvix_event_set_name(ev->model, key, (size_t)(colon - key), err)) ||
+        (rc = kvix_event_set_name(ev->tenant, colon + 1, strlen(colon + 1), err)))
+        return rc;
+    if ((rc = read_router_event(re, ev, err)))
+        return rc;
+    kvix_err e2;
+    json_t *st = json_object_get(json_object_get(json_object_get(re, "event"), "data"), "stored");
+    uint64_t pos, pcanon;
+    int has_pos, has_pc;
+    if (st && ((rc = kvix_sj_get_u64(st, "start_position", &has_pos, &pos, err)) ||
+               (rc = kvix_sj_get_u64(st, "kvix_parent_canon", &has_pc, &pcanon, err))))
+        return rc;
+    if (st && has_pos && has_pc)
+        rc = load_run(idx, ev, pos, pcanon, &e2);
+    else
+        rc = kvix_index_apply(idx, ev, NULL, &e2);
+    if (rc == KVIX_ENOMEM || rc == KVIX_EBLOCKSIZE)
+        return (*err = e2, rc);
+    if (rc)
+        ++*rejected;
+    else
+        ++*applied;
+    return KVIX_OK;
+}
+
+/* ---- the dump's outer structure, walked without building it ----
+ *
+ * {"model:tenant":{"block_size":N,"events":[RouterEvent,...]},...}: jansson
+ * builds a whole document, 10 to 15 times its size (a 300 MB dump took
+ * 4.5 GB), so only each RouterEvent is handed to it, one at a time, and the
+ * levels around them are walked here: where each value starts and ends
+ * (strings and nesting; what is inside is jansson's to check). */
+#define DUMP_DEPTH_MAX 64
+
+typedef struct dscan {
+    const char *t;
+    size_t i, n;
+} dscan;
+
+static void ds_ws(dscan *d)
+{
+    while (d->i < d->n && strchr(" \t\r\n", d->t[d->i]) && d->t[d->i])
+        d->i++;
+}
+
+static int ds_bad(const dscan *d, const char *what, kvix_err *err)
+{
+    return kvix_err_set(err, KVIX_EINVAL, "malformed dump at byte %zu: %s", d->i + 1, what);
+}
+
+/* Past the string at d->i (a '"'). */
+static int ds_string(dscan *d, kvix_err *err)
+{
+    for (d->i++; d->i < d->n; d->i++) {
+        if (d->t[d->i] == '\\')
+            d->i++;
+        else if (d->t[d->i] == '"')
+            return (d->i++, KVIX_OK);
+    }
+    return ds_bad(d, "unterminated string", err);
+}
+
+/* Past the value at d->i, whatever it is. */
+static int ds_value(dscan *d, kvix_err *err)
+{
+    int depth = 0;
+    do {
+        ds_ws(d);
+        if (d->i >= d->n)
+            return ds_bad(d, "unexpected end", err);
+        char c = d->t[d->i];
+        if (c == '"') {
+            if (ds_string(d, err))
+                return KVIX_EINVAL;
+        } else if (c == '[' || c == '{') {
+            if (++depth > DUMP_DEPTH_MAX)
+                return ds_bad(d, "nested too deep", err);
+            d->i++;
+        } else if (c == ']' || c == '}') {
+            if (--depth < 0)
+                return ds_bad(d, "unbalanced brackets", err);
+            d->i++;
+        } else if (c == ',' || c == ':') {
+            if (!depth)
+                return ds_bad(d, "a value expected", err);
+            d->i++;
+        } else { /* a number, true, false, null */
+            size_t from = d->i;
+            while (d->i < d->n && !strchr(",:]} \t\r\n\"[{", d->t[d->i]) && d->t[d->i])
+                d->i++;
+            if (d->i == from)
+                return ds_bad(d, "a value expected", err);
+        }
+    } while (depth > 0);
+    return KVIX_OK;
+}
+
+/* The next member of the object being walked: its key (decoded by jansson,
+ * at most cap - 1 bytes) and its value's span [*v, d->i); 0 at the object's
+ * end, 1 for a member, or an error. first: right after the '{'. */
+static int ds_member(dscan *d, int first, char *key, size_t cap, size_t *v, kvix_err *err)
+{
+    ds_ws(d);
+    if (d->i < d->n && d->t[d->i] == '}')
+        return (d->i++, 0);
+    if (!first) {
+        if (d->i >= d->n || d->t[d->i] != ',')
+            return ds_bad(d, "',' or '}' expected", err);
+        d->i++;
+        ds_ws(d);
+    }
+    if (d->i >= d->n || d->t[d->i] != '"')
+        return ds_bad(d, "a key expected", err);
+    size_t k0 = d->i;
+    if (ds_string(d, err))
+        return KVIX_EINVAL;
+    json_t *ks = json_loadb(d->t + k0, d->i - k0, JSON_DECODE_ANY, NULL);
+    const char *kv = json_string_value(ks);
+    if (!kv || strlen(kv) >= cap) {
+        json_decref(ks);
+        return ds_bad(d, "a key that is not a string or is too long", err);
+    }
+    snprintf(key, cap, "%s", kv);
+    json_decref(ks);
+    ds_ws(d);
+    if (d->i >= d->n || d->t[d->i] != ':')
+        return ds_bad(d, "':' expected", err);
+    d->i++;
+    ds_ws(d);
+    *v = d->i;
+    return ds_value(d, err) ? KVIX_EINVAL : 1;
+}
+
+static int ds_open(dscan *d, char c, const char *what, kvix_err *err)
+{
+    ds_ws(d);
+    if (d->i >= d->n || d->t[d->i] != c)
+        return ds_bad(d, what, err);
+    d->i++;
+    return KVIX_OK;
+}
+
+/* One partition's object at [from, to): its block_size first (wherever it
+ * is), then its events, each parsed alone and applied. */
+static int apply_partition(kvix_index *idx, const char *key, const char *t, size_t from,
+                           size_t to, kvix_event *ev, uint64_t *applied, uint64_t *rejected,
+                           kvix_err *err)
 {
     const char *colon = strchr(key, ':');
-    uint64_t bs;
-    int rc;
     if (!colon)
         return kvix_err_set(err, KVIX_EINVAL, "dump key \"%.60s\" is not model:tenant", key);
-    if (!json_is_object(part))
+    dscan d = {t, from, to};
+    if (ds_open(&d, '{', "dump entry is not an object", err))
         return kvix_err_set(err, KVIX_EINVAL, "dump entry \"%.60s\" is not an object", key);
-    if ((rc = kvix_sj_get_u64(part, "block_size", NULL, &bs, err)))
+    char mk[32];
+    size_t v, bs_at = 0, ev_at = 0, ev_end = 0;
+    int rc, first = 1, has_bs = 0, has_ev = 0;
+    while ((rc = ds_member(&d, first, mk, sizeof mk, &v, err)) == 1) {
+        first = 0;
+        if (!strcmp(mk, "block_size"))
+            has_bs = 1, bs_at = v;
+        else if (!strcmp(mk, "events"))
+            has_ev = 1, ev_at = v, ev_end = d.i;
+    }
+    if (rc)
         return rc;
+    uint64_t bs = 0;
+    json_t *bj = NULL;
+    dscan b = {t, bs_at, to};
+    if (has_bs && !ds_value(&b, NULL)) /* the value alone */
+        bj = json_loadb(t + bs_at, b.i - bs_at, JSON_DECODE_ANY, NULL);
+    if (!has_bs || !json_is_integer(bj) || json_integer_value(bj) < 0) {
+        json_decref(bj);
+        return kvix_err_set(err, KVIX_EINVAL, "\"block_size\" of \"%.60s\" is missing or not "
+                            "a number", key);
+    }
+    bs = (uint64_t)json_integer_value(bj);
+    json_decref(bj);
     if (bs == 0 || bs > KVIX_BS_MAX)
         return kvix_err_set(err, KVIX_ERANGE, "block_size %" PRIu64 " out of range", bs);
-    json_t *events = json_object_get(part, "events");
-    if (!json_is_array(events))
+    dscan e = {t, ev_at, ev_end};
+    if (!has_ev || ds_open(&e, '[', "", NULL))
         return kvix_err_set(err, KVIX_EINVAL, "\"events\" of \"%.60s\" is not an array", key);
-    size_t i;
-    json_t *re;
-    json_array_foreach(events, i, re)
-    {
-        kvix_event_reset(ev);
-        ev->bs = (uint32_t)bs;
-        if ((rc = kvix_event_set_name(ev->model, key, (size_t)(colon - key), err)) ||
-            (rc = kvix_event_set_name(ev->tenant, colon + 1, strlen(colon + 1), err)))
-            return rc;
-        if ((rc = read_router_event(re, ev, err)))
-            return rc;
-        kvix_err e2;
-        json_t *st = json_object_get(json_object_get(json_object_get(re, "event"), "data"),
-                                     "stored");
-        uint64_t pos, pcanon;
-        int has_pos, has_pc;
-        if (st && ((rc = kvix_sj_get_u64(st, "start_position", &has_pos, &pos, err)) ||
-                   (rc = kvix_sj_get_u64(st, "kvix_parent_canon", &has_pc, &pcanon, err))))
-            return rc;
-        if (st && has_pos && has_pc)
-            rc = load_run(idx, ev, pos, pcanon, &e2);
+    for (int n = 0;; n++) {
+        ds_ws(&e);
+        if (e.i < e.n && e.t[e.i] == ']')
+            return KVIX_OK;
+        if (n && (e.i >= e.n || e.t[e.i] != ',' || (e.i++, 0)))
+            return ds_bad(&e, "',' or ']' expected", err);
+        ds_ws(&e);
+        size_t at = e.i;
+        if (ds_value(&e, err))
+            return KVIX_EINVAL;
+        int arena = kvix_json_arena_begin();
+        json_t *re = kvix_json_u64_loadb(t + at, e.i - at, err);
+        rc = re ? apply_router_event(idx, key, colon, bs, re, ev, applied, rejected, err)
+                : KVIX_EINVAL;
+        if (!arena)
+            json_decref(re);
         else
-            rc = kvix_index_apply(idx, ev, NULL, &e2);
-        if (rc == KVIX_ENOMEM || rc == KVIX_EBLOCKSIZE)
-            return (*err = e2, rc);
+            kvix_json_arena_end();
         if (rc)
-            ++*rejected;
-        else
-            ++*applied;
+            return rc;
     }
-    return KVIX_OK;
 }
 
 int kvix_service_dump_apply(kvix_index *idx, const char *body, size_t len, uint64_t *applied,
                             uint64_t *rejected, kvix_err *err)
 {
     *applied = *rejected = 0;
-    json_t *root = kvix_json_u64_loadb(body, len, err);
-    if (!root)
-        return err ? err->code : KVIX_EINVAL;
-    int rc = KVIX_OK;
-    if (!json_is_object(root))
-        rc = kvix_err_set(err, KVIX_EINVAL, "a dump is a JSON object");
+    dscan d = {body, 0, len};
+    if (ds_open(&d, '{', "a dump is a JSON object", err))
+        return kvix_err_set(err, KVIX_EINVAL, "a dump is a JSON object");
     kvix_event ev;
     kvix_event_init(&ev);
-    const char *key;
-    json_t *part;
-    if (!rc)
-        json_object_foreach(root, key, part)
-            if ((rc = apply_partition(idx, key, part, &ev, applied, rejected, err)))
-                break;
+    char key[2 * KVIX_NAME_MAX + 2];
+    size_t v;
+    int rc, first = 1;
+    while ((rc = ds_member(&d, first, key, sizeof key, &v, err)) == 1) {
+        first = 0;
+        if ((rc = apply_partition(idx, key, body, v, d.i, &ev, applied, rejected, err)))
+            break;
+    }
+    ds_ws(&d);
+    if (!rc && d.i != d.n)
+        rc = ds_bad(&d, "text after the dump", err);
     kvix_event_release(&ev);
-    json_decref(root);
     return rc;
 }
