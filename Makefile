@@ -115,7 +115,10 @@ shared: $(LIBKVIX_SO) $(LIBKVIX_NET_SO)
 tools: $(TOOLS)
 # kvindex with every allocation of kvix's code made to fail on demand (tests only)
 FAILALLOC := $(BUILD)/tests/kvindex_failalloc
-tests: all $(UNIT_BIN) $(FAILALLOC)
+# a getaddrinfo held at a gate (tests/dnsgate), preloaded by tests: built
+# without sanitizers, as the system's libraries are
+DNSGATE := $(BUILD)/tests/libdnsgate.so
+tests: all $(UNIT_BIN) $(FAILALLOC) $(DNSGATE)
 benches: all $(BENCH_BIN)
 
 $(BUILD)/obj/%.o: %.c
@@ -168,6 +171,10 @@ $(BUILD)/bin/%: $(BUILD)/obj/cmd/%.o $(ALL_LIBS)
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(UNIT_SUPPORT_OBJ) $(ALL_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $< $(UNIT_SUPPORT_OBJ) $(ALL_LIBS) $(LIBS)
+
+$(DNSGATE): tests/dnsgate/dnsgate.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -fPIC -shared -o $@ $< -ldl
 
 $(FAILALLOC): $(KVINDEX_OBJ) $(BUILD)/obj/tests/failalloc/failalloc.o $(ALL_LIBS)
 	@mkdir -p $(dir $@)

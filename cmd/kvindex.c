@@ -312,7 +312,7 @@ static void on_note(void *ctx, const kvix_enginesub_note *n)
     int always = n->kind == KVIX_ENGINESUB_LOSS || n->kind == KVIX_ENGINESUB_RESTART ||
                  n->kind == KVIX_ENGINESUB_REMOVED || n->kind == KVIX_ENGINESUB_FAILED ||
                  n->kind == KVIX_ENGINESUB_DISCONNECT || n->kind == KVIX_ENGINESUB_NO_CONNECTION ||
-                 n->kind == KVIX_ENGINESUB_CONNECTED;
+                 n->kind == KVIX_ENGINESUB_CONNECTED || n->kind == KVIX_ENGINESUB_UNRESOLVED;
     if (k->quiet || (!always && n->repeat > NOTE_WARN_MAX))
         return;
     pthread_mutex_lock(&k->mu);

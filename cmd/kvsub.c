@@ -291,14 +291,12 @@ static void on_note(void *ctx, const kvix_enginesub_note *n)
     bool always = n->kind == KVIX_ENGINESUB_LOSS || n->kind == KVIX_ENGINESUB_RESTART ||
                   n->kind == KVIX_ENGINESUB_REMOVED || n->kind == KVIX_ENGINESUB_FAILED ||
                   n->kind == KVIX_ENGINESUB_DISCONNECT || n->kind == KVIX_ENGINESUB_NO_CONNECTION ||
-                  n->kind == KVIX_ENGINESUB_CONNECTED;
+                  n->kind == KVIX_ENGINESUB_CONNECTED || n->kind == KVIX_ENGINESUB_UNRESOLVED;
     if (always || n->repeat <= WARN_MAX)
         cli_warn("%s", n->msg);
 }
 
 /* ---- subscriptions ---------------------------------------------------------- */
-
-static void warn_unresolved(const kvix_enginesub_spec *v, size_t n);
 
 /* --replay ID[:DP]=EP names the replay endpoint of a worker and rank,
  * wherever it is subscribed (-w or the workers file, whose replay= wins). */
@@ -334,7 +332,6 @@ static void load_workers(bool initial)
         return;
     }
     apply_replays(v, n);
-    warn_unresolved(v, n);
     rc = kvix_enginesub_replace(S.sub, 1, v, n, &added, &removed, &err);
     free(v);
     if (rc) {
@@ -511,29 +508,6 @@ static uint64_t mono_ms(void)
 }
 
 /* ZMQ retries a host that does not resolve forever and silently: say so. */
-static void warn_unresolved(const kvix_enginesub_spec *v, size_t n)
-{
-    for (size_t i = 0; i < n && !S.bind; i++) {
-        const char *ep = v[i].endpoint;
-        if (strncmp(ep, "tcp://", 6) || ep[6] == '[')
-            continue;
-        const char *colon = strrchr(ep + 6, ':');
-        char host[KVIX_ENGINESUB_ENDPOINT_MAX];
-        size_t hl = (size_t)(colon - (ep + 6));
-        memcpy(host, ep + 6, hl);
-        host[hl] = '\0';
-        struct addrinfo hints, *res = NULL;
-        memset(&hints, 0, sizeof hints);
-        hints.ai_socktype = SOCK_STREAM;
-        int rc = getaddrinfo(host, NULL, &hints, &res);
-        if (rc == 0)
-            freeaddrinfo(res);
-        else
-            cli_warn("worker %" PRIu64 ": host '%s' of %s does not resolve (%s); zmq keeps "
-                     "trying",
-                     v[i].worker, host, ep, gai_strerror(rc));
-    }
-}
 
 /* The workers file was replaced or rewritten since it was last read (a file
  * gone for now is not a change: the workers are kept). */
@@ -723,7 +697,6 @@ int main(int argc, char **argv)
     sigaction(SIGHUP, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    warn_unresolved(S.specs, S.nspecs); /* after the handlers: a SIGTERM once said stops cleanly */
     /* Events are flushed whenever kvsub waits, so a reader sees each batch
      * at once without a write per line. */
     setvbuf(stdout, NULL, _IOFBF, 1 << 16);

@@ -180,6 +180,9 @@ typedef enum kvix_enginesub_note_kind {
     KVIX_ENGINESUB_DISCONNECT, /* ZMQ gave a connection up (message over msg_max) */
     KVIX_ENGINESUB_NO_CONNECTION, /* no connection for noconn_warn_ms: ZMQ keeps trying */
     KVIX_ENGINESUB_CONNECTED,  /* connected, after a NO_CONNECTION note */
+    KVIX_ENGINESUB_UNRESOLVED, /* an endpoint's host name does not resolve (asked again
+                                  every second, off the poll thread: a slow DNS holds no
+                                  other subscription back) */
 } kvix_enginesub_note_kind;
 
 typedef struct kvix_enginesub_note {

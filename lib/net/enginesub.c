@@ -118,6 +118,11 @@ int kvix_enginesub_new(kvix_enginesub **out, const kvix_enginesub_config *cfg,
     s->wake_rd = p[0];
     s->wake_wr = p[1];
     pthread_mutex_init(&s->mu, NULL);
+    int rrc = cfg->bind ? KVIX_OK : esub_resolver_new(&s->resolver, err);
+    if (rrc) {
+        kvix_enginesub_free(s);
+        return rrc;
+    }
     s->zctx = zmq_ctx_new();
     /* libzmq's default, 1023 sockets, was 341 subscriptions; the limit ZMQ
      * itself has for a context is checked above */
@@ -143,6 +148,7 @@ void esub_sockets_close(sub *b)
     if (b->sock)
         zmq_close(b->sock);
     b->mon = b->sock = NULL;
+    b->conn_ep[0] = '\0';
 }
 
 void esub_sub_close(sub *b)
@@ -195,6 +201,7 @@ void kvix_enginesub_free(kvix_enginesub *s)
     free(s->res);
     if (s->zctx)
         zmq_ctx_term(s->zctx);
+    esub_resolver_free(s->resolver);
     if (s->wake_rd >= 0)
         close(s->wake_rd);
     if (s->wake_wr >= 0)

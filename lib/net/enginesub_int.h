@@ -27,6 +27,7 @@
 #define GIVEUP_GRACE_MS 250 /* a disconnect with no reconnect attempt this long after:
                                ZMQ gave the connection up (protocol error) */
 #define NOTE_MAX 512
+#define RESOLVE_EVERY_MS 1000 /* a name asked again at most this often */
 
 typedef struct sub sub;
 
@@ -47,6 +48,18 @@ struct sub {
     kvix_enginesub *s;
     kvix_enginesub_spec spec;
     int group;
+    /* A tcp endpoint named by a host (connect mode) is connected to the
+     * address enginesub_resolve.c found, never to the name (poll thread). */
+    bool named;
+    char conn_ep[KVIX_ENGINESUB_ENDPOINT_MAX];   /* connected to now; "" none */
+    char addr_ep[KVIX_ENGINESUB_ENDPOINT_MAX];   /* the last answer; "" none yet */
+    char replay_ep[KVIX_ENGINESUB_ENDPOINT_MAX]; /* replay_for resolved; "" none */
+    char replay_for[KVIX_ENGINESUB_ENDPOINT_MAX];
+    char asked_replay[KVIX_ENGINESUB_ENDPOINT_MAX]; /* spec.replay when last asked */
+    uint64_t res_id;   /* the resolution pending; 0: none */
+    uint64_t res_at;   /* ask (again) from this time on (ms); 0: not due */
+    uint64_t res_last; /* when last asked (ms) */
+    bool unresolved_said;
     bool removed;   /* under mu: left the registry */
     bool opened;    /* poll thread: sockets open, in live */
     void *sock, *mon, *dealer;
@@ -89,6 +102,8 @@ struct kvix_enginesub {
     resume_ent *res;
     size_t nres;
     uint64_t mon_id;
+    struct esub_resolver *resolver; /* host names of tcp endpoints (enginesub_resolve.c) */
+    uint64_t res_seq;          /* resolution ids handed out */
     kvix_enginesub_counts c;   /* poll thread; seq: of the subs freed */
     kvix_enginesub_counts pub; /* under mu */
     unsigned repeat[16];
@@ -135,6 +150,27 @@ void esub_counts_add(kvix_seqtrack_counts *a, const kvix_seqtrack_counts *b);
 void esub_sub_free(kvix_enginesub *s, sub *b);
 /* Under mu: takes reg.v[i] out of the registry; the poll thread frees it. */
 void esub_leave(kvix_enginesub *s, size_t i);
+
+/* enginesub_resolve.c */
+typedef struct esub_resolver esub_resolver;
+typedef struct esub_resolved {
+    uint64_t id;
+    bool ok;
+    char ep[KVIX_ENGINESUB_ENDPOINT_MAX];     /* the endpoint with its host's address */
+    char replay[KVIX_ENGINESUB_ENDPOINT_MAX]; /* the replay's, "" when not asked or unknown */
+    char why[128];                            /* !ok: getaddrinfo's reason */
+} esub_resolved;
+/* Whether ep is tcp://NAME:PORT with NAME not an address. */
+bool esub_host_is_name(const char *ep);
+int esub_resolver_new(esub_resolver **out, kvix_err *err);
+/* Never waits for a lookup under way. NULL is fine. */
+void esub_resolver_free(esub_resolver *r);
+/* Readable while answers wait for esub_resolver_take. */
+int esub_resolver_fd(const esub_resolver *r);
+/* Resolve ep (and replay, may be "" or NULL) for request id. KVIX_ENOMEM. */
+int esub_resolver_ask(esub_resolver *r, uint64_t id, const char *ep, const char *replay);
+/* An answer: 1, or 0 when none waits (call until 0). */
+int esub_resolver_take(esub_resolver *r, esub_resolved *out);
 
 /* enginesub_track.c */
 /* false: past ranks_max (or out of memory): the rank is not followed. */

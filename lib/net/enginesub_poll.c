@@ -71,16 +71,86 @@ static int open_socket(kvix_enginesub *s, sub *b, kvix_err *err)
     int rc = KVIX_OK;
     if (!s->cfg.bind && (rc = open_monitor(s, b, err)))
         return rc;
-    if ((s->cfg.bind ? zmq_bind(b->sock, b->spec.endpoint)
-                     : zmq_connect(b->sock, b->spec.endpoint)) != 0)
-        return kvix_err_set(err, KVIX_ESYS, "cannot %s %s: %s",
-                            s->cfg.bind ? "bind" : "connect to", b->spec.endpoint,
-                            zmq_strerror(errno));
     b->connected = false;
     b->giveup_pending = false;
     b->noconn_since = now_ms();
     b->noconn_noted = false;
+    /* a name is connected to its address once the resolver has it (ZMQ
+     * would resolve it in its one I/O thread, every attempt) */
+    b->named = !s->cfg.bind && esub_host_is_name(b->spec.endpoint);
+    const char *ep = b->named ? b->addr_ep : b->spec.endpoint;
+    if (b->named && !b->res_id && !b->res_at)
+        b->res_at = now_ms();
+    if (!ep[0])
+        return KVIX_OK;
+    if ((s->cfg.bind ? zmq_bind(b->sock, ep) : zmq_connect(b->sock, ep)) != 0)
+        return kvix_err_set(err, KVIX_ESYS, "cannot %s %s: %s",
+                            s->cfg.bind ? "bind" : "connect to", b->spec.endpoint,
+                            zmq_strerror(errno));
+    snprintf(b->conn_ep, sizeof b->conn_ep, "%s", ep);
     return KVIX_OK;
+}
+
+/* Ask the resolver for b's name (and its replay's) when due. */
+static void resolve_due(kvix_enginesub *s, sub *b, uint64_t now)
+{
+    if (!b->named || b->res_id || !b->res_at || now < b->res_at)
+        return;
+    pthread_mutex_lock(&s->mu); /* spec.replay changes under mu (replace) */
+    memcpy(b->asked_replay, b->spec.replay, sizeof b->asked_replay);
+    pthread_mutex_unlock(&s->mu);
+    uint64_t id = ++s->res_seq;
+    if (esub_resolver_ask(s->resolver, id, b->spec.endpoint,
+                          esub_host_is_name(b->asked_replay) ? b->asked_replay : NULL))
+        return; /* out of memory: asked again at the next step */
+    b->res_id = id;
+    b->res_at = 0;
+    b->res_last = now;
+}
+
+/* The resolver's answer for b: connect to the address found (leaving the
+ * one before, if it moved), or say the name does not resolve. */
+static void resolved(kvix_enginesub *s, sub *b, const esub_resolved *r, uint64_t now)
+{
+    b->res_id = 0;
+    if (!r->ok) {
+        if (!b->unresolved_said) {
+            const char *h = b->spec.endpoint + 6, *colon = strrchr(h, ':');
+            esub_note(s, KVIX_ENGINESUB_UNRESOLVED, b,
+                      "worker %" PRIu64 ": host '%.*s' of %s does not resolve (%s); asked again "
+                      "every second",
+                      b->spec.worker, (int)(colon - h), h, b->spec.endpoint, r->why);
+        }
+        b->unresolved_said = true;
+        b->res_at = now + RESOLVE_EVERY_MS;
+        return;
+    }
+    b->unresolved_said = false;
+    snprintf(b->addr_ep, sizeof b->addr_ep, "%s", r->ep);
+    if (r->replay[0]) {
+        memcpy(b->replay_for, b->asked_replay, sizeof b->replay_for);
+        snprintf(b->replay_ep, sizeof b->replay_ep, "%s", r->replay);
+    }
+    if (!b->sock || !strcmp(b->conn_ep, r->ep))
+        return;
+    if (b->conn_ep[0])
+        (void)zmq_disconnect(b->sock, b->conn_ep);
+    b->conn_ep[0] = '\0';
+    if (zmq_connect(b->sock, r->ep) == 0)
+        snprintf(b->conn_ep, sizeof b->conn_ep, "%s", r->ep);
+    else
+        b->res_at = now + RESOLVE_EVERY_MS;
+}
+
+static void take_resolved(kvix_enginesub *s, uint64_t now)
+{
+    esub_resolved r;
+    while (esub_resolver_take(s->resolver, &r))
+        for (size_t i = 0; i < s->live.n; i++)
+            if (s->live.v[i]->res_id == r.id) {
+                resolved(s, s->live.v[i], &r, now);
+                break;
+            }
 }
 
 static int sub_open(kvix_enginesub *s, sub *b, kvix_err *err)
@@ -327,6 +397,10 @@ static void on_monitor(kvix_enginesub *s, sub *b, uint64_t now)
         if (nf >= 1 && zmq_msg_size(&f[0]) >= 6) {
             uint16_t ev; /* host order */
             memcpy(&ev, zmq_msg_data(&f[0]), sizeof ev);
+            if ((ev == ZMQ_EVENT_DISCONNECTED || ev == ZMQ_EVENT_CONNECT_RETRIED) && b->named &&
+                !b->res_id && !b->res_at) /* the engine may have moved: its name again */
+                b->res_at = b->res_last + RESOLVE_EVERY_MS > now ? b->res_last + RESOLVE_EVERY_MS
+                                                                 : now;
             if (ev == ZMQ_EVENT_DISCONNECTED) {
                 if (b->connected)
                     b->noconn_since = now;
@@ -434,7 +508,7 @@ int kvix_enginesub_step(kvix_enginesub *s, int timeout_ms, kvix_err *err)
         /* told through ops.note; the subscription was dropped */
     }
     size_t nl = s->live.n;
-    if (grow_items(s, 1 + nl * 3))
+    if (grow_items(s, 2 + nl * 3))
         return fail_nomem(err);
     size_t k = 0;
     uint64_t now = now_ms();
@@ -442,6 +516,20 @@ int kvix_enginesub_step(kvix_enginesub *s, int timeout_ms, kvix_err *err)
     s->items[k] = (zmq_pollitem_t){NULL, s->wake_rd, ZMQ_POLLIN, 0};
     s->owners[k] = NULL;
     s->kinds[k++] = 'w';
+    if (s->resolver) {
+        s->items[k] = (zmq_pollitem_t){NULL, esub_resolver_fd(s->resolver), ZMQ_POLLIN, 0};
+        s->owners[k] = NULL;
+        s->kinds[k++] = 'd';
+        for (size_t i = 0; i < nl; i++) {
+            sub *b = s->live.v[i];
+            resolve_due(s, b, now);
+            if (b->named && !b->res_id && b->res_at) {
+                long ms = b->res_at > now ? (long)(b->res_at - now) : 0;
+                if (timeout < 0 || ms < timeout)
+                    timeout = ms;
+            }
+        }
+    }
     for (size_t i = 0; i < nl; i++) {
         sub *b = s->live.v[i];
         uint64_t deadline;
@@ -498,6 +586,10 @@ int kvix_enginesub_step(kvix_enginesub *s, int timeout_ms, kvix_err *err)
             char buf[64];
             while (read(s->wake_rd, buf, sizeof buf) > 0) {
             }
+            continue;
+        }
+        if (s->kinds[i] == 'd') {
+            take_resolved(s, now);
             continue;
         }
         if (s->kinds[i] != 'r')

@@ -144,6 +144,10 @@ static int cb_replay_start(void *ctx, uint64_t from)
     pthread_mutex_unlock(&s->mu);
     if (!url[0])
         return -1;
+    /* a name's address from the resolver (ZMQ would resolve it in its I/O
+     * thread); not known yet: the name, left to ZMQ */
+    if (b->replay_ep[0] && !strcmp(url, b->replay_for))
+        memcpy(url, b->replay_ep, sizeof url);
     void *d = zmq_socket(s->zctx, ZMQ_DEALER);
     if (!d)
         return -1;
