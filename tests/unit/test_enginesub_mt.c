@@ -54,7 +54,11 @@ static void *editor(void *arg)
         kvix_enginesub_spec sp;
         kvix_enginesub_spec_init(&sp);
         sp.worker = (uint64_t)(id * 1000 + i);
-        snprintf(sp.endpoint, sizeof sp.endpoint, "ipc:///tmp/kvix-mt-%d-%d", id, i);
+        /* every third by a host name: its resolver thread answers meanwhile */
+        if (i % 3 == 0)
+            snprintf(sp.endpoint, sizeof sp.endpoint, "tcp://localhost:%d", 20000 + id * 1000 + i);
+        else
+            snprintf(sp.endpoint, sizeof sp.endpoint, "ipc:///tmp/kvix-mt-%d-%d", id, i);
         CHECK(kvix_enginesub_add(s, &sp, 0, NULL) == KVIX_OK);
         if (i % 2)
             CHECK(kvix_enginesub_remove(s, sp.endpoint, NULL) == KVIX_OK);
