@@ -22,8 +22,9 @@ said() {
 
 for tool in kvsub kvindex; do
     begin "$tool -w with no engine there: said after a few seconds, and again once it connects"
-    port=$(free_port)
-    ep="tcp://127.0.0.1:$port"
+    # an ipc:// path of the test's own: no other test can take it meanwhile,
+    # as it could a free tcp port
+    ep="ipc://$T/engine"
     if [ $tool = kvsub ]; then
         timeout --foreground 90 kvsub -w "3:1=$ep" >sub.out 2>t.err &
     else
@@ -45,13 +46,12 @@ for tool in kvsub kvindex; do
 done
 
 begin "kvsub -w with the engine there: no word about connections"
-port=$(free_port)
-ep="tcp://127.0.0.1:$port"
+ep="ipc://$T/engine"
 timeout 60 "$PY" "$FE" publish --pub "$ep" --worker 1 --batches 5 --expect exp.json --linger 30 2>engine.err &
 PIDS="$PIDS $!"
 # bound before kvsub starts (a connection made at once is not remarked on)
 for i in $(seq 1200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    [ -S "$T/engine" ] && break
     sleep 0.05
 done
 timeout --foreground 90 kvsub -w "1=$ep" >sub.out 2>t.err &

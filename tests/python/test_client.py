@@ -67,12 +67,12 @@ class Kvindex:
         return self.p.wait(60)
 
 
-def free_port():
+def refusing_port():
+    """A port nobody can take meanwhile and where a connection is refused: a
+    socket bound to it that does not listen (keep it until done)."""
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    return s, s.getsockname()[1]
 
 
 class ClientAgainstKvindex(unittest.TestCase):
@@ -168,11 +168,15 @@ class ClientErrors(unittest.TestCase):
                 kvix.Client("http://h:1", timeout=t)
 
     def test_unreachable(self):
-        c = kvix.Client("http://127.0.0.1:%d" % free_port(), timeout=5)
-        with self.assertRaisesRegex(kvix.Unreachable,
-                                    r"^kvix: GET http://127\.0\.0\.1:\d+/health: cannot reach "
-                                    r"the service: Connection refused$"):
-            c.health()
+        held, port = refusing_port()
+        try:
+            c = kvix.Client("http://127.0.0.1:%d" % port, timeout=5)
+            with self.assertRaisesRegex(kvix.Unreachable,
+                                        r"^kvix: GET http://127\.0\.0\.1:\d+/health: cannot reach "
+                                        r"the service: Connection refused$"):
+                c.health()
+        finally:
+            held.close()
 
     def test_timeout(self):
         # a listener that never answers (connections wait in its backlog)
@@ -267,5 +271,9 @@ class RouterExample(unittest.TestCase):
             self.assertEqual(k.stop(), 0)
 
     def test_index_down(self):
-        route = self.run_example("http://127.0.0.1:%d" % free_port())
-        self.assertEqual(route(PROMPT), "http://gpu1:8000")
+        held, port = refusing_port()
+        try:
+            route = self.run_example("http://127.0.0.1:%d" % port)
+            self.assertEqual(route(PROMPT), "http://gpu1:8000")
+        finally:
+            held.close()
