@@ -133,11 +133,6 @@ assert_eq "$st $(cat body)" '200 {"status":"ok"}' "the first kvindex"
 KPID=$first
 stop
 assert_eq "$rc" 0 "first kvindex on SIGTERM"
-# and once it is gone the port is free again at once (SO_REUSEADDR kept)
-start kv2.err --listen "127.0.0.1:$port" || true
-req GET /health
-assert_eq "$st" 200 "a restart on the same port"
-stop
 end
 
 begin "Dynamo's flags: --workers alone serves at 0.0.0.0:8090, as Dynamo's does, else where --listen says; option errors"
