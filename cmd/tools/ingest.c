@@ -463,7 +463,8 @@ int kvix_ingest_save_due(kvix_ingest *g)
 
 int kvix_ingest_changed(kvix_ingest *g)
 {
-    return g->dirty || feed_count(g, 1) != g->fed_at_save;
+    return g->dirty || feed_count(g, 1) != g->fed_at_save ||
+           (g->feed && kvix_enginesub_changes(kvix_enginefeed_sub(g->feed)) != g->subs_at_save);
 }
 
 static double seconds(clockid_t clk)
@@ -486,6 +487,7 @@ int kvix_ingest_save(kvix_ingest *g, const char *path, const char *stream, uint6
     kvix_buf regs;
     kvix_buf_init(&regs);
     size_t nregs = 0;
+    uint64_t subs = g->feed ? kvix_enginesub_changes(kvix_enginefeed_sub(g->feed)) : 0;
     int rc = g->feed ? kvix_service_registrations_encode(kvix_enginefeed_sub(g->feed), &regs,
                                                          &nregs, err)
                      : KVIX_OK;
@@ -510,6 +512,7 @@ int kvix_ingest_save(kvix_ingest *g, const char *path, const char *stream, uint6
         kvix_service_note_save(g->svc, seconds(CLOCK_MONOTONIC) - t0, seconds(CLOCK_REALTIME));
     g->dirty = 0;
     g->fed_at_save = fed;
+    g->subs_at_save = subs;
     __atomic_store_n(&g->fed_applied_at_save, fed_applied, __ATOMIC_RELAXED);
     __atomic_store_n(&g->since_save, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&g->save_woken, 0, __ATOMIC_RELAXED);

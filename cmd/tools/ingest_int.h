@@ -27,6 +27,8 @@ struct kvix_ingest {
     int dirty;               /* main thread: changed since the last save */
     uint64_t since_save;     /* atomic: events applied from the sources since the last save */
     uint64_t fed_at_save;    /* the feed's applied + refused at the last save */
+    uint64_t subs_at_save;   /* the subscriptions' changes at the last save (registrations
+                                are saved with the index) */
     uint64_t fed_applied_at_save; /* atomic: the feed's applied count at the last save */
     int save_woken;          /* atomic: the feed woke the caller for a save not made yet */
     int svc_held;            /* the service's writers' side held over a message */

@@ -308,6 +308,11 @@ typedef struct kvix_enginesub_status {
     kvix_enginesub_seq_counts seq;
 } kvix_enginesub_status;
 
+/* How many times a subscription entered or left the registry so far: a
+ * caller that keeps the subscriptions somewhere (a snapshot keeps POST
+ * /register's) learns they changed. Any thread. */
+uint64_t kvix_enginesub_changes(kvix_enginesub *s);
+
 /* Call fn for every subscription (in the order added) under the registry's
  * lock: fn must not call the subscriber back. Returns fn's first non-zero,
  * or 0. Any thread. */

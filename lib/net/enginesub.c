@@ -288,6 +288,7 @@ static int enter(kvix_enginesub *s, sub *b)
         s->reg.n--;
         return KVIX_ENOMEM;
     }
+    __atomic_add_fetch(&s->changes, 1, __ATOMIC_RELAXED);
     return KVIX_OK;
 }
 
@@ -297,6 +298,7 @@ void esub_leave(kvix_enginesub *s, size_t i)
     sub *b = s->reg.v[i];
     b->removed = true;
     vec_del(&s->reg, i);
+    __atomic_add_fetch(&s->changes, 1, __ATOMIC_RELAXED);
     if (esub_vec_push(&s->gone, b)) {
         /* No room to hand it over: it stays in the registry, removed. Rare
          * enough (out of memory) to leak nothing: it is freed with s. */
@@ -519,6 +521,11 @@ void kvix_enginesub_counts_get(kvix_enginesub *s, kvix_enginesub_counts *out)
     pthread_mutex_lock(&s->mu);
     *out = s->pub;
     pthread_mutex_unlock(&s->mu);
+}
+
+uint64_t kvix_enginesub_changes(kvix_enginesub *s)
+{
+    return __atomic_load_n(&s->changes, __ATOMIC_RELAXED);
 }
 
 int kvix_enginesub_list(kvix_enginesub *s, int (*fn)(void *ctx, const kvix_enginesub_status *st),

@@ -107,6 +107,7 @@ struct kvix_enginesub {
     kvix_enginesub_counts c;   /* poll thread; seq: of the subs freed */
     kvix_enginesub_counts pub; /* under mu */
     unsigned repeat[16];
+    uint64_t changes; /* subscriptions entered and left; atomic (written under mu) */
     kvix_event ev;             /* the clears' scratch */
     /* the batch being delivered */
     sub *cur;

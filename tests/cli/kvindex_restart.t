@@ -143,3 +143,20 @@ run kvindex -q -s s.kvix q
 expect_rc 0
 assert_no_grep 'resubscribed|registration' err
 end
+
+begin "a registration alone is a change: --save-every-seconds keeps it, even if kvindex is killed before its exit save"
+start kv1.err -v -s s.kvix --save-every-seconds 1 || true
+# an engine that publishes nothing (not there yet): no event changes the index
+req POST /register "{\"instance_id\":9,\"endpoint\":\"ipc://$T/quiet\",\"model_name\":\"m\",\"block_size\":4}"
+assert_eq "$st" 201 "register"
+for i in $(seq 1200); do grep -q '^kvindex: saved s\.kvix (timer)' kv1.err && break; sleep 0.05; done
+assert_grep '^kvindex: saved s\.kvix \(timer\)' kv1.err
+# kvindex itself killed (timeout then ends with it): no exit save
+kill -9 "$(pgrep -P "$KPID" -x kvindex)"
+wait "$KPID" 2>/dev/null
+start kv2.err -s s.kvix || true
+assert_grep '^kvindex: s\.kvix: resubscribed 1 of 1 registration' kv2.err
+req GET /workers
+assert_eq "$(cat body)" "[{\"instance_id\":9,\"endpoints\":{\"0\":\"ipc://$T/quiet\"}}]" "/workers"
+stop
+end
