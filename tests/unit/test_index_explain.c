@@ -483,3 +483,64 @@ TEST(an_eagle_partition)
         kvix_index_free(idx);
     }
 }
+
+/* A partition of EAGLE's blocks (each hashed with the next block's first
+ * token) is explained as its queries are hashed: block 0 rehashed with the
+ * adapters the partition's stores named spans bs + 1 tokens too, so a LoRA
+ * adapter on one side only is still found, and the prompt with the adapter
+ * matches whole. */
+TEST(an_eagle_partition_is_explained_with_eagle_hashes)
+{
+    uint32_t t[2 * BS + 1];
+    for (uint32_t i = 0; i < 2 * BS + 1; i++)
+        t[i] = 700 + i;
+    uint64_t local[2];
+    CHECK_U64(kvix_hash_blocks_eagle(t, 2 * BS + 1, BS, kvix_hash_lora_seed("adapter-a", 9),
+                                     local, NULL),
+              2);
+    kvix_index *idx = make("positional", 64);
+    kvix_event ev;
+    kvix_event_init(&ev);
+    kvix_event_set_name(ev.model, "m", 1, NULL);
+    kvix_event_set_name(ev.lora, "adapter-a", 9, NULL);
+    ev.type = KVIX_EV_STORED;
+    ev.worker = 1;
+    ev.bs = BS;
+    ev.eagle = 1;
+    CHECK(kvix_event_reserve_blocks(&ev, 2, NULL) == KVIX_OK);
+    ev.blocks[0] = (kvix_block){local[0], 11};
+    ev.blocks[1] = (kvix_block){local[1], 12};
+    ev.nblocks = 2;
+    kvix_err err;
+    CHECK(kvix_index_apply(idx, &ev, NULL, &err) == KVIX_OK);
+    kvix_event_release(&ev);
+    kvix_event q;
+    kvix_event_init(&q);
+    kvix_event_set_name(q.model, "m", 1, NULL);
+    q.type = KVIX_EV_QUERY;
+    q.explain = 1;
+    CHECK(kvix_event_reserve_tokens(&q, 2 * BS + 1, NULL) == KVIX_OK);
+    memcpy(q.tokens, t, sizeof t);
+    q.ntokens = 2 * BS + 1;
+    q.has_tokens = 1;
+    q.xworkers[0] = 1;
+    q.nxworkers = 1;
+    kvix_answer ans;
+    kvix_answer_init(&ans);
+    kvix_explain *x = malloc(sizeof *x);
+    kvix_explain_init(x);
+    explain(idx, &q, &ans, x);
+    const kvix_explained *e = find(x, 1);
+    CHECK(e && e->why == KVIX_WHY_DIFFERS && (e->likely & KVIX_CAUSE_LORA) &&
+          strcmp(e->lora, "adapter-a") == 0);
+    kvix_event_set_name(q.lora, "adapter-a", 9, NULL);
+    explain(idx, &q, &ans, x);
+    CHECK(ans.nscores == 1 && ans.scores[0].blocks == 2);
+    e = find(x, 1);
+    CHECK(e && e->why == KVIX_WHY_MATCH && e->blocks == 2);
+    kvix_event_release(&q);
+    kvix_answer_release(&ans);
+    kvix_explain_release(x);
+    free(x);
+    kvix_index_free(idx);
+}
