@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kvix/hash.h"
+#include "dec64_int.h"
 #include "json_arena_int.h"
 #include "stream_int.h"
 
@@ -333,7 +334,7 @@ static int decode_line(const char *line, size_t len, kvix_event *ev, kvix_err *e
 
 static inline char *put_u64(char *p, uint64_t v)
 {
-    return p + kvix_dec64(v, p);
+    return p + kvix_dec64_put(v, p);
 }
 
 static int app(kvix_buf *b, const char *s, kvix_err *err)

@@ -8,6 +8,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "dec64_int.h"
+
 uint64_t kvix_hash_lora_seed(const char *name, size_t len)
 {
     if (!name || len == 0)
@@ -245,14 +247,7 @@ size_t kvix_dec128(kvix_u128 v, char *out)
 
 size_t kvix_dec64(uint64_t v, char *out)
 {
-    char tmp[20];
-    size_t n = 0;
-    do {
-        tmp[sizeof tmp - ++n] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    memcpy(out, tmp + sizeof tmp - n, n);
-    return n;
+    return kvix_dec64_put(v, out);
 }
 
 int kvix_parse_hex64(const char *s, size_t len, uint64_t *out)

@@ -10,6 +10,7 @@
 #include "kvix/hash.h"
 #include "kvix/snapshot.h"
 #include "json_arena_int.h"
+#include "dec64_int.h"
 #include "service_int.h"
 
 /* ---- exact u64 ---- */
@@ -85,7 +86,7 @@ static int u64_rewrite(const char *t, size_t len, kvix_buf *out, kvix_u64_refs *
             o += i - kept;
             refs->v[refs->n++] = v;
             *o++ = '-';
-            o += kvix_sj_u64_put(o, refs->n);
+            o += kvix_dec64_put(refs->n, o);
             if (refs->n + 1 == next_pow) {
                 next_len++;
                 next_pow = next_pow > UINT64_MAX / 10 ? UINT64_MAX : next_pow * 10;
@@ -95,7 +96,7 @@ static int u64_rewrite(const char *t, size_t len, kvix_buf *out, kvix_u64_refs *
             memcpy(o, t + kept, i - kept);
             o += i - kept;
             *o++ = '-';
-            o += kvix_sj_u64_put(o, 0 - v); /* the magnitude of (int64_t)v */
+            o += kvix_dec64_put(0 - v, o); /* the magnitude of (int64_t)v */
             kept = j;
         }
         i = j;
@@ -169,8 +170,8 @@ int kvix_sj_raw(kvix_buf *b, const char *s, kvix_err *err)
 
 int kvix_sj_u64(kvix_buf *b, uint64_t v, kvix_err *err)
 {
-    char tmp[KVIX_SJ_U64_MAX];
-    return kvix_buf_append(b, tmp, kvix_sj_u64_put(tmp, v), err);
+    char tmp[KVIX_DEC64_MAX];
+    return kvix_buf_append(b, tmp, kvix_dec64_put(v, tmp), err);
 }
 
 int kvix_sj_str(kvix_buf *b, const char *s, size_t len, kvix_err *err)

@@ -10,6 +10,7 @@
 #include "kvix/service.h"
 #include "kvix/stream.h"
 #include "json_arena_int.h"
+#include "dec64_int.h"
 #include "service_int.h"
 #include "service_priv.h"
 
@@ -71,9 +72,9 @@ static const uint32_t *score_order(const kvix_score *v, size_t n, uint32_t *ord)
 
 /* The most one score takes in a map: },"W":{"D":V, and of it the key
  * text before V: },"W":{"D": */
-#define NESTED_PER (3 + KVIX_SJ_U64_MAX + 4 + 10 + 2 + KVIX_SJ_U64_MAX + 1)
+#define NESTED_PER (3 + KVIX_DEC64_MAX + 4 + 10 + 2 + KVIX_DEC64_MAX + 1)
 #define NESTED_KEY 40
-_Static_assert(3 + KVIX_SJ_U64_MAX + 4 + 10 + 2 <= NESTED_KEY && NESTED_KEY <= NESTED_PER,
+_Static_assert(3 + KVIX_DEC64_MAX + 4 + 10 + 2 <= NESTED_KEY && NESTED_KEY <= NESTED_PER,
                "a key fits the fixed copy, and the copy one score's room");
 
 /* Both maps {"<worker>":{"<dp>":value,...},...} of Dynamo's answer in one
@@ -96,20 +97,20 @@ static void put_maps(char *s, char *t, const kvix_score *v, const uint32_t *ord,
                 s += 2;
             }
             *s++ = '"';
-            s += kvix_sj_u64_put(s, c->worker);
+            s += kvix_dec64_put(c->worker, s);
             memcpy(s, "\":{", 3);
             s += 3;
         } else {
             *s++ = ',';
         }
         *s++ = '"';
-        s += kvix_sj_u64_put(s, c->dp);
+        s += kvix_dec64_put(c->dp, s);
         memcpy(s, "\":", 2);
         s += 2;
         memcpy(t, k, NESTED_KEY); /* the key and some bytes past it, overwritten next */
         t += s - k;
-        s += kvix_sj_u64_put(s, (uint64_t)c->blocks * bs);
-        t += kvix_sj_u64_put(t, c->held);
+        s += kvix_dec64_put((uint64_t)c->blocks * bs, s);
+        t += kvix_dec64_put(c->held, t);
     }
     if (n) {
         *s++ = '}';

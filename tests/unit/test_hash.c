@@ -1,4 +1,6 @@
 /* Contract section 1 test vectors, exactly as listed. */
+#include <stdio.h>
+
 #include "harness.h"
 #include "kvix/hash.h"
 
@@ -144,4 +146,35 @@ TEST(decimal_forms)
     check_dec(kvix_dec128((kvix_u128){1, 0}, buf), buf, "18446744073709551616");
     check_dec(kvix_dec128((kvix_u128){UINT64_MAX, UINT64_MAX}, buf), buf,
               "340282366920938463463374607431768211455");
+}
+
+/* The library's one u64 writer (every encoder inlines it): each length and
+ * its edges, then random values of every magnitude, against printf. */
+static int dec64_matches(uint64_t v)
+{
+    char buf[32], want[32];
+    memset(buf, '#', sizeof buf);
+    snprintf(want, sizeof want, "%" PRIu64, v);
+    size_t k = kvix_dec64(v, buf);
+    return CHECK(k == strlen(want)) && CHECK(memcmp(buf, want, k) == 0) && CHECK(buf[k] == '#');
+}
+
+TEST(decimal_u64_against_printf)
+{
+    dec64_matches(0);
+    dec64_matches(UINT64_MAX);
+    dec64_matches(UINT64_MAX - 1);
+    for (uint64_t p = 10;; p *= 10) {
+        dec64_matches(p - 1);
+        dec64_matches(p);
+        dec64_matches(p + 1);
+        if (p > UINT64_MAX / 10)
+            break;
+    }
+    uint64_t s = th_seed();
+    for (int i = 0; i < 20000; i++) {
+        uint64_t x = th_splitmix(&s);
+        if (!dec64_matches(x >> (x % 64)))
+            break;
+    }
 }
