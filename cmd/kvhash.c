@@ -2,7 +2,8 @@
  *
  * One output line per good input line, in order; bad lines are reported on
  * stderr with their position and skipped. Lines are parsed by the library
- * (kvix_tokens_parse, tokens.h); this file hashes, formats and moves bytes. */
+ * (kvix_tokens_parse, tokens.h) and written by it (kvix_tokens_hashes_write);
+ * this file hashes and moves bytes. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -18,7 +19,6 @@
 #include "kvix/tokens.h"
 
 enum { O_STRICT = 0x100, O_SALT, O_MM, O_EAGLE };
-enum { F_LOCAL, F_SEQ, F_PSH, F_PLH, F_ALL };
 
 static const cli_opt options[] = {
     {'b', 'b', "block-size", "N", NULL, "tokens per block, 1 to 65536 (required)"},
@@ -55,15 +55,15 @@ typedef struct hasher {
     const char *lora, *salt; /* --lora, --salt: for lines that name none */
     kvix_tokens_mm *mm;   /* --mm, by block: for lines that name none */
     size_t nmm;
-    int positional, decimal, plain, strict; /* plain: F_* or F_ALL for NDJSON */
+    int positional, decimal, strict;
+    kvix_tokens_form form; /* --plain FIELD, else the object */
     int eagle;            /* EAGLE's windows: kvix_hash_blocks_eagle */
     kvix_tokens line;     /* the line being hashed: its tokens, seed and id */
     uint64_t *local, *seq;
     kvix_u128 *pos;       /* only with psh or plh wanted */
     size_t cap_blk;
-    char *out;            /* pending output: written before a read that could
+    kvix_buf out;         /* pending output: written before a read that could
                              block, and past 1 MiB */
-    size_t olen, ocap;
     uint64_t rejected;
 } hasher;
 
@@ -75,84 +75,21 @@ static void *xrealloc(void *p, size_t n)
     return q;
 }
 
-static void out_reserve(hasher *h, size_t n)
-{
-    if (h->olen + n <= h->ocap)
-        return;
-    size_t c = h->ocap ? h->ocap : 1 << 20;
-    while (c < h->olen + n)
-        c *= 2;
-    h->out = xrealloc(h->out, c);
-    h->ocap = c;
-}
-
 static void out_flush(hasher *h)
 {
-    if (!h->olen)
+    if (!h->out.len)
         return;
-    if (fwrite(h->out, 1, h->olen, stdout) != h->olen || fflush(stdout) != 0) {
+    if (fwrite(h->out.data, 1, h->out.len, stdout) != h->out.len || fflush(stdout) != 0) {
         /* a reader that went away on purpose (head, with SIGPIPE ignored): not
          * an error, as in cli_finish, but nobody reads the rest */
         if (errno == EPIPE)
             _exit(h->rejected ? KVIX_EXIT_REJECTED : KVIX_EXIT_OK);
         cli_die(KVIX_EXIT_IO, "error writing standard output: %s", strerror(errno));
     }
-    h->olen = 0;
+    h->out.len = 0;
 }
 
-/* ---- output ------------------------------------------------------------ */
-
-static char *put_dec64(char *o, uint64_t v)
-{
-    return o + kvix_dec64(v, o);
-}
-
-/* kvix_hex64 writes a NUL after the 16 digits: the buffer keeps one spare byte. */
-static char *put_u64(const hasher *h, char *o, uint64_t v)
-{
-    if (h->decimal)
-        return put_dec64(o, v);
-    kvix_hex64(v, o);
-    return o + 16;
-}
-
-static char *put_u128(const hasher *h, char *o, kvix_u128 v)
-{
-    if (h->decimal)
-        return o + kvix_dec128(v, o);
-    kvix_hex128(v, o);
-    return o + 32;
-}
-
-static char *put_str(char *o, const char *s)
-{
-    size_t n = strlen(s);
-    memcpy(o, s, n);
-    return o + n;
-}
-
-/* In JSON a hex hash is a string and a decimal one an integer (contract
- * section 2: a string is always hex), which kvindex reads back exactly. */
-static char *put_array(const hasher *h, char *o, int field, size_t n, const kvix_u128 *pos)
-{
-    int json = h->plain == F_ALL;
-    int quote = json && !h->decimal;
-    for (size_t i = 0; i < n; i++) {
-        if (i)
-            *o++ = json ? ',' : ' ';
-        if (quote)
-            *o++ = '"';
-        if (field == F_LOCAL)
-            o = put_u64(h, o, h->local[i]);
-        else if (field == F_SEQ)
-            o = put_u64(h, o, h->seq[i]);
-        else
-            o = put_u128(h, o, pos[2 * i + (field == F_PLH)]);
-        if (quote)
-            *o++ = '"';
-    }
-    return o;
-}
+/* ---- hashing ----------------------------------------------------------- */
 
 /* The blocks of the line's nb that carry multimodal hashes (mm[0..n), by
  * block) hashed with them, and the rolling hashes from the first such on. */
@@ -195,7 +132,7 @@ static int emit(hasher *h, kvix_err *err)
             c *= 2;
         h->local = xrealloc(h->local, c * sizeof *h->local);
         h->seq = xrealloc(h->seq, c * sizeof *h->seq);
-        if (h->positional || h->plain == F_PSH || h->plain == F_PLH)
+        if (h->positional || h->form == KVIX_TOKENS_PSH || h->form == KVIX_TOKENS_PLH)
             h->pos = xrealloc(h->pos, 2 * c * sizeof *h->pos);
         h->cap_blk = c;
     }
@@ -213,7 +150,9 @@ static int emit(hasher *h, kvix_err *err)
     if (mrc < 0)
         return mrc;
 
-    int want_pos = h->plain == F_ALL ? h->positional : h->plain == F_PSH || h->plain == F_PLH;
+    int want_pos = h->form == KVIX_TOKENS_OBJECT
+                       ? h->positional
+                       : h->form == KVIX_TOKENS_PSH || h->form == KVIX_TOKENS_PLH;
     kvix_u128 *pos = h->pos; /* psh and plh of block i at 2i and 2i+1 */
     if (want_pos) {
         for (size_t i = 0; i < nb; i++) {
@@ -224,41 +163,14 @@ static int emit(hasher *h, kvix_err *err)
                 return rc;
         }
     }
-
-    /* per block at most: 2 u64 as quoted decimal (2 * 23), 2 u128 (2 * 42) */
-    out_reserve(h, nb * 136 + strlen(meta->id) + 128);
-    char *o = h->out + h->olen;
-    if (h->plain != F_ALL) {
-        o = put_array(h, o, h->plain, nb, pos);
-    } else {
-        *o++ = '{';
-        if (meta->id[0]) {
-            o = put_str(o, "\"id\":");
-            o = put_str(o, meta->id);
-            *o++ = ',';
-        }
-        o = put_str(o, "\"local\":[");
-        o = put_array(h, o, F_LOCAL, nb, pos);
-        o = put_str(o, "],\"seq\":[");
-        o = put_array(h, o, F_SEQ, nb, pos);
-        if (h->positional) {
-            o = put_str(o, "],\"psh\":[");
-            o = put_array(h, o, F_PSH, nb, pos);
-            o = put_str(o, "],\"plh\":[");
-            o = put_array(h, o, F_PLH, nb, pos);
-        }
-        *o++ = ']';
-        /* the tokens no block took (with EAGLE a block also reads the next one's first) */
-        size_t partial = meta->n - (nb ? nb * h->bs + (size_t)h->eagle : 0);
-        if (partial) {
-            o = put_str(o, ",\"partial\":");
-            o = put_dec64(o, partial);
-        }
-        *o++ = '}';
-    }
-    *o++ = '\n';
-    h->olen = (size_t)(o - h->out);
-    return 0;
+    /* the tokens no block took (with EAGLE a block also reads the next one's first) */
+    kvix_tokens_hashes out = {
+        .id = meta->id, .n = nb, .local = h->local, .seq = h->seq, .pos = pos,
+        .positional = h->positional, .partial = meta->n - (nb ? nb * h->bs + (size_t)h->eagle : 0)};
+    int rc = kvix_tokens_hashes_write(&out, h->form, h->decimal, &h->out, err);
+    if (rc == KVIX_ENOMEM)
+        cli_die(KVIX_EXIT_SYS, "%s", err->msg);
+    return rc;
 }
 
 /* One line without its newline. Fails with err set (and the line's id in
@@ -275,15 +187,9 @@ static int do_line(hasher *h, const char *line, size_t len, kvix_err *err)
  * input and output lines (a coprocess) never waits: {"id":..,"error":".."}. */
 static void emit_error(hasher *h, const char *id, const char *msg)
 {
-    kvix_buf b;
     kvix_err err;
-    kvix_buf_init(&b);
-    if (kvix_error_to_json(id, msg, &b, &err))
+    if (kvix_error_to_json(id, msg, &h->out, &err))
         cli_die(KVIX_EXIT_SYS, "%s", err.msg);
-    out_reserve(h, b.len);
-    memcpy(h->out + h->olen, b.data, b.len);
-    h->olen += b.len;
-    kvix_buf_release(&b);
 }
 
 /* ---- input ------------------------------------------------------------- */
@@ -353,7 +259,7 @@ static int next_line(hasher *h, input *in, const char **p, size_t *len)
             in->cap *= 2;
             in->buf = xrealloc(in->buf, in->cap);
         }
-        if (h->olen >= (1u << 20) || !input_ready(in->fd))
+        if (h->out.len >= (1u << 20) || !input_ready(in->fd))
             out_flush(h);
         ssize_t n;
         do
@@ -443,8 +349,9 @@ static void parse_mm(hasher *h, const char *arg)
 int main(int argc, char **argv)
 {
     cli_init(&tool);
-    hasher h = {.plain = F_ALL, .seed = KVIX_HASH_SEED};
+    hasher h = {.form = KVIX_TOKENS_OBJECT, .seed = KVIX_HASH_SEED};
     kvix_tokens_init(&h.line);
+    kvix_buf_init(&h.out);
     const char *arg;
     int c;
     while ((c = cli_next(argc, argv, &arg)) != -1) {
@@ -477,6 +384,8 @@ int main(int argc, char **argv)
             break;
         case 'p': {
             static const char *const names[] = {"local", "seq", "psh", "plh"};
+            static const kvix_tokens_form forms[] = {KVIX_TOKENS_LOCAL, KVIX_TOKENS_SEQ,
+                                                     KVIX_TOKENS_PSH, KVIX_TOKENS_PLH};
             int f = -1;
             for (int i = 0; i < 4; i++)
                 if (strcmp(arg, names[i]) == 0)
@@ -484,7 +393,7 @@ int main(int argc, char **argv)
             if (f < 0)
                 cli_usage_error("bad field for %s: '%s' (expected local, seq, psh or plh)",
                                 cli_opt_given(), arg);
-            h.plain = f;
+            h.form = forms[f];
             break;
         }
         case O_STRICT:
@@ -532,7 +441,7 @@ int main(int argc, char **argv)
     free(h.local);
     free(h.seq);
     free(h.pos);
-    free(h.out);
+    kvix_buf_release(&h.out);
     free(h.mm);
     int code = stopped ? KVIX_EXIT_STRICT : io ? KVIX_EXIT_IO
                                           : h.rejected ? KVIX_EXIT_REJECTED : KVIX_EXIT_OK;

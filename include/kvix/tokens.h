@@ -7,15 +7,20 @@
  *
  * The line is untrusted: every byte is checked, a line longer than
  * KVIX_TOKENS_LINE_MAX is refused (KVIX_ELIMIT), and a bad line says which
- * token and why. */
+ * token and why.
+ *
+ * And the lines kvhash writes: a line's block hashes, as a JSON object or
+ * one field plain (kvix_tokens_hashes_write). */
 #ifndef KVIX_TOKENS_H
 #define KVIX_TOKENS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvix/buf.h"
 #include "kvix/error.h"
 #include "kvix/event.h"
+#include "kvix/hash.h"
 #include "kvix/stream.h"
 
 #ifdef __cplusplus
@@ -67,6 +72,41 @@ int kvix_tokens_parse(kvix_tokens *t, const char *line, size_t len, uint64_t see
 /* A multimodal hash as a string: 1 to 16 hex digits, or a vLLM identifier
  * of 64 hex digits (contract section 1: its first 16). 0 or KVIX_EINVAL. */
 int kvix_tokens_mm_hash(const char *s, size_t len, uint64_t *out);
+
+/* ---- a line's block hashes, as kvhash(1) writes them -------------------- */
+
+/* What kvix_tokens_hashes_write writes of a line. */
+typedef enum kvix_tokens_form {
+    KVIX_TOKENS_OBJECT = 0, /* one JSON object: "id" (when the line has one), "local",
+                             * "seq", "psh" and "plh" (when positional), "partial"
+                             * (when not 0), in that order */
+    KVIX_TOKENS_LOCAL,      /* one field's hashes alone, separated by spaces, without */
+    KVIX_TOKENS_SEQ,        /* quotes (kvhash --plain FIELD): an empty line for a line */
+    KVIX_TOKENS_PSH,        /* of no whole block */
+    KVIX_TOKENS_PLH,
+} kvix_tokens_form;
+
+/* A line's block hashes (kvix_hash_blocks, kvix_hash_psh and _plh). Every
+ * pointer is borrowed for the call. */
+typedef struct kvix_tokens_hashes {
+    const char *id;             /* raw JSON of the line's "id" (kvix_tokens.id); "" or
+                                 * NULL: none */
+    size_t n;                   /* whole blocks */
+    const uint64_t *local, *seq; /* n each */
+    const kvix_u128 *pos;       /* psh of block i at 2i, plh at 2i + 1 (2n); may be NULL
+                                 * unless positional or the psh or plh form */
+    int positional;             /* the object has "psh" and "plh" */
+    size_t partial;             /* tokens no block took */
+} kvix_tokens_hashes;
+
+/* Append h in form, and a newline, to out. Hashes are lowercase hex (16
+ * digits, 32 for psh and plh), strings in the object; with decimal != 0
+ * they are decimal, integers in the object (contract section 2: a string is
+ * always hex), which kvindex reads back exactly. Returns KVIX_OK;
+ * KVIX_EINVAL for positional hashes without pos, or an unknown form;
+ * KVIX_ENOMEM (out is then as it was). */
+int kvix_tokens_hashes_write(const kvix_tokens_hashes *h, kvix_tokens_form form, int decimal,
+                             kvix_buf *out, kvix_err *err);
 
 #ifdef __cplusplus
 }

@@ -125,3 +125,80 @@ TEST(tokens_line_ceiling)
     CHECK_U64(t.n, 0);
     kvix_tokens_release(&t);
 }
+
+/* kvhash's output line (kvix_tokens_hashes_write): a line parsed, hashed and
+ * written as the README's example, appended after what out held. */
+TEST(tokens_hashes_write_readme_line)
+{
+    kvix_tokens t;
+    kvix_err err;
+    kvix_buf out;
+    kvix_tokens_init(&t);
+    kvix_buf_init(&out);
+    CHECK(parse(&t, "{\"id\":[7,\"x\"],\"tokens\":[1,2,3,4,5,6,7,8,9]}", &err) == KVIX_OK);
+    uint64_t local[2], seq[2];
+    size_t nb = kvix_hash_blocks(t.tok, t.n, 4, t.seed, local, seq);
+    CHECK_U64(nb, 2);
+    kvix_buf_append(&out, "x\n", 2, &err);
+    kvix_tokens_hashes h = {.id = t.id, .n = nb, .local = local, .seq = seq, .partial = 1};
+    CHECK(kvix_tokens_hashes_write(&h, KVIX_TOKENS_OBJECT, 0, &out, &err) == KVIX_OK);
+    CHECK_STR(out.data, "x\n{\"id\":[7,\"x\"],\"local\":[\"cb38e4d7fb2dca5c\",\"e8d3ec39b907b74c\"],"
+                        "\"seq\":[\"cb38e4d7fb2dca5c\",\"44a2b2379d6d3c3d\"],\"partial\":1}\n");
+    CHECK_U64(out.len, strlen(out.data));
+    kvix_buf_release(&out);
+    kvix_tokens_release(&t);
+}
+
+TEST(tokens_hashes_write_forms)
+{
+    uint64_t local[2] = {1, UINT64_MAX}, seq[2] = {0x10, 0xabcdef};
+    kvix_u128 pos[4] = {{1, 2}, {3, 4}, {0, 0}, {UINT64_MAX, UINT64_MAX}};
+    kvix_tokens_hashes h = {.n = 2, .local = local, .seq = seq, .pos = pos, .positional = 1};
+    static const struct {
+        kvix_tokens_form form;
+        int decimal;
+        const char *want;
+    } cases[] = {
+        {KVIX_TOKENS_OBJECT, 0,
+         "{\"local\":[\"0000000000000001\",\"ffffffffffffffff\"],"
+         "\"seq\":[\"0000000000000010\",\"0000000000abcdef\"],"
+         "\"psh\":[\"00000000000000010000000000000002\",\"00000000000000000000000000000000\"],"
+         "\"plh\":[\"00000000000000030000000000000004\",\"ffffffffffffffffffffffffffffffff\"]}\n"},
+        {KVIX_TOKENS_OBJECT, 1,
+         "{\"local\":[1,18446744073709551615],\"seq\":[16,11259375],"
+         "\"psh\":[18446744073709551618,0],\"plh\":[55340232221128654852,"
+         "340282366920938463463374607431768211455]}\n"},
+        {KVIX_TOKENS_LOCAL, 0, "0000000000000001 ffffffffffffffff\n"},
+        {KVIX_TOKENS_SEQ, 1, "16 11259375\n"},
+        {KVIX_TOKENS_PSH, 1, "18446744073709551618 0\n"},
+        {KVIX_TOKENS_PLH, 0, "00000000000000030000000000000004 ffffffffffffffffffffffffffffffff\n"},
+    };
+    kvix_err err;
+    kvix_buf out;
+    kvix_buf_init(&out);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        out.len = 0;
+        CHECK(kvix_tokens_hashes_write(&h, cases[i].form, cases[i].decimal, &out, &err) == KVIX_OK);
+        CHECK_STR(out.data, cases[i].want);
+    }
+    /* no block: empty arrays (psh and plh too), an empty plain line */
+    kvix_tokens_hashes none = {.id = "3", .positional = 1, .partial = 3};
+    out.len = 0;
+    CHECK(kvix_tokens_hashes_write(&none, KVIX_TOKENS_OBJECT, 1, &out, &err) == KVIX_OK);
+    CHECK_STR(out.data, "{\"id\":3,\"local\":[],\"seq\":[],\"psh\":[],\"plh\":[],\"partial\":3}\n");
+    out.len = 0;
+    CHECK(kvix_tokens_hashes_write(&none, KVIX_TOKENS_PLH, 0, &out, &err) == KVIX_OK);
+    CHECK_STR(out.data, "\n");
+    /* positional hashes asked for and not given; a form that does not exist */
+    h.pos = NULL;
+    out.len = 0;
+    out.data[0] = '\0';
+    CHECK(kvix_tokens_hashes_write(&h, KVIX_TOKENS_PSH, 0, &out, &err) == KVIX_EINVAL);
+    CHECK(kvix_tokens_hashes_write(&h, KVIX_TOKENS_OBJECT, 0, &out, &err) == KVIX_EINVAL);
+    CHECK(kvix_tokens_hashes_write(&h, (kvix_tokens_form)9, 0, &out, &err) == KVIX_EINVAL);
+    CHECK_U64(out.len, 0);
+    h.positional = 0;
+    CHECK(kvix_tokens_hashes_write(&h, KVIX_TOKENS_SEQ, 0, &out, &err) == KVIX_OK);
+    CHECK_STR(out.data, "0000000000000010 0000000000abcdef\n");
+    kvix_buf_release(&out);
+}
