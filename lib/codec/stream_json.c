@@ -11,6 +11,7 @@
 #include "kvix/hash.h"
 #include "dec64_int.h"
 #include "json_arena_int.h"
+#include "json_text_int.h"
 #include "stream_int.h"
 
 /* ---- decoding: jansson values seen as sv ---- */
@@ -372,40 +373,11 @@ static int app_hex(kvix_buf *b, const char *prefix, uint64_t v, kvix_err *err)
     return KVIX_OK;
 }
 
-/* A JSON string. Names made only of printable ASCII without quote or
- * backslash are their own JSON text; anything else goes through jansson. */
+/* A JSON string after prefix. */
 static int app_str(kvix_buf *b, const char *prefix, const char *s, kvix_err *err)
 {
-    size_t len = strlen(s);
-    int plain = 1;
-    for (size_t i = 0; i < len && plain; i++) {
-        unsigned char c = (unsigned char)s[i];
-        plain = c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
-    }
     int rc = app(b, prefix, err);
-    if (rc)
-        return rc;
-    if (plain) {
-        if ((rc = kvix_buf_reserve(b, len + 2, err)))
-            return rc;
-        b->data[b->len++] = '"';
-        memcpy(b->data + b->len, s, len);
-        b->len += len;
-        b->data[b->len++] = '"';
-        b->data[b->len] = '\0';
-        return KVIX_OK;
-    }
-    json_t *j = json_stringn(s, len);
-    if (!j)
-        return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "name is not valid utf-8");
-    size_t need = json_dumpb(j, NULL, 0, JSON_ENCODE_ANY);
-    if ((rc = kvix_buf_reserve(b, need, err)) == KVIX_OK) {
-        json_dumpb(j, b->data + b->len, need, JSON_ENCODE_ANY);
-        b->len += need;
-        b->data[b->len] = '\0';
-    }
-    json_decref(j);
-    return rc;
+    return rc ? rc : kvix_json_str_append(b, s, strlen(s), err);
 }
 
 static int app_hash_array(kvix_buf *b, const char *prefix, const uint64_t *h, size_t n,
