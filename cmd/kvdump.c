@@ -3,14 +3,13 @@
  *
  * A file is verified whole (magic, version, checksum, internal consistency)
  * before the first byte of output, so a corrupt snapshot never yields a
- * partial dump. Statistics and differences come from the library
- * (kvix/snapshot_stats.h, kvix/snapshot_diff.h); this file parses options,
- * moves bytes, prints and picks exit codes. */
+ * partial dump. The events, statistics and differences, and the text they
+ * are written as, come from the library (kvix/snapshot.h, kvix/stream.h,
+ * kvix/snapshot_stats.h, kvix/snapshot_diff.h); this file parses options,
+ * moves bytes and picks messages and exit codes. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <jansson.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -18,7 +17,6 @@
 #include "cli.h"
 #include "kvix/buf.h"
 #include "kvix/event.h"
-#include "kvix/hash.h"
 #include "kvix/snapshot.h"
 #include "kvix/snapshot_diff.h"
 #include "kvix/snapshot_stats.h"
@@ -103,30 +101,13 @@ static void out_check(int rc, const kvix_err *err)
         out_flush();
 }
 
-static void outf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void outf(const char *fmt, ...)
+/* The library's long writers hand over what they wrote so far. */
+static int drain(void *ctx, kvix_buf *b)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    kvix_err err;
-    if (n < 0 || kvix_buf_reserve(&out, (size_t)n, &err))
-        cli_die(fail_code(KVIX_EXIT_SYS), "out of memory");
-    va_start(ap, fmt);
-    vsnprintf(out.data + out.len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    out.len += (size_t)n;
-}
-
-/* A name as a JSON string (jansson does the escaping). */
-static void out_jstr(const char *s)
-{
-    json_t *j = json_string(s);
-    char *t = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
-    outf("%s", t ? t : "\"?\"");
-    free(t);
-    json_decref(j);
+    (void)ctx;
+    (void)b; /* b is out */
+    out_flush();
+    return 0;
 }
 
 /* ---- opening -------------------------------------------------------------- */
@@ -154,74 +135,24 @@ static kvix_snapshot *open_or_die(const char *path)
 
 /* ---- dump ----------------------------------------------------------------- */
 
-/* Events are written one behind, so the last event of a (worker, dp) can
- * carry its eid: replaying the dump restores it. */
-typedef struct dumper {
-    kvix_event pending;
-    int have_pending;
-} dumper;
-
-static void dump_pending(dumper *d)
-{
-    kvix_err err;
-    if (d->have_pending)
-        out_check(kvix_event_to_json(&d->pending, &out, &err), &err);
-    d->have_pending = 0;
-}
-
 static int dump_event(void *ctx, const kvix_event *ev)
 {
-    dumper *d = ctx;
+    (void)ctx;
     kvix_err err;
-    dump_pending(d);
-    out_check(kvix_event_copy(&d->pending, ev, &err), &err);
-    d->have_pending = 1;
+    out_check(kvix_event_to_json(ev, &out, &err), &err);
     return 0;
 }
 
 static int do_dump(const char *path, const kvix_snapshot_filter *f)
 {
     kvix_snapshot *s = open_or_die(path);
-    dumper d = {.have_pending = 0};
-    kvix_event_init(&d.pending);
-    kvix_event scratch;
-    kvix_event_init(&scratch);
-    kvix_snapshot_group g;
     kvix_err err;
-    int rc;
     uint64_t hits = 0;
-    while ((rc = kvix_snapshot_next(s, &g, &err)) == KVIX_OK) {
-        if (!kvix_snapshot_filter_match(f, &g))
-            continue;
-        hits++;
-        if (kvix_snapshot_group_is_partition(&g))
-            continue;
-        out_check(kvix_snapshot_group_events(&g, &scratch, dump_event, &d, NULL, &err), &err);
-        if (g.has_eid && !d.have_pending) {
-            /* Nothing stored, but an eid to restore: a clear is a no-op on
-             * an empty worker and carries it. */
-            kvix_event_reset(&d.pending);
-            d.pending.type = KVIX_EV_CLEARED;
-            d.pending.worker = g.worker;
-            d.pending.dp = g.dp;
-            d.pending.bs = g.bs; /* the first of its partition makes it */
-            out_check(kvix_event_set_name(d.pending.model, g.model, strlen(g.model), &err), &err);
-            out_check(kvix_event_set_name(d.pending.tenant, g.tenant, strlen(g.tenant), &err),
-                      &err);
-            d.have_pending = 1;
-        }
-        if (g.has_eid) {
-            d.pending.has_eid = 1;
-            d.pending.eid = g.eid;
-        }
-        dump_pending(&d);
-    }
-    if (rc != KVIX_EOF)
+    int rc = kvix_snapshot_events(s, f, dump_event, NULL, &hits, &err);
+    if (rc)
         cli_die(cli_exit_for(rc), "%s", err.msg);
     out_flush();
     warn_empty_filter(f, hits, path);
-    kvix_event_release(&d.pending);
-    kvix_event_release(&scratch);
     kvix_snapshot_close(s);
     return KVIX_EXIT_OK;
 }
@@ -242,11 +173,16 @@ static int do_check(int n, char **paths, int quiet)
         }
         kvix_snapshot_info info;
         kvix_snapshot_get_info(s, &info);
+        kvix_err err;
         if (!quiet)
-            outf("%s: ok: version %" PRIu32 ", %" PRIu64 " partitions, %" PRIu64
-                 " workers, %" PRIu64 " blocks, %" PRIu64 " bytes, checksum %016" PRIx64 "\n",
-                 strcmp(paths[i], "-") ? paths[i] : "<stdin>", info.version, info.partitions,
-                 info.groups, info.blocks, info.bytes, info.checksum);
+            out_check(kvix_buf_printf(&out, &err,
+                                      "%s: ok: version %" PRIu32 ", %" PRIu64 " partitions, %" PRIu64
+                                      " workers, %" PRIu64 " blocks, %" PRIu64
+                                      " bytes, checksum %016" PRIx64 "\n",
+                                      strcmp(paths[i], "-") ? paths[i] : "<stdin>", info.version,
+                                      info.partitions, info.groups, info.blocks, info.bytes,
+                                      info.checksum),
+                      &err);
         kvix_snapshot_close(s);
     }
     out_flush();
@@ -254,140 +190,6 @@ static int do_check(int n, char **paths, int quiet)
 }
 
 /* ---- stats ---------------------------------------------------------------- */
-
-static void stats_json(const kvix_snapshot_stats *t, const kvix_snapshot_info *info)
-{
-    for (size_t i = 0; i < t->n; i++) {
-        const kvix_snapshot_row *r = &t->rows[i];
-        outf("{\"scope\":\"%s\",\"model\":", r->is_part ? "partition" : "worker");
-        out_jstr(r->model);
-        outf(",\"tenant\":");
-        out_jstr(r->tenant);
-        outf(",\"bs\":%" PRIu32, r->bs);
-        if (r->is_part)
-            outf(",\"workers\":%" PRIu64, r->workers);
-        else
-            outf(",\"worker\":%" PRIu64 ",\"dp\":%" PRIu32, r->worker, r->dp);
-        outf(",\"blocks\":%" PRIu64, r->blocks);
-        if (r->is_part)
-            outf(",\"unique_blocks\":%" PRIu64, r->unique);
-        outf(",\"orphans\":%" PRIu64, r->orphans);
-        if (r->has_depth)
-            outf(",\"depth\":%" PRIu64, r->depth);
-        else
-            outf(",\"depth\":null");
-        outf(",\"tiers\":{");
-        for (unsigned m = 0; m < KVIX_MEDIUM_COUNT; m++)
-            outf("%s\"%s\":%" PRIu64, m ? "," : "", kvix_medium_name((int)m), r->tiers[m]);
-        outf("}");
-        if (!r->is_part) {
-            if (r->has_eid)
-                outf(",\"eid\":%" PRIu64, r->eid);
-            else
-                outf(",\"eid\":null");
-        }
-        outf(",\"memory\":%" PRIu64 "}\n", r->memory);
-    }
-    outf("{\"scope\":\"file\",\"version\":%" PRIu32 ",\"partitions\":%" PRIu64
-         ",\"workers\":%" PRIu64 ",\"blocks\":%" PRIu64 ",\"bytes\":%" PRIu64
-         ",\"checksum\":\"%016" PRIx64 "\",\"memory\":%" PRIu64,
-         info->version, info->partitions, info->groups, info->blocks, info->bytes,
-         info->checksum, t->memory);
-    if (info->has_stream)
-        outf(",\"stream\":\"%s\",\"stream_seq\":%" PRIu64 "}\n", info->stream,
-             info->stream_seq);
-    else
-        outf(",\"stream\":null,\"stream_seq\":null}\n");
-}
-
-#define NCOLS 14
-
-static void human_bytes(uint64_t b, char *dst, size_t cap)
-{
-    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)b;
-    unsigned u = 0;
-    while (v >= 1024 && u < 4) {
-        v /= 1024;
-        u++;
-    }
-    if (u == 0)
-        snprintf(dst, cap, "%" PRIu64 " B", b);
-    else
-        snprintf(dst, cap, "%.1f %s", v, unit[u]);
-}
-
-static void stats_table(const kvix_snapshot_stats *t, const kvix_snapshot_info *info)
-{
-    static const char *head[NCOLS] = {"model", "tenant", "bs", "worker", "dp", "blocks",
-                                      "unique", "depth", "gpu", "cpu", "disk", "external",
-                                      "eid", "orphans"};
-    /* The last column, memory, is not padded. */
-    size_t nrows = t->n + 1;
-    char(*cell)[NCOLS + 1][KVIX_NAME_MAX] = calloc(nrows, sizeof *cell);
-    if (!cell)
-        cli_die(fail_code(KVIX_EXIT_SYS), "out of memory");
-    for (int c = 0; c < NCOLS; c++)
-        snprintf(cell[0][c], KVIX_NAME_MAX, "%s", head[c]);
-    snprintf(cell[0][NCOLS], KVIX_NAME_MAX, "memory");
-    for (size_t i = 0; i < t->n; i++) {
-        const kvix_snapshot_row *r = &t->rows[i];
-        char(*c)[KVIX_NAME_MAX] = cell[i + 1];
-        snprintf(c[0], KVIX_NAME_MAX, "%s", r->model);
-        snprintf(c[1], KVIX_NAME_MAX, "%s", r->tenant);
-        snprintf(c[2], KVIX_NAME_MAX, "%" PRIu32, r->bs);
-        if (r->is_part) {
-            snprintf(c[3], KVIX_NAME_MAX, "*%" PRIu64, r->workers);
-            snprintf(c[4], KVIX_NAME_MAX, "-");
-            snprintf(c[6], KVIX_NAME_MAX, "%" PRIu64, r->unique);
-            snprintf(c[12], KVIX_NAME_MAX, "-");
-        } else {
-            snprintf(c[3], KVIX_NAME_MAX, "%" PRIu64, r->worker);
-            snprintf(c[4], KVIX_NAME_MAX, "%" PRIu32, r->dp);
-            snprintf(c[6], KVIX_NAME_MAX, "-");
-            if (r->has_eid)
-                snprintf(c[12], KVIX_NAME_MAX, "%" PRIu64, r->eid);
-            else
-                snprintf(c[12], KVIX_NAME_MAX, "-");
-        }
-        snprintf(c[5], KVIX_NAME_MAX, "%" PRIu64, r->blocks);
-        if (r->has_depth)
-            snprintf(c[7], KVIX_NAME_MAX, "%" PRIu64, r->depth);
-        else
-            snprintf(c[7], KVIX_NAME_MAX, "-");
-        for (unsigned m = 0; m < KVIX_MEDIUM_COUNT; m++)
-            snprintf(c[8 + m], KVIX_NAME_MAX, "%" PRIu64, r->tiers[m]);
-        snprintf(c[13], KVIX_NAME_MAX, "%" PRIu64, r->orphans);
-        human_bytes(r->memory, c[NCOLS], KVIX_NAME_MAX);
-    }
-    size_t w[NCOLS] = {0};
-    for (size_t i = 0; i < nrows; i++)
-        for (int c = 0; c < NCOLS; c++) {
-            size_t l = strlen(cell[i][c]);
-            if (l > w[c])
-                w[c] = l;
-        }
-    for (size_t i = 0; i < nrows; i++) {
-        for (int c = 0; c < NCOLS; c++) {
-            /* Names left-aligned, numbers right-aligned. */
-            if (c < 2)
-                outf("%-*s  ", (int)w[c], cell[i][c]);
-            else
-                outf("%*s  ", (int)w[c], cell[i][c]);
-        }
-        outf("%s\n", cell[i][NCOLS]);
-    }
-    char size[32], mem[32];
-    human_bytes(info->bytes, size, sizeof size);
-    human_bytes(t->memory, mem, sizeof mem);
-    outf("\n%" PRIu64 " partitions, %" PRIu64 " workers, %" PRIu64
-         " blocks; file %s, format version %" PRIu32 ", checksum %016" PRIx64 "; index %s\n",
-         info->partitions, info->groups, info->blocks, size, info->version, info->checksum, mem);
-    if (info->has_stream)
-        outf("stream %s: every message up to sequence %" PRIu64 " applied\n", info->stream,
-             info->stream_seq);
-    free(cell);
-}
 
 static int do_stats(const char *path, const kvix_snapshot_filter *f, const kvix_index_opts *io,
                     int json)
@@ -401,10 +203,9 @@ static int do_stats(const char *path, const kvix_snapshot_filter *f, const kvix_
     if (rc)
         cli_die(cli_exit_for(rc), "%s", err.msg);
     warn_empty_filter(f, t.matched, path);
-    if (json)
-        stats_json(&t, &info);
-    else
-        stats_table(&t, &info);
+    out_check(kvix_snapshot_stats_write(
+                  &t, &info, json ? KVIX_SNAPSHOT_STATS_JSON : KVIX_SNAPSHOT_STATS_TABLE, &out, &err),
+              &err);
     out_flush();
     kvix_snapshot_stats_release(&t);
     kvix_snapshot_close(s);
@@ -413,67 +214,12 @@ static int do_stats(const char *path, const kvix_snapshot_filter *f, const kvix_
 
 /* ---- diff ----------------------------------------------------------------- */
 
-static void out_block(const kvix_block_info *b, int first)
-{
-    char l[17], e[17], p[17];
-    kvix_hex64(b->local, l);
-    kvix_hex64(b->engine, e);
-    kvix_hex64(b->parent, p);
-    outf("%s{\"position\":%" PRIu32 ",\"local\":\"%s\",\"seq\":\"%s\",\"parent\":", first ? "" : ",",
-         b->position, l, e);
-    if (b->position)
-        outf("\"%s\"", p);
-    else
-        outf("null");
-    outf(",\"tiers\":[");
-    int k = 0;
-    for (unsigned m = 0; m < KVIX_MEDIUM_COUNT; m++)
-        if (b->tiers >> m & 1)
-            outf("%s\"%s\"", k++ ? "," : "", kvix_medium_name((int)m));
-    outf("]}");
-}
-
-static void out_blocks(const kvix_block_info *b, size_t n)
-{
-    outf("[");
-    for (size_t i = 0; i < n; i++) {
-        out_block(&b[i], i == 0);
-        if (out.len >= (1u << 16))
-            out_flush();
-    }
-    outf("]");
-}
-
 /* One differing record as a JSON line. */
 static int print_delta(void *ctx, const kvix_snapshot_delta *d)
 {
     (void)ctx;
-    const kvix_snapshot_group *k = d->a ? d->a : d->b;
-    outf("{\"model\":");
-    out_jstr(k->model);
-    outf(",\"tenant\":");
-    out_jstr(k->tenant);
-    if (kvix_snapshot_group_is_partition(k))
-        outf(",\"worker\":null,\"dp\":null");
-    else
-        outf(",\"worker\":%" PRIu64 ",\"dp\":%" PRIu32, k->worker, k->dp);
-    const kvix_snapshot_group *sides[2] = {d->a, d->b};
-    for (int s = 0; s < 2; s++) {
-        const kvix_snapshot_group *x = sides[s];
-        if (x)
-            outf(",\"bs_%c\":%" PRIu32, "ab"[s], x->bs);
-        else
-            outf(",\"bs_%c\":null", "ab"[s]);
-        if (x && x->has_eid)
-            outf(",\"eid_%c\":%" PRIu64, "ab"[s], x->eid);
-        else
-            outf(",\"eid_%c\":null", "ab"[s]);
-    }
-    outf(",\"only_a\":");
-    out_blocks(d->only_a, d->n_only_a);
-    outf(",\"only_b\":");
-    out_blocks(d->only_b, d->n_only_b);
-    outf("}\n");
+    kvix_err err;
+    out_check(kvix_snapshot_delta_write(d, &out, drain, NULL, &err), &err);
     out_flush();
     return 0;
 }
@@ -494,10 +240,7 @@ static int do_diff(const char *pa, const char *pb, int quiet)
     if (rc)
         cli_die(KVIX_EXIT_USAGE, "%s", err.msg);
     if (!quiet)
-        outf("{\"summary\":true,\"equal\":%s,\"differing\":%" PRIu64 ",\"only_a\":%" PRIu64
-             ",\"only_b\":%" PRIu64 ",\"blocks_a\":%" PRIu64 ",\"blocks_b\":%" PRIu64 "}\n",
-             t.differing ? "false" : "true", t.differing, t.only_a, t.only_b, ia.blocks,
-             ib.blocks);
+        out_check(kvix_snapshot_diff_summary_write(&t, ia.blocks, ib.blocks, &out, &err), &err);
     out_flush();
     kvix_snapshot_close(a);
     kvix_snapshot_close(b);

@@ -189,6 +189,22 @@ typedef struct kvix_snapshot_group {
     size_t n;
 } kvix_snapshot_group;
 
+/* Which records of a file to look at; NULL fields and has_worker 0 match
+ * every record. The strings are borrowed. */
+typedef struct kvix_snapshot_filter {
+    const char *model, *tenant;
+    int has_worker;
+    uint64_t worker;
+} kvix_snapshot_filter;
+
+/* Whether record g passes f (NULL f: every record). A partition without
+ * workers (worker UINT64_MAX, no blocks, no eid) passes when its model and
+ * tenant do and no worker is asked for. */
+int kvix_snapshot_filter_match(const kvix_snapshot_filter *f, const kvix_snapshot_group *g);
+
+/* A partition without workers: the record a snapshot keeps for it. */
+int kvix_snapshot_group_is_partition(const kvix_snapshot_group *g);
+
 /* Open and verify a snapshot: the whole file is checked (magic, version,
  * checksum, counts against the size, order, names, tiers, each held
  * parent's canonical hash) before this returns. Blocks come back with canon
@@ -230,12 +246,26 @@ typedef int (*kvix_snapshot_event_fn)(void *ctx, const kvix_event *ev);
  * hash, and so on) becomes one stored event of one medium with its parent
  * (split every KVIX_EVENT_BLOCKS_MAX blocks); blocks held in several tiers
  * get further stored events for their other tiers. Parents always come
- * before children. No event carries an eid (the caller decides: kvdump puts
- * the record's eid on its last event). scratch is an initialised event whose
+ * before children. No event carries an eid (the caller decides:
+ * kvix_snapshot_events puts the record's eid on its last event). scratch is
+ * an initialised event whose
  * arrays are reused. Returns the visitor's non-zero value, or an error. */
 int kvix_snapshot_group_events(const kvix_snapshot_group *g, kvix_event *scratch,
                                kvix_snapshot_event_fn fn, void *ctx, size_t *orphans,
                                kvix_err *err);
+
+/* The whole file as the events that rebuild it (kvdump's dump, which
+ * kvindex reads back to the same state): from the first record, whatever
+ * next has consumed, every record f lets through (NULL: all) as
+ * kvix_snapshot_group_events gives it, the record's eid on its last event;
+ * a record that holds no block but an eid gives a cleared event carrying it
+ * (and the partition's block size); a partition without workers gives
+ * nothing. *matched (may be NULL) gets the records f let through. fn's ev is
+ * valid only during the call. Returns 0, fn's non-zero value, or an error
+ * (KVIX_ENOMEM, KVIX_ECORRUPT, reading errors of s). */
+int kvix_snapshot_events(kvix_snapshot *s, const kvix_snapshot_filter *f,
+                         kvix_snapshot_event_fn fn, void *ctx, uint64_t *matched,
+                         kvix_err *err);
 
 /* Apply every record of an opened snapshot to idx, which must be empty
  * (KVIX_EINVAL otherwise): blocks restored per (worker, dp) with

@@ -1,12 +1,14 @@
 /* kvix: the differences between two snapshot files, record by record
- * (kvdump --diff). Two files are equal when every (partition, worker, dp)
- * record has the same block size, eid and blocks in both. */
+ * (kvdump --diff), and the JSON lines kvdump writes them as. Two files are
+ * equal when every (partition, worker, dp) record has the same block size,
+ * eid and blocks in both. */
 #ifndef KVIX_SNAPSHOT_DIFF_H
 #define KVIX_SNAPSHOT_DIFF_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvix/buf.h"
 #include "kvix/error.h"
 #include "kvix/snapshot.h"
 
@@ -42,6 +44,26 @@ typedef struct kvix_snapshot_diff_totals {
  * an error (KVIX_ENOMEM; reading errors of a or b). */
 int kvix_snapshot_diff(kvix_snapshot *a, kvix_snapshot *b, kvix_snapshot_delta_fn fn,
                        void *ctx, kvix_snapshot_diff_totals *t, kvix_err *err);
+
+/* ---- as kvdump --diff writes them (kvdump(1)) ---------------------------- */
+
+/* Append d to out as one JSON line: the record's "model", "tenant",
+ * "worker" and "dp" (null for a partition's own record), "bs_a", "eid_a",
+ * "bs_b", "eid_b" (null where a side has none), then "only_a" and "only_b",
+ * arrays of {"position", "local", "seq", "parent" (null at position 0),
+ * "tiers"} with hashes as hex strings. A delta can hold millions of
+ * blocks: with drain (may be NULL) the line goes out in pieces
+ * (kvix_buf_drain_fn). Returns KVIX_OK, drain's non-zero value, KVIX_EINVAL
+ * (a name that is not UTF-8) or KVIX_ENOMEM; on failure out holds part of
+ * the line. */
+int kvix_snapshot_delta_write(const kvix_snapshot_delta *d, kvix_buf *out,
+                              kvix_buf_drain_fn drain, void *ctx, kvix_err *err);
+
+/* Append the line that ends kvdump --diff's output to out: {"summary":true,
+ * "equal", "differing", "only_a", "only_b" (t's), "blocks_a", "blocks_b"
+ * (the files' blocks, kvix_snapshot_info.blocks)}. KVIX_OK or KVIX_ENOMEM. */
+int kvix_snapshot_diff_summary_write(const kvix_snapshot_diff_totals *t, uint64_t blocks_a,
+                                     uint64_t blocks_b, kvix_buf *out, kvix_err *err);
 
 #ifdef __cplusplus
 }

@@ -1,12 +1,14 @@
 /* kvix: statistics of a snapshot file, per partition and per (worker, dp),
  * with the memory an index holding it takes by the index's own accounting
- * (kvix_index_stats), so kvdump --stats and kvindex report one figure. */
+ * (kvix_index_stats), so kvdump --stats and kvindex report one figure; and
+ * the two forms kvdump writes them in. */
 #ifndef KVIX_SNAPSHOT_STATS_H
 #define KVIX_SNAPSHOT_STATS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvix/buf.h"
 #include "kvix/error.h"
 #include "kvix/event.h"
 #include "kvix/index.h"
@@ -16,21 +18,7 @@
 extern "C" {
 #endif
 
-/* Which records of a file to look at; NULL fields and has_worker 0 match
- * every record. The strings are borrowed. */
-typedef struct kvix_snapshot_filter {
-    const char *model, *tenant;
-    int has_worker;
-    uint64_t worker;
-} kvix_snapshot_filter;
-
-/* Whether record g passes f (NULL f: every record). A partition without
- * workers (worker UINT64_MAX, no blocks, no eid) passes when its model and
- * tenant do and no worker is asked for. */
-int kvix_snapshot_filter_match(const kvix_snapshot_filter *f, const kvix_snapshot_group *g);
-
-/* A partition without workers: the record a snapshot keeps for it. */
-int kvix_snapshot_group_is_partition(const kvix_snapshot_group *g);
+/* (kvix_snapshot_filter, which records to count: kvix/snapshot.h) */
 
 /* One row: a partition (is_part) followed by its (worker, dp) rows. */
 typedef struct kvix_snapshot_row {
@@ -78,6 +66,21 @@ int kvix_snapshot_stats_get(kvix_snapshot *s, const kvix_snapshot_filter *f,
                             kvix_err *err);
 /* Free the rows; st is then empty. */
 void kvix_snapshot_stats_release(kvix_snapshot_stats *st);
+
+/* How kvix_snapshot_stats_write writes statistics (kvdump(1), --stats). */
+typedef enum kvix_snapshot_stats_form {
+    KVIX_SNAPSHOT_STATS_TABLE = 0, /* aligned columns, a line per row, then the file's
+                                    * totals in a sentence (sizes in KiB, MiB...) */
+    KVIX_SNAPSHOT_STATS_JSON,      /* a JSON object per row ("scope": "partition" or
+                                    * "worker"), then one for the file ("scope": "file") */
+} kvix_snapshot_stats_form;
+
+/* Append st's rows and the file's totals to out in form; info is the
+ * file's (kvix_snapshot_get_info of the snapshot st was counted from).
+ * Nothing is kept. Returns KVIX_OK; KVIX_EINVAL (a name that is not UTF-8,
+ * an unknown form) or KVIX_ENOMEM, out then as it was. */
+int kvix_snapshot_stats_write(const kvix_snapshot_stats *st, const kvix_snapshot_info *info,
+                              kvix_snapshot_stats_form form, kvix_buf *out, kvix_err *err);
 
 #ifdef __cplusplus
 }
