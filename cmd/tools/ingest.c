@@ -497,14 +497,27 @@ int kvix_ingest_save(kvix_ingest *g, const char *path, const char *stream, uint6
     }
     kvix_snapshot_ext ext = {KVIX_SNAPSHOT_EXT_REGISTRATIONS, 0, regs.data, regs.len};
     kvix_snapshot_save_opts so = {stream, seq, nregs ? &ext : NULL, nregs ? 1 : 0};
-    if (g->svc)
-        kvix_index_quiet_begin(g->idx); /* no /dump or /snapshot walks the index meanwhile */
-    quiet_begin(g);
-    rc = kvix_snapshot_save_with(g->idx, path, &so, info ? info : &tmp, err);
-    uint64_t fed = feed_count(g, 1), fed_applied = feed_count(g, 0);
-    quiet_end(g);
-    if (g->svc)
-        kvix_index_quiet_end(g->idx);
+    uint64_t fed, fed_applied, since;
+    if (stream) {
+        /* one state for one stream sequence: every writer held throughout */
+        if (g->svc)
+            kvix_index_quiet_begin(g->idx);
+        quiet_begin(g);
+        since = __atomic_load_n(&g->since_save, __ATOMIC_RELAXED);
+        rc = kvix_snapshot_save_with(g->idx, path, &so, info ? info : &tmp, err);
+        fed = feed_count(g, 1), fed_applied = feed_count(g, 0);
+        quiet_end(g);
+        if (g->svc)
+            kvix_index_quiet_end(g->idx);
+    } else {
+        /* What was submitted so far goes in; then the writers go on while
+         * the save reads one (worker, dp) at a time (kvix_snapshot_save):
+         * what they apply meanwhile may be in this save or the next. */
+        kvix_ingest_sync(g);
+        since = __atomic_load_n(&g->since_save, __ATOMIC_RELAXED);
+        fed = feed_count(g, 1), fed_applied = feed_count(g, 0);
+        rc = kvix_snapshot_save_with(g->idx, path, &so, info ? info : &tmp, err);
+    }
     kvix_buf_release(&regs);
     if (rc)
         return rc;
@@ -514,7 +527,7 @@ int kvix_ingest_save(kvix_ingest *g, const char *path, const char *stream, uint6
     g->fed_at_save = fed;
     g->subs_at_save = subs;
     __atomic_store_n(&g->fed_applied_at_save, fed_applied, __ATOMIC_RELAXED);
-    __atomic_store_n(&g->since_save, 0, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&g->since_save, since, __ATOMIC_RELAXED);
     __atomic_store_n(&g->save_woken, 0, __ATOMIC_RELAXED);
     return KVIX_OK;
 }

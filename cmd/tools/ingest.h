@@ -206,10 +206,13 @@ void kvix_ingest_sync(kvix_ingest *g);
 int kvix_ingest_save_due(kvix_ingest *g);
 /* The index changed since the last save (or since the start). */
 int kvix_ingest_changed(kvix_ingest *g);
-/* Save the index to path (kvix_snapshot_save_at: stream and seq recorded
- * when stream is given), every writer held, the service quiet meanwhile
- * and told of the save; the save counters start again. Returns 1 without
- * saving in the middle of a message held for a service, else as
+/* Save the index to path (kvix_snapshot_save_at), the service told of the
+ * save; the save counters start again. Without a stream, everything
+ * submitted so far goes in and the writers go on meanwhile (a live save:
+ * each (worker, dp) as it stood when the save read it, its writer held back
+ * only for that). With stream and seq recorded, every writer is held and
+ * the index quiet throughout: one state for one sequence. Returns 1
+ * without saving in the middle of a message held for a service, else as
  * kvix_snapshot_save_at; info may be NULL. */
 int kvix_ingest_save(kvix_ingest *g, const char *path, const char *stream, uint64_t seq,
                      kvix_snapshot_info *info, kvix_err *err);

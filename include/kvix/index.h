@@ -71,6 +71,9 @@
  *    different workers proceed in parallel. Submit from one thread only (or
  *    serialise submits); mixing submit and apply for the same worker is not
  *    allowed. kvix_index_sync waits until everything submitted is applied.
+ *  - kvix_index_foreach_live may run concurrently with every call above
+ *    (not kvix_index_free): it holds back one (worker, dp)'s writer at a
+ *    time, while it copies that (worker, dp)'s blocks.
  *  - kvix_index_foreach and kvix_index_stats_get read a quiet
  *    index: no writer call (and no unsynced submit) may overlap them. They
  *    first wait (milliseconds) until what departed workers held is given
@@ -262,6 +265,26 @@ typedef int (*kvix_foreach_fn)(void *ctx, const char *model, const char *tenant,
  * worker, dp ascending. Partitions with no worker are visited once with
  * worker = UINT64_MAX and n = 0, so an empty partition survives a snapshot. */
 int kvix_index_foreach(kvix_index *idx, kvix_foreach_fn fn, void *ctx);
+
+/* What a live walk cost the writers. */
+typedef struct kvix_walk_stats {
+    uint64_t cuts;       /* (worker, dp) states read */
+    double hold_max;     /* seconds: the longest one writer was held back */
+    double hold_total;   /* seconds: all of them */
+    double hold_cpu_max; /* seconds: of the walk's own work in a hold (hold_max less the
+                          * time the walk's thread waited for a core meanwhile) */
+} kvix_walk_stats;
+
+/* kvix_index_foreach while writers keep applying events (any of the writer
+ * calls above, and submitted events): each (worker, dp) is read at one
+ * moment, under that worker's writer exclusion, one after another, so each
+ * record is the state of its (worker, dp) after the event its eid names
+ * (workers are independent: the walk equals the index at those eids), and
+ * no writer waits longer than one (worker, dp)'s copy. A (worker, dp) that
+ * registers after its partition was listed is not visited. Same order and
+ * visitor as kvix_index_foreach; st (may be NULL) gets the writers' cost. */
+int kvix_index_foreach_live(kvix_index *idx, kvix_foreach_fn fn, void *ctx,
+                            kvix_walk_stats *st);
 
 /* Restore the blocks of one (worker, dp) as kvix_index_foreach gave them
  * (snapshots), sorted by position. No parent needs to be held, so blocks

@@ -75,6 +75,7 @@ typedef struct kvix_snapshot_info {
     uint64_t stream_seq;
     char stream[KVIX_SNAPSHOT_STREAM_MAX];
     uint64_t extensions; /* extension records (version 3) */
+    kvix_walk_stats walk; /* a save: what reading the index cost its writers */
 } kvix_snapshot_info;
 
 /* ---- writing ---------------------------------------------------------- */
@@ -119,8 +120,12 @@ int kvix_snapshot_writer_commit(kvix_snapshot_writer *w, kvix_snapshot_info *inf
 /* Drop the temporary file and free w. NULL is fine. */
 void kvix_snapshot_writer_abort(kvix_snapshot_writer *w);
 
-/* Save the whole index to path (writer_open + kvix_index_foreach + commit).
- * The index must be quiet (see index.h). info may be NULL. */
+/* Save the whole index to path (writer_open + kvix_index_foreach_live +
+ * commit). Writers may go on meanwhile: each (worker, dp) is saved as it
+ * stood when the save read it, after the event its eid names, and its
+ * writer is held back only while its blocks are copied (info->walk says
+ * for how long). A save that must hold everything submitted so far syncs
+ * the writer pool first (kvix_index_sync). info may be NULL. */
 int kvix_snapshot_save(kvix_index *idx, const char *path, kvix_snapshot_info *info,
                        kvix_err *err);
 /* The same, recording the stream position (stream, seq) the index reflects

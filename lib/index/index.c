@@ -203,6 +203,93 @@ int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local
     return store_block(w, engine, pos, local, canon, parent, pcanon, tier, chain, r, err);
 }
 
+/* ---- loading a (worker, dp) whole ----------------------------------------- */
+
+/* A load's blocks are taken LOAD_AHEAD at a time: the table slots of the
+ * next batch but one are asked for, then the nodes of the next batch (their
+ * slots arrived meanwhile), then this batch is added: in an index far larger
+ * than the caches each block's two dependent misses (its slot, then its
+ * node) overlap with the other blocks' instead of coming one after another. */
+#define LOAD_AHEAD 16u
+
+static void load_prefetch(const kvix_backend_ops *ops, void *be, const kvix_block_info *b,
+                          size_t from, size_t n, int nodes)
+{
+    uint32_t pos[LOAD_AHEAD];
+    uint64_t canon[LOAD_AHEAD];
+    size_t k = 0;
+    for (; k < LOAD_AHEAD && from + k < n; k++) {
+        pos[k] = b[from + k].position;
+        canon[k] = b[from + k].canon;
+    }
+    if (!k)
+        return;
+    if (nodes)
+        ops->prefetch_key_nodes(be, pos, canon, k);
+    else
+        ops->prefetch_keys(be, pos, canon, k);
+}
+
+int kvix_ix_load_tree(wstate *w, const kvix_block_info *b, const size_t *up, size_t n,
+                      kvix_ix_chain *nodes, kvix_apply_result *r, kvix_err *err)
+{
+    part *p = w->p;
+    const kvix_backend_ops *ops = p->ops;
+    void *be = part_be(p);
+    int ahead = ops->prefetch_keys && ops->prefetch_key_nodes;
+    uint32_t depth = 0;
+    int rc = KVIX_OK;
+    if (kvix_ix_bm_reserve(&w->blocks, kvix_ix_bm_size(&w->blocks) + n))
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory for %zu blocks", n);
+    for (size_t i = 0; i < n && !rc; i++)
+        if (b[i].position + 1 > depth)
+            depth = b[i].position + 1;
+    raise_depth(p, depth);
+    if (ahead) {
+        load_prefetch(ops, be, b, 0, n, 0);
+        load_prefetch(ops, be, b, LOAD_AHEAD, n, 0);
+        load_prefetch(ops, be, b, 0, n, 1);
+    }
+    for (size_t i = 0; i < n && !rc; i++) {
+        if (ahead && i % LOAD_AHEAD == 0) {
+            load_prefetch(ops, be, b, i + 2 * LOAD_AHEAD, n, 0);
+            load_prefetch(ops, be, b, i + LOAD_AHEAD, n, 1);
+        }
+        const kvix_block_info *x = &b[i];
+        size_t par = up[i];
+        kvix_binfo bi = {.pos = x->position,
+                         .local = x->local,
+                         .canon = x->canon,
+                         .parent_canon = x->position ? x->parent_canon : 0,
+                         .parent_engine = x->position ? x->parent : 0,
+                         .engine = x->engine,
+                         .parent_node = par != (size_t)-1 ? nodes[par].node : NULL,
+                         .parent_num = par != (size_t)-1 ? nodes[par].num : 0};
+        void *node = NULL;
+        uint64_t hint = 0;
+        for (unsigned t = 0; t < KVIX_MEDIUM_COUNT && !rc; t++) {
+            if (!(x->tiers & (1u << t)))
+                continue;
+            kvix_binfo tb = bi; /* add sets its num and parent hint */
+            if ((rc = tier_ref(w, &tb, t, &node, err)))
+                break;
+            r->stored++;
+            bi.num = tb.num;
+            hint = tb.parent_engine;
+        }
+        if (rc)
+            break;
+        if ((uintptr_t)node & BENT_TIERS) /* backends align their nodes: never met */
+            rc = kvix_err_set(err, KVIX_ESYS, "misaligned index node");
+        else if (!(rc = note_parent(w, x->engine, x->position ? x->parent : 0, hint, err)) &&
+                 kvix_ix_bm_add(&w->blocks, x->engine, (bent)(uintptr_t)node | x->tiers, bi.num))
+            rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block");
+        nodes[i] = (kvix_ix_chain){node, bi.num};
+    }
+    kvix_ix_publish_held(w);
+    return rc;
+}
+
 /* engine leaves tier in w's map: its node, which the backend is still to
  * hear about (tier_unref), or NULL when w did not hold it there; *gone: it
  * was the block's last tier in w. */
@@ -350,16 +437,18 @@ static int group_store(kvix_index *idx, const kvix_event *ev, part **pp, wstate 
     if (!*wp && (rc = kvix_ix_ws_get(*pp, ev->worker, ev->dp, wp, err)))
         return rc;
     wstate *w = *wp;
-    if ((rc = kvix_ix_grp_learn(w, ev->group, ev->kind, err))) {
-        kvix_ix_ws_done(w);
-        return rc;
-    }
-    if (kvix_ix_grp_indexed(w, ev))
+    ws_lock(w);
+    rc = kvix_ix_grp_learn(w, ev->group, ev->kind, err);
+    int indexed = !rc && kvix_ix_grp_indexed(w, ev);
+    if (!rc && !indexed)
+        record_eid(w, ev);
+    ws_unlock(w);
+    if (indexed)
         return 0;
-    r->skipped += ev->nblocks ? ev->nblocks : ev->nhashes;
-    record_eid(w, ev);
+    if (!rc)
+        r->skipped += ev->nblocks ? ev->nblocks : ev->nhashes;
     kvix_ix_ws_done(w);
-    return 1;
+    return rc ? rc : 1;
 }
 
 static int eid_state(kvix_index *idx, part *p, const kvix_event *ev, wstate **w, kvix_err *err);
@@ -379,6 +468,8 @@ static int apply_placeholder(kvix_index *idx, const kvix_event *ev, kvix_apply_r
     wstate *w = p ? kvix_ix_ws_find(p, ev->worker, ev->dp) : NULL;
     int rc = KVIX_OK;
     size_t done = 0;
+    if (w)
+        ws_lock(w);
     if (!kvix_ix_grp_indexed(w, ev)) {
         r->skipped += ev->nhashes;
     } else if (!w) {
@@ -402,6 +493,10 @@ static int apply_placeholder(kvix_index *idx, const kvix_event *ev, kvix_apply_r
         int mrc = kvix_ix_grp_stored(w, ev, done, err);
         rc = rc ? rc : mrc;
     }
+    if (w && !rc)
+        record_eid(w, ev);
+    if (w)
+        ws_unlock(w);
     int erc = rc ? KVIX_OK : eid_state(idx, p, ev, &w, err);
     if (w)
         kvix_ix_ws_done(w);
@@ -467,6 +562,7 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
     }
     if (!w && (rc = kvix_ix_ws_get(p, ev->worker, ev->dp, &w, err)))
         return rc;
+    ws_lock(w);
     kvix_ix_rank_if_asked(p);
     raise_depth(p, pos0 + (uint32_t)ev->nblocks);
     if (ev->lora[0])
@@ -496,18 +592,18 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
     kvix_ix_publish_held(w);
     if (!rc)
         record_eid(w, ev);
+    ws_unlock(w);
     kvix_ix_ws_done(w); /* nothing held (an empty event, or a first block refused): released */
     return rc;
 }
 
-/* The state an eid-carrying removed/cleared event is recorded in: created
- * when the partition exists (or the event has a block size to create it). */
+/* The state an eid-carrying removed/cleared event is recorded in when the
+ * (worker, dp) has none: created when the partition exists (or the event
+ * has a block size to create it). */
 static int eid_state(kvix_index *idx, part *p, const kvix_event *ev, wstate **w, kvix_err *err)
 {
     int rc;
-    if (!ev->has_eid || *w)
-        return (record_eid(*w, ev), KVIX_OK);
-    if (!p && !ev->bs)
+    if (!ev->has_eid || *w || (!p && !ev->bs))
         return KVIX_OK;
     if (!p && (rc = kvix_ix_part_get(idx, ev->model, ev->tenant, ev->bs, &p, err)))
         return rc;
@@ -533,6 +629,8 @@ static int remove_grouped(wstate *w, const kvix_event *ev, kvix_apply_result *r,
     return KVIX_OK;
 }
 
+/* The blocks an event drops and the eid it records change together, under
+ * the state's cut lock: a walk sees both or neither. */
 static int apply_removed(kvix_index *idx, const kvix_event *ev, kvix_apply_result *r,
                          kvix_err *err)
 {
@@ -544,6 +642,8 @@ static int apply_removed(kvix_index *idx, const kvix_event *ev, kvix_apply_resul
         return kvix_ix_bs_mismatch(p, ev->bs, err);
     wstate *w = p ? kvix_ix_ws_find(p, ev->worker, ev->dp) : NULL;
     int rc = KVIX_OK;
+    if (w)
+        ws_lock(w);
     if (!kvix_ix_grp_indexed(w, ev))
         r->skipped += ev->nhashes; /* another kind's group: never what a prompt hits */
     else if (!w)
@@ -554,8 +654,12 @@ static int apply_removed(kvix_index *idx, const kvix_event *ev, kvix_apply_resul
         remove_hashes(w, ev, ev->hashes, ev->nhashes, r);
         kvix_ix_publish_held(w);
     }
+    if (w && !rc)
+        record_eid(w, ev);
+    if (w)
+        ws_unlock(w);
     if (!rc)
-        rc = eid_state(idx, p, ev, &w, err);
+        rc = eid_state(idx, p, ev, &w, err); /* no state: the eid alone */
     if (w)
         kvix_ix_ws_done(w); /* its last block gone and no eid: released */
     return rc;
@@ -567,16 +671,20 @@ static int apply_cleared(kvix_index *idx, const kvix_event *ev, kvix_apply_resul
     part *p = kvix_ix_part_find(idx, ev->model, ev->tenant);
     if (p && ev->bs && p->bs != ev->bs)
         return kvix_ix_bs_mismatch(p, ev->bs, err);
-    wstate *w = p ? kvix_ix_ws_find(p, ev->worker, ev->dp) : NULL;
-    if (w) {
-        uint64_t before = r->removed;
-        clear_ws(w, r);
-        if (r->removed > before)
-            kvix_ix_xr_event(w, ev, KVIX_EV_CLEARED, (uint32_t)(r->removed - before));
-    }
+    wstate *w = p ? kvix_ix_ws_find(p, ev->worker, ev->dp) : NULL, *held = w;
     int rc = eid_state(idx, p, ev, &w, err);
-    if (w)
+    if (w) {
+        ws_lock(w);
+        if (held) {
+            uint64_t before = r->removed;
+            clear_ws(w, r);
+            if (r->removed > before)
+                kvix_ix_xr_event(w, ev, KVIX_EV_CLEARED, (uint32_t)(r->removed - before));
+        }
+        record_eid(w, ev);
+        ws_unlock(w);
         kvix_ix_ws_done(w); /* cleared without an eid: released */
+    }
     return rc;
 }
 
@@ -652,10 +760,12 @@ static int remove_workers(kvix_index *idx, uint64_t worker, int all_dp, uint32_t
         wstate *w = all_dp ? kvix_ix_ws_first(p, worker) : kvix_ix_ws_find(p, worker, dp);
         for (wstate *next; w; w = next) {
             next = all_dp ? w->next_dp : NULL; /* w is released below */
+            ws_lock(w);
             clear_ws(w, &r);
             kvix_ix_grp_free(w);
             w->has_eid = 0;
             w->eid = 0;
+            ws_unlock(w);
             kvix_ix_ws_done(w);
         }
         kvix_ix_eid_forget(p, worker, all_dp, dp);
@@ -688,10 +798,12 @@ int kvix_index_forget_worker(kvix_index *idx, const char *model, const char *ten
     part *p = kvix_ix_part_find(idx, model ? model : "default", tenant ? tenant : "default");
     wstate *w = p ? kvix_ix_ws_find(p, worker, dp) : NULL;
     if (w) {
+        ws_lock(w);
         clear_ws(w, &r);
         kvix_ix_grp_free(w);
         w->has_eid = 0;
         w->eid = 0;
+        ws_unlock(w);
         kvix_ix_ws_done(w);
         kvix_ix_add_totals(idx, &r);
     }

@@ -429,6 +429,19 @@ bent kvix_ix_bm_next(const bmap *m, size_t *it, uint64_t *engine)
     return e ? *e : 0;
 }
 
+bent kvix_ix_bm_next_key(const bmap *m, size_t *it, uint64_t *engine, int *keyed)
+{
+    for (size_t i = *it; i < m->cap; i++) {
+        if (LIVE(m->ctrl[i])) {
+            *it = i + 1;
+            *keyed = 0;
+            return ent(m, i);
+        }
+    }
+    *keyed = 1;
+    return kvix_ix_bm_next(m, it, engine);
+}
+
 size_t kvix_ix_bm_memory(const bmap *m)
 {
     return m->cap * (1 + esize(m)) +

@@ -25,8 +25,12 @@
  *    query (whose backend walk and slot-to-worker mapping are one read-side
  *    section) never maps an old holder's slot to a new (worker, dp);
  *  - a (worker, dp)'s engine-hash map is touched only by that worker's
- *    writer (the caller's contract), so it has no lock, and only that writer
- *    registers or releases its state.
+ *    writer (the caller's contract), and only that writer registers or
+ *    releases its state. The writer changes the state only while it holds
+ *    the state's cut lock (a mutex nobody else wants, but a live walk:
+ *    kvix_index_foreach_live reads one (worker, dp) at a time under it, so
+ *    a save or a dump stops one worker's writer for one worker's blocks at
+ *    most, and the others never).
  *
  * Block bookkeeping per (worker, dp):
  *  - blocks: engine hash -> the backend node's handle, with the tier mask in
@@ -179,6 +183,10 @@ static inline uint32_t kvix_ix_bm_num(const bmap *m, size_t at)
 /* Iterate (it from 0): the next entry and its engine hash (when engine is
  * not NULL: reads the node, which must be valid), or 0 at the end. */
 bent kvix_ix_bm_next(const bmap *m, size_t *it, uint64_t *engine);
+/* As kvix_ix_bm_next, without reading any node: *keyed 1 with *engine set
+ * for an entry of the keyed side map, else 0 (the entry's engine hash is its
+ * node's: kvix_ix_node_engine). */
+bent kvix_ix_bm_next_key(const bmap *m, size_t *it, uint64_t *engine, int *keyed);
 size_t kvix_ix_bm_memory(const bmap *m);
 
 static inline size_t kvix_ix_bm_size(const bmap *m)
@@ -263,8 +271,21 @@ typedef struct wstate {
     int has_eid;
     uint64_t eid;
     xr *xr;           /* NULL until its first removal (or with the record off) */
+    pthread_mutex_t cut;  /* held by its writer while it changes blocks, side or eid */
     struct rcu_head rcu; /* a released state is freed, and its slot reused, after a grace period */
 } wstate;
+
+/* The writer's side of the cut lock: around every change of w's blocks,
+ * side maps or eid (not around kvix_ix_ws_done, which may release w). */
+static inline void ws_lock(wstate *w)
+{
+    pthread_mutex_lock(&w->cut);
+}
+
+static inline void ws_unlock(wstate *w)
+{
+    pthread_mutex_unlock(&w->cut);
+}
 
 /* ---- the record of removals (lib/index/index_xr.c); the writer of w ---- */
 
@@ -591,6 +612,23 @@ int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local
                 uint64_t parent, uint64_t pcanon, unsigned tier, kvix_ix_chain *chain,
                 kvix_apply_result *r, kvix_err *err);
 void kvix_ix_add_totals(kvix_index *idx, const kvix_apply_result *r);
+/* Add b[0..n) to w, which holds nothing yet and whose cut lock the caller
+ * holds: each block's parent (up[i], SIZE_MAX: none held) comes before it,
+ * no two share an engine hash (a verified snapshot group). nodes: room for
+ * n, each block's node as it is added (the next blocks' parent hints).
+ * Blocks before a failing one stay; r counts them. */
+int kvix_ix_load_tree(wstate *w, const kvix_block_info *b, const size_t *up, size_t n,
+                      kvix_ix_chain *nodes, kvix_apply_result *r, kvix_err *err);
+/* lib/index/index_walk.c: one snapshot group into idx (kvix_ix_load_tree
+ * when its (worker, dp) holds nothing yet, else kvix_index_load), its eid
+ * too; n == 0 without an eid makes the partition alone. reserve: about how
+ * many distinct blocks the partition will hold (0: unknown; its tables are
+ * sized for them). *nodes and *cap: the caller's buffer, grown as needed
+ * (free it after). */
+int kvix_ix_load_group(kvix_index *idx, const char *model, const char *tenant, uint32_t bs,
+                       uint64_t worker, uint32_t dp, int has_eid, uint64_t eid,
+                       const kvix_block_info *b, const size_t *up, size_t n, size_t reserve,
+                       kvix_ix_chain **nodes, size_t *cap, kvix_err *err);
 /* The parent engine hash w stored engine under (b: the info of its node). */
 uint64_t kvix_ix_parent_engine(const wstate *w, uint64_t engine, const kvix_binfo *b);
 

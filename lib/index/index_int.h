@@ -216,6 +216,17 @@ typedef struct kvix_backend_ops {
     /* Optional: a del of node (held, its lines loading or loaded) is coming
      * soon: start loading what it will read next. Writer side; a hint. */
     void (*prefetch_del)(void *be, const void *node);
+    /* Optional: about n distinct blocks are coming (a load): size the
+     * tables for them now rather than grow them on the way. Writer side; a
+     * hint (out of memory: nothing changes). */
+    void (*reserve)(void *be, size_t n);
+    /* Optional: adds of (pos[k], canon[k]) for k < n are coming (a load):
+     * start loading the table slots they will read, reading nothing. Writer
+     * side; a hint. */
+    void (*prefetch_keys)(void *be, const uint32_t *pos, const uint64_t *canon, size_t n);
+    /* Optional: the same adds, after prefetch_keys: start loading the nodes
+     * their slots name (the slots are read). Writer side; a hint. */
+    void (*prefetch_key_nodes)(void *be, const uint32_t *pos, const uint64_t *canon, size_t n);
 } kvix_backend_ops;
 
 /* Key-based calls for backend tests and benchmarks (the front end keeps

@@ -238,6 +238,7 @@ static void ws_free(void *e)
     kvix_ix_ws_side_free(w);
     kvix_ix_xr_free(w);
     kvix_ix_grp_free(w);
+    pthread_mutex_destroy(&w->cut);
     free(w);
 }
 
@@ -797,8 +798,10 @@ static int ws_register(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix
         w->has_eid = 1;
         w->eid = eid->eid;
     }
+    pthread_mutex_init(&w->cut, NULL);
     kvix_ix_bm_init(&w->blocks, p->ops, part_be(p));
     if (cmap_insert(&p->workers, w)) {
+        pthread_mutex_destroy(&w->cut);
         free(w);
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a worker");
     }

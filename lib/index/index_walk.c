@@ -2,6 +2,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "index_front_int.h"
 
@@ -12,46 +13,6 @@ static int part_cmp(const void *a, const void *b)
     return c ? c : strcmp(x->tenant, y->tenant);
 }
 
-static int ws_cmp(const void *a, const void *b)
-{
-    const wstate *x = *(const wstate *const *)a, *y = *(const wstate *const *)b;
-    if (x->worker != y->worker)
-        return x->worker < y->worker ? -1 : 1;
-    return x->dp < y->dp ? -1 : x->dp > y->dp;
-}
-
-/* A pair without blocks: its eid alone (p->eids). */
-typedef struct eid_only {
-    uint64_t worker, eid;
-    uint32_t dp;
-} eid_only;
-
-static int eo_cmp(const void *a, const void *b)
-{
-    const eid_only *x = a, *y = b;
-    if (x->worker != y->worker)
-        return x->worker < y->worker ? -1 : 1;
-    return x->dp < y->dp ? -1 : x->dp > y->dp;
-}
-
-/* p's eid-only pairs, sorted; NULL with *n 0 when there are none, NULL
- * with *n > 0 when memory ran out. */
-static eid_only *eids_sorted(part *p, size_t *n)
-{
-    pthread_mutex_lock(&p->lock);
-    *n = kvix_hmap_size(&p->eids);
-    eid_only *v = *n ? malloc(*n * sizeof *v) : NULL;
-    size_t it = 0, k = 0;
-    const uint64_t *key;
-    const eidrec *e;
-    while (v && (e = kvix_hmap_next(&p->eids, &it, &key)))
-        v[k++] = (eid_only){key[0], e->eid, (uint32_t)key[1]};
-    pthread_mutex_unlock(&p->lock);
-    if (v && k > 1)
-        qsort(v, k, sizeof *v, eo_cmp);
-    return v;
-}
-
 static int info_cmp(const void *a, const void *b)
 {
     const kvix_block_info *x = a, *y = b;
@@ -59,91 +20,295 @@ static int info_cmp(const void *a, const void *b)
         return x->position < y->position ? -1 : 1;
     return x->engine < y->engine ? -1 : x->engine > y->engine;
 }
-int kvix_index_foreach(kvix_index *idx, kvix_foreach_fn fn, void *ctx)
+
+/* ---- walking a live index ----------------------------------------------- *
+ * One (worker, dp) at a time, under its cut lock (index_front_int.h): its
+ * writer waits while its entries are copied, every other writer goes on,
+ * and each record is the state of its (worker, dp) at one moment (its eid
+ * says which). The copy reads each entry's node (its engine hash and the
+ * block's hashes): those loads are started ahead of use, so that an index
+ * larger than the caches costs the writer overlapping misses, not one
+ * after another. */
+
+typedef struct wdp {
+    uint64_t worker;
+    uint32_t dp;
+} wdp;
+
+static int wdp_cmp(const void *a, const void *b)
 {
-    kvix_ix_parts_quiesce(idx); /* no departed worker's slot table goes meanwhile */
+    const wdp *x = a, *y = b;
+    if (x->worker != y->worker)
+        return x->worker < y->worker ? -1 : 1;
+    return x->dp < y->dp ? -1 : x->dp > y->dp;
+}
+
+typedef struct walker {
+    wdp *ids;
+    size_t nids, ids_cap;
+    bent *ents;          /* one state's entries, then */
+    uint64_t *engines;   /* their engine hashes where the map keeps them */
+    uint8_t *keyed;
+    kvix_block_info *info;
+    size_t cap;
+    kvix_walk_stats *st;
+} walker;
+
+static int walker_room(walker *k, size_t n)
+{
+    if (n <= k->cap)
+        return 0;
+    size_t c = k->cap ? k->cap : 256;
+    while (c < n)
+        c *= 2;
+    bent *e = realloc(k->ents, c * sizeof *e);
+    if (e)
+        k->ents = e;
+    uint64_t *g = e ? realloc(k->engines, c * sizeof *g) : NULL;
+    if (g)
+        k->engines = g;
+    uint8_t *y = g ? realloc(k->keyed, c) : NULL;
+    if (y)
+        k->keyed = y;
+    kvix_block_info *i = y ? realloc(k->info, c * sizeof *i) : NULL;
+    if (!i)
+        return -1;
+    k->info = i;
+    k->cap = c;
+    return 0;
+}
+
+static int ids_room(walker *k)
+{
+    if (k->nids < k->ids_cap)
+        return 0;
+    size_t c = k->ids_cap ? 2 * k->ids_cap : 64;
+    wdp *v = realloc(k->ids, c * sizeof *v);
+    if (!v)
+        return -1;
+    k->ids = v;
+    k->ids_cap = c;
+    return 0;
+}
+
+/* The (worker, dp) pairs p has now, sorted (a state registered later is
+ * not in this walk: its record would be of a moment after the walk's). */
+static int list_states(walker *k, part *p)
+{
+    k->nids = 0;
+    kvix_rcu_lock();
+    slotmap m = slots_of(p);
+    for (uint32_t s = 0; s < m.n; s++) {
+        wstate *w = slotmap_ws(m, s);
+        if (!w)
+            continue;
+        if (ids_room(k)) {
+            kvix_rcu_unlock();
+            return -1;
+        }
+        k->ids[k->nids++] = (wdp){w->worker, w->dp};
+    }
+    kvix_rcu_unlock();
+    /* pairs that hold only their eid have no state: p->eids keeps them */
+    pthread_mutex_lock(&p->lock);
+    size_t it = 0;
+    const uint64_t *key;
+    while (kvix_hmap_next(&p->eids, &it, &key)) {
+        if (ids_room(k)) {
+            pthread_mutex_unlock(&p->lock);
+            return -1;
+        }
+        k->ids[k->nids++] = (wdp){key[0], (uint32_t)key[1]};
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (k->nids > 1)
+        qsort(k->ids, k->nids, sizeof *k->ids, wdp_cmp);
+    size_t u = 0; /* a pair released or made between the two lists is in both */
+    for (size_t i = 0; i < k->nids; i++)
+        if (!u || wdp_cmp(&k->ids[u - 1], &k->ids[i]))
+            k->ids[u++] = k->ids[i];
+    k->nids = u;
+    return 0;
+}
+
+#define CUT_AHEAD 16u
+
+/* Copy w's blocks into k->info (w's cut lock held, w active). */
+static void cut_blocks(walker *k, part *p, wstate *w, size_t n)
+{
+    const kvix_backend_ops *ops = p->ops;
+    void *be = part_be(p);
+    size_t it = 0, got = 0;
+    int keyed;
+    bent e;
+    while (got < n && (e = kvix_ix_bm_next_key(&w->blocks, &it, &k->engines[got], &keyed))) {
+        k->keyed[got] = (uint8_t)keyed;
+        k->ents[got++] = e;
+    }
+    for (size_t i = 0; i < got && i < CUT_AHEAD; i++)
+        __builtin_prefetch(bent_node(k->ents[i]));
+    for (size_t i = 0; i < got; i++) {
+        if (i + CUT_AHEAD < got)
+            __builtin_prefetch(bent_node(k->ents[i + CUT_AHEAD]));
+        if (ops->prefetch_del && i + CUT_AHEAD / 2 < got) /* its parent, once it is loaded */
+            ops->prefetch_del(be, bent_node(k->ents[i + CUT_AHEAD / 2]));
+        const void *node = bent_node(k->ents[i]);
+        uint64_t engine =
+            k->keyed[i] ? k->engines[i] : kvix_ix_node_engine(node, w->blocks.eoff);
+        kvix_binfo nd;
+        ops->info(be, node, &nd);
+        kvix_block_info *b = &k->info[i];
+        b->position = nd.pos;
+        b->local = nd.local;
+        b->engine = engine;
+        b->parent = kvix_ix_parent_engine(w, engine, &nd);
+        b->tiers = bent_tiers(k->ents[i]);
+        b->canon = nd.canon;
+        b->parent_canon = nd.parent_canon;
+    }
+}
+
+static double clock_s(clockid_t c)
+{
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Read (worker, dp) of p under its cut lock: 1 with *n blocks in k->info
+ * and its eid, 0 when its state holds neither (kept for its KV cache
+ * groups' kinds: kvix_index_groups_save says those), 2 when it has no
+ * state now, -1 out of memory. */
+static int cut_state(walker *k, part *p, uint64_t worker, uint32_t dp, size_t *n, int *has_eid,
+                     uint64_t *eid)
+{
+    int rc = 0;
+    kvix_rcu_lock(); /* a state its writer releases meanwhile stays readable */
+    wstate *w = kvix_ix_ws_find(p, worker, dp);
+    /* room before the lock, for what it held a moment ago and some more */
+    size_t guess = w ? __atomic_load_n(&w->rec->held, __ATOMIC_RELAXED) : 0;
+    if (w && walker_room(k, guess + guess / 8 + 16))
+        rc = -1;
+    if (!w)
+        rc = 2;
+    if (w && !rc) {
+        ws_lock(w);
+        double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
+        size_t nb = kvix_ix_bm_size(&w->blocks);
+        if (!ws_active(w)) {
+            rc = 2; /* released meanwhile */
+        } else if (!nb && !w->has_eid) {
+            rc = 0;
+        } else if (walker_room(k, nb)) {
+            rc = -1;
+        } else {
+            cut_blocks(k, p, w, nb);
+            *n = nb;
+            *has_eid = w->has_eid;
+            *eid = w->eid;
+            rc = 1;
+        }
+        double held = clock_s(CLOCK_MONOTONIC) - t0, cpu = clock_s(CLOCK_THREAD_CPUTIME_ID) - c0;
+        ws_unlock(w);
+        if (k->st) {
+            k->st->cuts++;
+            k->st->hold_total += held;
+            if (held > k->st->hold_max)
+                k->st->hold_max = held;
+            if (cpu > k->st->hold_cpu_max)
+                k->st->hold_cpu_max = cpu;
+        }
+    }
+    kvix_rcu_unlock();
+    return rc;
+}
+
+/* (worker, dp) without a state: its eid alone, read under p->lock, where
+ * states are made and released. 1 found, 0 not, 2 a state was made since. */
+static int cut_eid(part *p, uint64_t worker, uint32_t dp, uint64_t *eid)
+{
+    uint64_t key[2] = {worker, dp};
+    kvix_rcu_lock();
+    pthread_mutex_lock(&p->lock);
+    const eidrec *e = kvix_hmap_get(&p->eids, key);
+    int rc = e ? 1 : kvix_ix_ws_find(p, worker, dp) ? 2 : 0;
+    if (e)
+        *eid = e->eid;
+    pthread_mutex_unlock(&p->lock);
+    kvix_rcu_unlock();
+    return rc;
+}
+
+/* One pair's record as it is now: its state, or its eid alone; a pair that
+ * moves between the two meanwhile is read again. */
+static int cut_pair(walker *k, part *p, const wdp *id, size_t *n, int *has_eid, uint64_t *eid)
+{
+    for (;;) {
+        int got = cut_state(k, p, id->worker, id->dp, n, has_eid, eid);
+        if (got != 2)
+            return got;
+        if ((got = cut_eid(p, id->worker, id->dp, eid)) != 2) {
+            *n = 0;
+            *has_eid = got;
+            return got;
+        }
+    }
+}
+
+static int walk_part(walker *k, part *p, kvix_foreach_fn fn, void *ctx)
+{
+    if (list_states(k, p))
+        return KVIX_ENOMEM;
+    int rc = 0;
+    for (size_t i = 0; i < k->nids && !rc; i++) {
+        size_t n = 0;
+        int has_eid = 0;
+        uint64_t eid = 0;
+        int got = cut_pair(k, p, &k->ids[i], &n, &has_eid, &eid);
+        if (got < 0)
+            return KVIX_ENOMEM;
+        if (!got)
+            continue;
+        if (n > 1)
+            qsort(k->info, n, sizeof *k->info, info_cmp);
+        rc = fn(ctx, p->model, p->tenant, p->bs, k->ids[i].worker, k->ids[i].dp, has_eid, eid,
+                k->info, n);
+    }
+    /* A partition that holds nothing is not walked (not saved, not dumped):
+     * clears that emptied it left it in the index, but a restart from the
+     * snapshot does not bring it back, so the partitions' limit does not
+     * outlive the run. */
+    return rc;
+}
+
+int kvix_index_foreach_live(kvix_index *idx, kvix_foreach_fn fn, void *ctx,
+                            kvix_walk_stats *st)
+{
+    if (st)
+        memset(st, 0, sizeof *st);
     size_t np;
     part **ps = kvix_ix_parts_list(idx, &np);
     if (!ps)
         return KVIX_ENOMEM;
     if (np > 1)
         qsort(ps, np, sizeof *ps, part_cmp);
-    wstate **ws = NULL;
-    kvix_block_info *info = NULL;
-    size_t info_cap = 0;
+    walker k = {.st = st};
     int rc = 0;
-    for (size_t i = 0; i < np && !rc; i++) {
-        part *p = ps[i];
-        uint32_t ns = part_nslots(p), nw = 0;
-        wstate **nws = realloc(ws, (ns ? ns : 1) * sizeof *ws);
-        if (!nws) {
-            rc = KVIX_ENOMEM;
-            break;
-        }
-        ws = nws;
-        for (uint32_t s = 0; s < ns; s++) {
-            wstate *w = slot_ws(p, s);
-            /* a state kept only for its KV cache groups' kinds holds neither a
-             * block nor an eid: kvix_index_groups_save says it */
-            if (w && (w->has_eid || kvix_ix_bm_size(&w->blocks)))
-                ws[nw++] = w;
-        }
-        if (nw > 1)
-            qsort(ws, nw, sizeof *ws, ws_cmp);
-        size_t ne, ei = 0;
-        eid_only *eo = eids_sorted(p, &ne);
-        if (ne && !eo) {
-            rc = KVIX_ENOMEM;
-            break;
-        }
-        /* A partition that holds nothing is not walked (not saved, not
-         * dumped): clears that emptied it left it in the index, but a
-         * restart from the snapshot does not bring it back, so the
-         * partitions' limit does not outlive the run. */
-        for (uint32_t j = 0; (j < nw || ei < ne) && !rc;) {
-            if (ei < ne && (j == nw || eo[ei].worker < ws[j]->worker ||
-                            (eo[ei].worker == ws[j]->worker && eo[ei].dp < ws[j]->dp))) {
-                rc = fn(ctx, p->model, p->tenant, p->bs, eo[ei].worker, eo[ei].dp, 1,
-                        eo[ei].eid, NULL, 0);
-                ei++;
-                continue;
-            }
-            wstate *w = ws[j++];
-            size_t nb = kvix_ix_bm_size(&w->blocks), k = 0, it = 0;
-            if (nb > info_cap) {
-                kvix_block_info *ni = realloc(info, nb * sizeof *info);
-                if (!ni) {
-                    rc = KVIX_ENOMEM;
-                    break;
-                }
-                info = ni;
-                info_cap = nb;
-            }
-            uint64_t engine;
-            bent e;
-            while ((e = kvix_ix_bm_next(&w->blocks, &it, &engine))) {
-                kvix_block_info *b = &info[k++];
-                kvix_binfo nd;
-                p->ops->info(part_be(p), bent_node(e), &nd);
-                b->position = nd.pos;
-                b->local = nd.local;
-                b->engine = engine;
-                b->parent = kvix_ix_parent_engine(w, engine, &nd);
-                b->tiers = bent_tiers(e);
-                b->canon = nd.canon;
-                b->parent_canon = nd.parent_canon;
-            }
-            if (nb > 1)
-                qsort(info, nb, sizeof *info, info_cmp);
-            rc = fn(ctx, p->model, p->tenant, p->bs, w->worker, w->dp, w->has_eid, w->eid, info,
-                    nb);
-        }
-        free(eo);
-    }
-    free(info);
-    free(ws);
+    for (size_t i = 0; i < np && !rc; i++)
+        rc = walk_part(&k, ps[i], fn, ctx);
+    free(k.ids);
+    free(k.ents);
+    free(k.engines);
+    free(k.keyed);
+    free(k.info);
     free(ps);
     return rc;
+}
+
+int kvix_index_foreach(kvix_index *idx, kvix_foreach_fn fn, void *ctx)
+{
+    kvix_ix_parts_quiesce(idx); /* no departed worker's slot table goes meanwhile */
+    return kvix_index_foreach_live(idx, fn, ctx, NULL);
 }
 
 int kvix_index_set_eid(kvix_index *idx, const char *model, const char *tenant, uint32_t bs,
@@ -162,8 +327,10 @@ int kvix_index_set_eid(kvix_index *idx, const char *model, const char *tenant, u
                             worker, (int64_t)KVIX_WORKER_MAX);
     if (!(w = kvix_ix_ws_find(p, worker, dp))) /* no blocks: no state, its eid alone */
         return kvix_ix_eid_set(p, worker, dp, eid, err);
+    ws_lock(w);
     w->has_eid = 1;
     w->eid = eid;
+    ws_unlock(w);
     return KVIX_OK;
 }
 
@@ -185,8 +352,12 @@ int kvix_index_load(kvix_index *idx, const char *model, const char *tenant, uint
                                 __ATOMIC_RELAXED);
     if ((rc = kvix_ix_ws_get(p, worker, dp, &w, err)))
         return rc;
-    if (kvix_ix_bm_reserve(&w->blocks, kvix_ix_bm_size(&w->blocks) + n))
+    ws_lock(w);
+    if (kvix_ix_bm_reserve(&w->blocks, kvix_ix_bm_size(&w->blocks) + n)) {
+        ws_unlock(w);
+        kvix_ix_ws_done(w);
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for %zu blocks", n);
+    }
     kvix_apply_result r = {0, 0, 0, 0, 0, 0};
     for (size_t i = 0; i < n && !rc; i++) {
         const kvix_block_info *b = &blocks[i];
@@ -224,6 +395,57 @@ int kvix_index_load(kvix_index *idx, const char *model, const char *tenant, uint
                                  NULL, &r, err);
     }
     kvix_ix_publish_held(w);
+    ws_unlock(w);
+    kvix_ix_ws_done(w); /* nothing loaded (the first block refused): released */
+    kvix_ix_add_totals(idx, &r);
+    return rc;
+}
+
+int kvix_ix_load_group(kvix_index *idx, const char *model, const char *tenant, uint32_t bs,
+                       uint64_t worker, uint32_t dp, int has_eid, uint64_t eid,
+                       const kvix_block_info *b, const size_t *up, size_t n, size_t reserve,
+                       kvix_ix_chain **nodes, size_t *cap, kvix_err *err)
+{
+    part *p;
+    wstate *w;
+    int rc;
+    if ((rc = kvix_ix_part_get(idx, model, tenant, bs, &p, err)))
+        return rc;
+    if (n == 0) /* the partition alone (UINT64_MAX: one without workers), or an eid alone */
+        return has_eid ? kvix_index_set_eid(idx, model, tenant, bs, worker, dp, eid, err) : KVIX_OK;
+    /* blocks stored: the partition's hashing is known, plain unless the KV
+     * cache group state says EAGLE (kvix_index_groups_load) */
+    uint8_t unknown = PART_HASH_UNKNOWN;
+    __atomic_compare_exchange_n(&p->hashing, &unknown, PART_HASH_PLAIN, 0, __ATOMIC_RELAXED,
+                                __ATOMIC_RELAXED);
+    if (n > *cap) {
+        size_t c = *cap ? *cap : 256;
+        while (c < n)
+            c *= 2;
+        kvix_ix_chain *v = realloc(*nodes, c * sizeof *v);
+        if (!v)
+            return kvix_err_set(err, KVIX_ENOMEM, "out of memory for %zu blocks", n);
+        *nodes = v;
+        *cap = c;
+    }
+    if ((rc = kvix_ix_ws_get(p, worker, dp, &w, err)))
+        return rc;
+    if (reserve && p->ops->reserve) /* the backend exists with its first state */
+        p->ops->reserve(part_be(p), reserve);
+    if (kvix_ix_bm_size(&w->blocks) || w->has_eid) { /* held something: merged */
+        rc = kvix_index_load(idx, model, tenant, bs, worker, dp, b, n, err);
+        if (!rc && has_eid)
+            rc = kvix_index_set_eid(idx, model, tenant, bs, worker, dp, eid, err);
+        return rc;
+    }
+    kvix_apply_result r = {0, 0, 0, 0, 0, 0};
+    ws_lock(w);
+    rc = kvix_ix_load_tree(w, b, up, n, *nodes, &r, err);
+    if (!rc && has_eid) {
+        w->has_eid = 1;
+        w->eid = eid;
+    }
+    ws_unlock(w);
     kvix_ix_ws_done(w); /* nothing loaded (the first block refused): released */
     kvix_ix_add_totals(idx, &r);
     return rc;

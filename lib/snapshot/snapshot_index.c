@@ -77,7 +77,8 @@ int kvix_snapshot_save_with(kvix_index *idx, const char *path, const kvix_snapsh
             kvix_snapshot_writer_abort(s.w);
             return rc;
         }
-    int stop = kvix_index_foreach(idx, save_visit, &s);
+    kvix_walk_stats walk;
+    int stop = kvix_index_foreach_live(idx, save_visit, &s, &walk);
     if (stop || s.rc) {
         kvix_snapshot_writer_abort(s.w);
         if (s.rc)
@@ -85,7 +86,10 @@ int kvix_snapshot_save_with(kvix_index *idx, const char *path, const kvix_snapsh
         return kvix_err_set(err, stop < 0 ? stop : KVIX_EINVAL, "%s while walking the index",
                             stop < 0 ? kvix_status_name(stop) : "stopped");
     }
-    return kvix_snapshot_writer_commit(s.w, info, err);
+    rc = kvix_snapshot_writer_commit(s.w, info, err);
+    if (info)
+        info->walk = walk;
+    return rc;
 }
 
 /* Loading may run on several threads: kvix_index_load may run concurrently
@@ -115,20 +119,28 @@ static void *load_part(void *arg)
 {
     loader *l = arg;
     kvix_snapshot_group g;
+    const size_t *up;
+    kvix_ix_chain *nodes = NULL;
+    size_t cap = 0;
+    size_t sized = 0; /* the partition whose tables were sized (kvix_snap_part_no) */
     int rc;
     if (l->n > 1)
         kvix_snapshot_set_filter(l->cur, mine, l);
-    while ((rc = kvix_snapshot_next(l->cur, &g, &l->err)) == KVIX_OK) {
+    /* each record's blocks as the file has them, parents first */
+    while ((rc = kvix_snap_next_tree(l->cur, &g, &up, &l->err)) == KVIX_OK) {
         if (g.worker == UINT64_MAX && g.n == 0 && !g.has_eid && l->id != 0)
             continue; /* a partition without workers: thread 0 creates it */
+        size_t reserve = 0;
+        if (g.n && sized != kvix_snap_part_no(l->cur)) {
+            reserve = kvix_snap_load_reserve(l->cur);
+            sized = kvix_snap_part_no(l->cur);
+        }
         /* n == 0 still creates the partition: one without workers survives. */
-        if ((rc = kvix_index_load(l->idx, g.model, g.tenant, g.bs, g.worker, g.dp, g.blocks, g.n,
-                                  &l->err)))
-            break;
-        if (g.has_eid && (rc = kvix_index_set_eid(l->idx, g.model, g.tenant, g.bs, g.worker, g.dp,
-                                                  g.eid, &l->err)))
+        if ((rc = kvix_ix_load_group(l->idx, g.model, g.tenant, g.bs, g.worker, g.dp, g.has_eid,
+                                     g.eid, g.blocks, up, g.n, reserve, &nodes, &cap, &l->err)))
             break;
     }
+    free(nodes);
     l->rc = rc == KVIX_EOF ? KVIX_OK : rc;
     return NULL;
 }

@@ -100,11 +100,13 @@ int kvix_snap_group_encode(kvix_snap_scratch *sc, const kvix_block_info *b, size
  * (preorder: a parent before its children), every field filled, and each
  * block's parent index in up (NONE: a root), checking that this is the one
  * encoding of those blocks (order, defaults, engine hashes distinct, roots
- * past position 0 without a parent in the group). 0; -1 with why and *at
- * (the offset in p of the first byte in question); -2 out of memory. */
+ * past position 0 without a parent in the group). trusted: bytes verified
+ * before (by this decoder, untrusted): what cannot have changed is not
+ * checked again. 0; -1 with why and *at (the offset in p of the first
+ * byte in question); -2 out of memory. */
 int kvix_snap_group_decode(kvix_snap_scratch *sc, const unsigned char *p, size_t len, size_t n,
-                           kvix_block_info *out, size_t *up, char *why, size_t whylen,
-                           size_t *at);
+                           int trusted, kvix_block_info *out, size_t *up, char *why,
+                           size_t whylen, size_t *at);
 
 /* ---- shared checks (snapshot.c) ------------------------------------------ */
 
@@ -126,6 +128,14 @@ int kvix_snap_stream_name_ok(const char *p, size_t n);
  * each (NONE: none held; valid until the next call): what a load wants. */
 int kvix_snap_next_tree(kvix_snapshot *s, kvix_snapshot_group *g, const size_t **up,
                         kvix_err *err);
+
+/* The distinct blocks a load sizes the tables of the partition of s's last
+ * record for: a little more than it holds (estimated when s was verified);
+ * 0 when unknown. */
+size_t kvix_snap_load_reserve(const kvix_snapshot *s);
+/* The number of s's partition records met so far this pass (the last
+ * record's partition is the part_no-th, from 1). */
+size_t kvix_snap_part_no(const kvix_snapshot *s);
 
 /* Write format version 1 (2 with a stream position) instead of 3: only
  * right after kvix_snapshot_writer_open (tests of the older files). */

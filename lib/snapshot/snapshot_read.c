@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,7 @@
 
 struct kvix_snapshot {
     uint32_t version;
+    int verified; /* every record checked once: a second read checks less */
     const unsigned char *data;
     size_t len;
     void *map;            /* mmap'ed file, or NULL */
@@ -50,6 +52,10 @@ struct kvix_snapshot {
     kvix_snap_scratch sc;
     size_t *ext;             /* offsets of the extension records */
     size_t next;
+    size_t part_no;          /* partition records met since the first record */
+    uint64_t *est;           /* per partition: about how many distinct blocks (verify) */
+    size_t nest;
+    int borrowed;            /* a cursor: data and est are its snapshot's */
     /* next: records for which want() is 0 are jumped over undecoded */
     int (*want)(void *ctx, uint64_t worker, uint32_t dp);
     void *want_ctx;
@@ -67,6 +73,8 @@ void kvix_snapshot_close(kvix_snapshot *s)
     free(s->pre);
     free(s->up);
     free(s->ext);
+    if (!s->borrowed)
+        free(s->est);
     kvix_snap_scratch_release(&s->sc);
     free(s);
 }
@@ -74,6 +82,7 @@ void kvix_snapshot_close(kvix_snapshot *s)
 void kvix_snapshot_rewind(kvix_snapshot *s)
 {
     s->pos = s->first;
+    s->part_no = 0;
     s->in_part = 0;
     s->part_groups = 0;
     s->have_group = 0;
@@ -136,6 +145,7 @@ static int set_part(kvix_snapshot *s, size_t off, size_t end, uint32_t bs, uint3
     memcpy(s->model, model, sizeof model);
     memcpy(s->tenant, tenant, sizeof tenant);
     s->bs = bs;
+    s->part_no++;
     s->in_part = 1;
     s->part_groups = 0;
     s->have_group = 0;
@@ -326,8 +336,8 @@ static int parse_group3(kvix_snapshot *s, size_t off, uint64_t len, kvix_snapsho
         return rc;
     char why[200];
     size_t at = 0;
-    rc = kvix_snap_group_decode(&s->sc, s->data + start, body, (size_t)n, s->pre, s->up, why,
-                                sizeof why, &at);
+    rc = kvix_snap_group_decode(&s->sc, s->data + start, body, (size_t)n, s->verified, s->pre,
+                                s->up, why, sizeof why, &at);
     if (rc == -2)
         return kvix_err_set(err, KVIX_ENOMEM, "%s", why);
     if (rc)
@@ -591,6 +601,35 @@ static int verify_frame(kvix_snapshot *s, kvix_err *err)
     return KVIX_OK;
 }
 
+/* A partition's distinct blocks, about: a HyperLogLog sketch of their
+ * (position, canonical hash) (2^12 one-byte registers, about 1.6 % off), so
+ * a load can size the backend's tables once instead of growing them. */
+#define HLL_BITS 12u
+#define HLL_M (1u << HLL_BITS)
+
+static void hll_add(uint8_t *r, uint32_t pos, uint64_t canon)
+{
+    uint64_t h = kvix_mix64(canon ^ ((uint64_t)pos * UINT64_C(0x9e3779b97f4a7c15)));
+    uint32_t j = (uint32_t)(h >> (64 - HLL_BITS));
+    uint8_t rho = (uint8_t)(__builtin_clzll((h << HLL_BITS) | (UINT64_C(1) << (HLL_BITS - 1))) + 1);
+    if (rho > r[j])
+        r[j] = rho;
+}
+
+static uint64_t hll_count(const uint8_t *r)
+{
+    double sum = 0, m = HLL_M;
+    unsigned zeros = 0;
+    for (unsigned j = 0; j < HLL_M; j++) {
+        sum += 1.0 / (double)(UINT64_C(1) << r[j]);
+        zeros += !r[j];
+    }
+    double e = 0.7213 / (1 + 1.079 / m) * m * m / sum;
+    if (e < 2.5 * m && zeros) /* few: linear counting */
+        e = m * log(m / zeros);
+    return (uint64_t)e;
+}
+
 /* One full pass: every record parsed and checked, totals compared. */
 static int verify_records(kvix_snapshot *s, kvix_err *err)
 {
@@ -601,20 +640,39 @@ static int verify_records(kvix_snapshot *s, kvix_err *err)
     int rc;
     kvix_snapshot_rewind(s);
     const size_t *up;
-    int seen_part = 0;
-    char last_model[KVIX_NAME_MAX] = "", last_tenant[KVIX_NAME_MAX] = "";
+    uint8_t *hll = calloc(HLL_M, 1);
+    size_t cap = 0, at = 0; /* the partition the sketch counts (part_no) */
+    if (!hll)
+        return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
     while ((rc = kvix_snap_next_tree(s, &g, &up, err)) == KVIX_OK) {
-        if (!seen_part || strcmp(last_model, g.model) || strcmp(last_tenant, g.tenant)) {
+        if (s->part_no != at) { /* a partition begins */
+            if (at && at <= cap)
+                s->est[at - 1] = hll_count(hll);
+            memset(hll, 0, HLL_M);
+            at = s->part_no;
             parts++;
-            seen_part = 1;
-            snprintf(last_model, sizeof last_model, "%s", g.model);
-            snprintf(last_tenant, sizeof last_tenant, "%s", g.tenant);
+            if (at > cap) {
+                size_t c = cap ? 2 * cap : 4;
+                uint64_t *v = realloc(s->est, c * sizeof *v);
+                if (!v) {
+                    free(hll);
+                    return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
+                }
+                s->est = v;
+                cap = c;
+            }
         }
+        for (size_t i = 0; i < g.n; i++)
+            hll_add(hll, g.blocks[i].position, g.blocks[i].canon);
         if (!(g.worker == UINT64_MAX && g.n == 0 && !g.has_eid)) {
             groups++;
             blocks += g.n;
         }
     }
+    if (at && at <= cap)
+        s->est[at - 1] = hll_count(hll);
+    s->nest = at;
+    free(hll);
     if (rc != KVIX_EOF)
         return rc;
     if (parts != get64(e) || groups != get64(e + 8) || blocks != get64(e + 16))
@@ -625,8 +683,20 @@ static int verify_records(kvix_snapshot *s, kvix_err *err)
     s->info.partitions = parts;
     s->info.groups = groups;
     s->info.blocks = blocks;
+    s->verified = 1;
     kvix_snapshot_rewind(s);
     return KVIX_OK;
+}
+
+size_t kvix_snap_part_no(const kvix_snapshot *s)
+{
+    return s->part_no;
+}
+
+size_t kvix_snap_load_reserve(const kvix_snapshot *s)
+{
+    uint64_t e = s->part_no && s->part_no <= s->nest ? s->est[s->part_no - 1] : 0;
+    return (size_t)(e + e / 20); /* the sketch's error, and then some */
 }
 
 int kvix_snapshot_ext_get(const kvix_snapshot *s, size_t i, kvix_snapshot_ext *out)
@@ -782,6 +852,10 @@ kvix_snapshot *kvix_snapshot_cursor(const kvix_snapshot *s, kvix_err *err)
         return NULL;
     c->data = s->data; /* borrowed: c must be closed before s */
     c->version = s->version;
+    c->verified = s->verified;
+    c->est = s->est;
+    c->nest = s->nest;
+    c->borrowed = 1;
     c->len = s->len;
     c->body_end = s->body_end;
     c->first = s->first;

@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "index_front_int.h"
+#include "snapshot_int.h"
+
 int kvix_snapshot_group_is_partition(const kvix_snapshot_group *g)
 {
     return g->worker == UINT64_MAX && g->n == 0 && !g->has_eid;
@@ -42,6 +45,11 @@ typedef struct gather {
     uint64_t empty_part;     /* bytes of an index holding only the current partition, empty */
     kvix_event scratch;
     kvix_err *err;
+    size_t *up;              /* a record's parent indexes */
+    size_t up_cap;
+    kvix_ix_chain *nodes;    /* kvix_ix_load_group's */
+    size_t nodes_cap;
+    size_t sized;            /* the partition whose tables idx sized (kvix_snap_part_no) */
 } gather;
 
 static kvix_snapshot_row *add_row(gather *x, const kvix_snapshot_group *g)
@@ -69,14 +77,24 @@ static kvix_snapshot_row *add_row(gather *x, const kvix_snapshot_group *g)
     return r;
 }
 
-/* Load g into idx exactly as kvix_snapshot_apply does. */
-static int load(kvix_index *idx, const kvix_snapshot_group *g, kvix_err *err)
+/* Load g into idx exactly as kvix_snapshot_apply does: each block's parent
+ * known (its order, by position, puts parents first), and the partition's
+ * tables sized at its first block (reserve: that count, or 0). */
+static int load(gather *x, kvix_index *idx, const kvix_snapshot_group *g, size_t reserve)
 {
-    int rc = kvix_index_load(idx, g->model, g->tenant, g->bs, g->worker, g->dp, g->blocks, g->n,
-                             err);
-    if (!rc && g->has_eid)
-        rc = kvix_index_set_eid(idx, g->model, g->tenant, g->bs, g->worker, g->dp, g->eid, err);
-    return rc;
+    if (g->n > x->up_cap) {
+        size_t *u = realloc(x->up, g->n * sizeof *u);
+        if (!u)
+            return kvix_err_set(x->err, KVIX_ENOMEM, "out of memory for %zu blocks", g->n);
+        x->up = u;
+        x->up_cap = g->n;
+    }
+    char why[160];
+    if (kvix_snap_check_blocks(g->blocks, g->n, x->up, why, sizeof why)) /* verified: never */
+        return kvix_err_set(x->err, KVIX_ECORRUPT, "%s", why);
+    return kvix_ix_load_group(idx, g->model, g->tenant, g->bs, g->worker, g->dp, g->has_eid,
+                              g->eid, g->blocks, x->up, g->n, reserve, &x->nodes, &x->nodes_cap,
+                              x->err);
 }
 
 /* Bytes of a new index holding g alone (g with worker UINT64_MAX and no
@@ -87,7 +105,7 @@ static int bytes_alone(gather *x, const kvix_snapshot_group *g, uint64_t *out)
     int rc = kvix_index_new(&idx, &x->opts, x->err);
     if (rc)
         return rc;
-    rc = load(idx, g, x->err);
+    rc = load(x, idx, g, 0);
     if (!rc) {
         kvix_index_stats s;
         kvix_index_stats_get(idx, &s);
@@ -178,7 +196,12 @@ static int gather_all(gather *x, kvix_snapshot *s, const kvix_snapshot_filter *f
         if ((!p || strcmp(p->model, g.model) || strcmp(p->tenant, g.tenant)) &&
             (rc = open_part(x, &g)))
             return rc;
-        if ((rc = load(x->idx, &g, x->err)))
+        size_t reserve = 0;
+        if (g.n && x->sized != kvix_snap_part_no(s)) { /* as kvix_snapshot_apply sizes them */
+            reserve = kvix_snap_load_reserve(s);
+            x->sized = kvix_snap_part_no(s);
+        }
+        if ((rc = load(x, x->idx, &g, reserve)))
             return rc;
         if (!kvix_snapshot_group_is_partition(&g) && (rc = add_worker(x, &g)))
             return rc;
@@ -210,6 +233,8 @@ int kvix_snapshot_stats_get(kvix_snapshot *s, const kvix_snapshot_filter *f,
     kvix_event_init(&x.scratch);
     rc = gather_all(&x, s, f);
     kvix_event_release(&x.scratch);
+    free(x.up);
+    free(x.nodes);
     kvix_index_free(x.idx);
     return rc;
 }

@@ -42,6 +42,7 @@ struct kvix_snapshot_writer {
     int has_stream;
     uint32_t version; /* 3, or 1 (legacy: 2 once a stream position is set) */
     int have_ext, have_record;
+    uint64_t next; /* extension records written */
     kvix_snap_scratch sc;
     kvix_sbuf enc;    /* one group's encoded blocks */
     size_t *pidx;     /* one group's parent indexes */
@@ -261,6 +262,7 @@ int kvix_snapshot_writer_ext(kvix_snapshot_writer *w, const kvix_snapshot_ext *e
     if (rc)
         return rc;
     w->have_ext = w->have_record = 1;
+    w->next++;
     return KVIX_OK;
 }
 
@@ -525,6 +527,9 @@ int kvix_snapshot_writer_commit(kvix_snapshot_writer *w, kvix_snapshot_info *inf
     /* The rename is durable only once the folder is. */
     rc = fsync_dir(w->path, err);
     if (info) {
+        memset(info, 0, sizeof *info);
+        info->has_stream = w->has_stream;
+        info->extensions = w->next;
         info->version = w->version;
         info->partitions = w->partitions;
         info->groups = w->groups;

@@ -282,6 +282,13 @@ void kvix_pos_node_retire(pos_be *be, pnode *n, pidx i);
 void kvix_pos_limbo_drain(pos_be *be);
 /* kvix_backend_ops.prefetch: the table slots the adds will read first. */
 void kvix_pos_prefetch(void *vbe, uint32_t pos0, const uint64_t *canon, size_t n);
+/* kvix_backend_ops.reserve: every shard's table sized for its share of n. */
+void kvix_pos_reserve(void *vbe, size_t n);
+/* kvix_backend_ops.prefetch_keys and prefetch_key_nodes: a load's table
+ * slots, then the nodes they name. */
+void kvix_pos_prefetch_keys(void *vbe, const uint32_t *pos, const uint64_t *canon, size_t n);
+void kvix_pos_prefetch_key_nodes(void *vbe, const uint32_t *pos, const uint64_t *canon,
+                                 size_t n);
 /* kvix_backend_ops.prefetch_del: the table slot and parent a del reads. */
 void kvix_pos_prefetch_del(void *vbe, const void *node);
 /* Free every node, table and the slab (quiet backend, no pending batch). */

@@ -72,6 +72,20 @@ static int shard_rebuild(pos_be *be, pshard *sh, size_t want)
     return KVIX_OK;
 }
 
+void kvix_pos_reserve(void *vbe, size_t n)
+{
+    pos_be *be = vbe;
+    size_t want = n / NSHARD + n / NSHARD / 16 + 16; /* keys spread unevenly: some room */
+    for (unsigned i = 0; i < NSHARD; i++) {
+        pshard *sh = &be->shard[i];
+        spin_lock(&sh->mu);
+        ptable *t = atomic_load_explicit(&sh->t, memory_order_relaxed);
+        if (!t || (t->mask + 1) < want * 2)
+            (void)shard_rebuild(be, sh, want > sh->used ? want : sh->used);
+        spin_unlock(&sh->mu);
+    }
+}
+
 int kvix_pos_shard_insert(pos_be *be, pshard *sh, uint64_t h, pidx n)
 {
     ptable *t = atomic_load_explicit(&sh->t, memory_order_relaxed);
@@ -103,6 +117,49 @@ void kvix_pos_prefetch(void *vbe, uint32_t pos0, const uint64_t *canon, size_t n
         const ptable *t = atomic_load_explicit(&be->shard[shard_of(h)].t, memory_order_acquire);
         if (t)
             __builtin_prefetch(&t->s[h & t->mask]);
+    }
+    kvix_rcu_unlock();
+}
+
+void kvix_pos_prefetch_keys(void *vbe, const uint32_t *pos, const uint64_t *canon, size_t n)
+{
+    pos_be *be = vbe;
+    for (size_t k = 0; k < n; k++) {
+        uint64_t h = key_hash(pos[k], canon[k]);
+        const pshard *sh = &be->shard[shard_of(h)];
+        /* the table's address and mask, not its contents: no read-side
+         * section (a replaced table's slot is a wasted hint) */
+        const ptable *t = atomic_load_explicit(&sh->t, memory_order_relaxed);
+        uint64_t mask = atomic_load_explicit(&sh->mask, memory_order_relaxed);
+        if (t)
+            __builtin_prefetch(&t->s[h & mask]);
+    }
+}
+
+void kvix_pos_prefetch_key_nodes(void *vbe, const uint32_t *pos, const uint64_t *canon,
+                                 size_t n)
+{
+    pos_be *be = vbe;
+    kvix_rcu_lock(); /* the slots are read: their table may be replaced meanwhile */
+    const pdir *d = atomic_load_explicit(&be->dir, memory_order_acquire);
+    for (size_t k = 0; d && k < n; k++) {
+        uint64_t h = key_hash(pos[k], canon[k]);
+        const ptable *t = atomic_load_explicit(&be->shard[shard_of(h)].t, memory_order_acquire);
+        if (!t)
+            continue;
+        uint32_t tag = slot_tag(h);
+        /* the first slots of the probe: most keys are found in the first */
+        for (uint64_t i = h & t->mask, j = 0; j < 2; i = (i + 1) & t->mask, j++) {
+            uint32_t w = atomic_load_explicit(&t->s[i], memory_order_relaxed);
+            if (!w)
+                break;
+            pidx num = w & NUM_MASK;
+            if (w >> NUM_BITS == tag && w != TOMB && (num >> SLAB_SHIFT) < d->cap) {
+                __builtin_prefetch(d->c[num >> SLAB_SHIFT] + (size_t)(num & (SLAB_CHUNK - 1)) *
+                                                                sizeof(pnode));
+                break;
+            }
+        }
     }
     kvix_rcu_unlock();
 }
