@@ -158,10 +158,15 @@ typedef struct kvix_service_response {
                                * caller owns (and closes) it */
     uint64_t fd_size;
     int auth_challenge;       /* a 401: the answer says WWW-Authenticate: Bearer */
+    /* Called once, with done_ctx, when fd is no longer needed: its bytes
+     * sent, the client gone, or the response never sent
+     * (kvix_service_response_release). NULL: nothing to call. */
+    void (*done)(void *ctx);
+    void *done_ctx;
 } kvix_service_response;
 
 void kvix_service_response_init(kvix_service_response *r);
-/* Frees the body and closes fd when open. */
+/* Frees the body, closes fd when open and calls done when set. */
 void kvix_service_response_release(kvix_service_response *r);
 
 /* Answer one request. path has no query string. Never fails: errors are
@@ -193,6 +198,11 @@ void kvix_service_shutdown(kvix_service *s, unsigned timeout_ms);
 /* ---- /dump: RouterEvents (also read by peer recovery) ---- */
 /* Append the whole index as /dump's JSON object. The index must be quiet. */
 int kvix_service_dump(kvix_index *idx, kvix_buf *out, kvix_err *err);
+/* The same written to fd (in pieces of about 1 MiB, so the dump is never
+ * whole in memory); live: read with kvix_index_foreach_live while writers
+ * go on (st, may be NULL, gets what that cost them), else the index must be
+ * quiet. */
+int kvix_service_dump_fd(kvix_index *idx, int fd, int live, kvix_walk_stats *st, kvix_err *err);
 /* Apply a /dump body to idx (partitions created with the dump's block
  * sizes). Counts applied and rejected events (a block whose parent the
  * worker no longer holds cannot be replayed). Same concurrency as

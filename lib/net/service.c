@@ -64,6 +64,7 @@ int kvix_service_new(kvix_service **out, const kvix_service_opts *opts, kvix_err
     s->inflight_mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     s->inflight_cv = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
     s->register_mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    kvix_service_states_init(&s->states);
     *out = s;
     return KVIX_OK;
 }
@@ -76,6 +77,7 @@ void kvix_service_free(kvix_service *s)
         s->stop(s, 0);
     kvix_service_answer_free(pthread_getspecific(s->ans_key));
     pthread_key_delete(s->ans_key);
+    kvix_service_states_release(&s->states); /* the server is stopped: no response reads them */
     free(s->rejected_reason);
     free((char *)s->o.auth_token);
     if (s->own_peers)

@@ -121,10 +121,48 @@ static void lower_priority(int by)
         (void)setpriority(PRIO_PROCESS, tid, cur + by > 19 ? 19 : cur + by);
 }
 
+/* A file response that says when it is done (kvix_service_response.done):
+ * read with pread, so that responses sharing one file never share an
+ * offset. */
+typedef struct fd_body {
+    int fd;
+    void (*done)(void *ctx);
+    void *ctx;
+} fd_body;
+
+static ssize_t fd_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    fd_body *b = cls;
+    for (;;) {
+        ssize_t k = pread(b->fd, buf, max, (off_t)pos);
+        if (k > 0)
+            return k;
+        if (k < 0 && errno == EINTR)
+            continue;
+        return MHD_CONTENT_READER_END_WITH_ERROR; /* the file is shorter than it was */
+    }
+}
+
+static void fd_free(void *cls)
+{
+    fd_body *b = cls;
+    close(b->fd);
+    b->done(b->ctx);
+    free(b);
+}
+
 static enum MHD_Result send_response(struct MHD_Connection *c, kvix_service_response *r)
 {
     struct MHD_Response *resp;
-    if (r->fd >= 0) {
+    fd_body *fb;
+    if (r->fd >= 0 && r->done && (fb = malloc(sizeof *fb))) {
+        *fb = (fd_body){r->fd, r->done, r->done_ctx};
+        resp = MHD_create_response_from_callback(r->fd_size, 64 * 1024, fd_read, fb, fd_free);
+        if (resp)
+            r->fd = -1, r->done = NULL; /* the response closes it and says so */
+        else
+            free(fb);
+    } else if (r->fd >= 0) {
         resp = MHD_create_response_from_fd64(r->fd_size, r->fd);
         if (resp)
             r->fd = -1; /* the response closes it */

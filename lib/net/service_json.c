@@ -1,9 +1,11 @@
 /* The service's JSON: exact u64 reading over jansson, appenders, and /dump's
  * RouterEvent encoding and decoding. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kvix/service.h"
 #include "hashmap_int.h"
@@ -234,7 +236,27 @@ typedef struct dumper {
     const kvix_block_info *blocks; /* the group's, and engine hash -> index in it */
     kvix_hmap where;
     kvix_err *err;
+    int fd;                     /* >= 0: out is written there past DUMP_FLUSH bytes */
 } dumper;
+
+#define DUMP_FLUSH (1u << 20)
+
+/* out's bytes to d->fd (when there is one and out holds at least min). */
+static int dump_flush(dumper *d, size_t min)
+{
+    if (d->fd < 0 || d->out->len < min)
+        return KVIX_OK;
+    for (size_t off = 0; off < d->out->len;) {
+        ssize_t k = write(d->fd, d->out->data + off, d->out->len - off);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return kvix_err_set(d->err, KVIX_EIO, "writing the dump: %s", strerror(errno));
+        off += (size_t)k;
+    }
+    d->out->len = 0;
+    return KVIX_OK;
+}
 
 /* The group's block info of an engine hash, NULL if not held. */
 static const kvix_block_info *held(dumper *d, uint64_t engine)
@@ -367,21 +389,40 @@ static int dump_group(void *ctx, const char *model, const char *tenant, uint32_t
             return kvix_err_set(d->err, KVIX_ENOMEM, "out of memory for %zu blocks", n);
         *v = i;
     }
-    return kvix_snapshot_group_events(&g, &d->scratch, dump_event, d, &orphans, d->err);
+    rc = kvix_snapshot_group_events(&g, &d->scratch, dump_event, d, &orphans, d->err);
+    return rc ? rc : dump_flush(d, DUMP_FLUSH);
 }
 
-int kvix_service_dump(kvix_index *idx, kvix_buf *out, kvix_err *err)
+static int dump(kvix_index *idx, kvix_buf *out, int fd, int live, kvix_walk_stats *st,
+                kvix_err *err)
 {
-    dumper d = {.out = out, .err = err};
+    dumper d = {.out = out, .err = err, .fd = fd};
     kvix_event_init(&d.scratch);
     kvix_hmap_init(&d.where, 1, sizeof(size_t));
     int rc = kvix_sj_raw(out, "{", err);
     if (!rc)
-        rc = kvix_index_foreach(idx, dump_group, &d);
+        rc = live ? kvix_index_foreach_live(idx, dump_group, &d, st)
+                  : kvix_index_foreach(idx, dump_group, &d);
     if (!rc)
         rc = kvix_sj_raw(out, d.model ? "]}}" : "}", err);
+    if (!rc)
+        rc = dump_flush(&d, 0);
     kvix_event_release(&d.scratch);
     kvix_hmap_release(&d.where);
+    return rc;
+}
+
+int kvix_service_dump(kvix_index *idx, kvix_buf *out, kvix_err *err)
+{
+    return dump(idx, out, -1, 0, NULL, err);
+}
+
+int kvix_service_dump_fd(kvix_index *idx, int fd, int live, kvix_walk_stats *st, kvix_err *err)
+{
+    kvix_buf b;
+    kvix_buf_init(&b);
+    int rc = dump(idx, &b, fd, live, st, err);
+    kvix_buf_release(&b);
     return rc;
 }
 

@@ -185,6 +185,30 @@ static void kvix_metrics(kvix_service *s, out *o, const kvix_index_stats *st)
              "requests answered 503: --http-memory was all held");
         put(o, "kvix_http_request_memory_refused_total %" PRIu64 "\n", c.memory_refused);
     }
+    kvix_state_counts sc[KVIX_STATE_KINDS];
+    for (int k = 0; k < KVIX_STATE_KINDS; k++)
+        kvix_service_state_counts(s, k, &sc[k]);
+    head(o, "kvix_http_states_written_total", "counter",
+         "whole-index states written for GET /dump and /snapshot (one serves every request "
+         "that came while it was written)");
+    for (int k = 0; k < KVIX_STATE_KINDS; k++)
+        put(o, "kvix_http_states_written_total{endpoint=\"%s\"} %" PRIu64 "\n",
+            kvix_service_state_paths[k], sc[k].builds);
+    head(o, "kvix_http_state_responses_in_flight", "gauge",
+         "GET /dump and /snapshot responses waiting or being sent");
+    for (int k = 0; k < KVIX_STATE_KINDS; k++)
+        put(o, "kvix_http_state_responses_in_flight{endpoint=\"%s\"} %u\n",
+            kvix_service_state_paths[k], sc[k].inflight);
+    head(o, "kvix_http_state_refused_total", "counter",
+         "GET /dump and /snapshot refused (503): too many in flight");
+    for (int k = 0; k < KVIX_STATE_KINDS; k++)
+        put(o, "kvix_http_state_refused_total{endpoint=\"%s\"} %" PRIu64 "\n",
+            kvix_service_state_paths[k], sc[k].refused);
+    head(o, "kvix_http_state_writer_hold_seconds", "gauge",
+         "the last state written: the longest one writer was held back while it was read");
+    for (int k = 0; k < KVIX_STATE_KINDS; k++)
+        put(o, "kvix_http_state_writer_hold_seconds{endpoint=\"%s\"} %.6f\n",
+            kvix_service_state_paths[k], sc[k].hold_max);
     head(o, "kvix_snapshot_saves_total", "counter", "snapshot saves");
     put(o, "kvix_snapshot_saves_total %" PRIu64 "\n", saves);
     if (saves) {

@@ -32,6 +32,40 @@ typedef struct kvix_hist {
     uint64_t sum_ns;                      /* atomic */
 } kvix_hist;
 
+/* GET /dump and GET /snapshot (lib/net/service_state.c): per kind, the
+ * state being written or the last one written, and the responses of that
+ * kind waiting or being sent (at most KVIX_SERVICE_STATES_MAX). */
+#define KVIX_STATE_KINDS 2
+#define KVIX_STATE_DUMP 0
+#define KVIX_STATE_SNAPSHOT 1
+#define KVIX_SERVICE_STATES_MAX 16u
+
+typedef struct kvix_state_kind {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct state_file *cur;
+    unsigned inflight;
+    uint64_t builds, refused; /* states written; requests refused (503) */
+    double hold_max;          /* the last state's: the longest a writer was held back */
+} kvix_state_kind;
+
+/* The metrics of the two kinds (lib/net/service_metrics.c). */
+typedef struct kvix_state_counts {
+    uint64_t builds, refused;
+    unsigned inflight;
+    double hold_max;
+} kvix_state_counts;
+void kvix_service_state_counts(kvix_service *s, int kind, kvix_state_counts *out);
+extern const char *const kvix_service_state_paths[KVIX_STATE_KINDS];
+
+typedef struct kvix_service_states {
+    kvix_state_kind k[KVIX_STATE_KINDS];
+} kvix_service_states;
+
+void kvix_service_states_init(kvix_service_states *st);
+void kvix_service_states_release(kvix_service_states *st);
+void kvix_service_get_state(kvix_service *s, int kind, kvix_service_response *r);
+
 struct kvix_service {
     kvix_service_opts o;
     int own_peers;        /* o.peers was made by kvix_service_new */
@@ -59,6 +93,7 @@ struct kvix_service {
     void (*stop)(kvix_service *s, unsigned timeout_ms);
     struct kvix_conns *conns; /* its connections' bounds; NULL: not listening */
     unsigned port;
+    kvix_service_states states; /* /dump and /snapshot */
 };
 
 /* What a server thread keeps across queries (under s->ans_key), made on its

@@ -22,6 +22,9 @@ void kvix_service_response_release(kvix_service_response *r)
     if (r->fd >= 0)
         close(r->fd);
     r->fd = -1;
+    if (r->done)
+        r->done(r->done_ctx);
+    r->done = NULL;
 }
 
 void kvix_service_respond(kvix_service_response *r, int status, const char *ctype, const char *text)
