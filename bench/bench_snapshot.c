@@ -1,21 +1,36 @@
-/* Snapshot save and load rates at scale.
+/* Snapshot save and load at fleet scale, beside their baseline.
  *
- *   bench_snapshot [-n ENTRIES] [-r RUNS] [-d DIR] [-b BACKEND] [-k FILE]
+ *   bench_snapshot -t TRACE [-n ENTRIES] [-w WORKERS] [-c CAPACITY] [-r RUNS]
+ *                  [-d DIR] [-b BACKEND] [-T THREADS] [-K COPIES] [-k FILE] [-B] [-S]
  *
- * Builds an index of ENTRIES (worker, block) entries (default 10 million:
- * 20 workers, 4 distinct prompt forests shared by 5 workers each, mixed
- * tiers, some orphans), then times, RUNS times each, median reported:
- *   save         kvix_snapshot_save into DIR (index walk, encode, write, fsync, rename)
- *   open+verify  kvix_snapshot_open (mmap, checksum, full structural check): kvdump --check
- *   load         kvix_snapshot_load into a fresh index (open + verify + kvix_index_load),
- *                and the same on one thread per core
- *   replay       the baseline: the same state rebuilt by applying its events
- *                (kvix_snapshot_group_events + kvix_index_apply, no parsing)
- * With -k the snapshot is kept as FILE (for timing kvdump on it).
- * Prints a markdown table on stdout; progress on stderr. */
+ * Builds a fleet-shaped index: the Mooncake trace TRACE played as copies of
+ * itself side by side (Dynamo's duplicate_hash_space, kvreplay --mooncake
+ * --copies: disjoint hash ids and worker ranges), each copy WORKERS workers
+ * (default 16) with prefix caches of CAPACITY blocks (default 16384),
+ * random routing; copies are added until the index holds ENTRIES (worker,
+ * block) entries (default 10 million; -K: exactly COPIES copies). Their
+ * events are applied as they
+ * come (kvix_index_apply), so the index is what kvindex would hold.
+ * Then, RUNS times each (default 3), medians:
+ *   save         kvix_snapshot_save (the live walk, encode, write, fsync, rename)
+ *   stall        a save while a writer thread applies more copies' events at
+ *                full speed: the longest any writer was held back
+ *                (kvix_walk_stats.hold_max), and the writer's own slowest
+ *                event during saves and outside them
+ *   open+verify  kvix_snapshot_open (mmap, checksum, every record decoded and checked)
+ *   load         kvix_snapshot_load into a fresh index, and on THREADS threads
+ *                (kvix_snapshot_apply_threads; default 0: one per core)
+ * and the same operations as they were before format version 3, in the same
+ * process on the same index: a version 1 file (40 bytes a block), a save
+ * with every writer held (kvix_index_quiet_begin) and a load that hands each
+ * record to kvix_index_load (unless -B). -S: file sizes only (no timing).
+ * With -k the version 3 snapshot is kept as FILE. Prints markdown on
+ * stdout; progress on stderr. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +40,9 @@
 
 #include "cli.h"
 #include "kvix/snapshot.h"
-#include "../tests/unit/snapshot_gen.h"
+#include "logio.h"
+#include "mooncake.h"
+#include "snapshot_int.h"
 
 static double now(void)
 {
@@ -59,11 +76,13 @@ static void die(const char *what, const kvix_err *err)
     exit(1);
 }
 
-static kvix_index *mk(kvix_backend be)
+static kvix_backend backend = KVIX_BACKEND_POSITIONAL;
+
+static kvix_index *mk(void)
 {
     kvix_index_opts o;
     kvix_index_opts_init(&o);
-    o.backend = be;
+    o.backend = backend;
     kvix_index *idx;
     kvix_err err;
     if (kvix_index_new(&idx, &o, &err))
@@ -71,206 +90,434 @@ static kvix_index *mk(kvix_backend be)
     return idx;
 }
 
-#define WORKERS 20
-#define FORESTS 4
+/* ---- the fleet ------------------------------------------------------------ */
 
-static kvix_index *build(kvix_backend be, size_t entries)
+typedef struct trace {
+    kvix_mooncake_req *r;
+    size_t n;
+} trace;
+
+static void read_trace(trace *t, const char *path)
 {
-    kvix_index *idx = mk(be);
-    size_t per = entries / WORKERS;
-    kvix_block_info *forest[FORESTS];
-    size_t nf[FORESTS];
-    for (int f = 0; f < FORESTS; f++) {
-        forest[f] = sg_group(1000 + (uint64_t)f, per + per / 50, f & 1);
-        if (!forest[f])
-            die("out of memory", NULL);
-        /* one forest in four lost some parents before their children */
-        nf[f] = f == 3 ? sg_orphan(forest[f], per + per / 50, 40) : per + per / 50;
-        if (nf[f] > per)
-            nf[f] = per; /* the first per entries: still sorted, parents first */
-    }
     kvix_err err;
-    for (uint64_t w = 0; w < WORKERS; w++) {
-        int f = (int)(w % FORESTS);
-        if (kvix_index_load(idx, "llama", "default", 16, w, 0, forest[f], nf[f], &err))
-            die("kvix_index_load", &err);
-        if (kvix_index_set_eid(idx, "llama", "default", 16, w, 0, w * 1000, &err))
-            die("set_eid", &err);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        die(path, NULL);
+    kvix_logio *lio;
+    kvix_mooncake_trace *mt;
+    if (kvix_logio_open(&lio, fd, path, &err) ||
+        kvix_mooncake_trace_new(&mt, kvix_logio_fd(lio), &err))
+        die(path, &err);
+    size_t cap = 0;
+    t->n = 0;
+    t->r = NULL;
+    for (;;) {
+        if (t->n == cap) {
+            cap = cap ? 2 * cap : 4096;
+            t->r = realloc(t->r, cap * sizeof *t->r);
+            if (!t->r)
+                die("out of memory", NULL);
+        }
+        kvix_mooncake_req_init(&t->r[t->n]);
+        int rc = kvix_mooncake_trace_next(mt, &t->r[t->n], &err);
+        if (rc == KVIX_EOF) {
+            kvix_mooncake_req_release(&t->r[t->n]);
+            break;
+        }
+        if (rc)
+            die(path, &err);
+        t->n++;
     }
-    for (int f = 0; f < FORESTS; f++)
-        free(forest[f]);
-    return idx;
+    kvix_mooncake_trace_free(mt);
+    kvix_logio_close(lio, NULL);
 }
 
-typedef struct replay_ctx {
+/* Copy k of the trace: its hash ids moved past the others', its workers
+ * k * W .. (k + 1) * W - 1. */
+#define COPY_SPAN (UINT32_C(1) << 20) /* the conversation trace's ids are below 2^18 */
+
+typedef struct player {
     kvix_index *idx;
-    kvix_err *err;
-} replay_ctx;
-
-static int replay_one(void *ctx, const kvix_event *ev)
-{
-    replay_ctx *r = ctx;
-    int rc = kvix_index_apply(r->idx, ev, NULL, r->err);
-    return rc == KVIX_EPARENT ? 0 : rc; /* orphans cannot be replayed: skipped */
-}
-
-/* The baseline: rebuild from events (what a restart without a snapshot does,
- * minus reading and parsing the event log). */
-static double replay(kvix_snapshot *s, kvix_backend be, size_t *blocks, double *cpu_out)
-{
-    kvix_index *idx = mk(be);
-    kvix_event ev;
-    kvix_event_init(&ev);
+    uint64_t worker0;
+    int64_t held; /* entries added less removed */
+    double lat_max; /* with timing: the slowest event */
+    int timing, *saving;
+    double lat_in, lat_out; /* the slowest during saves, outside them */
     kvix_err err;
-    replay_ctx r = {idx, &err};
-    kvix_snapshot_group g;
-    kvix_snapshot_rewind(s);
-    double t0 = now(), c0 = cpu();
-    while (kvix_snapshot_next(s, &g, &err) == KVIX_OK)
-        if (kvix_snapshot_group_events(&g, &ev, replay_one, &r, NULL, &err))
-            die("replay", &err);
-    double t = now() - t0;
-    *cpu_out = cpu() - c0;
-    kvix_index_stats st;
-    kvix_index_stats_get(idx, &st);
-    *blocks = st.blocks;
-    kvix_event_release(&ev);
-    kvix_index_free(idx);
-    return t;
+} player;
+
+static int play_event(void *ctx, const kvix_event *ev)
+{
+    player *p = ctx;
+    kvix_event e = *ev; /* a shallow copy: only its worker changes */
+    e.worker += p->worker0;
+    kvix_apply_result r;
+    double t0 = p->timing ? now() : 0;
+    int during = p->timing ? __atomic_load_n(p->saving, __ATOMIC_ACQUIRE) : 0;
+    if (kvix_index_apply(p->idx, &e, &r, &p->err))
+        return 1;
+    if (p->timing) {
+        double t = now() - t0;
+        if (during && __atomic_load_n(p->saving, __ATOMIC_ACQUIRE)) {
+            if (t > p->lat_in)
+                p->lat_in = t;
+        } else if (t > p->lat_out) {
+            p->lat_out = t;
+        }
+    }
+    p->held += (int64_t)r.stored - (int64_t)r.removed;
+    return 0;
 }
+
+static uint32_t workers = 16, capacity = 16384;
+
+static void play_copy(const trace *t, unsigned k, player *p)
+{
+    kvix_mooncake_opts o;
+    kvix_mooncake_opts_init(&o);
+    o.workers = workers;
+    o.capacity = capacity;
+    o.seed = k;
+    o.queries = 0;
+    o.model = "llama";
+    kvix_mooncake *m;
+    if (kvix_mooncake_new(&m, &o, &p->err))
+        die("mooncake", &p->err);
+    p->worker0 = (uint64_t)k * workers;
+    kvix_mooncake_req r;
+    kvix_mooncake_req_init(&r);
+    for (size_t i = 0; i < t->n; i++) {
+        const kvix_mooncake_req *q = &t->r[i];
+        if (q->nids > r.cap) {
+            r.ids = realloc(r.ids, q->nids * sizeof *r.ids);
+            r.cap = q->nids;
+        }
+        r.timestamp_ms = q->timestamp_ms;
+        r.input_length = q->input_length;
+        r.output_length = q->output_length;
+        r.nids = q->nids;
+        for (size_t j = 0; j < q->nids; j++)
+            r.ids[j] = q->ids[j] + k * COPY_SPAN;
+        if (kvix_mooncake_step(m, &r, i, play_event, p, &p->err))
+            die("replaying the fleet", &p->err);
+    }
+    kvix_mooncake_req_release(&r);
+    kvix_mooncake_free(m);
+}
+
+/* Copies until the index holds entries, or exactly `copies` when not 0. */
+static unsigned build(kvix_index *idx, const trace *t, size_t entries, unsigned copies)
+{
+    player p = {.idx = idx};
+    unsigned k = 0;
+    while (copies ? k < copies : (size_t)p.held < entries) {
+        play_copy(t, k++, &p);
+        if (k % 16 == 0)
+            fprintf(stderr, "bench_snapshot: %u copies, %" PRId64 " entries\n", k, p.held);
+    }
+    return k;
+}
+
+/* ---- a save beside a writer ------------------------------------------------- */
+
+typedef struct feeder {
+    const trace *t;
+    player p;
+    unsigned next_copy;
+    int stop, saving;
+} feeder;
+
+#define FEED_COPIES 8 /* at most, a run: the index grows by as many copies */
+
+static void *feed_main(void *arg)
+{
+    feeder *f = arg;
+    for (int n = 0; n < FEED_COPIES && !__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE); n++)
+        play_copy(f->t, f->next_copy++, &f->p);
+    return NULL;
+}
+
+/* ---- the baseline: what version 1 did ------------------------------------------ */
+
+typedef struct v1ctx {
+    kvix_snapshot_writer *w;
+    kvix_err *err;
+    int rc;
+} v1ctx;
+
+static int v1_visit(void *ctx, const char *model, const char *tenant, uint32_t bs,
+                    uint64_t worker, uint32_t dp, int has_eid, uint64_t last_eid,
+                    const kvix_block_info *blocks, size_t n)
+{
+    v1ctx *c = ctx;
+    c->rc = kvix_snapshot_writer_add(c->w, model, tenant, bs, worker, dp, has_eid, last_eid,
+                                     blocks, n, c->err);
+    return c->rc != 0;
+}
+
+/* A version 1 file, every writer held throughout (as kvindex saved). */
+static void save_v1(kvix_index *idx, const char *path, kvix_snapshot_info *info)
+{
+    kvix_err err;
+    v1ctx c = {NULL, &err, 0};
+    if (kvix_snapshot_writer_open(&c.w, path, &err))
+        die("save v1", &err);
+    kvix_snap_writer_legacy(c.w);
+    kvix_index_quiet_begin(idx);
+    int stop = kvix_index_foreach(idx, v1_visit, &c);
+    kvix_index_quiet_end(idx);
+    if (stop || c.rc)
+        die("save v1", &err);
+    if (kvix_snapshot_writer_commit(c.w, info, &err))
+        die("save v1", &err);
+}
+
+/* Each record handed to kvix_index_load (kvix_snapshot_apply before). */
+static void load_v1(kvix_index *idx, const char *path)
+{
+    kvix_err err;
+    kvix_snapshot *s;
+    if (kvix_snapshot_open(&s, path, &err))
+        die("open v1", &err);
+    kvix_snapshot_group g;
+    int rc;
+    while ((rc = kvix_snapshot_next(s, &g, &err)) == KVIX_OK) {
+        if (g.worker == UINT64_MAX && g.n == 0 && !g.has_eid)
+            continue;
+        if (kvix_index_load(idx, g.model, g.tenant, g.bs, g.worker, g.dp, g.blocks, g.n, &err) ||
+            (g.has_eid &&
+             kvix_index_set_eid(idx, g.model, g.tenant, g.bs, g.worker, g.dp, g.eid, &err)))
+            die("load v1", &err);
+    }
+    if (rc != KVIX_EOF)
+        die("load v1", &err);
+    kvix_snapshot_close(s);
+}
+
+/* ---- main ---------------------------------------------------------------------- */
 
 static const cli_tool tool = {.name = "bench_snapshot"}; /* messages only */
+
+#define ROWS 12
 
 int main(int argc, char **argv)
 {
     cli_init(&tool);
     size_t entries = 10000000;
-    int runs = 3;
-    const char *dir = "/tmp", *keep = NULL;
-    kvix_backend be = KVIX_BACKEND_POSITIONAL;
+    int runs = 3, baseline = 1, sizes_only = 0;
+    unsigned threads = 0, force_copies = 0;
+    const char *dir = "/tmp", *keep = NULL, *trace_path = NULL;
     int c;
-    while ((c = getopt(argc, argv, "n:r:d:b:k:")) != -1) {
+    while ((c = getopt(argc, argv, "n:w:c:r:d:b:k:t:T:K:BS")) != -1) {
         switch (c) {
         case 'n': entries = cli_parse_uint(optarg, 1, UINT32_MAX, "-n"); break;
+        case 'w': workers = (uint32_t)cli_parse_uint(optarg, 1, 65536, "-w"); break;
+        case 'c': capacity = (uint32_t)cli_parse_uint(optarg, 1, 1u << 26, "-c"); break;
         case 'r': runs = (int)cli_parse_uint(optarg, 1, 101, "-r"); break;
         case 'd': dir = optarg; break;
         case 'k': keep = optarg; break;
+        case 't': trace_path = optarg; break;
+        case 'T': threads = (unsigned)cli_parse_uint(optarg, 0, 64, "-T"); break;
+        case 'K': force_copies = (unsigned)cli_parse_uint(optarg, 1, 4000, "-K"); break;
+        case 'B': baseline = 0; break;
+        case 'S': sizes_only = 1; break;
         case 'b':
-            if (kvix_backend_parse(optarg, &be)) {
+            if (kvix_backend_parse(optarg, &backend)) {
                 fprintf(stderr, "bench_snapshot: unknown backend %s\n", optarg);
                 return 2;
             }
             break;
         default:
-            fprintf(stderr, "usage: bench_snapshot [-n ENTRIES] [-r RUNS] [-d DIR] [-b BACKEND] [-k FILE]\n");
+            fprintf(stderr, "usage: bench_snapshot -t TRACE [-n ENTRIES] [-w WORKERS] [-c CAPACITY] "
+                            "[-r RUNS] [-d DIR] [-b BACKEND] [-T THREADS] [-K COPIES] [-k FILE] [-B] [-S]\n");
             return 2;
         }
     }
-    if (runs < 1 || runs > 100 || entries < WORKERS)
+    if (!trace_path) {
+        fprintf(stderr, "bench_snapshot: -t TRACE is needed (a Mooncake trace)\n");
         return 2;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/bench-%ld.kvix", dir, (long)getpid());
+    }
+    char p3[4096], p1[4096];
+    snprintf(p3, sizeof p3, "%s/bench-%ld.kvix", dir, (long)getpid());
+    snprintf(p1, sizeof p1, "%s/bench-%ld-v1.kvix", dir, (long)getpid());
+    trace t;
+    read_trace(&t, trace_path);
 
-    fprintf(stderr, "bench_snapshot: building an index of %zu entries (%s)\n", entries,
-            kvix_backend_name(be));
+    fprintf(stderr, "bench_snapshot: building a fleet of %zu entries (%s, %u workers a copy)\n",
+            entries, kvix_backend_name(backend), workers);
     double t0 = now();
-    kvix_index *idx = build(be, entries);
+    kvix_index *idx = mk();
+    unsigned copies = build(idx, &t, entries, force_copies);
     kvix_index_stats st;
     kvix_index_stats_get(idx, &st);
-    fprintf(stderr, "bench_snapshot: built in %.2f s: %zu entries, %zu unique, %.0f MiB\n",
-            now() - t0, st.blocks, st.unique_blocks, (double)st.bytes / 1048576);
-
-    double *ts = calloc((size_t)runs, sizeof *ts), *to = calloc((size_t)runs, sizeof *to),
-           *tl = calloc((size_t)runs, sizeof *tl), *tr = calloc((size_t)runs, sizeof *tr),
-           *t1 = calloc((size_t)runs, sizeof *t1), *c1 = calloc((size_t)runs, sizeof *c1);
-    double *cs = calloc((size_t)runs, sizeof *cs), *co = calloc((size_t)runs, sizeof *co),
-           *cl = calloc((size_t)runs, sizeof *cl), *cr = calloc((size_t)runs, sizeof *cr);
-    double c0;
+    fprintf(stderr, "bench_snapshot: built in %.1f s: %zu entries, %zu unique, %zu workers, %.0f MiB\n",
+            now() - t0, st.blocks, st.unique_blocks, st.workers, (double)st.bytes / 1048576);
     kvix_err err;
-    kvix_snapshot_info info;
+    kvix_snapshot_info i3, i1;
+    if (kvix_snapshot_save(idx, p3, &i3, &err))
+        die("save", &err);
+    if (baseline || sizes_only)
+        save_v1(idx, p1, &i1);
+    double N = (double)st.blocks;
+    printf("%zu (worker, block) entries: %u workers (%u copies of %u), caches of %u blocks, "
+           "%zu unique blocks, %s backend, index %.0f MiB (%.1f bytes an entry).\n\n",
+           st.blocks, copies * workers, copies, workers, capacity, st.unique_blocks,
+           kvix_backend_name(backend), (double)st.bytes / 1048576, (double)st.bytes / N);
+    printf("| file | bytes | bytes an entry |\n|---|---|---|\n");
+    printf("| version 3 | %" PRIu64 " | %.2f |\n", i3.bytes, (double)i3.bytes / N);
+    if (baseline || sizes_only)
+        printf("| version 1 (baseline) | %" PRIu64 " | %.2f |\n", i1.bytes, (double)i1.bytes / N);
+    if (sizes_only) {
+        if (!keep || rename(p3, keep) != 0)
+            unlink(p3);
+        unlink(p1);
+        kvix_index_free(idx);
+        return 0;
+    }
+
+    double v[ROWS][101], w[ROWS][101];
+    enum { SAVE, SAVE1, STALL, LAT_IN, LAT_OUT, OPEN, OPEN1, LOAD, LOADT, LOAD1, STALL1, STALLC };
+    memset(v, 0, sizeof v);
+    memset(w, 0, sizeof w);
+    double c0;
     for (int i = 0; i < runs; i++) {
         fprintf(stderr, "bench_snapshot: save %d/%d\n", i + 1, runs);
         t0 = now(), c0 = cpu();
-        if (kvix_snapshot_save(idx, path, &info, &err))
+        if (kvix_snapshot_save(idx, p3, &i3, &err))
             die("save", &err);
-        ts[i] = now() - t0, cs[i] = cpu() - c0;
+        v[SAVE][i] = now() - t0, w[SAVE][i] = cpu() - c0;
+        if (baseline) {
+            t0 = now(), c0 = cpu();
+            save_v1(idx, p1, &i1);
+            v[SAVE1][i] = now() - t0, w[SAVE1][i] = cpu() - c0;
+        }
     }
-    size_t n = st.blocks;
+    /* a writer at full speed beside the saves: more copies, more workers */
+    for (int i = 0; i < runs; i++) {
+        fprintf(stderr, "bench_snapshot: save beside a writer %d/%d\n", i + 1, runs);
+        feeder f = {.t = &t, .next_copy = copies + (unsigned)i * 1000};
+        f.p.idx = idx;
+        f.p.timing = 1;
+        f.p.saving = &f.saving;
+        pthread_t th;
+        if (pthread_create(&th, NULL, feed_main, &f))
+            die("thread", NULL);
+        struct timespec warm = {0, 200000000};
+        nanosleep(&warm, NULL); /* the writer well under way (a timing, not a sync) */
+        __atomic_store_n(&f.saving, 1, __ATOMIC_RELEASE);
+        if (kvix_snapshot_save(idx, p3, &i3, &err))
+            die("save", &err);
+        __atomic_store_n(&f.saving, 0, __ATOMIC_RELEASE);
+        v[STALL][i] = i3.walk.hold_max;
+        v[STALLC][i] = i3.walk.hold_cpu_max;
+        if (baseline) {
+            /* before: the save held every writer from its start to its end */
+            __atomic_store_n(&f.saving, 1, __ATOMIC_RELEASE);
+            t0 = now();
+            save_v1(idx, p1, &i1);
+            v[STALL1][i] = now() - t0;
+            __atomic_store_n(&f.saving, 0, __ATOMIC_RELEASE);
+        }
+        nanosleep(&warm, NULL);
+        __atomic_store_n(&f.stop, 1, __ATOMIC_RELEASE);
+        pthread_join(th, NULL);
+        v[LAT_IN][i] = f.p.lat_in;
+        v[LAT_OUT][i] = f.p.lat_out;
+    }
+    kvix_index_stats_get(idx, &st);
+    size_t n_saved = st.blocks;
     kvix_index_free(idx);
+    /* the files of the last save: the index as it stood then */
+    kvix_snapshot_info li;
+    {
+        kvix_snapshot *s;
+        if (kvix_snapshot_open(&s, p3, &err))
+            die("open", &err);
+        kvix_snapshot_get_info(s, &li);
+        kvix_snapshot_close(s);
+    }
+    double L = (double)li.blocks;
     for (int i = 0; i < runs; i++) {
         fprintf(stderr, "bench_snapshot: open+verify, load %d/%d\n", i + 1, runs);
         kvix_snapshot *s;
         t0 = now(), c0 = cpu();
-        if (kvix_snapshot_open(&s, path, &err))
+        if (kvix_snapshot_open(&s, p3, &err))
             die("open", &err);
-        to[i] = now() - t0, co[i] = cpu() - c0;
+        v[OPEN][i] = now() - t0, w[OPEN][i] = cpu() - c0;
         kvix_snapshot_close(s);
-        kvix_index *fresh = mk(be);
+        kvix_index *fresh = mk();
         t0 = now(), c0 = cpu();
-        if (kvix_snapshot_load(fresh, path, NULL, &err))
+        if (kvix_snapshot_load(fresh, p3, NULL, &err))
             die("load", &err);
-        tl[i] = now() - t0, cl[i] = cpu() - c0;
+        v[LOAD][i] = now() - t0, w[LOAD][i] = cpu() - c0;
         kvix_index_stats ls;
         kvix_index_stats_get(fresh, &ls);
-        if (ls.blocks != n) {
-            fprintf(stderr, "bench_snapshot: loaded %zu entries of %zu\n", ls.blocks, n);
+        if (ls.blocks != li.blocks) {
+            fprintf(stderr, "bench_snapshot: loaded %zu entries of %" PRIu64 "\n", ls.blocks,
+                    li.blocks);
             return 1;
         }
         kvix_index_free(fresh);
-        fresh = mk(be);
+        fresh = mk();
         t0 = now(), c0 = cpu();
-        if (kvix_snapshot_open(&s, path, &err) || kvix_snapshot_apply_threads(s, fresh, 0, &err))
-            die("load on one thread per core", &err);
+        if (kvix_snapshot_open(&s, p3, &err) ||
+            kvix_snapshot_apply_threads(s, fresh, threads, &err))
+            die("load on threads", &err);
         kvix_snapshot_close(s);
-        t1[i] = now() - t0, c1[i] = cpu() - c0;
+        v[LOADT][i] = now() - t0, w[LOADT][i] = cpu() - c0;
         kvix_index_free(fresh);
-    }
-    size_t replayed = 0;
-    {
-        kvix_snapshot *s;
-        if (kvix_snapshot_open(&s, path, &err))
-            die("open", &err);
-        for (int i = 0; i < runs; i++) {
-            fprintf(stderr, "bench_snapshot: replay %d/%d\n", i + 1, runs);
-            tr[i] = replay(s, be, &replayed, &cr[i]);
+        if (baseline) {
+            t0 = now(), c0 = cpu();
+            if (kvix_snapshot_open(&s, p1, &err))
+                die("open v1", &err);
+            v[OPEN1][i] = now() - t0, w[OPEN1][i] = cpu() - c0;
+            kvix_snapshot_close(s);
+            fresh = mk();
+            t0 = now(), c0 = cpu();
+            load_v1(fresh, p1);
+            v[LOAD1][i] = now() - t0, w[LOAD1][i] = cpu() - c0;
+            kvix_index_free(fresh);
         }
-        kvix_snapshot_close(s);
     }
-    if (!keep || rename(path, keep) != 0)
-        unlink(path);
-    double ms = median(ts, runs), mo = median(to, runs), ml = median(tl, runs),
-           mr = median(tr, runs);
-    double xs = median(cs, runs), xo = median(co, runs), xl = median(cl, runs),
-           xr = median(cr, runs), m1 = median(t1, runs), x1 = median(c1, runs);
-    double mb = (double)info.bytes / 1e6, N = (double)n;
-    printf("| operation | wall s | M entries/s | MB/s | cpu s | M entries/cpu-s |\n"
-           "|---|---|---|---|---|---|\n");
-    printf("| save (walk, encode, write, fsync, rename) | %.3f | %.2f | %.0f | %.3f | %.2f |\n", ms,
-           N / ms / 1e6, mb / ms, xs, N / xs / 1e6);
-    printf("| open + verify (mmap, checksum, structure) | %.3f | %.2f | %.0f | %.3f | %.2f |\n", mo,
-           N / mo / 1e6, mb / mo, xo, N / xo / 1e6);
-    printf("| load (open + verify + kvix_index_load) | %.3f | %.2f | %.0f | %.3f | %.2f |\n", ml,
-           N / ml / 1e6, mb / ml, xl, N / xl / 1e6);
-    printf("| load on one thread per core (kvix_snapshot_apply_threads) | %.3f | %.2f | %.0f | %.3f | %.2f |\n", m1, N / m1 / 1e6,
-           mb / m1, x1, N / x1 / 1e6);
-    printf("| baseline: replay as events (kvix_index_apply) | %.3f | %.2f | - | %.3f | %.2f |\n", mr,
-           (double)replayed / mr / 1e6, xr, (double)replayed / xr / 1e6);
-    printf("\n%zu entries (%zu unique blocks, %d workers), file %.1f MB (%.1f bytes/entry), "
-           "%s backend, index %.0f MiB; median of %d runs. Load rate / replay rate: %.2fx wall, "
-           "%.2fx cpu (replay skips the %zu entries below an evicted parent, which events "
-           "cannot restore).\n",
-           n, st.unique_blocks, WORKERS, mb, (double)info.bytes / N, kvix_backend_name(be),
-           (double)st.bytes / 1048576, runs, (N / ml) / ((double)replayed / mr),
-           (N / xl) / ((double)replayed / xr), n - replayed);
-    free(t1);
-    free(c1);
-    free(cs);
-    free(co);
-    free(cl);
-    free(cr);
-    free(ts);
-    free(to);
-    free(tl);
-    free(tr);
+    if (!keep || rename(p3, keep) != 0)
+        unlink(p3);
+    unlink(p1);
+    double m[ROWS], x[ROWS];
+    for (int r = 0; r < ROWS; r++) {
+        m[r] = median(v[r], runs);
+        x[r] = median(w[r], runs);
+    }
+    printf("\n| operation | wall s | M entries/s | cpu s | M entries/cpu-s | baseline wall s | "
+           "baseline M entries/s | rate ratio |\n|---|---|---|---|---|---|---|---|\n");
+#define ROW(name, a, b, na, nb)                                                                   \
+    do {                                                                                          \
+        printf("| %s | %.3f | %.2f | %.3f | %.2f | ", name, m[a], (na) / m[a] / 1e6, x[a],        \
+               (na) / x[a] / 1e6);                                                                \
+        if (baseline && (b) >= 0)                                                                 \
+            printf("%.3f | %.2f | %.2fx |\n", m[b], (nb) / m[b] / 1e6,                            \
+                   ((na) / m[a]) / ((nb) / m[b]));                                                \
+        else                                                                                      \
+            printf("- | - | - |\n");                                                              \
+    } while (0)
+    double L1 = (double)i1.blocks;
+    ROW("save (live walk, encode, write, fsync, rename)", SAVE, SAVE1, N, N);
+    ROW("open + verify (mmap, checksum, every record)", OPEN, OPEN1, L, L1);
+    ROW("load, one thread (open + verify + apply)", LOAD, LOAD1, L, L1);
+    char name[64];
+    snprintf(name, sizeof name, "load, %u threads",
+             threads ? threads : (unsigned)sysconf(_SC_NPROCESSORS_ONLN));
+    ROW(name, LOADT, -1, L, L);
+    printf("\nWriters during a save (a writer thread applying more copies' events at full "
+           "speed): the longest one was held back %.2f ms (kvix_walk_stats.hold_max), of which "
+           "the save's own work %.2f ms (hold_cpu_max: the rest its thread waited for a core); "
+           "the baseline held every writer for the whole save: %.3f s. The writer's slowest "
+           "event: %.2f ms during saves, %.2f ms outside them. Medians of %d runs; the loads "
+           "read the last save's file (%.0f entries; the index had %zu after the writer's "
+           "copies).\n",
+           m[STALL] * 1e3, m[STALLC] * 1e3, baseline ? m[STALL1] : 0.0, m[LAT_IN] * 1e3,
+           m[LAT_OUT] * 1e3, runs, L, n_saved);
+    for (size_t i = 0; i < t.n; i++)
+        kvix_mooncake_req_release(&t.r[i]);
+    free(t.r);
     return 0;
 }

@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
-# Snapshot save and load at 10 million (worker, block) entries (bench_snapshot:
-# save, open+verify, load, and rebuilding by event replay as the baseline),
-# then kvdump on that snapshot. Prints a markdown section; progress on stderr.
-# Needs $BUILD (bench/bench_snapshot, bin/kvdump).
+# Snapshot save, verify and load of fleet-shaped indexes (bench_snapshot: the
+# Mooncake conversation trace played as copies side by side, as kvreplay
+# --mooncake --copies does), each beside its baseline in the same process:
+# format version 1, a save that holds every writer, a load through
+# kvix_index_load. File sizes at 256 and 8,192 workers; save, stall, verify
+# and load at 10 million entries (8,192 workers of 1,000-odd blocks) and at
+# 100 million (6,400-odd workers of 16,384-block caches); then kvdump on the
+# 10-million-entry file. Prints a markdown section; progress on stderr.
+# Needs $BUILD (bench/bench_snapshot, bin/kvdump). The 100-million-entry run
+# holds about 5 GB of index at a time (one index at a time, freed before the
+# next): KVIX_BENCH_SNAPSHOT_BIG=0 leaves it out.
 set -euo pipefail
 BUILD=${BUILD:?BUILD must name the build directory}
+: "${ROOT:=$(cd "$(dirname "$0")/../.." && pwd)}"
 BENCH=$BUILD/bench/bench_snapshot
 KVDUMP=$BUILD/bin/kvdump
 RUNS=${KVIX_BENCH_RUNS:-3}
-ENTRIES=${KVIX_BENCH_SNAPSHOT_ENTRIES:-10000000}
+BIG_RUNS=${KVIX_BENCH_SNAPSHOT_BIG_RUNS:-1}
+BIG=${KVIX_BENCH_SNAPSHOT_BIG:-1}
+TRACE=$ROOT/tests/fixtures/mooncake/conversation_trace.jsonl.xz
 for f in "$BENCH" "$KVDUMP"; do
     [ -x "$f" ] || { echo "40-snapshot: $f is missing (make benches)" >&2; exit 1; }
 done
@@ -29,16 +39,42 @@ time_median() {
 
 echo "## Snapshot save and load"
 echo
-echo "\`bench_snapshot -n $ENTRIES -r $RUNS\`: an index of $ENTRIES (worker, block) entries (20 workers"
-echo "sharing 4 prompt forests, mixed tiers, some orphans), saved to and loaded from a file on the"
-echo "repository's disk. Load runs on one thread (the default), then on one thread per core; the"
-echo "baseline rebuilds the same state by applying its events (no parsing) on one thread."
+echo "Fleet-shaped indexes: the Mooncake conversation trace played as copies of itself side by"
+echo "side (disjoint hash ids and workers, as \`kvreplay --mooncake --copies\` does), random"
+echo "routing, their events applied as they come, until the index holds the entries asked for."
+echo "Each operation is timed beside its baseline in the same process on the same index: the"
+echo "baseline is what kvix did before format version 3 (a version 1 file, a save that holds"
+echo "every writer, a load that hands each record to \`kvix_index_load\`). The machine is a"
+echo "2-core VM shared with other jobs: CPU seconds are the steadier figures."
 echo
-"$BENCH" -n "$ENTRIES" -r "$RUNS" -d "$tmp" -k "$tmp/s.kvix"
+echo "### File size"
 echo
+for spec in "256 1 16384 256-workers" "256 32 16384 8192-workers"; do
+    read -r w k cap name <<<"$spec"
+    echo "$w workers a copy, $k copies ($name):"
+    echo
+    "$BENCH" -t "$TRACE" -S -w "$w" -c "$cap" -K "$k" -d "$tmp"
+    echo
+done
+echo "### 10 million entries"
+echo
+echo "\`bench_snapshot -n 10000000 -w 256 -r $RUNS\`:"
+echo
+"$BENCH" -t "$TRACE" -n 10000000 -w 256 -r "$RUNS" -d "$tmp" -k "$tmp/s.kvix"
+echo
+if [ "$BIG" = 1 ]; then
+    echo "### 100 million entries"
+    echo
+    echo "\`bench_snapshot -n 100000000 -w 16 -r $BIG_RUNS\`:"
+    echo
+    "$BENCH" -t "$TRACE" -n 100000000 -w 16 -r "$BIG_RUNS" -d "$tmp"
+    echo
+fi
 entries=$("$KVDUMP" --check "$tmp/s.kvix" | sed 's/.*, \([0-9]*\) blocks.*/\1/')
 echo "40-snapshot: timing kvdump ($RUNS runs each)" >&2
-echo "| kvdump on that snapshot | seconds | M entries/s |"
+echo "### kvdump on the 10-million-entry snapshot"
+echo
+echo "| kvdump | seconds | M entries/s |"
 echo "|---|---|---|"
 for mode in --check --stats ""; do
     # shellcheck disable=SC2086
