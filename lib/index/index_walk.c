@@ -250,6 +250,8 @@ static int cut_pair(walker *k, part *p, const wdp *id, size_t *n, int *has_eid, 
         if ((got = cut_eid(p, id->worker, id->dp, eid)) != 2) {
             *n = 0;
             *has_eid = got;
+            if (got && k->st) /* a cut too, that held no writer */
+                k->st->cuts++;
             return got;
         }
     }
