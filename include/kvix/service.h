@@ -160,7 +160,9 @@ typedef struct kvix_service_response {
     int auth_challenge;       /* a 401: the answer says WWW-Authenticate: Bearer */
     /* Called once, with done_ctx, when fd is no longer needed: its bytes
      * sent, the client gone, or the response never sent
-     * (kvix_service_response_release). NULL: nothing to call. */
+     * (kvix_service_response_release, or the response handed to
+     * kvix_service_handle again). It refers to the service: release such a
+     * response before kvix_service_free. NULL: nothing to call. */
     void (*done)(void *ctx);
     void *done_ctx;
 } kvix_service_response;

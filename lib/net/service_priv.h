@@ -146,6 +146,9 @@ void kvix_service_observe_query(kvix_service *s, double secs);
 void kvix_service_respond(kvix_service_response *r, int status, const char *ctype,
                           const char *text);
 void kvix_service_respond_error(kvix_service_response *r, int status, const char *msg);
+/* Empty r for its next use: its body emptied (its memory kept), its file
+ * closed and its done callback called. */
+void kvix_service_response_clear(kvix_service_response *r);
 /* The status for e->code and {"error":e->msg}. */
 void kvix_service_respond_err(kvix_service_response *r, const kvix_err *e);
 /* POST /query (by_hash 0), /query_by_hash (1), /explain (explain 1: the

@@ -16,15 +16,21 @@ void kvix_service_response_init(kvix_service_response *r)
     r->fd = -1;
 }
 
-void kvix_service_response_release(kvix_service_response *r)
+void kvix_service_response_clear(kvix_service_response *r)
 {
-    kvix_buf_release(&r->body);
+    r->body.len = 0;
     if (r->fd >= 0)
         close(r->fd);
     r->fd = -1;
-    if (r->done)
+    if (r->done) /* a state response's hold on its file and its place in flight */
         r->done(r->done_ctx);
     r->done = NULL;
+}
+
+void kvix_service_response_release(kvix_service_response *r)
+{
+    kvix_service_response_clear(r);
+    kvix_buf_release(&r->body);
 }
 
 void kvix_service_respond(kvix_service_response *r, int status, const char *ctype, const char *text)

@@ -88,10 +88,7 @@ void kvix_service_handle_as(kvix_service *s, const char *authz, const char *meth
     /* HEAD is answered where GET is, as GET would be (the HTTP library
      * sends the headers only): a monitor's HEAD /health, a proxy's check */
     const char *as = m == M_HEAD ? "GET" : method;
-    if (r->fd >= 0)
-        close(r->fd);
-    r->fd = -1;
-    r->body.len = 0;
+    kvix_service_response_clear(r); /* a reused response lets go of what it held */
     r->auth_challenge = 0;
     if (ep == EP_OTHER) {
         kvix_service_respond_error(r, 404, "no such endpoint");

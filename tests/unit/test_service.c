@@ -10,6 +10,7 @@
 #include "kvix/snapshot.h"
 #include "kvix/stream.h"
 #include "service_int.h"
+#include "service_priv.h"
 
 static int u64_of(const char *text, uint64_t *out)
 {
@@ -193,6 +194,37 @@ TEST(handle_routes_and_maps_errors)
     CHECK(r.body.data && strstr(r.body.data, "dynamo_kvindexer_errors_total{endpoint=\"/query\","
                                              "status_class=\"4xx\"} 3\n"));
     CHECK(r.body.data && strstr(r.body.data, "\ndynamo_kvindexer_workers 1\n"));
+    kvix_service_response_release(&r);
+    kvix_service_free(s);
+    kvix_index_free(idx);
+}
+
+/* One response reused for state after state: each use lets go of the last
+ * one's file and place in flight (a reused response kept its place before,
+ * so the bound's worth of them later answered 503 for ever). */
+TEST(a_reused_response_gives_back_its_state)
+{
+    kvix_index *idx = new_index();
+    feed(idx, "{\"type\":\"stored\",\"worker\":3,\"dp\":1,\"model\":\"m\",\"bs\":2,\"eid\":5,"
+              "\"blocks\":[{\"local\":\"ffffffffffffffff\",\"seq\":\"01\"}]}");
+    kvix_service *s = NULL;
+    kvix_service_opts so = {.idx = idx};
+    kvix_err e;
+    CHECK(kvix_service_new(&s, &so, &e) == 0);
+    kvix_service_response r;
+    kvix_service_response_init(&r);
+    for (unsigned i = 0; i < 3 * KVIX_SERVICE_STATES_MAX; i++) {
+        kvix_service_handle(s, "GET", i % 2 ? "/dump" : "/snapshot", "", 0, &r);
+        if (!CHECK_U64(r.status, 200))
+            break;
+        CHECK(r.fd >= 0);
+    }
+    kvix_service_handle(s, "GET", "/health", "", 0, &r);
+    CHECK(r.fd < 0 && r.done == NULL);
+    kvix_service_handle(s, "GET", "/metrics", "", 0, &r);
+    CHECK(r.body.data &&
+          strstr(r.body.data, "kvix_http_state_responses_in_flight{endpoint=\"/dump\"} 0\n") &&
+          strstr(r.body.data, "kvix_http_state_refused_total{endpoint=\"/snapshot\"} 0\n"));
     kvix_service_response_release(&r);
     kvix_service_free(s);
     kvix_index_free(idx);
