@@ -777,6 +777,8 @@ static int query_tokens_bs(kvix_index *idx, const char *model, const char *tenan
         return KVIX_OK;
     ans->bs = p->bs;
     n = query_depth(p, n); /* hash no more blocks than can match */
+    if (!n) /* a partition that never held a block (made by an eid alone) */
+        return KVIX_OK;
     int rc = scratch_reserve(ans, 2 * n, err);
     if (rc)
         return rc;
