@@ -179,7 +179,7 @@ static int query_chain(const part *p, const kvix_event *q, kvix_explain *x, cons
         x->scratch = s;
         x->scratch_cap = 2 * nb;
     }
-    uint64_t *l = x->scratch, *c = x->scratch + nb;
+    uint64_t *l = x->scratch, *c = nb ? l + nb : l; /* no blocks: scratch may be NULL */
     uint64_t seed = kvix_hash_lora_seed(q->lora, strlen(q->lora));
     if (q->has_tokens && eagle && nb)
         kvix_hash_blocks_eagle(q->tokens, nb * p->bs + 1, p->bs, seed, l, NULL);

@@ -800,6 +800,9 @@ static int ws_register(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix
     }
     pthread_mutex_init(&w->cut, NULL);
     kvix_ix_bm_init(&w->blocks, p->ops, part_be(p));
+    /* whole before it is found: a live walk reads rec->held of what it finds */
+    srec *r = slot_rec(p, slot);
+    w->rec = r;
     if (cmap_insert(&p->workers, w)) {
         pthread_mutex_destroy(&w->cut);
         free(w);
@@ -809,8 +812,6 @@ static int ws_register(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix
         kvix_hmap_del(&p->eids, key);
     w->next_dp = hd->first;
     __atomic_store_n(&hd->first, w, __ATOMIC_RELEASE);
-    srec *r = slot_rec(p, slot);
-    w->rec = r;
     __atomic_store_n(&r->worker, worker, __ATOMIC_RELAXED);
     __atomic_store_n(&r->dp, dp, __ATOMIC_RELAXED);
     __atomic_store_n(&r->held, 0, __ATOMIC_RELAXED);
