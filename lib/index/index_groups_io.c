@@ -124,9 +124,11 @@ out:
     return rc;
 }
 
+/* Live, as a snapshot's walk is (lib/index/index_walk.c): the partitions
+ * from their RCU-protected table, each (worker, dp)'s groups read under its
+ * cut lock, its state kept readable by the read-side section. */
 int kvix_index_groups_save(kvix_index *idx, kvix_buf *out, kvix_err *err)
 {
-    kvix_ix_parts_quiesce(idx);
     size_t np;
     part **ps = kvix_ix_parts_list(idx, &np);
     if (!ps)
@@ -156,16 +158,24 @@ int kvix_index_groups_save(kvix_index *idx, kvix_buf *out, kvix_err *err)
             break;
         }
         ws = nws_;
+        kvix_rcu_lock();
+        ns = part_nslots(p) < ns ? part_nslots(p) : ns; /* slots seen now, room made for */
         for (uint32_t s = 0; s < ns; s++) {
             wstate *w = slot_ws(p, s);
-            if (w && says_more(w))
+            if (w)
                 ws[nw++] = w;
         }
         if (nw > 1)
             qsort(ws, nw, sizeof *ws, ws_cmp);
-        for (uint32_t j = 0; j < nw && !rc; j++)
-            rc = save_ws(&body, p, ws[j], err);
-        nws += nw;
+        for (uint32_t j = 0; j < nw && !rc; j++) {
+            ws_lock(ws[j]);
+            if (says_more(ws[j])) {
+                rc = save_ws(&body, p, ws[j], err);
+                nws++;
+            }
+            ws_unlock(ws[j]);
+        }
+        kvix_rcu_unlock();
     }
     if (!rc && (neagle || nws)) {
         unsigned char h[24];
