@@ -18,12 +18,17 @@
 # that never ran has no section until it is run. BENCH_PARTS (a directory of
 # parts) and BENCH_OUT (the results file) choose other places
 # (tests/cli/bench_run.t).
+#
+# The file opens with bench/summary.md (BENCH_SUMMARY), written by hand: one
+# screen of kvix against the alternatives, each figure naming the part it
+# comes from. Dated lab notes go in bench/notes/, not in RESULTS.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export ROOT
 export BUILD=${BUILD:-$ROOT/build}
 parts=${BENCH_PARTS:-$ROOT/bench/parts}
 out=${BENCH_OUT:-$ROOT/bench/RESULTS.md}
+summary=${BENCH_SUMMARY:-$ROOT/bench/summary.md}
 pattern=${1:-}
 today=$(date -u +%Y-%m-%d)
 
@@ -79,6 +84,10 @@ fi
         echo "Date: $today. Command: \`make bench\`. Each figure is the median of several runs."
     fi
     echo
+    if [ -f "$summary" ]; then
+        cat "$summary"
+        echo
+    fi
 } >"$work/head"
 
 : >"$work/body"

@@ -99,3 +99,25 @@ assert_no_grep 'old beta figures' RESULTS.md
 assert_eq "$(grep -c '^## section 20-beta' RESULTS.md)" 1 "beta sections"
 assert_grep '^<!-- generated: part 20-beta -->$' RESULTS.md
 end
+
+begin "bench/run.sh: the file opens with bench/summary.md, full run or partial, as the summary now reads"
+fake_parts parts
+export BENCH_PARTS=$T/parts BENCH_OUT=$T/RESULTS.md BENCH_SUMMARY=$T/summary.md
+printf '%s\n' '## Summary' '' 'kvix against the alternatives, first edition.' >summary.md
+run bash "$ROOT/bench/run.sh"
+expect_rc 0
+# the summary comes after the title and the machine's lines, before the first section
+assert_eq "$(grep -n '^## ' RESULTS.md | head -2 | cut -d: -f2 | tr '\n' '|')" \
+    "## Summary|## section 10-alpha|" "summary first, then the sections"
+assert_grep '^kvix against the alternatives, first edition\.$' RESULTS.md
+sed -i 's/first edition/second edition/' summary.md
+run bash "$ROOT/bench/run.sh" gamma
+expect_rc 0
+assert_grep '^kvix against the alternatives, second edition\.$' RESULTS.md
+assert_no_grep 'first edition' RESULTS.md
+assert_eq "$(grep -c '^## Summary$' RESULTS.md)" 1 "one summary after a partial run"
+assert_grep '^10-alpha ran 1 times$' RESULTS.md
+# the repository's own: RESULTS.md opens with bench/summary.md as it is
+assert_eq "$(sed -n '/^## Summary/,/^<!-- bench part/p' "$ROOT/bench/RESULTS.md" | sed '$d')" \
+    "$(cat "$ROOT/bench/summary.md"; echo)" "bench/RESULTS.md's summary is bench/summary.md"
+end
