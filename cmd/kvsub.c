@@ -130,14 +130,8 @@ static struct {
     size_t nspecs, nreplays;
     kvix_buf out;
     bool out_broken;
-    /* --nats: the batch being gathered (consecutive events of one
-     * (worker, dp, eid)), published when the next batch starts or kvsub waits */
-    kvix_natslog_opts nopt;
+    kvix_natslog_opts nopt; /* --nats */
     kvix_natslog *nats;
-    kvix_buf batch;
-    uint64_t bworker, beid;
-    uint32_t bdp;
-    bool bopen;
 } S;
 
 static volatile sig_atomic_t sig_stop, sig_hup, sig_usr1;
@@ -168,38 +162,23 @@ static void out_flush(void)
     }
 }
 
-/* The batch gathered to the publisher's window (kvix/natslog.h: sent at
- * once, acknowledged later, in order for each worker). A window full of batches the server
- * has not acknowledged (the server away) is waited for; only a stop while
- * it is away loses the batch, and that is an error. Each new reason is said
- * once: first the window full, then a batch sent again unanswered (named by
- * its subject). */
-static void nats_flush(void)
+/* Take ev into the batch being gathered (NULL: hand that batch over),
+ * the library's framing (kvix_natslog_publish_event). A window full of
+ * batches the server has not acknowledged (the server away) is waited for;
+ * only a stop while it is away loses the batch, and that is an error. Each
+ * new reason is said once: first the window full, then a batch sent again
+ * unanswered (named by its subject). */
+static void nats_put(const kvix_event *ev)
 {
-    if (!S.nats || !S.bopen)
+    if (!S.nats)
         return;
-    S.bopen = false;
     char warned[KVIX_ERR_MSG_MAX] = "";
-    kvix_natslog_pubstats before;
+    kvix_natslog_pubstats before, now;
     kvix_natslog_pubstats_get(S.nats, &before);
-    for (;;) {
-        kvix_err err;
-        int rc = kvix_natslog_publish(S.nats, S.batch.data, S.batch.len, KVIX_FMT_MSGPACK, &err);
-        if (rc == KVIX_OK) {
-            if (warned[0])
-                cli_warn("nats: publishing again");
-            kvix_natslog_pubstats now;
-            kvix_natslog_pubstats_get(S.nats, &now);
-            if (now.lost != before.lost)
-                cli_warn("nats: worker %" PRIu64 " dp %" PRIu32 ": %" PRIu64 " event%s of batch %"
-                         PRIu64 " over the server's largest message: published as a clear",
-                         S.bworker, S.bdp, now.lost - before.lost,
-                         now.lost - before.lost == 1 ? "" : "s", S.beid);
-            S.batch.len = 0;
-            return;
-        }
-        if (rc != KVIX_EIO)
-            cli_die(KVIX_EXIT_SYS, "cannot publish a batch: %s", err.msg);
+    kvix_err err;
+    int rc;
+    while ((rc = ev ? kvix_natslog_publish_event(S.nats, ev, &err)
+                    : kvix_natslog_publish_pending(S.nats, &err)) == KVIX_EIO) {
         if (sig_stop)
             cli_die(KVIX_EXIT_SYS, "stopped with a batch not published: %s", err.msg);
         if (strcmp(warned, err.msg) != 0) {
@@ -209,6 +188,16 @@ static void nats_flush(void)
         struct timespec ts = {0, 100 * 1000000L};
         nanosleep(&ts, NULL);
     }
+    if (rc)
+        cli_die(cli_exit_for(rc), "cannot publish %s: %s", ev ? "an event" : "a batch", err.msg);
+    if (warned[0])
+        cli_warn("nats: publishing again");
+    kvix_natslog_pubstats_get(S.nats, &now);
+    if (now.lost != before.lost)
+        cli_warn("nats: worker %" PRIu64 " dp %" PRIu32 ": %" PRIu64 " event%s of batch %" PRIu64
+                 " over the server's largest message: published as a clear",
+                 now.lost_worker, now.lost_dp, now.lost - before.lost,
+                 now.lost - before.lost == 1 ? "" : "s", now.lost_eid);
 }
 
 /* At exit: every batch taken acknowledged by the server, or an error
@@ -218,28 +207,11 @@ static void nats_finish(void)
 {
     if (!S.nats)
         return;
-    nats_flush();
+    nats_put(NULL);
     kvix_err err;
     if (kvix_natslog_flush(S.nats, S.nopt.timeout_ms, &err) != KVIX_OK)
         cli_die(KVIX_EXIT_SYS, "stopped with batches the server did not acknowledge: %s",
                 err.msg);
-}
-
-static void nats_add(const kvix_event *ev)
-{
-    if (S.bopen && !(ev->has_eid && ev->worker == S.bworker && ev->dp == S.bdp &&
-                     ev->eid == S.beid))
-        nats_flush();
-    kvix_err err;
-    int rc = kvix_event_to_msgpack(ev, &S.batch, &err);
-    if (rc != KVIX_OK)
-        cli_die(cli_exit_for(rc), "cannot publish an event: %s", err.msg);
-    S.bopen = true;
-    S.bworker = ev->worker;
-    S.bdp = ev->dp;
-    S.beid = ev->eid;
-    if (!ev->has_eid) /* kvsub's own cleared: a message of its own */
-        nats_flush();
 }
 
 /* The stream must exist before the first batch: made from the options when
@@ -265,8 +237,7 @@ static void nats_open(void)
 static void on_event(void *ctx, const kvix_event *ev)
 {
     (void)ctx;
-    if (S.nats)
-        nats_add(ev);
+    nats_put(ev);
     if (S.out_broken)
         return;
     kvix_err err;
@@ -555,7 +526,7 @@ static void run(void)
             }
         }
         out_flush(); /* everything so far is visible before waiting */
-        nats_flush();
+        nats_put(NULL);
         int rc = kvix_enginesub_step(S.sub, 200, &err);
         if (rc)
             cli_die(cli_exit_for(rc), "%s", err.msg);
@@ -701,7 +672,6 @@ int main(int argc, char **argv)
      * at once without a write per line. */
     setvbuf(stdout, NULL, _IOFBF, 1 << 16);
     kvix_buf_init(&S.out);
-    kvix_buf_init(&S.batch);
     if (S.nopt.url)
         nats_open();
 
@@ -731,7 +701,6 @@ int main(int argc, char **argv)
     free(S.specs);
     free(S.replays);
     kvix_buf_release(&S.out);
-    kvix_buf_release(&S.batch);
     kvix_natslog_free(S.nats);
     int code = cnt.decode_errors || cnt.bad_frames ? KVIX_EXIT_REJECTED : KVIX_EXIT_OK;
     if (S.out_broken) { /* the reader left: nothing more to report about stdout */

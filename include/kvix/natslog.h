@@ -26,6 +26,10 @@
  * the next sequence). A message the stream no longer holds (its retention
  * dropped it before it was handed out) is an error, never a silent skip.
  *
+ * Both halves of the framing are here: kvix_natslog_publish_event gathers
+ * a subscriber's events into batches (kvsub --nats), kvix_natslog_next_record
+ * hands them out again (kvindex --nats).
+ *
  * The library uses nats.c (libnats): no NATS protocol code here. */
 #ifndef KVIX_NATSLOG_H
 #define KVIX_NATSLOG_H
@@ -111,6 +115,8 @@ typedef struct kvix_natslog_pubstats {
     uint64_t split;      /* batches over the server's largest message, sent in parts */
     uint64_t lost;       /* records over it alone: published as a clear of their
                             (worker, dp) instead */
+    uint64_t lost_worker, lost_eid; /* the batch of the last record lost */
+    uint32_t lost_dp;
 } kvix_natslog_pubstats;
 
 /* Take one batch into the window and send it: data[0..len) holds its
@@ -130,6 +136,21 @@ typedef struct kvix_natslog_pubstats {
  * decode. */
 int kvix_natslog_publish(kvix_natslog *l, const char *data, size_t len, kvix_format fmt,
                          kvix_err *err);
+
+/* Events as a subscriber delivers them (kvix/enginesub.h), gathered into
+ * the batches above: the events of one (worker, dp, eid) in a row are one
+ * engine batch, one message; an event without eid (a subscriber's own
+ * clear) is a message of its own. What kvix_natslog_next_record reads back
+ * record by record. ev is copied into the batch being gathered; an event of
+ * another batch first hands that one to kvix_natslog_publish. KVIX_EIO: it
+ * could not be (the window is full, as there): ev was not taken, call again
+ * with it. KVIX_ELIMIT, KVIX_EINVAL: ev cannot be written as a record (not
+ * taken; the batch gathered is kept). */
+int kvix_natslog_publish_event(kvix_natslog *l, const kvix_event *ev, kvix_err *err);
+/* Hand the batch being gathered to kvix_natslog_publish now, if there is
+ * one: before waiting for more events (a subscriber's step delivers whole
+ * batches), so none waits here. KVIX_OK, or KVIX_EIO: call again. */
+int kvix_natslog_publish_pending(kvix_natslog *l, kvix_err *err);
 
 /* Wait until the server acknowledged every batch taken (sending failed ones
  * again), at most timeout_ms. KVIX_OK: all are in the stream; KVIX_EIO: some

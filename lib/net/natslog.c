@@ -93,6 +93,7 @@ void kvix_natslog_free(kvix_natslog *l)
     natslog_pub_release(l); /* after the close: no acknowledgement comes any more */
     kvix_buf_release(&l->pay);
     kvix_buf_release(&l->part);
+    kvix_buf_release(&l->g.recs);
     free(l->recs);
     kvix_event_release(&l->ev);
     free(l->url);
@@ -127,6 +128,7 @@ int kvix_natslog_open(kvix_natslog **out, const kvix_natslog_opts *o, kvix_err *
     l->name = strdup(o->name ? o->name : "kvix");
     kvix_buf_init(&l->pay);
     kvix_buf_init(&l->part);
+    kvix_buf_init(&l->g.recs);
     kvix_event_init(&l->ev);
     l->next = 1;
     if (!l->url || !l->stream || !l->subject || !l->name) {

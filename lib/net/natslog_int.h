@@ -69,6 +69,15 @@ struct kvix_natslog {
     kvix_buf part;       /* a part of pay (or its stand-in clear) on its way */
     kvix_event ev;
     natslog_pub pub;
+    /* kvix_natslog_publish_event: the batch being gathered, as msgpack
+     * records; open: more events of (worker, dp, eid) may join it; done:
+     * complete, handed over at the next call */
+    struct {
+        kvix_buf recs;
+        uint64_t worker, eid;
+        uint32_t dp;
+        int open, done;
+    } g;
 };
 
 /* err from a nats.c failure: its last error text, else the status's. Inline:

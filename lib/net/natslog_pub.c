@@ -429,6 +429,11 @@ static int take_parts(kvix_natslog *l, size_t max, kvix_err *err)
     pthread_mutex_lock(&p->mu);
     p->st.split += !rc;
     p->st.lost += rc ? 0 : lost;
+    if (!rc && lost) {
+        p->st.lost_worker = l->ev.worker;
+        p->st.lost_dp = l->ev.dp;
+        p->st.lost_eid = l->ev.eid;
+    }
     pthread_mutex_unlock(&p->mu);
     return rc;
 }
@@ -447,6 +452,49 @@ int kvix_natslog_publish(kvix_natslog *l, const char *data, size_t len, kvix_for
     if (l->pay.len > room)
         return take_parts(l, room, err);
     return take(l, &l->pay, -1, err);
+}
+
+/* ---- events gathered into batches ---------------------------------------- */
+
+/* The batch gathered, complete now, handed to the window; kept (done) when
+ * the window has no room, dropped on any other failure. */
+static int hand_over(kvix_natslog *l, kvix_err *err)
+{
+    if (!l->g.open && !l->g.done)
+        return KVIX_OK;
+    l->g.open = 0;
+    l->g.done = 1;
+    int rc = kvix_natslog_publish(l, l->g.recs.data, l->g.recs.len, KVIX_FMT_MSGPACK, err);
+    if (rc == KVIX_EIO)
+        return rc;
+    l->g.done = 0;
+    l->g.recs.len = 0;
+    return rc;
+}
+
+int kvix_natslog_publish_event(kvix_natslog *l, const kvix_event *ev, kvix_err *err)
+{
+    int joins = l->g.open && ev->has_eid && ev->worker == l->g.worker && ev->dp == l->g.dp &&
+                ev->eid == l->g.eid;
+    int rc = joins ? KVIX_OK : hand_over(l, err);
+    if (rc)
+        return rc;
+    size_t at = l->g.recs.len;
+    if ((rc = kvix_event_to_msgpack(ev, &l->g.recs, err))) {
+        l->g.recs.len = at;
+        return rc;
+    }
+    l->g.worker = ev->worker;
+    l->g.dp = ev->dp;
+    l->g.eid = ev->eid;
+    l->g.open = ev->has_eid;
+    l->g.done = !ev->has_eid; /* a subscriber's own clear: a message of its own */
+    return KVIX_OK;
+}
+
+int kvix_natslog_publish_pending(kvix_natslog *l, kvix_err *err)
+{
+    return hand_over(l, err);
 }
 
 int kvix_natslog_flush(kvix_natslog *l, int64_t timeout_ms, kvix_err *err)

@@ -289,3 +289,107 @@ TEST(follow_stopped_while_waiting_for_the_server)
     kvix_ingest_free(g);
     alarm(0);
 }
+
+/* Records (NDJSON) published as kvsub --nats does, event by event: one
+ * message per engine batch (the events of one worker, dp and eid in a row),
+ * a clear without eid a message of its own. */
+static const char *const framed[] = {
+    "{\"type\":\"stored\",\"worker\":1,\"model\":\"m\",\"bs\":4,\"eid\":1,\"blocks\":[{\"local\":\"a\",\"seq\":\"a\"}]}",
+    "{\"type\":\"stored\",\"worker\":1,\"model\":\"m\",\"bs\":4,\"eid\":1,\"blocks\":[{\"local\":\"b\",\"seq\":\"b\"}]}",
+    "{\"type\":\"removed\",\"worker\":1,\"model\":\"m\",\"eid\":2,\"hashes\":[\"a\"]}",
+    "{\"type\":\"cleared\",\"worker\":1,\"model\":\"m\"}",
+    "{\"type\":\"cleared\",\"worker\":1,\"model\":\"m\"}",
+    "{\"type\":\"stored\",\"worker\":2,\"model\":\"m\",\"bs\":4,\"eid\":1,\"blocks\":[{\"local\":\"c\",\"seq\":\"c\"}]}",
+    "{\"type\":\"stored\",\"worker\":1,\"model\":\"m\",\"bs\":4,\"eid\":3,\"blocks\":[{\"local\":\"d\",\"seq\":\"d\"}]}",
+};
+#define NFRAMED (sizeof framed / sizeof *framed)
+/* the message each record lands in */
+static const uint64_t framed_seq[NFRAMED] = {1, 1, 2, 3, 4, 5, 6};
+
+static kvix_natslog *open_log(const char *url, const char *name)
+{
+    kvix_natslog_opts o;
+    kvix_natslog_opts_init(&o);
+    o.url = url;
+    o.stream = name;
+    o.subject = "t";
+    o.timeout_ms = 20000;
+    kvix_natslog *l = NULL;
+    kvix_err err;
+    if (!CHECK(kvix_natslog_open(&l, &o, &err) == KVIX_OK))
+        return NULL;
+    int rc = KVIX_EIO;
+    for (int i = 0; i < 600 && rc == KVIX_EIO; i++) { /* connected in the background */
+        rc = kvix_natslog_ensure_stream(l, NULL, &err);
+        if (rc == KVIX_EIO)
+            nap_ms(50);
+    }
+    CHECK(rc == KVIX_OK);
+    return l;
+}
+
+/* framed[0..n) published event by event; 0, or -1. */
+static int publish_events(kvix_natslog *l, size_t n)
+{
+    kvix_event ev;
+    kvix_event_init(&ev);
+    kvix_err err;
+    int rc = KVIX_OK;
+    for (size_t i = 0; rc == KVIX_OK && i < n; i++) {
+        CHECK((rc = kvix_event_from_json(framed[i], strlen(framed[i]), &ev, &err)) == KVIX_OK);
+        if (rc == KVIX_OK)
+            CHECK((rc = kvix_natslog_publish_event(l, &ev, &err)) == KVIX_OK);
+    }
+    kvix_event_release(&ev);
+    if (rc == KVIX_OK)
+        CHECK((rc = kvix_natslog_publish_pending(l, &err)) == KVIX_OK);
+    if (rc == KVIX_OK)
+        CHECK((rc = kvix_natslog_flush(l, 20000, &err)) == KVIX_OK);
+    return rc == KVIX_OK ? 0 : -1;
+}
+
+TEST(events_published_as_kvsub_does_read_back_message_by_message)
+{
+    server sv;
+    if (server_start(&sv, "js4"))
+        return;
+    kvix_natslog *l = open_log(sv.url, "E");
+    if (l && publish_events(l, NFRAMED) == 0) {
+        kvix_natslog_pubstats ps;
+        kvix_natslog_pubstats_get(l, &ps);
+        CHECK_U64(ps.acked, 6);
+        CHECK_U64(ps.duplicates, 0);
+        kvix_natslog_state st;
+        kvix_err err;
+        CHECK(kvix_natslog_start(l, 0, &st, &err) == KVIX_OK);
+        CHECK_U64(st.last, 6);
+        kvix_event ev, want;
+        kvix_event_init(&ev);
+        kvix_event_init(&want);
+        for (size_t i = 0; i < NFRAMED; i++) {
+            uint64_t seq = 0;
+            int last = 0;
+            if (!CHECK(kvix_natslog_next_record(l, 20000, &ev, &seq, &last, &err) == 1))
+                break;
+            CHECK(kvix_event_from_json(framed[i], strlen(framed[i]), &want, &err) == KVIX_OK);
+            CHECK_U64(seq, framed_seq[i]);
+            CHECK(last == (i + 1 == NFRAMED || framed_seq[i + 1] != seq));
+            CHECK(ev.type == want.type && ev.worker == want.worker && ev.has_eid == want.has_eid &&
+                  ev.eid == want.eid);
+        }
+        kvix_event_release(&ev);
+        kvix_event_release(&want);
+    }
+    kvix_natslog_free(l);
+    /* another publisher (a kvsub restarted) sends the first batch again:
+     * the same message id, dropped by the server */
+    l = open_log(sv.url, "E");
+    if (l && publish_events(l, 2) == 0) {
+        kvix_natslog_pubstats ps;
+        kvix_natslog_pubstats_get(l, &ps);
+        CHECK_U64(ps.acked, 1);
+        CHECK_U64(ps.duplicates, 1);
+    }
+    kvix_natslog_free(l);
+    server_stop(&sv);
+}
