@@ -321,34 +321,21 @@ static void load_workers(bool initial)
     }
 }
 
-typedef struct resume_ctx {
-    const char *model, *tenant;
-    size_t n;
-} resume_ctx;
-
-/* Each (worker, dp) of the snapshot's partitions of our model and tenant
- * resumes after its last eid. */
+/* Each (worker, dp) of the snapshot resumes after its last eid, in the
+ * subscriptions of its model and tenant. */
 static void load_resume(const char *model, const char *tenant)
 {
     kvix_snapshot *snap;
     kvix_err err;
+    size_t mine = 0;
     int rc = kvix_snapshot_open(&snap, S.resume, &err);
     if (rc)
         cli_die(cli_exit_for(rc), "%s", err.msg);
-    kvix_snapshot_group g;
-    size_t n = 0;
-    while ((rc = kvix_snapshot_next(snap, &g, &err)) == KVIX_OK) {
-        if (!g.has_eid || g.worker == UINT64_MAX || strcmp(g.model, model) ||
-            strcmp(g.tenant, tenant))
-            continue;
-        if ((rc = kvix_enginesub_resume(S.sub, g.worker, g.dp, g.eid, &err)))
-            break;
-        n++;
-    }
+    rc = kvix_enginesub_resume_snapshot(S.sub, snap, &mine, &err);
     kvix_snapshot_close(snap);
-    if (rc != KVIX_EOF)
+    if (rc)
         cli_die(cli_exit_for(rc), "%s", err.msg);
-    if (n == 0)
+    if (mine == 0)
         cli_warn("%s holds no eid of model %s tenant %s: starting from the first batches",
                  S.resume, model, tenant);
 }

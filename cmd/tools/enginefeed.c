@@ -217,19 +217,7 @@ void kvix_enginefeed_counts_get(kvix_enginefeed *f, kvix_enginefeed_counts *out)
     kvix_enginesub_counts_get(f->sub, &out->sub);
 }
 
-static int resume_one(void *ctx, const char *model, const char *tenant, uint32_t bs,
-                      uint64_t worker, uint32_t dp, int has_eid, uint64_t last_eid,
-                      const kvix_block_info *blocks, size_t n)
-{
-    (void)model, (void)tenant, (void)bs, (void)blocks, (void)n;
-    void **a = ctx;
-    if (!has_eid || worker == UINT64_MAX)
-        return 0;
-    return kvix_enginesub_resume(((kvix_enginefeed *)a[0])->sub, worker, dp, last_eid, a[1]);
-}
-
 int kvix_enginefeed_resume(kvix_enginefeed *f, kvix_err *err)
 {
-    void *a[2] = {f, err};
-    return kvix_index_foreach(f->o.idx, resume_one, a);
+    return kvix_enginesub_resume_index(f->sub, f->o.idx, NULL, err);
 }

@@ -80,10 +80,11 @@ kvix_enginesub *kvix_enginefeed_sub(kvix_enginefeed *f);
 /* The subscriber's configuration (the defaults of specs). Borrowed. */
 const kvix_enginesub_config *kvix_enginefeed_config(const kvix_enginefeed *f);
 
-/* Start each (worker, dp) the index holds an eid for (a snapshot loaded)
- * after that eid, as kvsub --resume does (kvix_enginesub_resume): a batch
- * missed meanwhile is replayed, or is a loss that clears the worker. The
- * index must be quiet; before start. KVIX_ENOMEM. */
+/* Start each (model, tenant, worker, dp) the index holds an eid for (a
+ * snapshot loaded) after that eid, as kvsub --resume does
+ * (kvix_enginesub_resume_index): a batch missed meanwhile is replayed, or is
+ * a loss that clears the worker. The index must be quiet; before start.
+ * KVIX_ENOMEM. */
 int kvix_enginefeed_resume(kvix_enginefeed *f, kvix_err *err);
 
 /* Open the subscriptions added so far (the first failure is returned, that

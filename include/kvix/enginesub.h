@@ -61,6 +61,9 @@
 #include "kvix/error.h"
 #include "kvix/event.h"
 
+struct kvix_index;    /* kvix/index.h */
+struct kvix_snapshot; /* kvix/snapshot.h */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -263,15 +266,27 @@ size_t kvix_enginesub_remove_worker(kvix_enginesub *s, uint64_t worker, const ch
 int kvix_enginesub_replace(kvix_enginesub *s, int group, const kvix_enginesub_spec *specs,
                            size_t n, size_t *added, size_t *removed, kvix_err *err);
 
-/* Start the subscriptions of (worker, *) added from now on as if batch
- * eid had been applied (a snapshot's last eid, kvix_snapshot_group): the
- * next batch expected is eid + 1 (a gap before it is replayed or a loss, a
- * lower seq is an engine restart), and every dp given is a rank to clear on
- * a loss. Per worker with several ranks, the highest eid counts when the
- * worker has one subscription, its own rank's otherwise. Before any add;
- * poll thread. KVIX_ENOMEM. */
-int kvix_enginesub_resume(kvix_enginesub *s, uint64_t worker, uint32_t dp, uint64_t eid,
-                          kvix_err *err);
+/* Start the subscriptions of (model, tenant, worker, *) added from now on
+ * as if batch eid had been applied (a snapshot's last eid,
+ * kvix_snapshot_group): the next batch expected is eid + 1 (a gap before it
+ * is replayed or a loss, a lower seq is an engine restart), and every dp
+ * given is a rank to clear on a loss. A subscription takes the positions of
+ * its own model and tenant (its spec's, else the config's): a worker number
+ * that serves another model elsewhere is another engine. model or tenant
+ * NULL: any. Per engine with several ranks, the highest eid counts when it
+ * has one subscription, its own rank's otherwise. Before any add; poll
+ * thread. KVIX_ENOMEM, KVIX_EINVAL (a name too long). */
+int kvix_enginesub_resume(kvix_enginesub *s, const char *model, const char *tenant,
+                          uint64_t worker, uint32_t dp, uint64_t eid, kvix_err *err);
+/* kvix_enginesub_resume for every (model, tenant, worker, dp) with an eid in
+ * idx (quiet: kvix/index.h), or in the open snapshot snap (read from its
+ * first record on; the caller closes it). *mine (may be NULL): how many of
+ * them are of the config's model and tenant. KVIX_ENOMEM; the snapshot's
+ * read errors. */
+int kvix_enginesub_resume_index(kvix_enginesub *s, struct kvix_index *idx, size_t *mine,
+                                kvix_err *err);
+int kvix_enginesub_resume_snapshot(kvix_enginesub *s, struct kvix_snapshot *snap, size_t *mine,
+                                   kvix_err *err);
 
 /* Open the subscriptions added since the last step now. Returns the first
  * failure (KVIX_ESYS: "cannot bind tcp://...: address in use"), after which

@@ -199,6 +199,7 @@ void kvix_enginesub_free(kvix_enginesub *s)
     free(s->owners);
     free(s->kinds);
     free(s->res);
+    free(s->resnames);
     if (s->zctx)
         zmq_ctx_term(s->zctx);
     esub_resolver_free(s->resolver);
@@ -504,14 +505,35 @@ int kvix_enginesub_replace(kvix_enginesub *s, int group, const kvix_enginesub_sp
     return KVIX_OK;
 }
 
-int kvix_enginesub_resume(kvix_enginesub *s, uint64_t worker, uint32_t dp, uint64_t eid,
-                          kvix_err *err)
+/* The index of (model, tenant) in s->resnames, added if new; -1 when out
+ * of memory. Positions come a partition at a time: the last is tried first. */
+static long resume_names_of(kvix_enginesub *s, const char *model, const char *tenant)
 {
-    resume_ent *n = realloc(s->res, (s->nres + 1) * sizeof *n);
+    model = model ? model : "";
+    tenant = tenant ? tenant : "";
+    for (size_t i = s->nresnames; i-- > 0;)
+        if (!strcmp(s->resnames[i].model, model) && !strcmp(s->resnames[i].tenant, tenant))
+            return (long)i;
+    resume_names *v = realloc(s->resnames, (s->nresnames + 1) * sizeof *v);
+    if (!v)
+        return -1;
+    s->resnames = v;
+    snprintf(v[s->nresnames].model, sizeof v->model, "%s", model);
+    snprintf(v[s->nresnames].tenant, sizeof v->tenant, "%s", tenant);
+    return (long)s->nresnames++;
+}
+
+int kvix_enginesub_resume(kvix_enginesub *s, const char *model, const char *tenant,
+                          uint64_t worker, uint32_t dp, uint64_t eid, kvix_err *err)
+{
+    if ((model && strlen(model) >= KVIX_NAME_MAX) || (tenant && strlen(tenant) >= KVIX_NAME_MAX))
+        return kvix_err_set(err, KVIX_EINVAL, "bad model or tenant name");
+    long names = resume_names_of(s, model, tenant);
+    resume_ent *n = names < 0 ? NULL : realloc(s->res, (s->nres + 1) * sizeof *n);
     if (!n)
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
     s->res = n;
-    s->res[s->nres++] = (resume_ent){worker, eid, dp};
+    s->res[s->nres++] = (resume_ent){worker, eid, dp, (uint32_t)names};
     return KVIX_OK;
 }
 

@@ -39,10 +39,18 @@ typedef struct item {
     bool owned;
 } item;
 
+/* kvix_enginesub_resume's positions: a worker's, of the subscriptions of
+ * one (model, tenant) (names: an index in kvix_enginesub.resnames) */
 typedef struct resume_ent {
     uint64_t worker, eid;
     uint32_t dp;
+    uint32_t names;
 } resume_ent;
+
+/* A (model, tenant) of resume positions; "" for either: any */
+typedef struct resume_names {
+    char model[KVIX_NAME_MAX], tenant[KVIX_NAME_MAX];
+} resume_names;
 
 struct sub {
     kvix_enginesub *s;
@@ -101,6 +109,8 @@ struct kvix_enginesub {
     size_t capitems;
     resume_ent *res;
     size_t nres;
+    resume_names *resnames;
+    size_t nresnames;
     uint64_t mon_id;
     struct esub_resolver *resolver; /* host names of tcp endpoints (enginesub_resolve.c) */
     uint64_t res_seq;          /* resolution ids handed out */

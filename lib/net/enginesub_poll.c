@@ -14,19 +14,36 @@
 
 /* ---- opening and closing (poll thread) ----------------------------------- */
 
-/* Resume a new subscription from the snapshot's eids of its worker. */
+/* Subscriptions a and b are of one engine's (model, tenant, worker). */
+static bool same_engine(const sub *a, const sub *b)
+{
+    return a->spec.worker == b->spec.worker && !strcmp(model_of(a), model_of(b)) &&
+           !strcmp(tenant_of(a), tenant_of(b));
+}
+
+/* Position r is of subscription b's model and tenant. */
+static bool resume_names_match(const kvix_enginesub *s, const resume_ent *r, const sub *b)
+{
+    const resume_names *n = &s->resnames[r->names];
+    return (!n->model[0] || !strcmp(n->model, model_of(b))) &&
+           (!n->tenant[0] || !strcmp(n->tenant, tenant_of(b)));
+}
+
+/* Resume a new subscription from the snapshot's eids of its worker (of its
+ * model and tenant). */
 static void resume_sub(kvix_enginesub *s, sub *b)
 {
     size_t subs_of_worker = 0;
     pthread_mutex_lock(&s->mu);
     for (size_t i = 0; i < s->reg.n; i++)
-        subs_of_worker += s->reg.v[i]->spec.worker == b->spec.worker;
+        subs_of_worker += same_engine(s->reg.v[i], b);
     pthread_mutex_unlock(&s->mu);
     bool found = false;
     uint64_t eid = 0;
     for (size_t i = 0; i < s->nres; i++) {
         const resume_ent *r = &s->res[i];
-        if (r->worker != b->spec.worker || (subs_of_worker > 1 && r->dp != b->spec.dp))
+        if (r->worker != b->spec.worker || !resume_names_match(s, r, b) ||
+            (subs_of_worker > 1 && r->dp != b->spec.dp))
             continue;
         esub_rank_add(b, r->dp);
         if (!found || r->eid > eid)

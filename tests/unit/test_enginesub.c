@@ -16,6 +16,8 @@
 #include "harness.h"
 #include "kvix/enginepub.h"
 #include "kvix/enginesub.h"
+#include "kvix/index.h"
+#include "kvix/stream.h"
 #include "kvix/wire.h"
 
 typedef struct got {
@@ -142,7 +144,7 @@ TEST(ranks_share_the_publishers_seq_and_replay_fills_the_gap)
         CHECK(kvix_enginepub_send(p, b.data, b.len, NULL, NULL) == KVIX_OK);
     }
     kvix_enginesub *s = new_sub(&g, 0);
-    CHECK(kvix_enginesub_resume(s, 1, 0, 1, NULL) == KVIX_OK);
+    CHECK(kvix_enginesub_resume(s, NULL, NULL, 1, 0, 1, NULL) == KVIX_OK);
     kvix_enginesub_spec sp;
     spec_of(&sp, 1, 0, p);
     CHECK(kvix_enginesub_add(s, &sp, 0, NULL) == KVIX_OK);
@@ -185,7 +187,7 @@ TEST(a_restart_clears_every_rank_of_the_subscription)
     kvix_buf_init(&b);
     kvix_enginesub *s = new_sub(&g, 0);
     for (uint32_t dp = 0; dp < 3; dp++)
-        CHECK(kvix_enginesub_resume(s, 1, dp, 1, NULL) == KVIX_OK);
+        CHECK(kvix_enginesub_resume(s, NULL, NULL, 1, dp, 1, NULL) == KVIX_OK);
     kvix_enginesub_spec sp;
     spec_of(&sp, 1, 0, p);
     CHECK(kvix_enginesub_add(s, &sp, 0, NULL) == KVIX_OK);
@@ -578,4 +580,63 @@ TEST(workers_file_written_then_read_back)
     CHECK(kvix_enginesub_file_read(path, false, &r, &n, &err) == KVIX_EINVAL);
     CHECK(strstr(err.msg, ":2: worker 1 dp 0 listed twice") != NULL);
     unlink(path);
+}
+
+/* The positions of an index (kvix_enginesub_resume_index) are taken by the
+ * subscriptions of their own model and tenant: worker 1 of model "other"
+ * (eid 7) and of tenant "t" (eid 8) are other engines, so the subscription
+ * of worker 1 in the defaults resumes after its own eid 1, and 2..9, sent
+ * before it joined, are replayed (kvsub --resume and kvindex -w alike). */
+TEST(a_subscription_resumes_from_the_positions_of_its_model_and_tenant)
+{
+    static const char *const evs[] = {
+        "{\"type\":\"stored\",\"worker\":1,\"bs\":4,\"eid\":1,\"blocks\":[{\"local\":\"a\",\"seq\":\"a\"}]}",
+        "{\"type\":\"stored\",\"worker\":1,\"model\":\"other\",\"bs\":4,\"eid\":7,\"blocks\":[{\"local\":\"b\",\"seq\":\"b\"}]}",
+        "{\"type\":\"stored\",\"worker\":1,\"tenant\":\"t\",\"bs\":4,\"eid\":8,\"blocks\":[{\"local\":\"c\",\"seq\":\"c\"}]}",
+    };
+    kvix_index_opts io;
+    kvix_index_opts_init(&io);
+    kvix_index *idx = NULL;
+    kvix_err err;
+    CHECK(kvix_index_new(&idx, &io, &err) == KVIX_OK);
+    kvix_event ev;
+    kvix_event_init(&ev);
+    for (size_t i = 0; i < sizeof evs / sizeof *evs; i++) {
+        CHECK(kvix_event_from_json(evs[i], strlen(evs[i]), &ev, &err) == KVIX_OK);
+        CHECK(kvix_index_apply(idx, &ev, NULL, &err) == KVIX_OK);
+    }
+    kvix_event_release(&ev);
+    got g;
+    memset(&g, 0, sizeof g);
+    kvix_enginepub *p = new_pub(1);
+    kvix_buf b;
+    kvix_buf_init(&b);
+    for (uint32_t i = 0; i < 10; i++) { /* nobody listens yet: only the replay buffer */
+        batch(&b, 0, 0);
+        CHECK(kvix_enginepub_send(p, b.data, b.len, NULL, NULL) == KVIX_OK);
+    }
+    kvix_enginesub *s = new_sub(&g, 0);
+    size_t mine = 0;
+    CHECK(kvix_enginesub_resume_index(s, idx, &mine, &err) == KVIX_OK);
+    CHECK_U64(mine, 1);
+    kvix_enginesub_spec sp;
+    spec_of(&sp, 1, 0, p);
+    CHECK(kvix_enginesub_add(s, &sp, 0, NULL) == KVIX_OK);
+    CHECK(kvix_enginesub_apply(s, NULL) == KVIX_OK);
+    CHECK(pump(s, p, joined, &g));
+    for (uint32_t i = 10; i < 12; i++) {
+        batch(&b, 0, 0);
+        CHECK(kvix_enginepub_send(p, b.data, b.len, NULL, NULL) == KVIX_OK);
+    }
+    want_n = 10;
+    CHECK(pump(s, p, have_n, &g));
+    CHECK_U64(g.n, 10);
+    for (size_t i = 0; i < g.n; i++)
+        CHECK_U64(g.seq[i], i + 2);
+    CHECK_U64(g.ncleared, 0);
+    kvix_enginesub_free(s);
+    kvix_enginepub_free(p, 0);
+    zmq_ctx_term(zctx);
+    kvix_buf_release(&b);
+    kvix_index_free(idx);
 }
