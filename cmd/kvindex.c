@@ -27,6 +27,7 @@
 #include "cli.h"
 #include "follow.h"
 #include "ingest.h"
+#include "subfront.h"
 #include "kvix/natslog.h"
 #include "kvix/peers.h"
 #include "kvix/service.h"
@@ -40,25 +41,17 @@ enum {
     O_SAVE_SECS,
     O_SAVE_EVENTS,
     O_QUIET,
-    O_NATS,
-    O_STREAM,
     O_RESET_ON_GAP,
     O_UNTIL_CAUGHT_UP,
     O_LISTEN,
     O_HTTP_THREADS,
     O_HTTP_NICE,
     O_PEERS,
-    O_WORKERS_FILE,
-    O_MODEL,
-    O_TENANT,
-    O_BLOCK_SIZE,
-    O_REPLAY_TIMEOUT,
     O_TOP,
     O_EXPLAIN,
     O_REMOVALS,
     O_PORT,
     O_WORKERS,
-    O_MAX_SUBSCRIPTIONS,
     O_HTTP_MAX_CONNS,
     O_HTTP_MAX_PER_ADDR,
     O_HTTP_TIMEOUT,
@@ -98,10 +91,10 @@ static const cli_opt options[] = {
     {O_QUIET, 0, "quiet", NULL, NULL,
      "no summary and no progress line on stderr (SIGUSR1 still prints the summary)"},
     {'v', 'v', "verbose", NULL, NULL, "report the snapshot loaded and every save on stderr"},
-    {O_NATS, 0, "nats", "URL", NULL,
+    {CLI_O_NATS_URL, 0, "nats", "URL", NULL,
      "consume a NATS JetStream stream instead of stdin, from the snapshot's position on"},
     CLI_NATS_AUTH_OPTIONS,
-    {O_STREAM, 0, "stream", "NAME", NULL, "--nats: the stream to consume (default KVIX)"},
+    {CLI_O_NATS_STREAM, 0, "stream", "NAME", NULL, "--nats: the stream to consume (default KVIX)"},
     {O_RESET_ON_GAP, 0, "reset-on-gap", NULL, NULL,
      "--nats: when the stream no longer holds the next message, start empty from its first "
      "(default: save and exit 7)"},
@@ -133,13 +126,12 @@ static const cli_opt options[] = {
      "--peers: a recovery takes at most SECONDS in all, however many peers hang (default 30)"},
     {'w', 'w', "worker", "ID[:DP]=ENDPOINT", NULL,
      "subscribe to a worker's event endpoint and apply its events (repeatable)"},
-    {O_WORKERS_FILE, 0, "workers-file", "FILE", "file",
-     "subscribe to the ID[:DP]=ENDPOINT [replay=ENDPOINT] lines of FILE; re-read on SIGHUP"},
-    {O_MODEL, 0, "model", "NAME", NULL, "-w: model name of the events (default \"default\")"},
-    {O_TENANT, 0, "tenant", "NAME", NULL, "-w: tenant of the events (default \"default\")"},
-    {O_BLOCK_SIZE, 0, "block-size", "N", NULL,
+    CLI_SUB_FILE_OPTIONS,
+    {CLI_O_SUB_MODEL, 0, "model", "NAME", NULL, "-w: model name of the events (default \"default\")"},
+    {CLI_O_SUB_TENANT, 0, "tenant", "NAME", NULL, "-w: tenant of the events (default \"default\")"},
+    {CLI_O_SUB_BLOCK_SIZE, 0, "block-size", "N", NULL,
      "-w: configured block size; smaller (partial) blocks are skipped (default: each event's)"},
-    {O_REPLAY_TIMEOUT, 0, "replay-timeout", "MS", NULL,
+    {CLI_O_SUB_REPLAY_TIMEOUT, 0, "replay-timeout", "MS", NULL,
      "-w: give up an engine's recovery MS milliseconds after asking (default 5000)"},
     {O_PORT, 0, "port", "PORT", NULL,
      "as Dynamo's indexer: serve the HTTP API on every interface at PORT (--listen "
@@ -147,9 +139,9 @@ static const cli_opt options[] = {
     {O_WORKERS, 0, "workers", "ID[:DP]=ENDPOINT,...", NULL,
      "as Dynamo's indexer: -w for each comma-separated entry; serve at --port (default "
      DYNAMO_PORT ") and read no standard input"},
-    {O_MODEL, 0, "model-name", "NAME", NULL, "Dynamo's name for --model"},
-    {O_TENANT, 0, "tenant-id", "NAME", NULL, "Dynamo's name for --tenant"},
-    {O_MAX_SUBSCRIPTIONS, 0, "max-subscriptions", "N", NULL,
+    {CLI_O_SUB_MODEL, 0, "model-name", "NAME", NULL, "Dynamo's name for --model"},
+    {CLI_O_SUB_TENANT, 0, "tenant-id", "NAME", NULL, "Dynamo's name for --tenant"},
+    {CLI_O_SUB_MAX_SUBSCRIPTIONS, 0, "max-subscriptions", "N", NULL,
      "engine subscriptions held at once (-w, --workers-file, POST /register; default 1024, or what the open-file limit allows); more are refused"},
     {0, 0, NULL, NULL, NULL, NULL},
 };
@@ -196,12 +188,11 @@ typedef struct kvi {
     kvix_natslog_lag lag;
     kvix_reader *reader;  /* the input being read */
     kvix_service *svc; /* --listen: the HTTP API (the ingest's) */
-    const char *workers_file;
+    kvix_subfront front;  /* -w, --workers-file and the subscriptions' defaults */
     kvix_peers *peers;    /* --peers and POST /register_peer */
     int loaded;           /* the index was loaded (a snapshot, a peer's state) */
     /* POST /register's subscriptions kept in the snapshot, resubscribed at
-     * start (read with the subscriptions' defaults, cfg) */
-    const kvix_enginesub_config *cfg;
+     * start (read with the subscriptions' defaults, front.cfg) */
     kvix_enginesub_spec *regs;
     size_t nregs;
     /* unknown names met while the index held nothing yet: said at the end
@@ -302,23 +293,36 @@ static void on_wake(void *ctx)
     (void)w;
 }
 
-#define NOTE_WARN_MAX 20 /* warnings of one kind of rejected input before they are only counted */
-
-/* As kvsub reports them: losses, restarts and removals always, rejected
- * input the first few times of each kind. */
+/* As kvsub reports them (kvix_subfront_note_said). */
 static void on_note(void *ctx, const kvix_enginesub_note *n)
 {
     kvi *k = ctx;
-    int always = n->kind == KVIX_ENGINESUB_LOSS || n->kind == KVIX_ENGINESUB_RESTART ||
-                 n->kind == KVIX_ENGINESUB_REMOVED || n->kind == KVIX_ENGINESUB_FAILED ||
-                 n->kind == KVIX_ENGINESUB_DISCONNECT || n->kind == KVIX_ENGINESUB_NO_CONNECTION ||
-                 n->kind == KVIX_ENGINESUB_CONNECTED || n->kind == KVIX_ENGINESUB_UNRESOLVED;
-    if (k->quiet || (!always && n->repeat > NOTE_WARN_MAX))
+    if (k->quiet || !kvix_subfront_note_said(n))
         return;
     pthread_mutex_lock(&k->mu);
     clear_progress(k);
     cli_warn("%s", n->msg);
     pthread_mutex_unlock(&k->mu);
+}
+
+/* The workers file's reloads, from the subscriptions' thread (or the main
+ * thread at the start). --quiet keeps only the refusals. */
+static void on_front_say(void *ctx, bool routine, const char *msg)
+{
+    kvi *k = ctx;
+    if (routine && k->quiet)
+        return;
+    pthread_mutex_lock(&k->mu);
+    clear_progress(k);
+    cli_warn("%s", msg);
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* Between two steps of the subscriptions' thread: --reload. */
+static void on_feed_step(void *ctx)
+{
+    kvi *k = ctx;
+    kvix_subfront_poll(&k->front);
 }
 
 /* One warning per unknown name: a query for a model or tenant the index
@@ -425,7 +429,6 @@ static void show_progress(kvi *k, kvix_reader *r)
     pthread_mutex_unlock(&k->mu);
 }
 
-static void load_workers(kvi *k, int initial);
 static void handle_flags(kvi *k, kvix_reader *r);
 
 /* ---- the snapshot ------------------------------------------------------------- */
@@ -484,8 +487,8 @@ static void take_registrations(kvi *k, const kvix_snapshot *s)
         if (e.type != KVIX_SNAPSHOT_EXT_REGISTRATIONS)
             continue;
         kvix_err err;
-        int rc = kvix_service_registrations_decode(e.data, e.len, k->cfg, &k->regs, &k->nregs,
-                                                   &err);
+        int rc = kvix_service_registrations_decode(e.data, e.len, &k->front.cfg, &k->regs,
+                                                   &k->nregs, &err);
         if (rc == KVIX_ENOMEM)
             cli_die(KVIX_EXIT_SYS, "out of memory");
         /* a file of ours that passed its checksum: a registration it keeps
@@ -631,44 +634,21 @@ static int recover_held(kvi *k)
     return !sig_stop && recover(k);
 }
 
-/* --workers-file: the whole file or nothing (kept as it was on SIGHUP). */
-static void load_workers(kvi *k, int initial)
-{
-    size_t added, removed;
-    kvix_err err;
-    int rc = kvix_ingest_feed_load(k->g, k->workers_file, &added, &removed, &err);
-    const char *hint = rc == KVIX_EBUSY ? " (--max-subscriptions)" : "";
-    if (rc && initial)
-        cli_die(rc == KVIX_EINVAL || rc == KVIX_ELIMIT || rc == KVIX_EBUSY ? KVIX_EXIT_USAGE
-                                                                           : KVIX_EXIT_IO,
-                "%s%s", err.msg, hint);
-    pthread_mutex_lock(&k->mu);
-    clear_progress(k);
-    if (rc)
-        cli_warn("%s%s: keeping the workers of %s as they were", err.msg, hint,
-                 k->workers_file);
-    else if (!initial && !k->quiet)
-        cli_warn("reloaded %s: %zu added, %zu removed", k->workers_file, added, removed);
-    pthread_mutex_unlock(&k->mu);
-}
-
-/* The subscriber, its -w and --workers-file subscriptions, each (worker,
- * dp) the index holds an eid for resumed after it. Started by start_feed. */
-static void make_feed(kvi *k, kvix_enginesub_config *cfg, size_t subs_given, const char **wargs,
-                      size_t nw)
+/* The subscriber, each (worker, dp) the index holds an eid for resumed
+ * after it, and the -w and --workers-file subscriptions. Started by
+ * start_feed. */
+static void make_feed(kvi *k)
 {
     kvix_err err;
     /* besides: the HTTP connections, snapshot files, peers, stdio */
-    cfg->subs_max = cli_size_subscriptions(subs_given, 64, "--max-subscriptions");
-    k->files = (uint64_t)cfg->subs_max * KVIX_ENGINESUB_FDS_PER_SUB;
-    int rc = kvix_ingest_feed_new(k->g, cfg, &err);
+    k->front.cfg.subs_max = cli_size_subscriptions(k->front.subs_given, 64, "--max-subscriptions");
+    k->files = (uint64_t)k->front.cfg.subs_max * KVIX_ENGINESUB_FDS_PER_SUB;
+    int rc = kvix_ingest_feed_new(k->g, &k->front.cfg, &err);
     if (rc)
         cli_die(cli_exit_for(rc), "%s", err.msg);
-    for (size_t i = 0; i < nw; i++)
-        if ((rc = kvix_ingest_feed_add(k->g, wargs[i], &err)))
-            cli_usage_error("%s%s", err.msg, rc == KVIX_EBUSY ? " (--max-subscriptions)" : "");
-    if (k->workers_file)
-        load_workers(k, 1);
+    k->front.say = on_front_say;
+    k->front.ctx = k;
+    kvix_subfront_start(&k->front, kvix_enginefeed_sub(kvix_ingest_feed(k->g)));
 }
 
 static void start_feed(kvi *k, bool hold)
@@ -772,8 +752,7 @@ static void handle_flags(kvi *k, kvix_reader *r)
     if (sig_save) {
         sig_save = 0;
         save(k, "SIGHUP");
-        if (k->workers_file)
-            load_workers(k, 0);
+        kvix_subfront_ask(&k->front); /* read on the subscriptions' thread */
     }
     if (sig_tick) {
         sig_tick = 0;
@@ -974,15 +953,10 @@ static size_t add_peers(kvix_peers *set, const char *list)
 /* What the options say beyond kvi: how to start and what to read. */
 typedef struct kvargs {
     kvix_index_opts io;
-    kvix_enginesub_config cfg; /* -w, --workers-file: the subscriptions' defaults */
     kvix_format fmt;
     const char *listen;        /* --listen, or NULL */
     unsigned http_threads;
     size_t npeers;             /* URLs given with --peers */
-    const char **wargs;        /* -w specs, nw of them */
-    size_t nw;
-    int replay_timeout;        /* --replay-timeout given */
-    size_t subs_given;         /* --max-subscriptions, or 0 */
     char **files;              /* the input files, nfiles of them ("-": stdin) */
     int nfiles;
     int subscribing;           /* -w or --workers-file */
@@ -992,17 +966,10 @@ typedef struct kvargs {
     char dynamo_listen[32];    /* "0.0.0.0:PORT" */
 } kvargs;
 
-static void add_worker(kvargs *a, const char *spec)
-{
-    if (!(a->wargs = realloc(a->wargs, (a->nw + 1) * sizeof *a->wargs)))
-        cli_die(KVIX_EXIT_SYS, "out of memory");
-    a->wargs[a->nw++] = spec;
-}
-
 /* --workers "1=tcp://h:5557,1:1=tcp://h:5558", as Dynamo's indexer reads it:
  * entries split at commas (cut in place: argv is ours to write), blanks
  * around them dropped, empty ones skipped. */
-static void add_workers(kvargs *a, char *list)
+static void add_workers(kvix_subfront *f, char *list)
 {
     for (char *t = list; *t;) {
         size_t len = strcspn(t, ",");
@@ -1013,7 +980,7 @@ static void add_workers(kvargs *a, char *list)
         for (char *e = t + strlen(t); e > t && (e[-1] == ' ' || e[-1] == '\t');)
             *--e = '\0';
         if (*t)
-            add_worker(a, t);
+            kvix_subfront_option(f, 'w', t);
         t = next;
     }
 }
@@ -1023,7 +990,7 @@ static void parse_options(kvi *k, kvargs *a, int argc, char **argv)
     const char *arg;
     int c;
     while ((c = cli_next(argc, argv, &arg)) != -1) {
-        if (cli_nats_option(c, arg, &k->nopt))
+        if (cli_nats_option(c, arg, &k->nopt) || kvix_subfront_option(&k->front, c, arg))
             continue;
         switch (c) {
         case 's': k->snap = arg; break;
@@ -1055,8 +1022,6 @@ static void parse_options(kvi *k, kvargs *a, int argc, char **argv)
             break;
         case O_QUIET: k->quiet = 1; break;
         case 'v': k->verbose = 1; break;
-        case O_NATS: k->nopt.url = arg; break;
-        case O_STREAM: k->nopt.stream = arg; break;
         case O_RESET_ON_GAP: k->reset_on_gap = 1; break;
         case O_UNTIL_CAUGHT_UP: k->until_caught_up = 1; break;
         case O_LISTEN: a->listen = arg; break;
@@ -1092,9 +1057,8 @@ static void parse_options(kvi *k, kvargs *a, int argc, char **argv)
                 (size_t)cli_parse_uint(arg, 1u << 20, UINT64_C(1) << 40, "memory");
             break;
         case O_PEERS: a->npeers += add_peers(k->peers, arg); break;
-        case 'w': add_worker(a, arg); break;
         case O_WORKERS:
-            add_workers(a, (char *)arg);
+            add_workers(&k->front, (char *)arg);
             a->dynamo = 1;
             break;
         case O_PORT:
@@ -1102,30 +1066,12 @@ static void parse_options(kvi *k, kvargs *a, int argc, char **argv)
             a->port = arg;
             a->dynamo = 1;
             break;
-        case O_WORKERS_FILE: k->workers_file = arg; break;
-        case O_MODEL:
-        case O_TENANT:
-            if (!*arg || strlen(arg) >= KVIX_NAME_MAX)
-                cli_usage_error("bad %s name '%s'", c == O_MODEL ? "model" : "tenant", arg);
-            *(c == O_MODEL ? &a->cfg.model : &a->cfg.tenant) = arg;
-            break;
-        case O_BLOCK_SIZE:
-            a->cfg.block_size = (uint32_t)cli_parse_uint(arg, 1, KVIX_BS_MAX, "block size");
-            break;
-        case O_REPLAY_TIMEOUT:
-            a->cfg.replay_timeout_ms = cli_parse_uint(arg, 1, 3600000, "replay timeout");
-            a->replay_timeout = 1;
-            break;
-        case O_MAX_SUBSCRIPTIONS:
-            a->subs_given = (size_t)cli_parse_uint(arg, 1, kvix_enginesub_subs_limit(),
-                                                   "subscription count");
-            break;
         }
     }
     a->files = argv + optind;
     cli_nats_check(&k->nopt);
     a->nfiles = argc - optind;
-    a->subscribing = a->nw || k->workers_file;
+    a->subscribing = k->front.nw || k->front.workers_file;
     if (a->port && a->listen)
         cli_usage_error("--port and --listen both say where to listen: give one");
     if (a->dynamo && !a->listen) {
@@ -1154,13 +1100,12 @@ static void check_options(const kvi *k, const kvargs *a)
         cli_usage_error("too many input files (limit 65534)");
     if (a->subscribing && (k->query_only || k->nopt.url))
         cli_usage_error("-w and --workers-file apply engines' events: not with -q or --nats");
-    if (a->listen && a->cfg.model && strchr(a->cfg.model, ':'))
+    if (a->listen && k->front.cfg.model && strchr(k->front.cfg.model, ':'))
         cli_usage_error("bad model name '%s' for --listen: the HTTP API's /dump keys are "
-                        "model:tenant, split at the first ':'", a->cfg.model);
+                        "model:tenant, split at the first ':'", k->front.cfg.model);
     /* Dynamo's indexer takes its flags with no worker at start (they are
      * for the ones of --workers): so does kvindex when run as it */
-    if (!a->subscribing && !a->dynamo &&
-        (a->cfg.model || a->cfg.tenant || a->cfg.block_size || a->replay_timeout))
+    if (!a->subscribing && !a->dynamo && (k->front.given & CLI_SUB_GIVEN_DEFAULTS))
         cli_usage_error("--model, --tenant, --block-size and --replay-timeout go with -w or "
                         "--workers-file");
     if (a->listen && k->reset_on_gap)
@@ -1194,6 +1139,7 @@ static void make_ingest(kvi *k, kvargs *a)
 {
     k->threads = a->io.threads = k->query_only ? 0 : k->threads;
     a->io.model_no_colon = a->listen != NULL; /* one rule for every source: see /register */
+    k->front.model_no_colon = a->io.model_no_colon;
     kvix_ingest_opts go = {
         .index = a->io,
         .query_only = k->query_only,
@@ -1206,6 +1152,7 @@ static void make_ingest(kvi *k, kvargs *a)
         .on_reject = on_reject,
         .on_wake = on_wake,
         .on_note = on_note,
+        .on_feed_step = on_feed_step,
         .ctx = k,
     };
     kvix_err err;
@@ -1237,7 +1184,7 @@ static void start_from_peers(kvi *k, kvargs *a, int feeding)
 {
     peek_registrations(k);
     if (feeding || k->nregs)
-        make_feed(k, &a->cfg, a->subs_given, a->wargs, a->nw);
+        make_feed(k);
     restore_registrations(k);
     if (a->listen)
         start_service(k, a->listen, a->http_threads);
@@ -1264,7 +1211,7 @@ static void start_from_snapshot(kvi *k, kvargs *a, int feeding)
         cli_warn("stream %s: starting empty from its first message", k->nopt.stream);
     kvix_ingest_rebase(k->g);
     if (feeding || k->nregs)
-        make_feed(k, &a->cfg, a->subs_given, a->wargs, a->nw);
+        make_feed(k);
     restore_registrations(k);
     if (a->listen)
         start_service(k, a->listen, a->http_threads);
@@ -1342,16 +1289,16 @@ int main(int argc, char **argv)
     static kvargs a;
     pthread_mutex_init(&k.mu, NULL);
     kvix_index_opts_init(&a.io);
-    kvix_enginesub_config_init(&a.cfg);
+    kvix_subfront_init(&k.front);
     a.fmt = KVIX_FMT_AUTO;
     kvix_natslog_opts_init(&k.nopt);
     k.nopt.name = "kvindex";
     kvix_err err;
-    k.cfg = &a.cfg;
     if (kvix_peers_new(&k.peers, &err))
         cli_die(KVIX_EXIT_SYS, "%s", err.msg);
     parse_options(&k, &a, argc, argv);
     check_options(&k, &a);
+    kvix_subfront_check(&k.front);
     /* peers' answers are written to $TMPDIR as they come, never held in memory */
     const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     if (kvix_peers_set_transfer(k.peers, tmp, 5000,
@@ -1367,7 +1314,6 @@ int main(int argc, char **argv)
         start_from_peers(&k, &a, feeding);
     else
         start_from_snapshot(&k, &a, feeding);
-    free(a.wargs);
     k.started = k.last_save = now();
     if (k.nopt.url)
         run_nats(&k);
@@ -1379,6 +1325,7 @@ int main(int argc, char **argv)
     kvix_ingest_free(k.g);
     free(k.names);
     kvix_peers_free(k.peers);
+    kvix_subfront_release(&k.front);
     free(k.auth_token);
     code = cli_finish(code);
     kvix_snapshot_lock_release(lock); /* after the last save and output */

@@ -2,83 +2,64 @@
  * ZMQ, see kvsub(1) and tests/fixtures/vllm) and print kvix events on stdout.
  *
  * The subscriber is the library's (kvix/enginesub.h): sequence tracking per
- * subscription, replay, losses as `cleared` events. This file only turns
- * options into its configuration, prints what it delivers, and handles the
- * signals (SIGHUP re-reads the workers file, SIGUSR1 prints the counters).
- * The workers file is also re-read when it changes (--reload), so a file
- * that grows while its writer binds (kvreplay --map-file) is followed. */
+ * subscription, replay, losses as `cleared` events, the resume from a
+ * snapshot; so is the NATS framing (kvix/natslog.h). Which workers, and the
+ * workers file read again on SIGHUP and when it changes (--reload), is the
+ * front end kvindex -w shares (cmd/tools/subfront.h). This file turns
+ * options into their configuration, prints what the subscriber delivers and
+ * its counters, and handles the signals. */
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <netdb.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "natspub.h"
+#include "subfront.h"
 #include "kvix/buf.h"
 #include "kvix/enginesub.h"
 #include "kvix/event.h"
 #include "kvix/natslog.h"
 #include "kvix/snapshot.h"
 #include "kvix/stream.h"
-#include "kvix/wire.h"
 
 enum {
-    O_REPLAY = 0x100,
-    O_TOPIC,
-    O_BIND,
-    O_WORKERS_FILE,
-    O_TOKENS,
-    O_REPLAY_TIMEOUT,
-    O_REPLAY_BUFFER,
-    O_REPLAY_BUFFER_BYTES,
-    O_MAX_MESSAGE,
-    O_RESUME,
-    O_NATS,
-    O_SUBJECT,
-    O_STREAM,
-    O_STREAM_MAX_AGE,
-    O_STREAM_MAX_BYTES,
-    O_STREAM_REPLICAS,
-    O_STREAM_DUP_WINDOW,
-    O_NATS_WINDOW,
+    O_RESUME = 0x100,
     O_JSON,
     O_IDLE_EXIT,
-    O_RELOAD,
-    O_MAX_SUBSCRIPTIONS,
 };
 
 static const cli_opt options[] = {
     {'w', 'w', "worker", "ID[:DP]=ENDPOINT", NULL,
      "subscribe to a worker's event endpoint (repeatable)"},
-    {O_REPLAY, 0, "replay", "ID[:DP]=ENDPOINT", NULL,
+    {CLI_O_SUB_REPLAY, 0, "replay", "ID[:DP]=ENDPOINT", NULL,
      "replay endpoint of a worker and rank, asked for missed batches (repeatable)"},
-    {'m', 'm', "model", "NAME", NULL, "model name of the events (default \"default\")"},
-    {'t', 't', "tenant", "NAME", NULL, "tenant of the events (default \"default\")"},
-    {'b', 'b', "block-size", "N", NULL,
+    {CLI_O_SUB_MODEL, 'm', "model", "NAME", NULL, "model name of the events (default \"default\")"},
+    {CLI_O_SUB_TENANT, 't', "tenant", "NAME", NULL, "tenant of the events (default \"default\")"},
+    {CLI_O_SUB_BLOCK_SIZE, 'b', "block-size", "N", NULL,
      "configured block size; smaller (partial) blocks are skipped (default: each event's)"},
-    {O_TOPIC, 0, "topic", "PREFIX", NULL, "subscribe to topics starting with PREFIX (default all)"},
-    {O_BIND, 0, "bind", NULL, NULL, "bind the endpoints instead of connecting (engines connect)"},
+    {CLI_O_SUB_TOPIC, 0, "topic", "PREFIX", NULL,
+     "subscribe to topics starting with PREFIX (default all)"},
+    {CLI_O_SUB_BIND, 0, "bind", NULL, NULL,
+     "bind the endpoints instead of connecting (engines connect)"},
     {'f', 'f', "format", "FMT", "ndjson|msgpack", "output format (default ndjson)"},
-    {O_WORKERS_FILE, 0, "workers-file", "FILE", "file",
-     "read ID[:DP]=ENDPOINT [replay=ENDPOINT] lines from FILE; re-read on SIGHUP"},
-    {O_RELOAD, 0, "reload", "SECONDS", NULL,
-     "re-read the workers file when it changes, checked every SECONDS (default 0.25; 0: on SIGHUP only)"},
-    {O_MAX_SUBSCRIPTIONS, 0, "max-subscriptions", "N", NULL,
+    CLI_SUB_FILE_OPTIONS,
+    {CLI_O_SUB_MAX_SUBSCRIPTIONS, 0, "max-subscriptions", "N", NULL,
      "subscriptions held at once (default 1024, or what the open-file limit allows); more are refused"},
-    {O_TOKENS, 0, "tokens", NULL, NULL, "keep each stored block's token ids in the events"},
-    {O_REPLAY_TIMEOUT, 0, "replay-timeout", "MS", NULL,
+    {CLI_O_SUB_TOKENS, 0, "tokens", NULL, NULL,
+     "keep each stored block's token ids in the events"},
+    {CLI_O_SUB_REPLAY_TIMEOUT, 0, "replay-timeout", "MS", NULL,
      "give up a recovery MS milliseconds after asking (default 5000)"},
-    {O_REPLAY_BUFFER, 0, "replay-buffer", "N", NULL,
+    {CLI_O_SUB_REPLAY_BUFFER, 0, "replay-buffer", "N", NULL,
      "live batches held per endpoint while a replay runs (default 10000)"},
-    {O_REPLAY_BUFFER_BYTES, 0, "replay-buffer-bytes", "N", NULL,
+    {CLI_O_SUB_REPLAY_BUFFER_BYTES, 0, "replay-buffer-bytes", "N", NULL,
      "bytes of batches held per endpoint while a replay runs (default 268435456)"},
-    {O_MAX_MESSAGE, 0, "max-message", "N", NULL,
+    {CLI_O_SUB_MAX_MESSAGE, 0, "max-message", "N", NULL,
      "largest engine message in bytes; a larger one is a loss (default 67108864)"},
     {O_RESUME, 0, "resume", "SNAPSHOT", "file",
      "start each worker after the last eid the snapshot holds for it"},
@@ -86,22 +67,22 @@ static const cli_opt options[] = {
      "counters and worker status (SIGUSR1, exit) as JSON objects, one a line"},
     {O_IDLE_EXIT, 0, "idle-exit", "SECONDS", NULL,
      "once engine messages came, stop after SECONDS without one (default: run until stopped)"},
-    {O_NATS, 0, "nats", "URL", NULL,
+    {CLI_O_NATS_URL, 0, "nats", "URL", NULL,
      "also publish every batch printed to a NATS JetStream stream (one message per batch)"},
     CLI_NATS_AUTH_OPTIONS,
-    {O_SUBJECT, 0, "subject", "PREFIX", NULL,
+    {CLI_O_NATS_SUBJECT, 0, "subject", "PREFIX", NULL,
      "--nats: publish to PREFIX.<model>.<worker> (default kvix)"},
-    {O_STREAM, 0, "stream", "NAME", NULL,
+    {CLI_O_NATS_STREAM, 0, "stream", "NAME", NULL,
      "--nats: the stream, created on PREFIX.> if missing (default KVIX)"},
-    {O_STREAM_MAX_AGE, 0, "stream-max-age", "SECONDS", NULL,
+    {CLI_O_NATS_STREAM_MAX_AGE, 0, "stream-max-age", "SECONDS", NULL,
      "stream created: drop messages older than SECONDS (default 0: never)"},
-    {O_STREAM_MAX_BYTES, 0, "stream-max-bytes", "BYTES", NULL,
+    {CLI_O_NATS_STREAM_MAX_BYTES, 0, "stream-max-bytes", "BYTES", NULL,
      "stream created: keep at most BYTES, oldest dropped first (default 0: no limit)"},
-    {O_STREAM_REPLICAS, 0, "stream-replicas", "N", NULL,
+    {CLI_O_NATS_STREAM_REPLICAS, 0, "stream-replicas", "N", NULL,
      "stream created: N copies in a NATS cluster (default 1)"},
-    {O_STREAM_DUP_WINDOW, 0, "stream-dup-window", "SECONDS", NULL,
+    {CLI_O_NATS_STREAM_DUP_WINDOW, 0, "stream-dup-window", "SECONDS", NULL,
      "stream created: a batch published again within SECONDS is dropped (default 120)"},
-    {O_NATS_WINDOW, 0, "nats-window", "N", NULL,
+    {CLI_O_NATS_WINDOW, 0, "nats-window", "N", NULL,
      "--nats: batches awaiting the server's acknowledgement at most, one per worker "
      "(default 256; 1: each before the next)"},
     {0, 0, NULL, NULL, NULL, NULL},
@@ -116,22 +97,17 @@ static const cli_tool tool = {
     .exits = "012346",
 };
 
-#define WARN_MAX 20 /* warnings of one kind of rejected input before they are only counted */
-
 static struct {
-    const char *workers_file, *resume;
-    uint64_t reload_ms;
-    struct stat wf_seen; /* the workers file as last read, to see it change */
-    bool bind, json;
+    kvix_subfront front; /* -w, --workers-file, the subscriptions' defaults */
+    const char *resume;
+    bool json;
     uint64_t idle_exit_ms;
     kvix_format fmt;
     kvix_enginesub *sub;
-    kvix_enginesub_spec *specs, *replays;
-    size_t nspecs, nreplays;
     kvix_buf out;
     bool out_broken;
     kvix_natslog_opts nopt; /* --nats */
-    kvix_natslog *nats;
+    kvix_natspub *nats;
 } S;
 
 static volatile sig_atomic_t sig_stop, sig_hup, sig_usr1;
@@ -162,76 +138,27 @@ static void out_flush(void)
     }
 }
 
-/* Take ev into the batch being gathered (NULL: hand that batch over),
- * the library's framing (kvix_natslog_publish_event). A window full of
- * batches the server has not acknowledged (the server away) is waited for;
- * only a stop while it is away loses the batch, and that is an error. Each
- * new reason is said once: first the window full, then a batch sent again
- * unanswered (named by its subject). */
+/* --nats: what the publisher waits for, said */
+static int stopping(void *ctx)
+{
+    (void)ctx;
+    return sig_stop;
+}
+
+static void on_nats_note(void *ctx, const char *msg)
+{
+    (void)ctx;
+    cli_warn("%s", msg);
+}
+
+/* ev (NULL: the batch gathered) published, once the server takes it; only
+ * a stop while it is away loses the batch, and that is an error. */
 static void nats_put(const kvix_event *ev)
 {
-    if (!S.nats)
-        return;
-    char warned[KVIX_ERR_MSG_MAX] = "";
-    kvix_natslog_pubstats before, now;
-    kvix_natslog_pubstats_get(S.nats, &before);
     kvix_err err;
-    int rc;
-    while ((rc = ev ? kvix_natslog_publish_event(S.nats, ev, &err)
-                    : kvix_natslog_publish_pending(S.nats, &err)) == KVIX_EIO) {
-        if (sig_stop)
-            cli_die(KVIX_EXIT_SYS, "stopped with a batch not published: %s", err.msg);
-        if (strcmp(warned, err.msg) != 0) {
-            cli_warn("%s: waiting for the server", err.msg);
-            snprintf(warned, sizeof warned, "%s", err.msg);
-        }
-        struct timespec ts = {0, 100 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
+    int rc = S.nats ? kvix_natspub_put(S.nats, ev, &err) : KVIX_OK;
     if (rc)
-        cli_die(cli_exit_for(rc), "cannot publish %s: %s", ev ? "an event" : "a batch", err.msg);
-    if (warned[0])
-        cli_warn("nats: publishing again");
-    kvix_natslog_pubstats_get(S.nats, &now);
-    if (now.lost != before.lost)
-        cli_warn("nats: worker %" PRIu64 " dp %" PRIu32 ": %" PRIu64 " event%s of batch %" PRIu64
-                 " over the server's largest message: published as a clear",
-                 now.lost_worker, now.lost_dp, now.lost - before.lost,
-                 now.lost - before.lost == 1 ? "" : "s", now.lost_eid);
-}
-
-/* At exit: every batch taken acknowledged by the server, or an error
- * (stdout has printed them: it shows what kvsub received, the stream what
- * the server acknowledged, and the exit status says when they differ). */
-static void nats_finish(void)
-{
-    if (!S.nats)
-        return;
-    nats_put(NULL);
-    kvix_err err;
-    if (kvix_natslog_flush(S.nats, S.nopt.timeout_ms, &err) != KVIX_OK)
-        cli_die(KVIX_EXIT_SYS, "stopped with batches the server did not acknowledge: %s",
-                err.msg);
-}
-
-/* The stream must exist before the first batch: made from the options when
- * missing, the server waited for if it is not up yet. */
-static void nats_open(void)
-{
-    kvix_err err;
-    if (kvix_natslog_open(&S.nats, &S.nopt, &err))
-        cli_die(err.code == KVIX_EINVAL ? KVIX_EXIT_USAGE : KVIX_EXIT_SYS, "%s", err.msg);
-    int warned = 0, created = 0;
-    while (kvix_natslog_ensure_stream(S.nats, &created, &err) != KVIX_OK) {
-        if (sig_stop)
-            cli_die(KVIX_EXIT_SYS, "%s", err.msg);
-        if (!warned++)
-            cli_warn("%s: waiting for the server", err.msg);
-        struct timespec ts = {0, 100 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-    if (created)
-        cli_warn("nats: created stream %s on %s.>", S.nopt.stream, S.nopt.subject);
+        cli_die(rc == KVIX_EIO ? KVIX_EXIT_SYS : cli_exit_for(rc), "%s", err.msg);
 }
 
 static void on_event(void *ctx, const kvix_event *ev)
@@ -259,72 +186,17 @@ static void on_event(void *ctx, const kvix_event *ev)
 static void on_note(void *ctx, const kvix_enginesub_note *n)
 {
     (void)ctx;
-    bool always = n->kind == KVIX_ENGINESUB_LOSS || n->kind == KVIX_ENGINESUB_RESTART ||
-                  n->kind == KVIX_ENGINESUB_REMOVED || n->kind == KVIX_ENGINESUB_FAILED ||
-                  n->kind == KVIX_ENGINESUB_DISCONNECT || n->kind == KVIX_ENGINESUB_NO_CONNECTION ||
-                  n->kind == KVIX_ENGINESUB_CONNECTED || n->kind == KVIX_ENGINESUB_UNRESOLVED;
-    if (always || n->repeat <= WARN_MAX)
+    if (kvix_subfront_note_said(n))
         cli_warn("%s", n->msg);
 }
 
 /* ---- subscriptions ---------------------------------------------------------- */
 
-/* --replay ID[:DP]=EP names the replay endpoint of a worker and rank,
- * wherever it is subscribed (-w or the workers file, whose replay= wins). */
-static void apply_replays(kvix_enginesub_spec *v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        for (size_t k = 0; k < S.nreplays && !v[i].replay[0]; k++)
-            if (S.replays[k].worker == v[i].worker && S.replays[k].dp == v[i].dp)
-                snprintf(v[i].replay, sizeof v[i].replay, "%s", S.replays[k].endpoint);
-}
-
-static int count_one(void *ctx, const kvix_enginesub_status *st)
-{
-    (void)st;
-    ++*(size_t *)ctx;
-    return 0;
-}
-
-static void load_workers(bool initial)
-{
-    kvix_enginesub_spec *v;
-    size_t n, added, removed;
-    kvix_err err;
-    /* stat before reading: a change made while we read is seen next time */
-    if (stat(S.workers_file, &S.wf_seen) != 0)
-        memset(&S.wf_seen, 0, sizeof S.wf_seen);
-    int rc = kvix_enginesub_file_read(S.workers_file, S.bind, &v, &n, &err);
-    if (rc) {
-        cli_warn("%s", err.msg);
-        if (initial)
-            exit(cli_finish(KVIX_EXIT_IO));
-        cli_warn("keeping the workers of %s as they were", S.workers_file);
-        return;
-    }
-    apply_replays(v, n);
-    rc = kvix_enginesub_replace(S.sub, 1, v, n, &added, &removed, &err);
-    free(v);
-    if (rc) {
-        cli_warn("%s: %s%s", S.workers_file, err.msg,
-                 rc == KVIX_EBUSY ? " (--max-subscriptions)" : "");
-        if (initial)
-            exit(cli_finish(KVIX_EXIT_USAGE));
-        cli_warn("keeping the workers of %s as they were", S.workers_file);
-        return;
-    }
-    if (!initial) {
-        size_t total = 0;
-        kvix_enginesub_list(S.sub, count_one, &total);
-        cli_warn("reloaded %s: %zu workers, %zu added, %zu removed", S.workers_file, total,
-                 added, removed);
-    }
-}
-
 /* Each (worker, dp) of the snapshot resumes after its last eid, in the
  * subscriptions of its model and tenant. */
-static void load_resume(const char *model, const char *tenant)
+static void load_resume(void)
 {
+    const kvix_enginesub_config *cfg = &S.front.cfg;
     kvix_snapshot *snap;
     kvix_err err;
     size_t mine = 0;
@@ -337,7 +209,8 @@ static void load_resume(const char *model, const char *tenant)
         cli_die(cli_exit_for(rc), "%s", err.msg);
     if (mine == 0)
         cli_warn("%s holds no eid of model %s tenant %s: starting from the first batches",
-                 S.resume, model, tenant);
+                 S.resume, cfg->model ? cfg->model : "default",
+                 cfg->tenant ? cfg->tenant : "default");
 }
 
 /* ---- counters ----------------------------------------------------------------- */
@@ -358,7 +231,7 @@ static void print_stats(void)
     kvix_enginesub_counts_get(S.sub, &c);
     kvix_natslog_pubstats ps = {0};
     if (S.nats)
-        kvix_natslog_pubstats_get(S.nats, &ps);
+        kvix_natspub_stats(S.nats, &ps);
     struct { const char *k; uint64_t v; } f[] = {
         {"batches", c.batches},
         {"stored", c.events[KVIX_EV_STORED]},
@@ -423,26 +296,18 @@ static int print_status(void *ctx, const kvix_enginesub_status *st)
 {
     (void)ctx;
     const kvix_enginesub_spec *sp = st->spec;
-    const char *state = !st->open ? "closed" : S.bind ? "bound" : st->connected ? "connected"
-                                                                          : "not connected";
+    const char *state = !st->open             ? "closed"
+                        : S.front.cfg.bind    ? "bound"
+                        : st->connected       ? "connected"
+                                              : "not connected";
     if (S.json) {
-        json_t *o = json_object();
-        if (!o)
-            cli_die(KVIX_EXIT_SYS, "out of memory");
-        json_object_set_new(o, "worker", json_integer((json_int_t)sp->worker));
-        json_object_set_new(o, "dp", json_integer(sp->dp));
-        json_object_set_new(o, "endpoint", json_string(sp->endpoint));
-        json_object_set_new(o, "state", json_string(state));
-        json_object_set_new(o, "replaying", json_boolean(st->replaying));
-        json_object_set_new(o, "batches", json_integer((json_int_t)st->batches));
-        json_object_set_new(o, "last_seq", st->has_seq ? json_integer((json_int_t)st->last_seq)
-                                                       : json_null());
-        json_object_set_new(o, "idle_ms", st->idle_ms == UINT64_MAX
-                                              ? json_null()
-                                              : json_integer((json_int_t)st->idle_ms));
-        json_object_set_new(o, "ranks", json_integer(st->ranks));
-        json_object_set_new(o, "losses", json_integer((json_int_t)st->seq.losses));
-        print_json(o);
+        print_json(json_pack(
+            "{s:I, s:I, s:s, s:s, s:b, s:I, s:o, s:o, s:I, s:I}", "worker", (json_int_t)sp->worker,
+            "dp", (json_int_t)sp->dp, "endpoint", sp->endpoint, "state", state, "replaying",
+            (int)st->replaying, "batches", (json_int_t)st->batches, "last_seq",
+            st->has_seq ? json_integer((json_int_t)st->last_seq) : json_null(), "idle_ms",
+            st->idle_ms == UINT64_MAX ? json_null() : json_integer((json_int_t)st->idle_ms),
+            "ranks", (json_int_t)st->ranks, "losses", (json_int_t)st->seq.losses));
         return 0;
     }
     char seq[32] = "none", idle[32] = "never";
@@ -458,44 +323,18 @@ static int print_status(void *ctx, const kvix_enginesub_status *st)
     return 0;
 }
 
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-/* ZMQ retries a host that does not resolve forever and silently: say so. */
-
-/* The workers file was replaced or rewritten since it was last read (a file
- * gone for now is not a change: the workers are kept). */
-static bool workers_file_changed(void)
-{
-    struct stat st;
-    if (stat(S.workers_file, &st) != 0)
-        return false;
-    return st.st_ino != S.wf_seen.st_ino || st.st_dev != S.wf_seen.st_dev ||
-           st.st_size != S.wf_seen.st_size || st.st_mtim.tv_sec != S.wf_seen.st_mtim.tv_sec ||
-           st.st_mtim.tv_nsec != S.wf_seen.st_mtim.tv_nsec;
-}
-
 static void run(void)
 {
     kvix_err err;
     /* --idle-exit: the quiet spell counts from the last message, and only once
      * one came, so a kvsub started before its engines waits for them */
-    uint64_t seen = 0, quiet_since = mono_ms(), checked = quiet_since;
+    uint64_t seen = 0, quiet_since = cli_mono_ms();
     while (!sig_stop) {
         if (sig_hup) {
             sig_hup = 0;
-            if (S.workers_file)
-                load_workers(false);
+            kvix_subfront_ask(&S.front);
         }
-        if (S.workers_file && S.reload_ms && mono_ms() - checked >= S.reload_ms) {
-            checked = mono_ms();
-            if (workers_file_changed())
-                load_workers(false);
-        }
+        kvix_subfront_poll(&S.front);
         if (sig_usr1) {
             sig_usr1 = 0;
             print_stats();
@@ -504,7 +343,7 @@ static void run(void)
         if (S.idle_exit_ms) {
             kvix_enginesub_counts c;
             kvix_enginesub_counts_get(S.sub, &c);
-            uint64_t now = mono_ms();
+            uint64_t now = cli_mono_ms();
             if (c.messages != seen) {
                 seen = c.messages;
                 quiet_since = now;
@@ -520,131 +359,39 @@ static void run(void)
     }
 }
 
-static void *xrealloc(void *p, size_t n)
-{
-    void *q = realloc(p, n ? n : 1);
-    if (!q)
-        cli_die(KVIX_EXIT_SYS, "out of memory");
-    return q;
-}
-
-/* -w and --replay: checked in full here, so a bad one is a usage error. */
-static void add_spec(kvix_enginesub_spec **v, size_t *n, const char *arg, bool bind,
-                     const char *what)
-{
-    kvix_enginesub_spec sp;
-    kvix_err err;
-    kvix_enginesub_spec_init(&sp);
-    if (kvix_enginesub_spec_parse(&sp, arg, &err) ||
-        kvix_enginesub_endpoint_check(sp.endpoint, bind, &err))
-        cli_usage_error("%s%s", what, err.msg);
-    *v = xrealloc(*v, (*n + 1) * sizeof **v);
-    (*v)[(*n)++] = sp;
-}
-
 int main(int argc, char **argv)
 {
     cli_init(&tool);
-    kvix_enginesub_config cfg;
-    kvix_enginesub_config_init(&cfg);
+    kvix_subfront_init(&S.front);
+    kvix_enginesub_config *cfg = &S.front.cfg;
     S.fmt = KVIX_FMT_NDJSON;
     kvix_natslog_opts_init(&S.nopt);
     S.nopt.name = "kvsub";
     const char *arg;
-    const char **wargs = NULL;
-    size_t nw = 0;
-    bool reload_set = false;
-    size_t subs_given = 0;
-    S.reload_ms = 250;
     int c;
     while ((c = cli_next(argc, argv, &arg)) != -1) {
-        if (cli_nats_option(c, arg, &S.nopt))
+        if (cli_nats_option(c, arg, &S.nopt) || kvix_subfront_option(&S.front, c, arg))
             continue;
         switch (c) {
-        case 'w':
-            wargs = xrealloc(wargs, (nw + 1) * sizeof *wargs);
-            wargs[nw++] = arg; /* checked once --bind is known */
-            break;
-        case O_REPLAY: add_spec(&S.replays, &S.nreplays, arg, false, "--replay: "); break;
-        case 'm':
-        case 't':
-            if (!*arg || strlen(arg) >= KVIX_NAME_MAX)
-                cli_usage_error("bad %s name '%s'", c == 'm' ? "model" : "tenant", arg);
-            *(c == 'm' ? &cfg.model : &cfg.tenant) = arg;
-            break;
-        case 'b':
-            cfg.block_size = (uint32_t)cli_parse_uint(arg, 1, KVIX_BS_MAX, "block size");
-            break;
-        case O_TOPIC: cfg.topic = arg; break;
-        case O_BIND: cfg.bind = S.bind = true; break;
         case 'f':
             if (kvix_format_parse(arg, &S.fmt) != KVIX_OK || S.fmt == KVIX_FMT_AUTO)
                 cli_usage_error("bad format '%s' (expected ndjson or msgpack)", arg);
-            break;
-        case O_WORKERS_FILE: S.workers_file = arg; break;
-        case O_TOKENS: cfg.keep_tokens = true; break;
-        case O_REPLAY_TIMEOUT:
-            cfg.replay_timeout_ms = cli_parse_uint(arg, 1, 3600000, "replay timeout");
-            break;
-        case O_REPLAY_BUFFER:
-            cfg.hold_max = (size_t)cli_parse_uint(arg, 1, 10000000, "replay buffer");
-            break;
-        case O_REPLAY_BUFFER_BYTES:
-            cfg.hold_bytes_max =
-                (size_t)cli_parse_uint(arg, 1024, UINT64_C(1) << 40, "replay buffer bytes");
-            break;
-        case O_MAX_MESSAGE:
-            cfg.msg_max = (size_t)cli_parse_uint(arg, 1024, KVIX_WIRE_FRAME_MAX, "max message");
-            break;
-        case O_MAX_SUBSCRIPTIONS:
-            subs_given = (size_t)cli_parse_uint(arg, 1, kvix_enginesub_subs_limit(),
-                                                "subscription count");
             break;
         case O_RESUME: S.resume = arg; break;
         case O_JSON: S.json = true; break;
         case O_IDLE_EXIT:
             S.idle_exit_ms = cli_parse_uint(arg, 1, 31536000, "idle exit") * 1000;
             break;
-        case O_RELOAD:
-        {
-            double sec = cli_parse_double(arg, 0, 86400, "--reload");
-            S.reload_ms = sec > 0 && sec < 0.001 ? 1 : (uint64_t)(sec * 1000);
-        }
-            reload_set = true;
-            break;
-        case O_NATS: S.nopt.url = arg; break;
-        case O_NATS_WINDOW:
-            S.nopt.window = (unsigned)cli_parse_uint(arg, 1, KVIX_NATSLOG_WINDOW_MAX, "window");
-            break;
-        case O_SUBJECT: S.nopt.subject = arg; break;
-        case O_STREAM: S.nopt.stream = arg; break;
-        case O_STREAM_MAX_AGE:
-            S.nopt.max_age_s = (int64_t)cli_parse_uint(arg, 0, UINT64_C(1) << 32, "max age");
-            break;
-        case O_STREAM_MAX_BYTES:
-            S.nopt.max_bytes = (int64_t)cli_parse_uint(arg, 0, INT64_MAX, "max bytes");
-            break;
-        case O_STREAM_REPLICAS:
-            S.nopt.replicas = (int)cli_parse_uint(arg, 1, 5, "replicas");
-            break;
-        case O_STREAM_DUP_WINDOW:
-            S.nopt.dup_window_s = (int64_t)cli_parse_uint(arg, 1, UINT64_C(1) << 32, "dup window");
-            break;
         }
     }
     if (optind < argc)
         cli_usage_error("unexpected argument '%s'", argv[optind]);
     cli_nats_check(&S.nopt);
-    if (!nw && !S.workers_file)
+    if (!S.front.nw && !S.front.workers_file)
         cli_usage_error("no worker: give -w ID[:DP]=ENDPOINT or --workers-file FILE");
-    if (reload_set && !S.workers_file)
-        cli_usage_error("--reload needs --workers-file");
+    kvix_subfront_check(&S.front);
     /* stdio, the NATS connection, the wake pipe: a few descriptors besides */
-    cfg.subs_max = cli_size_subscriptions(subs_given, 64, "--max-subscriptions");
-    for (size_t i = 0; i < nw; i++)
-        add_spec(&S.specs, &S.nspecs, wargs[i], cfg.bind, "");
-    free(wargs);
-    apply_replays(S.specs, S.nspecs);
+    cfg->subs_max = cli_size_subscriptions(S.front.subs_given, 64, "--max-subscriptions");
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -659,36 +406,33 @@ int main(int argc, char **argv)
      * at once without a write per line. */
     setvbuf(stdout, NULL, _IOFBF, 1 << 16);
     kvix_buf_init(&S.out);
-    if (S.nopt.url)
-        nats_open();
-
     kvix_err err;
+    kvix_natspub_opts po = {&S.nopt, stopping, on_nats_note, NULL};
+    int rc = S.nopt.url ? kvix_natspub_open(&S.nats, &po, &err) : KVIX_OK;
+    if (rc)
+        cli_die(rc == KVIX_EINVAL ? KVIX_EXIT_USAGE : KVIX_EXIT_SYS, "%s", err.msg);
     kvix_enginesub_ops ops = {on_event, on_note};
-    int rc = kvix_enginesub_new(&S.sub, &cfg, &ops, NULL, &err);
+    rc = kvix_enginesub_new(&S.sub, cfg, &ops, NULL, &err);
     if (rc)
         cli_die(cli_exit_for(rc), "%s", err.msg);
     if (S.resume)
-        load_resume(cfg.model ? cfg.model : "default", cfg.tenant ? cfg.tenant : "default");
-    for (size_t i = 0; i < S.nspecs; i++)
-        if ((rc = kvix_enginesub_add(S.sub, &S.specs[i], 0, &err)))
-            cli_usage_error("%s%s", err.msg, rc == KVIX_EBUSY ? " (--max-subscriptions)" : "");
-    if (S.workers_file)
-        load_workers(true);
+        load_resume();
+    kvix_subfront_start(&S.front, S.sub);
     if ((rc = kvix_enginesub_apply(S.sub, &err)))
         cli_die(cli_exit_for(rc), "%s", err.msg);
 
     run();
 
     out_flush();
-    nats_finish();
+    if (S.nats && kvix_natspub_finish(S.nats, &err))
+        cli_die(KVIX_EXIT_SYS, "%s", err.msg);
     print_stats();
     kvix_enginesub_counts cnt;
     kvix_enginesub_counts_get(S.sub, &cnt);
     kvix_enginesub_free(S.sub);
-    free(S.specs);
-    free(S.replays);
+    kvix_subfront_release(&S.front);
     kvix_buf_release(&S.out);
-    kvix_natslog_free(S.nats);
+    kvix_natspub_free(S.nats);
     int code = cnt.decode_errors || cnt.bad_frames ? KVIX_EXIT_REJECTED : KVIX_EXIT_OK;
     if (S.out_broken) { /* the reader left: nothing more to report about stdout */
         fclose(stdout);

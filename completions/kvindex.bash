@@ -34,6 +34,7 @@ _kvindex() {
     --peers-timeout) return ;;
     -w|--worker) return ;;
     --workers-file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    --reload) return ;;
     --model) return ;;
     --tenant) return ;;
     --block-size) return ;;
@@ -45,7 +46,7 @@ _kvindex() {
     --max-subscriptions) return ;;
     esac
     if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--snapshot -s --query-only -q --format -f --backend --jump --top --explain --removals --threads -t --strict --save-every-seconds --save-every-events --quiet --verbose -v --nats --nats-user --nats-password-file --nats-token-file --nats-creds --nats-tls-ca --nats-tls-cert --nats-tls-key --stream --reset-on-gap --until-caught-up --listen --http-threads --http-nice --http-max-connections --http-max-per-address --http-timeout --http-memory --auth-token-file --auth-queries --peers --peers-timeout --worker -w --workers-file --model --tenant --block-size --replay-timeout --port --workers --model-name --tenant-id --max-subscriptions --help -h --version -V" -- "$cur"))
+        COMPREPLY=($(compgen -W "--snapshot -s --query-only -q --format -f --backend --jump --top --explain --removals --threads -t --strict --save-every-seconds --save-every-events --quiet --verbose -v --nats --nats-user --nats-password-file --nats-token-file --nats-creds --nats-tls-ca --nats-tls-cert --nats-tls-key --stream --reset-on-gap --until-caught-up --listen --http-threads --http-nice --http-max-connections --http-max-per-address --http-timeout --http-memory --auth-token-file --auth-queries --peers --peers-timeout --worker -w --workers-file --reload --model --tenant --block-size --replay-timeout --port --workers --model-name --tenant-id --max-subscriptions --help -h --version -V" -- "$cur"))
         return
     fi
     COMPREPLY=($(compgen -f -- "$cur"))

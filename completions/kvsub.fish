@@ -7,7 +7,7 @@ complete -c kvsub -s b -l block-size -x -d 'configured block size; smaller (part
 complete -c kvsub -l topic -x -d 'subscribe to topics starting with PREFIX (default all)'
 complete -c kvsub -l bind -d 'bind the endpoints instead of connecting (engines connect)'
 complete -c kvsub -s f -l format -x -a 'ndjson msgpack' -d 'output format (default ndjson)'
-complete -c kvsub -l workers-file -r -F -d 'read ID[:DP]=ENDPOINT [replay=ENDPOINT] lines from FILE; re-read on SIGHUP'
+complete -c kvsub -l workers-file -r -F -d 'subscribe to the ID[:DP]=ENDPOINT [replay=ENDPOINT] lines of FILE; re-read on SIGHUP and when it changes'
 complete -c kvsub -l reload -x -d 're-read the workers file when it changes, checked every SECONDS (default 0.25; 0: on SIGHUP only)'
 complete -c kvsub -l max-subscriptions -x -d 'subscriptions held at once (default 1024, or what the open-file limit allows); more are refused'
 complete -c kvsub -l tokens -d 'keep each stored block\'s token ids in the events'

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kvix/enginesub.h"
@@ -263,6 +264,10 @@ int cli_next(int argc, char **argv, const char **arg)
         exit(cli_finish(KVIX_EXIT_OK));
     }
     *arg = optarg;
+    if (given[1] != '-') /* a short option: its entry's id, which may be another */
+        FOR_EACH_OPT(o)
+            if (o->shrt && o->shrt == c)
+                return o->id;
     return c;
 }
 
@@ -322,6 +327,13 @@ uint64_t cli_parse_uint(const char *s, uint64_t min, uint64_t max, const char *w
         cli_usage_error("bad %s: '%s' (expected an integer from %" PRIu64 " to %" PRIu64 ")",
                         what, s, min, max);
     return v;
+}
+
+uint64_t cli_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 double cli_parse_double(const char *s, double min, double max, const char *what)
@@ -409,6 +421,24 @@ int cli_nats_option(int c, const char *arg, kvix_natslog_opts *o)
     case CLI_O_NATS_TLS_CA: o->tls_ca = arg; return 1;
     case CLI_O_NATS_TLS_CERT: o->tls_cert = arg; return 1;
     case CLI_O_NATS_TLS_KEY: o->tls_key = arg; return 1;
+    case CLI_O_NATS_URL: o->url = arg; return 1;
+    case CLI_O_NATS_STREAM: o->stream = arg; return 1;
+    case CLI_O_NATS_SUBJECT: o->subject = arg; return 1;
+    case CLI_O_NATS_WINDOW:
+        o->window = (unsigned)cli_parse_uint(arg, 1, KVIX_NATSLOG_WINDOW_MAX, "window");
+        return 1;
+    case CLI_O_NATS_STREAM_MAX_AGE:
+        o->max_age_s = (int64_t)cli_parse_uint(arg, 0, UINT64_C(1) << 32, "max age");
+        return 1;
+    case CLI_O_NATS_STREAM_MAX_BYTES:
+        o->max_bytes = (int64_t)cli_parse_uint(arg, 0, INT64_MAX, "max bytes");
+        return 1;
+    case CLI_O_NATS_STREAM_REPLICAS:
+        o->replicas = (int)cli_parse_uint(arg, 1, 5, "replicas");
+        return 1;
+    case CLI_O_NATS_STREAM_DUP_WINDOW:
+        o->dup_window_s = (int64_t)cli_parse_uint(arg, 1, UINT64_C(1) << 32, "dup window");
+        return 1;
     default: return 0;
     }
 }

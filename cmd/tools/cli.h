@@ -28,7 +28,7 @@ enum {
 /* One option. arg == NULL for a flag. complete says what the argument is for
  * completions: "file", "dir", NULL (free text), or words separated by '|'. */
 typedef struct cli_opt {
-    int id;             /* returned by cli_next; a short letter when shrt != 0 */
+    int id;             /* returned by cli_next, for the short form too */
     char shrt;          /* 0 for long only */
     const char *lng;
     const char *arg;    /* metavariable ("N", "FILE") or NULL */
@@ -84,9 +84,10 @@ int cli_exit_for(int kvix_status);
  * Returns code unchanged when all is well, KVIX_EXIT_IO otherwise. */
 int cli_finish(int code);
 
-/* The NATS credentials options of every tool that speaks to a NATS server
- * (kvsub --nats, kvindex --nats): their ids, their table entries, and
- * cli_nats_option to take them into a kvix_natslog_opts. */
+/* The NATS options of every tool that speaks to a NATS server (kvsub
+ * --nats, kvindex --nats): their ids, the credentials' table entries, and
+ * cli_nats_option to take them into a kvix_natslog_opts. Each tool's table
+ * lists the others it offers, in its own words. */
 enum {
     CLI_O_NATS_USER = 0x400,
     CLI_O_NATS_PASSWORD_FILE,
@@ -95,6 +96,14 @@ enum {
     CLI_O_NATS_TLS_CA,
     CLI_O_NATS_TLS_CERT,
     CLI_O_NATS_TLS_KEY,
+    CLI_O_NATS_URL,            /* --nats URL */
+    CLI_O_NATS_STREAM,         /* --stream NAME */
+    CLI_O_NATS_SUBJECT,        /* publishing: --subject PREFIX */
+    CLI_O_NATS_WINDOW,         /* publishing: --nats-window N */
+    CLI_O_NATS_STREAM_MAX_AGE, /* the stream created: --stream-max-age SECONDS, ... */
+    CLI_O_NATS_STREAM_MAX_BYTES,
+    CLI_O_NATS_STREAM_REPLICAS,
+    CLI_O_NATS_STREAM_DUP_WINDOW,
 };
 #define CLI_NATS_AUTH_OPTIONS                                                                    \
     {CLI_O_NATS_USER, 0, "nats-user", "NAME", NULL, "--nats: the user to connect as"},           \
@@ -113,7 +122,7 @@ enum {
 struct kvix_natslog_opts;
 /* Take option c (one of CLI_O_NATS_*) into o: 1, or 0 when c is another
  * option. Secrets are read from their files (cli_read_secret, kept for the
- * process's life). */
+ * process's life); a bad number is a usage error. */
 int cli_nats_option(int c, const char *arg, struct kvix_natslog_opts *o);
 /* The credentials options given go with --nats (url); usage error if not,
  * or when a certificate comes without its key. */
@@ -136,6 +145,9 @@ uint64_t cli_files_raise(uint64_t want);
  * the hard one); an n given that does not fit is a usage error naming
  * option and the limits. */
 size_t cli_size_subscriptions(size_t n, uint64_t others, const char *option);
+
+/* Milliseconds of CLOCK_MONOTONIC: for intervals. */
+uint64_t cli_mono_ms(void);
 
 /* Parse a decimal unsigned integer in [min, max] for option what; exits with
  * a usage error otherwise. */

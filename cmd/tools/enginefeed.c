@@ -138,6 +138,8 @@ static void *run(void *p)
         pthread_mutex_unlock(&f->mu);
         if (stop)
             break;
+        if (f->o.on_step)
+            f->o.on_step(f->o.ctx);
         kvix_err err;
         int rc = kvix_enginesub_step(f->sub, STEP_MS, &err);
         if (rc) {

@@ -54,6 +54,9 @@ typedef struct kvix_enginefeed_opts {
     /* The subscriber's notes (losses, restarts, removals, bad input), on the
      * feed's thread. Optional. */
     void (*on_note)(void *ctx, const kvix_enginesub_note *n);
+    /* Before each step, on the feed's thread: the tool's housekeeping of
+     * the subscriptions (a workers file read again). Optional. */
+    void (*on_step)(void *ctx);
     /* After each event applied (or submitted), on the feed's thread, with
      * the feed's count so far (kvix_enginefeed_counts.applied): a tool's
      * save every N events from every source. Optional. */

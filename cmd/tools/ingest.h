@@ -76,6 +76,9 @@ typedef struct kvix_ingest_opts {
     void (*on_wake)(void *ctx);
     /* The subscriber's notes (kvix_enginefeed_opts.on_note). Optional. */
     void (*on_note)(void *ctx, const kvix_enginesub_note *n);
+    /* Between two steps of the subscriptions' thread, on it
+     * (kvix_enginefeed_opts.on_step). Optional. */
+    void (*on_feed_step)(void *ctx);
     void *ctx;
 } kvix_ingest_opts;
 
@@ -222,15 +225,8 @@ int kvix_ingest_save(kvix_ingest *g, const char *path, const char *stream, uint6
  * opts.feed_source, each (worker, dp) the index holds an eid for resumed
  * after it (kvix_enginefeed_resume). Before _feed_start. */
 int kvix_ingest_feed_new(kvix_ingest *g, const kvix_enginesub_config *cfg, kvix_err *err);
-/* One subscription given as ID[:DP]=ENDPOINT (kvix_enginesub_spec_parse);
- * KVIX_EINVAL for a bad one. */
-int kvix_ingest_feed_add(kvix_ingest *g, const char *spec, kvix_err *err);
-/* The subscriptions of a workers file (kvix_enginesub_file_read), replacing
- * those of the last one, whole or not at all; a model name with ':' is
- * refused (KVIX_EINVAL) when the index refuses it. added/removed may be
- * NULL. */
-int kvix_ingest_feed_load(kvix_ingest *g, const char *path, size_t *added, size_t *removed,
-                          kvix_err *err);
+/* The subscriptions themselves (-w, a workers file) are the tool's to add:
+ * cmd/tools/subfront.h, on kvix_enginefeed_sub(kvix_ingest_feed(g)). */
 /* Start the feed's thread (with the attached service), held back or not
  * (kvix_enginefeed_start); _release lets a held feed go. */
 int kvix_ingest_feed_start(kvix_ingest *g, bool hold, kvix_err *err);

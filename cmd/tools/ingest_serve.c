@@ -54,6 +54,13 @@ static void feed_note(void *ctx, const kvix_enginesub_note *n)
         g->o.on_note(g->o.ctx, n);
 }
 
+static void feed_step(void *ctx)
+{
+    kvix_ingest *g = ctx;
+    if (g->o.on_feed_step)
+        g->o.on_feed_step(g->o.ctx);
+}
+
 int kvix_ingest_feed_new(kvix_ingest *g, const kvix_enginesub_config *cfg, kvix_err *err)
 {
     if (g->feed)
@@ -65,6 +72,7 @@ int kvix_ingest_feed_new(kvix_ingest *g, const kvix_enginesub_config *cfg, kvix_
         .tag = feed_tag,
         .on_reject = feed_reject,
         .on_note = feed_note,
+        .on_step = feed_step,
         .on_applied = feed_applied,
         .on_failed = feed_failed,
         .ctx = g,
@@ -80,40 +88,6 @@ int kvix_ingest_feed_new(kvix_ingest *g, const kvix_enginesub_config *cfg, kvix_
     }
     g->feed = f;
     return KVIX_OK;
-}
-
-int kvix_ingest_feed_add(kvix_ingest *g, const char *spec, kvix_err *err)
-{
-    kvix_enginesub_spec sp;
-    kvix_enginesub_spec_init(&sp);
-    int rc = kvix_enginesub_spec_parse(&sp, spec, err);
-    if (!rc)
-        rc = kvix_enginesub_add(kvix_enginefeed_sub(g->feed), &sp, 0, err);
-    return rc;
-}
-
-int kvix_ingest_feed_load(kvix_ingest *g, const char *path, size_t *added, size_t *removed,
-                          kvix_err *err)
-{
-    kvix_enginesub_spec *v;
-    size_t n, a, r;
-    int rc = kvix_enginesub_file_read(path, false, &v, &n, err);
-    if (rc)
-        return rc;
-    for (size_t i = 0; !rc && g->o.index.model_no_colon && i < n; i++)
-        if (strchr(v[i].model, ':'))
-            rc = kvix_err_set(err, KVIX_EINVAL,
-                              "%s: model name \"%.64s\" contains ':', which the HTTP API's "
-                              "/dump keys (model:tenant) cannot carry",
-                              path, v[i].model);
-    if (!rc)
-        rc = kvix_enginesub_replace(kvix_enginefeed_sub(g->feed), 1, v, n, &a, &r, err);
-    free(v);
-    if (!rc && added)
-        *added = a;
-    if (!rc && removed)
-        *removed = r;
-    return rc;
 }
 
 int kvix_ingest_feed_start(kvix_ingest *g, bool hold, kvix_err *err)

@@ -294,6 +294,60 @@ printf '1=ipc:///tmp/a\nnonsense\n' >wf
 run kvindex --workers-file wf </dev/null
 expect_rc 2
 assert_grep 'wf:2' err
+run kvindex --workers-file missing </dev/null
+expect_rc 3
+assert_grep 'cannot open missing' err
+run kvindex -w 1=ipc:///tmp/a --reload 1 </dev/null
+expect_rc 2
+assert_grep '--reload needs --workers-file' err
+end
+
+# put_workers FORMAT ARGS...: the workers file written whole and renamed into
+# place, as kvreplay --map-file writes it
+put_workers() {
+    # shellcheck disable=SC2059
+    printf "$@" >workers.tmp && mv workers.tmp workers
+}
+
+# until_err RE: until kv.err matches RE (about 20 s)
+until_err() {
+    local i
+    for i in $(seq 400); do
+        grep -Eq "$1" kv.err && return 0
+        sleep 0.05
+    done
+    fail "kvindex never said /$1/"
+    return 1
+}
+
+begin "kvindex --workers-file: read again when it changes, as kvsub; a bad version keeps the workers"
+put_workers '1=ipc://%s/a\n' "$T"
+serve --workers-file workers
+put_workers '1=ipc://%s/a\n2=ipc://%s/b\n' "$T" "$T"
+until_err '^kvindex: reloaded workers: 2 workers, 1 added, 0 removed$'
+req GET /workers
+assert_eq "$(jq -c '[.[].instance_id]' body)" '[1,2]' "/workers after the change"
+put_workers '1=ipc://%s/a\nbogus\n' "$T"
+until_err "^kvindex: workers:2: bad worker 'bogus' .*: keeping the workers of workers as they were$"
+req GET /workers
+assert_eq "$(jq -c '[.[].instance_id]' body)" '[1,2]' "/workers after a bad version"
+stop
+assert_eq "$rc" 0 "exit status on SIGTERM"
+end
+
+begin "kvindex --reload 0: the workers file read again on SIGHUP only"
+put_workers '1=ipc://%s/a\n' "$T"
+serve --workers-file workers --reload 0
+put_workers '1=ipc://%s/a\n2=ipc://%s/b\n' "$T" "$T"
+kill -HUP "$KPID"
+until_err '^kvindex: reloaded workers: 2 workers, 1 added, 0 removed$'
+put_workers '2=ipc://%s/b\n' "$T"
+kill -HUP "$KPID"
+until_err '^kvindex: reloaded workers: 1 workers, 0 added, 1 removed$'
+stop
+assert_eq "$rc" 0 "exit status on SIGTERM"
+# read twice, once per SIGHUP: a change is not read by itself
+assert_eq "$(grep -c 'reloaded workers' kv.err)" 2 "reloads"
 end
 
 begin "kvindex -w --strict: the first event the index refuses stops it, saved, exit 5"

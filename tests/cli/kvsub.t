@@ -42,17 +42,17 @@ expect_rc 2
 assert_grep 'max-subscriptions 100 needs [0-9]* open files; the limit is 100' err
 end
 
-begin "kvsub: workers file problems"
+begin "kvsub: workers file problems (as kvindex: 3 when it cannot be read, 2 for what it says)"
 run kvsub --workers-file missing
 expect_rc 3
 assert_grep 'cannot open missing' err
 printf '1=ipc://%s/x\nbogus line\n' "$T" >workers
 run kvsub --workers-file workers
-expect_rc 3
+expect_rc 2
 assert_grep "workers:2: bad worker 'bogus' \\(expected ID\\[:DP\\]=ENDPOINT\\)" err
 printf '1=ipc://%s/x colour=blue\n' "$T" >workers
 run kvsub --workers-file workers
-expect_rc 3
+expect_rc 2
 assert_grep "unknown setting 'colour=blue'" err
 end
 

@@ -299,31 +299,3 @@ TEST(recovery_says_when_no_peer_answers)
     kvix_peers_free(p);
     kvix_ingest_free(g);
 }
-
-TEST(a_workers_file_with_a_colon_model_is_refused_whole)
-{
-    kvix_ingest_opts o;
-    memset(&o, 0, sizeof o);
-    kvix_index_opts_init(&o.index);
-    o.index.model_no_colon = 1;
-    o.sources = sources;
-    o.nsources = 2;
-    o.feed_source = 1;
-    kvix_ingest *g;
-    kvix_err err;
-    CHECK(kvix_ingest_new(&g, &o, &err) == KVIX_OK);
-    kvix_enginesub_config cfg;
-    kvix_enginesub_config_init(&cfg);
-    CHECK(kvix_ingest_feed_new(g, &cfg, &err) == KVIX_OK);
-    char path[] = "/tmp/kvix-ingest-workers.XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    const char *text = "1=tcp://127.0.0.1:5999 model=a:b\n";
-    CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
-    close(fd);
-    CHECK(kvix_ingest_feed_load(g, path, NULL, NULL, &err) == KVIX_EINVAL);
-    CHECK(strstr(err.msg, "contains ':'") != NULL);
-    CHECK(kvix_ingest_feed_add(g, "nonsense", &err) == KVIX_EINVAL);
-    unlink(path);
-    kvix_ingest_free(g);
-}
