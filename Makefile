@@ -158,7 +158,8 @@ $(LIBKVIX_SO): $(KVIX_PIC_OBJ) $(BUILD)/kvix.map
 
 # NET_SHARES: private helpers of libkvix that the service also uses, linked
 # into libkvix-net as hidden copies (libkvix does not export them).
-NET_SHARES := $(BUILD)/pic/lib/core/hashmap.o $(BUILD)/pic/lib/codec/json_arena.o
+NET_SHARES := $(BUILD)/pic/lib/core/hashmap.o $(BUILD)/pic/lib/codec/json_arena.o \
+    $(BUILD)/pic/lib/codec/json_text.o
 $(LIBKVIX_NET_SO): $(NET_PIC_OBJ) $(NET_SHARES) $(BUILD)/kvix-net.map $(LIBKVIX_SO)
 	$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,$(NET_SONAME) \
 	    -Wl,--version-script=$(BUILD)/kvix-net.map -Wl,--no-undefined \

@@ -12,7 +12,8 @@
 /* Appenders to a kvix_buf; each returns KVIX_OK or KVIX_ENOMEM. */
 int kvix_sj_raw(kvix_buf *b, const char *s, kvix_err *err);
 int kvix_sj_u64(kvix_buf *b, uint64_t v, kvix_err *err);
-/* A JSON string literal (quotes included), escaped by jansson. */
+/* A JSON string literal (quotes included), as every kvix encoder writes one
+ * (kvix_json_str_append). */
 int kvix_sj_str(kvix_buf *b, const char *s, size_t len, kvix_err *err);
 
 /* The literals a body's references stand for (kvix_json_u64_loadb_refs);

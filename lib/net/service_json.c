@@ -12,6 +12,7 @@
 #include "kvix/hash.h"
 #include "kvix/snapshot.h"
 #include "json_arena_int.h"
+#include "json_text_int.h"
 #include "dec64_int.h"
 #include "service_int.h"
 
@@ -178,17 +179,7 @@ int kvix_sj_u64(kvix_buf *b, uint64_t v, kvix_err *err)
 
 int kvix_sj_str(kvix_buf *b, const char *s, size_t len, kvix_err *err)
 {
-    json_t *j = json_stringn(s, len);
-    if (!j)
-        return kvix_err_set(err, KVIX_EINVAL, "name is not valid utf-8");
-    size_t need = json_dumpb(j, NULL, 0, JSON_ENCODE_ANY);
-    int rc = kvix_buf_reserve(b, need, err);
-    if (!rc) {
-        b->len += json_dumpb(j, b->data + b->len, need, JSON_ENCODE_ANY);
-        b->data[b->len] = '\0';
-    }
-    json_decref(j);
-    return rc;
+    return kvix_json_str_append(b, s, len, err);
 }
 
 /* ---- request fields ---- */
