@@ -1,8 +1,25 @@
 /* A whole snapshot as the events that rebuild it (kvdump's dump):
- * kvix_snapshot_events (kvix/snapshot.h). */
+ * kvix_snapshot_events, and which records a dump, statistics or a diff
+ * look at (kvix/snapshot.h). */
 #include "kvix/snapshot.h"
 
 #include <string.h>
+
+int kvix_snapshot_group_is_partition(const kvix_snapshot_group *g)
+{
+    return g->worker == UINT64_MAX && g->n == 0 && !g->has_eid;
+}
+
+int kvix_snapshot_filter_match(const kvix_snapshot_filter *f, const kvix_snapshot_group *g)
+{
+    if (!f)
+        return 1;
+    if (f->model && strcmp(f->model, g->model) != 0)
+        return 0;
+    if (f->tenant && strcmp(f->tenant, g->tenant) != 0)
+        return 0;
+    return !f->has_worker || f->worker == g->worker;
+}
 
 /* Events go out one behind, so that a record's last one can carry its eid:
  * replaying the dump restores it. */

@@ -10,22 +10,6 @@
 #include "index_front_int.h"
 #include "snapshot_int.h"
 
-int kvix_snapshot_group_is_partition(const kvix_snapshot_group *g)
-{
-    return g->worker == UINT64_MAX && g->n == 0 && !g->has_eid;
-}
-
-int kvix_snapshot_filter_match(const kvix_snapshot_filter *f, const kvix_snapshot_group *g)
-{
-    if (!f)
-        return 1;
-    if (f->model && strcmp(f->model, g->model) != 0)
-        return 0;
-    if (f->tenant && strcmp(f->tenant, g->tenant) != 0)
-        return 0;
-    return !f->has_worker || f->worker == g->worker;
-}
-
 void kvix_snapshot_stats_release(kvix_snapshot_stats *st)
 {
     for (size_t i = 0; i < st->n; i++) {
