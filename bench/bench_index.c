@@ -538,7 +538,7 @@ static void run_backend(const kvix_backend_ops *ops, unsigned jump, int bsearch,
     r->p999 = pct(&l, 0.999);
     r->max = l.n ? l.v[l.n - 1] : 0;
     free(l.v);
-    kvix_qhits_release(&hits);
+    kvix__qhits_release(&hits);
     free(canon);
     ops->destroy(be);
 }
@@ -590,9 +590,9 @@ int main(int argc, char **argv)
         be_res br;
         lib_res lr1;
         if (profile == 1)
-            run_backend(&kvix_backend_positional_ops, (unsigned)pjump, pbs, &br);
+            run_backend(&kvix__backend_positional_ops, (unsigned)pjump, pbs, &br);
         else if (profile == 2)
-            run_backend(&kvix_backend_radix_ops, 0, 1, &br);
+            run_backend(&kvix__backend_radix_ops, 0, 1, &br);
         else if (profile == 3)
             run_single(KVIX_BACKEND_POSITIONAL, &lr1);
         else
@@ -673,13 +673,13 @@ int main(int argc, char **argv)
         unsigned jump;
         int bs;
     } cfg[] = {
-        {&kvix_backend_reference_ops, 0, 1}, {&kvix_backend_radix_ops, 0, 1},
-        {&kvix_backend_positional_ops, 0, 1}, {&kvix_backend_positional_ops, 1, 1},
-        {&kvix_backend_positional_ops, 4, 1}, {&kvix_backend_positional_ops, 8, 1},
-        {&kvix_backend_positional_ops, 8, 0}, {&kvix_backend_positional_ops, 16, 1},
-        {&kvix_backend_positional_ops, 16, 0}, {&kvix_backend_positional_ops, 32, 1},
-        {&kvix_backend_positional_ops, 32, 0}, {&kvix_backend_positional_ops, 64, 1},
-        {&kvix_backend_positional_ops, 64, 0},
+        {&kvix__backend_reference_ops, 0, 1}, {&kvix__backend_radix_ops, 0, 1},
+        {&kvix__backend_positional_ops, 0, 1}, {&kvix__backend_positional_ops, 1, 1},
+        {&kvix__backend_positional_ops, 4, 1}, {&kvix__backend_positional_ops, 8, 1},
+        {&kvix__backend_positional_ops, 8, 0}, {&kvix__backend_positional_ops, 16, 1},
+        {&kvix__backend_positional_ops, 16, 0}, {&kvix__backend_positional_ops, 32, 1},
+        {&kvix__backend_positional_ops, 32, 0}, {&kvix__backend_positional_ops, 64, 1},
+        {&kvix__backend_positional_ops, 64, 0},
     };
     for (size_t c = 0; c < sizeof cfg / sizeof *cfg; c++) {
         be_res br[64];
@@ -687,7 +687,7 @@ int main(int argc, char **argv)
             run_backend(cfg[c].ops, cfg[c].jump, cfg[c].bs, &br[k]);
         char jb[16];
         snprintf(jb, sizeof jb, cfg[c].jump ? "%u" : "default", cfg[c].jump);
-        int pos = cfg[c].ops == &kvix_backend_positional_ops;
+        int pos = cfg[c].ops == &kvix__backend_positional_ops;
         printf("| %s | %s | %s | %.2f | %.2f | %.1f | %.2f | %.2f | %.2f | %.1f | %.0f |\n",
                cfg[c].ops->name, pos ? jb : "-", pos ? (cfg[c].bs ? "yes" : "no") : "-",
                MED(add_ops, br, runs) / 1e6, MED(del_ops, br, runs) / 1e6,

@@ -262,7 +262,7 @@ static void save_v1(kvix_index *idx, const char *path, kvix_snapshot_info *info)
     v1ctx c = {NULL, &err, 0};
     if (kvix_snapshot_writer_open(&c.w, path, &err))
         die("save v1", &err);
-    kvix_snap_writer_legacy(c.w);
+    kvix__snap_writer_legacy(c.w);
     kvix_index_quiet_begin(idx);
     int stop = kvix_index_foreach(idx, v1_visit, &c);
     kvix_index_quiet_end(idx);

@@ -27,12 +27,12 @@ static int in_child(const bench_opts *bo, void (*fn)(void *ctx, void *out), void
     if (pipe(p))
         die("pipe: %s", strerror(errno));
     fflush(NULL);
-    kvix_rcu_before_fork(); /* the sequential replay may have started liburcu's threads */
+    kvix__rcu_before_fork(); /* the sequential replay may have started liburcu's threads */
     pid_t pid = fork();
     if (pid < 0)
         die("fork: %s", strerror(errno));
     if (pid == 0) {
-        kvix_rcu_after_fork_child();
+        kvix__rcu_after_fork_child();
         close(p[0]);
         fn(ctx, out);
         const char *b = out;
@@ -48,7 +48,7 @@ static int in_child(const bench_opts *bo, void (*fn)(void *ctx, void *out), void
         }
         _exit(0);
     }
-    kvix_rcu_after_fork_parent();
+    kvix__rcu_after_fork_parent();
     close(p[1]);
     char *b = out;
     size_t got = 0;

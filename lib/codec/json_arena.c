@@ -124,7 +124,7 @@ static void arena_install(void)
     }
 }
 
-int kvix_json_arena_begin(void)
+int kvix__json_arena_begin(void)
 {
     pthread_once(&arena_once, arena_install);
     if (!arena_installed)
@@ -133,9 +133,9 @@ int kvix_json_arena_begin(void)
     return 1;
 }
 
-int kvix_json_arena_begin_budget(const kvix_json_budget *b)
+int kvix__json_arena_begin_budget(const kvix_json_budget *b)
 {
-    if (!kvix_json_arena_begin())
+    if (!kvix__json_arena_begin())
         return 0;
     if (arena_depth == 1 && b) {
         arena_budget = *b;
@@ -145,13 +145,13 @@ int kvix_json_arena_begin_budget(const kvix_json_budget *b)
     return 1;
 }
 
-int kvix_json_arena_refused(void)
+int kvix__json_arena_refused(void)
 {
     return arena_refused;
 }
 
 /* Drop the window's values, keeping one chunk for the next window. */
-void kvix_json_arena_end(void)
+void kvix__json_arena_end(void)
 {
     if (!arena_installed || !arena_depth || --arena_depth)
         return;

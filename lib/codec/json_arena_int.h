@@ -16,9 +16,9 @@
 
 /* Open a window on this thread; windows nest. Returns 1 when jansson's
  * allocations now come from the arena (then no value made inside may be used
- * after the matching kvix_json_arena_end, and json_decref of the document is
+ * after the matching kvix__json_arena_end, and json_decref of the document is
  * optional: the end frees it), 0 when the hooks are not installed. */
-int kvix_json_arena_begin(void);
+int kvix__json_arena_begin(void);
 /* Where a window's memory comes from: take(ctx, n) before n more bytes
  * (false: refused, the allocation fails and jansson's parse with it), and
  * give(ctx, total) of everything taken when the window ends. */
@@ -27,14 +27,14 @@ typedef struct kvix_json_budget {
     void (*give)(void *ctx, size_t n);
     void *ctx;
 } kvix_json_budget;
-/* kvix_json_arena_begin, and when this is the outermost window, its chunks
+/* kvix__json_arena_begin, and when this is the outermost window, its chunks
  * are taken from *b (copied; NULL: no budget). */
-int kvix_json_arena_begin_budget(const kvix_json_budget *b);
+int kvix__json_arena_begin_budget(const kvix_json_budget *b);
 /* Whether the budget of the open window refused memory (its parse failed
  * for that, not for what the document says). */
-int kvix_json_arena_refused(void);
+int kvix__json_arena_refused(void);
 /* Close the innermost window; the outermost drops everything made inside
  * (one chunk is kept for the next window, freed when the thread exits). */
-void kvix_json_arena_end(void);
+void kvix__json_arena_end(void);
 
 #endif

@@ -4,7 +4,7 @@
 #include <jansson.h>
 #include <string.h>
 
-int kvix_json_str_append(kvix_buf *b, const char *s, size_t len, kvix_err *err)
+int kvix__json_str_append(kvix_buf *b, const char *s, size_t len, kvix_err *err)
 {
     int plain = 1;
     for (size_t i = 0; i < len && plain; i++) {

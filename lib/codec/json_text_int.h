@@ -11,6 +11,6 @@
 /* Append s[0..len) as a JSON string literal, quotes included, escaped as
  * jansson escapes (names of printable ASCII are copied as they are).
  * KVIX_EINVAL when s is not valid UTF-8 (out unchanged), KVIX_ENOMEM. */
-int kvix_json_str_append(kvix_buf *b, const char *s, size_t len, kvix_err *err);
+int kvix__json_str_append(kvix_buf *b, const char *s, size_t len, kvix_err *err);
 
 #endif

@@ -215,7 +215,7 @@ static bool depth_ok(const msgpack_object *o, int depth, int max)
     return true;
 }
 
-kvix_mpb_result kvix_mpb_parse(const char *buf, size_t len, msgpack_zone *z, int depth_max,
+kvix_mpb_result kvix__mpb_parse(const char *buf, size_t len, msgpack_zone *z, int depth_max,
                                msgpack_object *root, size_t *used)
 {
     struct mpb_tpl_context ctx;

@@ -32,7 +32,7 @@ typedef enum kvix_mpb_result {
  * nesting accepted, a top-level container being depth 1. *used gets the
  * object's size on KVIX_MPB_OK (bytes after it are the caller's business),
  * and the offset reached otherwise. */
-kvix_mpb_result kvix_mpb_parse(const char *buf, size_t len, msgpack_zone *z, int depth_max,
+kvix_mpb_result kvix__mpb_parse(const char *buf, size_t len, msgpack_zone *z, int depth_max,
                                msgpack_object *root, size_t *used);
 
 #endif

@@ -553,7 +553,7 @@ static int decode_id(sv *f[K_COUNT], kvix_event *ev, kvix_err *err)
     return rc;
 }
 
-int kvix_stream_decode(const sv *root, kvix_event *ev, kvix_err *err)
+int kvix__stream_decode(const sv *root, kvix_event *ev, kvix_err *err)
 {
     kvix_event_reset(ev);
     if (root->kind == SV_ARRAY) {
@@ -587,7 +587,7 @@ int kvix_stream_decode(const sv *root, kvix_event *ev, kvix_err *err)
     return rc;
 }
 
-void kvix_stream_fmt_double(double d, char out[32])
+void kvix__stream_fmt_double(double d, char out[32])
 {
     /* The shortest of %.15g..%.17g that reads back exactly: timestamps stay
      * readable (1700000000.25) and still round-trip. */

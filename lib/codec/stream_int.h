@@ -53,29 +53,29 @@ typedef struct sv_ops {
 
 /* Decode one record (a map, or an array of token ids = bare token query)
  * into ev, which is reset first. */
-int kvix_stream_decode(const sv *root, kvix_event *ev, kvix_err *err);
+int kvix__stream_decode(const sv *root, kvix_event *ev, kvix_err *err);
 
 /* msgpack records in a byte stream (lib/codec/stream_msgpack.c). */
 typedef struct kvix_mp_framer kvix_mp_framer;
-int kvix_mp_framer_new(kvix_mp_framer **out); /* KVIX_ENOMEM */
-void kvix_mp_framer_free(kvix_mp_framer *f);  /* NULL is fine */
+int kvix__mp_framer_new(kvix_mp_framer **out); /* KVIX_ENOMEM */
+void kvix__mp_framer_free(kvix_mp_framer *f);  /* NULL is fine */
 /* Find where the record starting at rec ends, allocating nothing. rec[0..len)
  * are the bytes available; *off is where the previous call stopped (0 for a
  * new record) and is advanced. The bytes before *off may move between calls
  * (rec is passed again) but must not change. 1: the record is rec[0..*off).
  * 0: more bytes needed. -1: malformed. -2: nested deeper than 32. After 1
  * or an error the next call starts a new record (pass *off = 0). */
-int kvix_mp_framer_scan(kvix_mp_framer *f, const char *rec, size_t len, size_t *off);
+int kvix__mp_framer_scan(kvix_mp_framer *f, const char *rec, size_t len, size_t *off);
 /* Decode the whole record rec[0..len) found by the framer into ev. */
-int kvix_mp_decode_record(kvix_mp_framer *f, const char *rec, size_t len, kvix_event *ev,
+int kvix__mp_decode_record(kvix_mp_framer *f, const char *rec, size_t len, kvix_event *ev,
                           kvix_err *err);
 
 /* Shared by the encoders: how many tokens each block's array of a stored
  * event's "tokens" holds (bs, or bs + 1 with eagle), 0 when the event has
  * none to write (lib/stream_json.c). */
-size_t kvix_stream_token_span(const kvix_event *ev);
+size_t kvix__stream_token_span(const kvix_event *ev);
 
 /* Shared by the encoders: text of a double that reads back to the same value. */
-void kvix_stream_fmt_double(double d, char out[32]);
+void kvix__stream_fmt_double(double d, char out[32]);
 
 #endif

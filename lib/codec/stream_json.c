@@ -225,10 +225,10 @@ int kvix_event_from_json(const char *line, size_t len, kvix_event *ev, kvix_err 
     if (hex_word(p, end))
         return hex_line(p, end, err);
     /* the record's jansson values in this thread's arena, dropped at once */
-    int arena = kvix_json_arena_begin();
+    int arena = kvix__json_arena_begin();
     int rc = decode_line(line, len, ev, err, arena);
     if (arena)
-        kvix_json_arena_end();
+        kvix__json_arena_end();
     return rc;
 }
 
@@ -324,7 +324,7 @@ static int decode_line(const char *line, size_t len, kvix_event *ev, kvix_err *e
     } else {
         sv r;
         jsv(root, &r);
-        rc = kvix_stream_decode(&r, ev, err);
+        rc = kvix__stream_decode(&r, ev, err);
     }
     if (!arena) /* with the arena, its window's end frees the whole tree at once */
         json_decref(root);
@@ -377,7 +377,7 @@ static int app_hex(kvix_buf *b, const char *prefix, uint64_t v, kvix_err *err)
 static int app_str(kvix_buf *b, const char *prefix, const char *s, kvix_err *err)
 {
     int rc = app(b, prefix, err);
-    return rc ? rc : kvix_json_str_append(b, s, strlen(s), err);
+    return rc ? rc : kvix__json_str_append(b, s, strlen(s), err);
 }
 
 static int app_hash_array(kvix_buf *b, const char *prefix, const uint64_t *h, size_t n,
@@ -410,7 +410,7 @@ static int app_tokens(kvix_buf *b, const uint32_t *t, size_t n, kvix_err *err)
 /* A stored event's tokens as the record keeps them (kvix-events(5)): an
  * array per block, of bs ids, or of bs + 1 for EAGLE's windows. 0 when the
  * event has none in that shape. */
-size_t kvix_stream_token_span(const kvix_event *ev)
+size_t kvix__stream_token_span(const kvix_event *ev)
 {
     if (!ev->has_tokens || !ev->bs || !ev->nblocks)
         return 0;
@@ -448,7 +448,7 @@ static int to_json_stored(const kvix_event *ev, kvix_buf *out, kvix_err *err)
         rc = app(out, "]", err);
     if (!rc && ev->lora[0])
         rc = app_str(out, ",\"lora\":", ev->lora, err);
-    size_t span = kvix_stream_token_span(ev);
+    size_t span = kvix__stream_token_span(ev);
     if (!rc && span) {
         rc = app(out, ",\"tokens\":[", err);
         for (size_t i = 0; i < ev->nblocks && !rc; i++) {
@@ -529,7 +529,7 @@ int kvix_event_to_json(const kvix_event *ev, kvix_buf *out, kvix_err *err)
     }
     if (!rc && ev->has_ts) {
         char d[32];
-        kvix_stream_fmt_double(ev->ts, d);
+        kvix__stream_fmt_double(ev->ts, d);
         rc = app(out, ",\"ts\":", err);
         if (!rc)
             rc = app(out, d, err);
@@ -683,7 +683,7 @@ static int app_names(kvix_buf *b, const char *prefix, unsigned bits, kvix_err *e
 static int app_double(kvix_buf *b, const char *prefix, double d, kvix_err *err)
 {
     char t[32];
-    kvix_stream_fmt_double(d, t);
+    kvix__stream_fmt_double(d, t);
     int rc = app(b, prefix, err);
     return rc ? rc : app(b, t, err);
 }

@@ -118,7 +118,7 @@ struct kvix_mp_framer {
     msgpack_zone *zone; /* objects of the record being decoded; cleared per record */
 };
 
-int kvix_mp_framer_new(kvix_mp_framer **out)
+int kvix__mp_framer_new(kvix_mp_framer **out)
 {
     kvix_mp_framer *f = calloc(1, sizeof *f);
     if (!f || !(f->zone = msgpack_zone_new(MSGPACK_ZONE_CHUNK_SIZE))) {
@@ -130,7 +130,7 @@ int kvix_mp_framer_new(kvix_mp_framer **out)
     return KVIX_OK;
 }
 
-void kvix_mp_framer_free(kvix_mp_framer *f)
+void kvix__mp_framer_free(kvix_mp_framer *f)
 {
     if (!f)
         return;
@@ -138,7 +138,7 @@ void kvix_mp_framer_free(kvix_mp_framer *f)
     free(f);
 }
 
-int kvix_mp_framer_scan(kvix_mp_framer *f, const char *rec, size_t len, size_t *off)
+int kvix__mp_framer_scan(kvix_mp_framer *f, const char *rec, size_t len, size_t *off)
 {
     if (*off >= len)
         return 0;
@@ -402,16 +402,16 @@ static int decode_object(const msgpack_object *o, kvix_event *ev, kvix_err *err)
     }
     sv r;
     msv(o, &r);
-    return kvix_stream_decode(&r, ev, err);
+    return kvix__stream_decode(&r, ev, err);
 }
 
-int kvix_mp_decode_record(kvix_mp_framer *f, const char *rec, size_t len, kvix_event *ev,
+int kvix__mp_decode_record(kvix_mp_framer *f, const char *rec, size_t len, kvix_event *ev,
                           kvix_err *err)
 {
     msgpack_zone_clear(f->zone);
     msgpack_object o;
     size_t off = 0;
-    kvix_mpb_result r = kvix_mpb_parse(rec, len, f->zone, KVIX_JSON_DEPTH_MAX, &o, &off);
+    kvix_mpb_result r = kvix__mpb_parse(rec, len, f->zone, KVIX_JSON_DEPTH_MAX, &o, &off);
     if (r == KVIX_MPB_OK && off == len)
         return decode_object(&o, ev, err);
     kvix_event_reset(ev);
@@ -429,18 +429,18 @@ int kvix_event_from_msgpack(const char *buf, size_t len, size_t *used, kvix_even
     *used = 0;
     kvix_event_reset(ev);
     kvix_mp_framer *f;
-    if (kvix_mp_framer_new(&f))
+    if (kvix__mp_framer_new(&f))
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a msgpack decoder");
     size_t off = 0;
     int rc;
-    switch (kvix_mp_framer_scan(f, buf, len, &off)) {
+    switch (kvix__mp_framer_scan(f, buf, len, &off)) {
     case 1:
         *used = off;
         if (off > KVIX_LINE_MAX)
             rc = kvix_err_set(err, KVIX_ELIMIT, "msgpack record longer than %u bytes",
                               KVIX_LINE_MAX);
         else
-            rc = kvix_mp_decode_record(f, buf, off, ev, err);
+            rc = kvix__mp_decode_record(f, buf, off, ev, err);
         break;
     case 0:
         rc = kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_MSGPACK, "truncated msgpack record");
@@ -453,7 +453,7 @@ int kvix_event_from_msgpack(const char *buf, size_t len, size_t *used, kvix_even
         rc = kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_MSGPACK, "malformed msgpack");
         break;
     }
-    kvix_mp_framer_free(f);
+    kvix__mp_framer_free(f);
     return rc;
 }
 
@@ -655,7 +655,7 @@ int kvix_event_to_msgpack(const kvix_event *ev, kvix_buf *out, kvix_err *err)
         rc = pack_query(&pk, ev, err);
     } else if (ev->type == KVIX_EV_STORED || ev->type == KVIX_EV_REMOVED ||
                ev->type == KVIX_EV_CLEARED) {
-        size_t span = ev->type == KVIX_EV_STORED ? kvix_stream_token_span(ev) : 0;
+        size_t span = ev->type == KVIX_EV_STORED ? kvix__stream_token_span(ev) : 0;
         int group = ev->has_group && ev->type != KVIX_EV_CLEARED;
         int kind = group && ev->type == KVIX_EV_STORED && ev->kind != KVIX_KIND_NONE;
         size_t n = 6 + ev->has_eid + ev->has_ts + group + kind;

@@ -60,7 +60,7 @@ void kvix_reader_free(kvix_reader *r)
 {
     if (!r)
         return;
-    kvix_mp_framer_free(r->mp);
+    kvix__mp_framer_free(r->mp);
     free(r->buf);
     free(r->name);
     free(r);
@@ -254,7 +254,7 @@ static int is_space(unsigned char c)
 
 static int start_msgpack(kvix_reader *r, kvix_err *err)
 {
-    if (kvix_mp_framer_new(&r->mp))
+    if (kvix__mp_framer_new(&r->mp))
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a msgpack reader");
     r->mp_off = 0;
     return KVIX_OK;
@@ -286,7 +286,7 @@ static int next_msgpack(kvix_reader *r, kvix_event *ev, kvix_err *err)
         size_t have = r->end - r->start;
         if (have) {
             const char *rec = r->buf + r->start;
-            int s = kvix_mp_framer_scan(r->mp, rec, have, &r->mp_off);
+            int s = kvix__mp_framer_scan(r->mp, rec, have, &r->mp_off);
             if (s == 1) {
                 size_t len = r->mp_off;
                 r->mp_off = 0;
@@ -297,7 +297,7 @@ static int next_msgpack(kvix_reader *r, kvix_event *ev, kvix_err *err)
                     return kvix_err_set(err, KVIX_ELIMIT, "msgpack record longer than %u bytes",
                                         KVIX_LINE_MAX);
                 }
-                return kvix_mp_decode_record(r->mp, rec, len, ev, err);
+                return kvix__mp_decode_record(r->mp, rec, len, ev, err);
             }
             if (s == -1)
                 return mp_fail(r, KVIX_EINVAL, ev, err, "malformed msgpack record");

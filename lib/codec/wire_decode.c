@@ -32,7 +32,7 @@ static int parse(const char *payload, size_t len, msgpack_zone *z, msgpack_objec
                  kvix_err *err)
 {
     size_t off = 0;
-    switch (kvix_mpb_parse(payload, len, z, WIRE_DEPTH_MAX, root, &off)) {
+    switch (kvix__mpb_parse(payload, len, z, WIRE_DEPTH_MAX, root, &off)) {
     case KVIX_MPB_OK:
         if (off != len)
             return kvix_err_set(err, KVIX_EINVAL, "%zu trailing bytes after the batch",
@@ -146,7 +146,7 @@ static int check_hashes(const msgpack_object *o, size_t i, const char *what, kvi
                             o->via.array.size, KVIX_EVENT_BLOCKS_MAX);
     uint64_t h;
     for (uint32_t k = 0; k < o->via.array.size; k++)
-        if (kvix_wf_hash(&o->via.array.ptr[k], &h))
+        if (kvix__wf_hash(&o->via.array.ptr[k], &h))
             return kvix_err_set(err, KVIX_EINVAL, "event %zu: bad block hash %u", i, k);
     return KVIX_OK;
 }
@@ -179,7 +179,7 @@ static int check_place(wview *v, int *skip)
     if (!kvix_wf_nil(l)) {
         if (l->type != MSGPACK_OBJECT_STR)
             return *skip = SK_REFUSED;
-        if (!kvix_wf_word_is(l, "LOCAL"))
+        if (!kvix__wf_word_is(l, "LOCAL"))
             return *skip = SK_REMOTE;
     }
     if (!kvix_wf_nil(g)) {
@@ -214,7 +214,7 @@ static int check_extra(const msgpack_object *x, size_t i, uint32_t nblocks, cons
         if (keys->type != MSGPACK_OBJECT_ARRAY)
             return kvix_err_set_reason(err, KVIX_EINVAL, KVIX_REASON_TYPE, "event %zu: extra_keys[%u] is not a list",
                                 i, b);
-        size_t nmm = kvix_wf_mm_keys(keys, lora ? l->via.str.ptr : NULL, lora ? l->via.str.size : 0,
+        size_t nmm = kvix__wf_mm_keys(keys, lora ? l->via.str.ptr : NULL, lora ? l->via.str.size : 0,
                                      NULL, 0);
         if (nmm > KVIX_HASH_MM_MAX)
             return kvix_err_set(err, KVIX_ELIMIT,
@@ -265,9 +265,9 @@ static int repeats(const wview *v, wsize *sz)
     if (!h)
         return -1;
     for (size_t k = 0; k < n; k++)
-        kvix_wf_hash(&hs->via.array.ptr[k], &h[k]);
-    bool has_parent = !kvix_wf_nil(p) && kvix_wf_hash(p, &parent) == 0;
-    return kvix_wf_repeats(h, n, has_parent, parent, h + n);
+        kvix__wf_hash(&hs->via.array.ptr[k], &h[k]);
+    bool has_parent = !kvix_wf_nil(p) && kvix__wf_hash(p, &parent) == 0;
+    return kvix__wf_repeats(h, n, has_parent, parent, h + n);
 }
 
 static int check_block_size(wview *v, size_t i, const kvix_wire_source *src, kvix_err *err)
@@ -296,7 +296,7 @@ static int check_tokens(wview *v, size_t i, uint32_t nblocks, wsize *sz, kvix_er
         return kvix_err_set(err, KVIX_ELIMIT, "event %zu: %zu tokens (limit %u)", i, need,
                             KVIX_TOKENS_MAX - 1);
     size_t bad;
-    if (kvix_wf_tokens_shape(t, need, &v->eagle, &bad)) {
+    if (kvix__wf_tokens_shape(t, need, &v->eagle, &bad)) {
         if (bad == need)
             return kvix_err_set(err, KVIX_EINVAL, "event %zu: %u tokens for %u blocks of %u", i,
                                 t->via.array.size, nblocks, v->bs);
@@ -332,7 +332,7 @@ static int check_stored(wview *v, size_t i, const kvix_wire_source *src, wsize *
     if (nblocks == 0) /* nothing stored: nothing to say */
         return *skip = SK_EMPTY, KVIX_OK;
     uint64_t h;
-    if (!kvix_wf_nil(p) && kvix_wf_hash(p, &h))
+    if (!kvix_wf_nil(p) && kvix__wf_hash(p, &h))
         return kvix_err_set(err, KVIX_EINVAL, "event %zu: bad parent_block_hash", i);
     int rep = repeats(v, sz);
     if (rep < 0)
@@ -410,7 +410,7 @@ static int check_event(const msgpack_object *e, size_t i, wview *v,
             rc = check_stored(v, i, src, sz, &skip, err);
         else if (v->type == KVIX_EV_REMOVED)
             rc = check_removed(v, i, sz, &skip, err);
-        else if (!kvix_wf_nil(v->f[F_LOCALITY]) && !kvix_wf_word_is(v->f[F_LOCALITY], "LOCAL"))
+        else if (!kvix_wf_nil(v->f[F_LOCALITY]) && !kvix__wf_word_is(v->f[F_LOCALITY], "LOCAL"))
             skip = SK_REMOTE; /* another machine's cache was cleared */
     }
     if (skip) {
@@ -435,7 +435,7 @@ static int check_name(const char *s, const char *what, kvix_err *err)
 static void fill_hashes(kvix_event *ev, const msgpack_object *hs)
 {
     for (uint32_t k = 0; k < hs->via.array.size; k++)
-        kvix_wf_hash(&hs->via.array.ptr[k], &ev->hashes[k]);
+        kvix__wf_hash(&hs->via.array.ptr[k], &ev->hashes[k]);
     ev->nhashes = hs->via.array.size;
 }
 
@@ -446,7 +446,7 @@ static void fill_stored(kvix_event *ev, const wview *v, int keep_tokens)
     uint32_t n = hs->via.array.size, bs = v->bs;
     ev->bs = bs;
     if (!kvix_wf_nil(p)) {
-        kvix_wf_hash(p, &ev->parent);
+        kvix__wf_hash(p, &ev->parent);
         ev->has_parent = 1;
     }
     ev->has_group = v->has_group;
@@ -465,16 +465,16 @@ static void fill_stored(kvix_event *ev, const wview *v, int keep_tokens)
     }
     uint64_t seed = kvix_hash_lora_seed(ev->lora, nlora);
     size_t need = (size_t)n * bs;
-    kvix_wf_tokens(t, need, v->eagle, ev->tokens);
+    kvix__wf_tokens(t, need, v->eagle, ev->tokens);
     ev->eagle = v->eagle;
     size_t span = bs + v->eagle; /* an EAGLE block hashes the next block's first token too */
     uint32_t nx = !kvix_wf_nil(x) ? x->via.array.size : 0;
     for (uint32_t b = 0; b < n; b++) {
         kvix_block *blk = &ev->blocks[b];
-        kvix_wf_hash(&hs->via.array.ptr[b], &blk->seq);
+        kvix__wf_hash(&hs->via.array.ptr[b], &blk->seq);
         const uint32_t *bt = ev->tokens + (size_t)b * bs;
         uint64_t mm[KVIX_HASH_MM_MAX];
-        size_t nmm = b < nx ? kvix_wf_mm_keys(&x->via.array.ptr[b], ev->lora, nlora, mm,
+        size_t nmm = b < nx ? kvix__wf_mm_keys(&x->via.array.ptr[b], ev->lora, nlora, mm,
                                               KVIX_HASH_MM_MAX)
                             : 0;
         if (nmm)

@@ -10,7 +10,7 @@
 #include "kvix/hash.h"
 #include "wire_int.h"
 
-int kvix_wf_hash(const msgpack_object *o, uint64_t *out)
+int kvix__wf_hash(const msgpack_object *o, uint64_t *out)
 {
     switch (o->type) {
     case MSGPACK_OBJECT_POSITIVE_INTEGER:
@@ -45,7 +45,7 @@ static int u64_cmp(const void *a, const void *b)
  * past it, a sorted copy. */
 #define REPEATS_PAIRWISE 32
 
-bool kvix_wf_repeats(const uint64_t *h, size_t n, bool has_parent, uint64_t parent,
+bool kvix__wf_repeats(const uint64_t *h, size_t n, bool has_parent, uint64_t parent,
                      uint64_t *scratch)
 {
     for (size_t i = 0; has_parent && i < n; i++)
@@ -77,7 +77,7 @@ static bool pair_ok(const msgpack_object *o)
            token_ok(&o->via.array.ptr[0]) && token_ok(&o->via.array.ptr[1]);
 }
 
-int kvix_wf_tokens_shape(const msgpack_object *t, size_t need, bool *eagle, size_t *bad)
+int kvix__wf_tokens_shape(const msgpack_object *t, size_t need, bool *eagle, size_t *bad)
 {
     const msgpack_object *p = t->via.array.ptr;
     *eagle = t->via.array.size > 0 && p[0].type == MSGPACK_OBJECT_ARRAY;
@@ -93,7 +93,7 @@ int kvix_wf_tokens_shape(const msgpack_object *t, size_t need, bool *eagle, size
     return 0;
 }
 
-void kvix_wf_tokens(const msgpack_object *t, size_t n, bool eagle, uint32_t *out)
+void kvix__wf_tokens(const msgpack_object *t, size_t n, bool eagle, uint32_t *out)
 {
     const msgpack_object *p = t->via.array.ptr;
     if (!eagle) {
@@ -129,7 +129,7 @@ static uint64_t mm_ident(const msgpack_object *o)
     return XXH3_64bits(o->via.str.ptr, o->via.str.size);
 }
 
-size_t kvix_wf_mm_keys(const msgpack_object *keys, const char *lora, size_t nlora,
+size_t kvix__wf_mm_keys(const msgpack_object *keys, const char *lora, size_t nlora,
                        uint64_t *mm, size_t max)
 {
     if (kvix_wf_nil(keys) || keys->type != MSGPACK_OBJECT_ARRAY)
@@ -153,7 +153,7 @@ size_t kvix_wf_mm_keys(const msgpack_object *keys, const char *lora, size_t nlor
     return n;
 }
 
-bool kvix_wf_word_is(const msgpack_object *s, const char *upper)
+bool kvix__wf_word_is(const msgpack_object *s, const char *upper)
 {
     size_t n = strlen(upper);
     if (s->type != MSGPACK_OBJECT_STR || s->via.str.size != n)
@@ -187,7 +187,7 @@ int kvix_wire_medium(const char *s, size_t len)
     o.via.str.ptr = s;
     o.via.str.size = (uint32_t)(len > UINT32_MAX ? UINT32_MAX : len);
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-        if (kvix_wf_word_is(&o, map[i].name))
+        if (kvix__wf_word_is(&o, map[i].name))
             return map[i].medium;
     return -1;
 }

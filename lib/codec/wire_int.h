@@ -25,22 +25,22 @@ static inline bool kvix_wf_str_is(const msgpack_object *o, const char *s, size_t
 /* An engine block hash: uint, negative int (SGLang's signed int64, the same
  * bits), or a bin of 1..32 bytes whose last 8 are the u64, big-endian. 0 or
  * -1. */
-int kvix_wf_hash(const msgpack_object *o, uint64_t *out);
+int kvix__wf_hash(const msgpack_object *o, uint64_t *out);
 
 /* Whether hashes h[0..n) repeat one another or equal parent (when
  * has_parent): a malformed store. scratch has room for n values. */
-bool kvix_wf_repeats(const uint64_t *h, size_t n, bool has_parent, uint64_t parent,
+bool kvix__wf_repeats(const uint64_t *h, size_t n, bool has_parent, uint64_t parent,
                      uint64_t *scratch);
 
 /* token_ids: plain ids, or EAGLE's pairs [t, t_next] (a pair array per
- * position). kvix_wf_tokens_shape tells which (by the first element: *eagle),
+ * position). kvix__wf_tokens_shape tells which (by the first element: *eagle),
  * and checks that there are at least need positions of that shape; 0 or -1
  * with *bad the first bad position (or need when too few). */
-int kvix_wf_tokens_shape(const msgpack_object *t, size_t need, bool *eagle, size_t *bad);
+int kvix__wf_tokens_shape(const msgpack_object *t, size_t need, bool *eagle, size_t *bad);
 /* The ids of positions 0..n) into out (plain: each id; EAGLE: each pair's
  * first, then the last pair's second: n + 1 ids). Checked by
- * kvix_wf_tokens_shape first. */
-void kvix_wf_tokens(const msgpack_object *t, size_t n, bool eagle, uint32_t *out);
+ * kvix__wf_tokens_shape first. */
+void kvix__wf_tokens(const msgpack_object *t, size_t n, bool eagle, uint32_t *out);
 
 /* The multimodal hashes of one block's extra_keys entry (a list, or nil),
  * as NVIDIA Dynamo reads them: a pair [identifier, offset] is a multimodal
@@ -49,11 +49,11 @@ void kvix_wf_tokens(const msgpack_object *t, size_t n, bool eagle, uint32_t *out
  * counts by its first 16 as a u64, any other by XXH3-64 of its bytes. Other
  * entries (a cache salt, prompt-embedding bytes) are not hashed. Writes at
  * most max into mm (NULL: only count) and returns how many there are. */
-size_t kvix_wf_mm_keys(const msgpack_object *keys, const char *lora, size_t nlora,
+size_t kvix__wf_mm_keys(const msgpack_object *keys, const char *lora, size_t nlora,
                        uint64_t *mm, size_t max);
 
 /* The text of a string object s, ignoring ASCII case, against a word in
  * upper case. */
-bool kvix_wf_word_is(const msgpack_object *s, const char *upper);
+bool kvix__wf_word_is(const msgpack_object *s, const char *upper);
 
 #endif

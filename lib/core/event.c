@@ -120,7 +120,7 @@ int kvix_event_copy(kvix_event *dst, const kvix_event *src, kvix_err *err)
     return copy(dst, src, 1, err);
 }
 
-int kvix_ev_copy_untokened(kvix_event *dst, const kvix_event *src, kvix_err *err)
+int kvix__ev_copy_untokened(kvix_event *dst, const kvix_event *src, kvix_err *err)
 {
     return copy(dst, src, 0, err);
 }

@@ -7,6 +7,6 @@
 /* kvix_event_copy without the forensic tokens (dst gets none): the index
  * never reads them, and they may be far bigger than the rest. dst's
  * buffers are reused and grown as kvix_event_copy does. */
-int kvix_ev_copy_untokened(kvix_event *dst, const kvix_event *src, kvix_err *err);
+int kvix__ev_copy_untokened(kvix_event *dst, const kvix_event *src, kvix_err *err);
 
 #endif

@@ -4,7 +4,7 @@
 #include <string.h>
 
 
-void kvix_hmap_init(kvix_hmap *m, unsigned key_words, size_t value_size)
+void kvix__hmap_init(kvix_hmap *m, unsigned key_words, size_t value_size)
 {
     m->ctrl = NULL;
     m->ent = NULL;
@@ -13,7 +13,7 @@ void kvix_hmap_init(kvix_hmap *m, unsigned key_words, size_t value_size)
     m->esize = 8 * m->kw + ((value_size + 7) & ~(size_t)7);
 }
 
-void kvix_hmap_release(kvix_hmap *m)
+void kvix__hmap_release(kvix_hmap *m)
 {
     free(m->ctrl);
     free(m->ent);
@@ -95,7 +95,7 @@ static int resize(kvix_hmap *m, size_t cap)
     return 0;
 }
 
-int kvix_hmap_reserve(kvix_hmap *m, size_t n)
+int kvix__hmap_reserve(kvix_hmap *m, size_t n)
 {
     size_t cap = kvix_hm_cap_for(m->cap, n, m->esize);
     if (!cap)
@@ -103,13 +103,13 @@ int kvix_hmap_reserve(kvix_hmap *m, size_t n)
     return cap == m->cap ? 0 : resize(m, cap);
 }
 
-void *kvix_hmap_get(const kvix_hmap *m, const uint64_t *key)
+void *kvix__hmap_get(const kvix_hmap *m, const uint64_t *key)
 {
     size_t i = find(m, key, key_hash(m, key));
     return i == (size_t)-1 ? NULL : entry(m, i) + 8 * m->kw;
 }
 
-void *kvix_hmap_put(kvix_hmap *m, const uint64_t *key, int *inserted)
+void *kvix__hmap_put(kvix_hmap *m, const uint64_t *key, int *inserted)
 {
     uint64_t h = key_hash(m, key);
     size_t i = find(m, key, h);
@@ -118,7 +118,7 @@ void *kvix_hmap_put(kvix_hmap *m, const uint64_t *key, int *inserted)
             *inserted = 0;
         return entry(m, i) + 8 * m->kw;
     }
-    if (kvix_hmap_reserve(m, m->n + 1))
+    if (kvix__hmap_reserve(m, m->n + 1))
         return NULL;
     i = kvix_hm_free_slot(m->ctrl, m->cap - 1, h);
     m->ctrl[i] = kvix_hm_tag(h);
@@ -131,7 +131,7 @@ void *kvix_hmap_put(kvix_hmap *m, const uint64_t *key, int *inserted)
     return e + 8 * m->kw;
 }
 
-int kvix_hmap_del(kvix_hmap *m, const uint64_t *key)
+int kvix__hmap_del(kvix_hmap *m, const uint64_t *key)
 {
     size_t i = find(m, key, key_hash(m, key));
     if (i == (size_t)-1)
@@ -155,14 +155,14 @@ int kvix_hmap_del(kvix_hmap *m, const uint64_t *key)
     m->ctrl[i] = 0;
     m->n--;
     if (m->n == 0) {
-        kvix_hmap_release(m);
+        kvix__hmap_release(m);
     } else if (kvix_hm_shrinks(m->n, m->cap)) {
         (void)resize(m, m->cap / 2); /* on failure keep the larger table */
     }
     return 1;
 }
 
-void *kvix_hmap_next(const kvix_hmap *m, size_t *it, const uint64_t **key)
+void *kvix__hmap_next(const kvix_hmap *m, size_t *it, const uint64_t **key)
 {
     for (size_t i = *it; i < m->cap; i++) {
         if (m->ctrl[i]) {
@@ -176,7 +176,7 @@ void *kvix_hmap_next(const kvix_hmap *m, size_t *it, const uint64_t **key)
     return NULL;
 }
 
-size_t kvix_hmap_memory(const kvix_hmap *m)
+size_t kvix__hmap_memory(const kvix_hmap *m)
 {
     return m->cap * (1 + m->esize);
 }

@@ -24,28 +24,28 @@ typedef struct kvix_hmap {
 
 /* An empty map (allocates nothing until the first put). key_words is 1 or 2;
  * value_size may be 0 (a set). */
-void kvix_hmap_init(kvix_hmap *m, unsigned key_words, size_t value_size);
+void kvix__hmap_init(kvix_hmap *m, unsigned key_words, size_t value_size);
 /* Free the storage; the map is empty and reusable with the same shape. */
-void kvix_hmap_release(kvix_hmap *m);
+void kvix__hmap_release(kvix_hmap *m);
 
 /* The value stored under key (kw words), or NULL. */
-void *kvix_hmap_get(const kvix_hmap *m, const uint64_t *key);
+void *kvix__hmap_get(const kvix_hmap *m, const uint64_t *key);
 /* The value under key, inserting a zeroed one (*inserted = 1) if absent.
  * NULL when memory runs out (the map is unchanged). */
-void *kvix_hmap_put(kvix_hmap *m, const uint64_t *key, int *inserted);
+void *kvix__hmap_put(kvix_hmap *m, const uint64_t *key, int *inserted);
 /* Make room for n entries in all, so that as many puts never grow the map
  * (a restore knows its count: one allocation instead of log2(n) rehashes).
  * Returns 0, or -1 when memory runs out (the map is unchanged). */
-int kvix_hmap_reserve(kvix_hmap *m, size_t n);
+int kvix__hmap_reserve(kvix_hmap *m, size_t n);
 /* Remove key; returns 1 if it was present. */
-int kvix_hmap_del(kvix_hmap *m, const uint64_t *key);
+int kvix__hmap_del(kvix_hmap *m, const uint64_t *key);
 
 /* Iterate: it starts at 0; returns the next value (and its key in *key when
  * key is non-NULL) or NULL at the end. The map must not change meanwhile. */
-void *kvix_hmap_next(const kvix_hmap *m, size_t *it, const uint64_t **key);
+void *kvix__hmap_next(const kvix_hmap *m, size_t *it, const uint64_t **key);
 
 /* Bytes of heap held (not counting the kvix_hmap struct itself). */
-size_t kvix_hmap_memory(const kvix_hmap *m);
+size_t kvix__hmap_memory(const kvix_hmap *m);
 
 static inline size_t kvix_hmap_size(const kvix_hmap *m) { return m->n; }
 

@@ -42,7 +42,7 @@ static void rb_unlock(kvix_bmem *m)
     atomic_store_explicit(&m->lock, 0, memory_order_release);
 }
 
-void kvix_bmem_defer(kvix_bmem *m, void *p)
+void kvix__bmem_defer(kvix_bmem *m, void *p)
 {
     rb_lock(m);
     kvix_rbatch *b = m->batch;
@@ -50,7 +50,7 @@ void kvix_bmem_defer(kvix_bmem *m, void *p)
         b->n = 0;
     if (!b) { /* no memory for a batch: this one goes alone */
         rb_unlock(m);
-        kvix_rcu_free(p); /* a set record starts with its rcu_head */
+        kvix__rcu_free(p); /* a set record starts with its rcu_head */
         return;
     }
     b->p[b->n++] = p;
@@ -64,7 +64,7 @@ void kvix_bmem_defer(kvix_bmem *m, void *p)
     }
 }
 
-void kvix_bmem_release(kvix_bmem *m)
+void kvix__bmem_release(kvix_bmem *m)
 {
     kvix_rbatch *b = m->batch;
     if (!b)
@@ -106,7 +106,7 @@ static uint64_t *marks_make(void)
     return marks = m;
 }
 
-uint64_t *kvix_hs_marks(void)
+uint64_t *kvix__hs_marks(void)
 {
     return marks ? marks : marks_make();
 }

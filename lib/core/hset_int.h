@@ -53,7 +53,7 @@ typedef _Atomic uint8_t kvix_a8;
 /* Counters a backend shares with its nodes' sets, and the sets' records
  * retired and not yet handed to call_rcu (lib/core/hset.c: a batch at a time, so
  * that a copy on write does not cost a callback of its own). Zeroed with
- * the backend; kvix_bmem_release when it is freed. */
+ * the backend; kvix__bmem_release when it is freed. */
 typedef struct kvix_rbatch kvix_rbatch;
 typedef struct kvix_bmem {
     _Atomic long bytes;  /* bytes held */
@@ -65,9 +65,9 @@ typedef struct kvix_bmem {
 /* Free block p (a malloc'd set record) after a grace period: kept with
  * others retired before it, the batch handed to call_rcu when full. Call
  * from a registered thread. */
-void kvix_bmem_defer(kvix_bmem *m, void *p);
+void kvix__bmem_defer(kvix_bmem *m, void *p);
 /* Free what waits in m's batch now (the backend is quiet: no reader). */
-void kvix_bmem_release(kvix_bmem *m);
+void kvix__bmem_release(kvix_bmem *m);
 
 static inline uint64_t kvix_ld(const kvix_aword *w)
 {
@@ -100,7 +100,7 @@ static inline unsigned kvix_ld8(const kvix_a8 *p)
 #define KVIX_ARR_MAX 30000u
 
 /* A set's out-of-line record, published by RCU, rcu first (freed with
- * kvix_rcu_free). The payload, 8-aligned, is
+ * kvix__rcu_free). The payload, 8-aligned, is
  *  - array: n slot ids (kvix_arr_ids), sorted, then when tiered n tier masks
  *    (kvix_arr_tm: bit t, the holder holds the block in tier t; 0: the entry
  *    is gone). An untiered array may repeat an id (kvix_arr_gone): each
@@ -379,7 +379,7 @@ static inline uint32_t kvix_hv_list(kvix_hview v, uint32_t *out)
  * kvix_hv_split (whatever they hold between uses), made on the thread's
  * first call and freed when it exits; NULL when no memory (splits then
  * search). */
-uint64_t *kvix_hs_marks(void);
+uint64_t *kvix__hs_marks(void);
 
 /* One candidate s (at c[i]) classified: a holder goes to c[k] (k <= i,
  * so c[i] was read already); a non-holder to tmp[m] when the split keeps
@@ -500,7 +500,7 @@ static inline uint32_t kvix_hv_split(kvix_hview v, uint32_t *c, uint32_t n, uint
             uint32_t s = c[i];
             kvix_split_put(c, tmp, i, s, kvix_bits_has(w, nw, s), &k, &m);
         }
-    } else if (marks && n >= 8 && r->n <= 16 * n && (*marks || (*marks = kvix_hs_marks()))) {
+    } else if (marks && n >= 8 && r->n <= 16 * n && (*marks || (*marks = kvix__hs_marks()))) {
         uint64_t *mk = *marks;
         /* mark the candidates, unmark the holders, keep the unmarked (a
          * candidate's bit is set first, so what other bits were matters not;

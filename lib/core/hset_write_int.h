@@ -52,7 +52,7 @@ static inline kvix_wset *kvix_wset_new(int kind, uint32_t n, int tiered, kvix_bm
 static inline void kvix_wset_retire(kvix_wset *r, kvix_bmem *mem)
 {
     atomic_fetch_sub_explicit(&mem->bytes, (long)kvix_wset_size(r), memory_order_relaxed);
-    kvix_bmem_defer(mem, r);
+    kvix__bmem_defer(mem, r);
 }
 
 /* Record r's holders, and setting them (writer side). */

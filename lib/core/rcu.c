@@ -6,9 +6,9 @@
 
 #include "rcu_int.h"
 
-__thread int kvix_rcu_registered;
+__thread int kvix__rcu_registered;
 #ifdef KVIX_TSAN
-char kvix_rcu_tsan_sync;
+char kvix__rcu_tsan_sync;
 #endif
 static pthread_key_t rcu_key;
 static pthread_once_t rcu_once = PTHREAD_ONCE_INIT;
@@ -17,7 +17,7 @@ static void rcu_thread_exit(void *arg)
 {
     (void)arg;
     rcu_unregister_thread();
-    kvix_rcu_registered = 0;
+    kvix__rcu_registered = 0;
 }
 
 static void rcu_key_init(void)
@@ -25,12 +25,12 @@ static void rcu_key_init(void)
     (void)pthread_key_create(&rcu_key, rcu_thread_exit);
 }
 
-void kvix_rcu_register_slow(void)
+void kvix__rcu_register_slow(void)
 {
     pthread_once(&rcu_once, rcu_key_init);
     rcu_register_thread();
     (void)pthread_setspecific(rcu_key, (void *)1);
-    kvix_rcu_registered = 1;
+    kvix__rcu_registered = 1;
 }
 
 static void rcu_free_cb(struct rcu_head *head)
@@ -39,24 +39,24 @@ static void rcu_free_cb(struct rcu_head *head)
     free(head);
 }
 
-void kvix_rcu_free(struct rcu_head *head)
+void kvix__rcu_free(struct rcu_head *head)
 {
     kvix_rcu_writer();
     KVIX_RCU_TSAN_RELEASE(); /* the writer's last stores to the block come before the free */
     call_rcu(head, rcu_free_cb);
 }
 
-void kvix_rcu_before_fork(void)
+void kvix__rcu_before_fork(void)
 {
     call_rcu_before_fork();
 }
 
-void kvix_rcu_after_fork_parent(void)
+void kvix__rcu_after_fork_parent(void)
 {
     call_rcu_after_fork_parent();
 }
 
-void kvix_rcu_after_fork_child(void)
+void kvix__rcu_after_fork_child(void)
 {
     call_rcu_after_fork_child();
 }

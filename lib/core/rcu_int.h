@@ -43,22 +43,22 @@
 #ifdef KVIX_TSAN
 void __tsan_acquire(void *addr);
 void __tsan_release(void *addr);
-extern char kvix_rcu_tsan_sync;
-#define KVIX_RCU_TSAN_RELEASE() __tsan_release(&kvix_rcu_tsan_sync)
-#define KVIX_RCU_TSAN_ACQUIRE() __tsan_acquire(&kvix_rcu_tsan_sync)
+extern char kvix__rcu_tsan_sync;
+#define KVIX_RCU_TSAN_RELEASE() __tsan_release(&kvix__rcu_tsan_sync)
+#define KVIX_RCU_TSAN_ACQUIRE() __tsan_acquire(&kvix__rcu_tsan_sync)
 #else
 #define KVIX_RCU_TSAN_RELEASE() ((void)0)
 #define KVIX_RCU_TSAN_ACQUIRE() ((void)0)
 #endif
 
-extern __thread int kvix_rcu_registered;
+extern __thread int kvix__rcu_registered;
 /* Register the calling thread with liburcu (once per thread). */
-void kvix_rcu_register_slow(void);
+void kvix__rcu_register_slow(void);
 
 static inline void kvix_rcu_writer(void)
 {
-    if (__builtin_expect(!kvix_rcu_registered, 0))
-        kvix_rcu_register_slow();
+    if (__builtin_expect(!kvix__rcu_registered, 0))
+        kvix__rcu_register_slow();
 }
 
 static inline void kvix_rcu_lock(void)
@@ -75,7 +75,7 @@ static inline void kvix_rcu_unlock(void)
 
 /* free() the block that starts with head after a grace period (head must be
  * the first member of a malloc'd block). Call from a registered thread. */
-void kvix_rcu_free(struct rcu_head *head);
+void kvix__rcu_free(struct rcu_head *head);
 
 /* liburcu's call_rcu threads do not survive fork(): a process that forks
  * without exec calls the first before fork() and the second in the parent
@@ -84,8 +84,8 @@ void kvix_rcu_free(struct rcu_head *head);
  * child's deferred work never runs: its frees are lost, and destroying a
  * positional backend that retired nodes (waiting for its batches) never
  * returns. */
-void kvix_rcu_before_fork(void);
-void kvix_rcu_after_fork_parent(void);
-void kvix_rcu_after_fork_child(void);
+void kvix__rcu_before_fork(void);
+void kvix__rcu_after_fork_parent(void);
+void kvix__rcu_after_fork_child(void);
 
 #endif

@@ -25,8 +25,8 @@ static int tier_ref_more(wstate *w, const kvix_binfo *b, unsigned tier, kvix_err
 {
     uint64_t key[2] = {b->pos, b->canon};
     int inserted;
-    wside *sd = kvix_ix_ws_side(w);
-    cref *c = sd ? kvix_hmap_put(&sd->extra, key, &inserted) : NULL;
+    wside *sd = kvix__ix_ws_side(w);
+    cref *c = sd ? kvix__hmap_put(&sd->extra, key, &inserted) : NULL;
     if (!c)
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block");
     if (c->n[tier] == CREF_MAX - 1)
@@ -62,11 +62,11 @@ static int tier_unref_more(wstate *w, void *node, unsigned tier)
     kvix_binfo b;
     p->ops->info(part_be(p), node, &b);
     uint64_t key[2] = {b.pos, b.canon};
-    cref *c = kvix_hmap_get(&w->side->extra, key);
+    cref *c = kvix__hmap_get(&w->side->extra, key);
     if (!c || !c->n[tier])
         return 0;
     if (--c->n[tier] == 0 && cref_empty(c))
-        kvix_hmap_del(&w->side->extra, key);
+        kvix__hmap_del(&w->side->extra, key);
     return 1;
 }
 
@@ -88,10 +88,10 @@ static void untier_all(wstate *w, bent e)
 }
 
 /* The parent engine hash of engine (held at a node of info b). */
-uint64_t kvix_ix_parent_engine(const wstate *w, uint64_t engine, const kvix_binfo *b)
+uint64_t kvix__ix_parent_engine(const wstate *w, uint64_t engine, const kvix_binfo *b)
 {
     if (b->pos && w->side && kvix_hmap_size(&w->side->pexc)) {
-        const uint64_t *x = kvix_hmap_get(&w->side->pexc, &engine);
+        const uint64_t *x = kvix__hmap_get(&w->side->pexc, &engine);
         if (x)
             return *x;
     }
@@ -107,15 +107,15 @@ static inline int note_parent(wstate *w, uint64_t engine, uint64_t parent, uint6
     if (hint != parent)
         return note_parent_other(w, engine, parent, err);
     if (w->side && kvix_hmap_size(&w->side->pexc))
-        kvix_hmap_del(&w->side->pexc, &engine);
+        kvix__hmap_del(&w->side->pexc, &engine);
     return KVIX_OK;
 }
 
 static int note_parent_other(wstate *w, uint64_t engine, uint64_t parent, kvix_err *err)
 {
     int inserted;
-    wside *sd = kvix_ix_ws_side(w);
-    uint64_t *x = sd ? kvix_hmap_put(&sd->pexc, &engine, &inserted) : NULL;
+    wside *sd = kvix__ix_ws_side(w);
+    uint64_t *x = sd ? kvix__hmap_put(&sd->pexc, &engine, &inserted) : NULL;
     if (!x)
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block");
     *x = parent;
@@ -125,9 +125,9 @@ static int note_parent_other(wstate *w, uint64_t engine, uint64_t parent, kvix_e
 /* Drop engine's entry (its node still valid: before the backend hears). */
 static void forget_hash(wstate *w, uint64_t engine)
 {
-    kvix_ix_bm_del(&w->blocks, engine);
+    kvix__ix_bm_del(&w->blocks, engine);
     if (w->side && kvix_hmap_size(&w->side->pexc))
-        kvix_hmap_del(&w->side->pexc, &engine);
+        kvix__hmap_del(&w->side->pexc, &engine);
 }
 
 /* w holds engine at (pos, canon) in tier. An engine hash names one block per
@@ -150,7 +150,7 @@ store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t c
     int rc;
     void *node;
     size_t at;
-    bent e = kvix_ix_bm_get(&w->blocks, engine, &at);
+    bent e = kvix__ix_bm_get(&w->blocks, engine, &at);
     if (e) {
         kvix_binfo o;
         ops->info(part_be(w->p), bent_node(e), &o);
@@ -164,7 +164,7 @@ store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t c
             if ((rc = tier_ref(w, &b, tier, &node, err)))
                 return rc;
             /* at still names it: no change to w->blocks since */
-            kvix_ix_bm_set(&w->blocks, at, engine, e | 1u << tier);
+            kvix__ix_bm_set(&w->blocks, at, engine, e | 1u << tier);
             r->stored++;
             return KVIX_OK;
         }
@@ -182,11 +182,11 @@ store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t c
         rc = kvix_err_set(err, KVIX_ESYS, "misaligned index node");
     else if (!(rc = note_parent(w, engine, pos ? parent : 0, b.parent_engine,
                                 err)) &&
-             kvix_ix_bm_add_at(&w->blocks, at, engine, (bent)(uintptr_t)node | (1u << tier), b.num))
+             kvix__ix_bm_add_at(&w->blocks, at, engine, (bent)(uintptr_t)node | (1u << tier), b.num))
         rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block");
     if (rc) {
         if (w->side && kvix_hmap_size(&w->side->pexc))
-            kvix_hmap_del(&w->side->pexc, &engine);
+            kvix__hmap_del(&w->side->pexc, &engine);
         tier_unref(w, node, tier);
         return rc;
     }
@@ -196,7 +196,7 @@ store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t c
     return KVIX_OK;
 }
 
-int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t canon,
+int kvix__ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t canon,
                        uint64_t parent, uint64_t pcanon, unsigned tier, kvix_ix_chain *chain,
                        kvix_apply_result *r, kvix_err *err)
 {
@@ -230,7 +230,7 @@ static void load_prefetch(const kvix_backend_ops *ops, void *be, const kvix_bloc
         ops->prefetch_keys(be, pos, canon, k);
 }
 
-int kvix_ix_load_tree(wstate *w, const kvix_block_info *b, const size_t *up, size_t n,
+int kvix__ix_load_tree(wstate *w, const kvix_block_info *b, const size_t *up, size_t n,
                       kvix_ix_chain *nodes, kvix_apply_result *r, kvix_err *err)
 {
     part *p = w->p;
@@ -239,7 +239,7 @@ int kvix_ix_load_tree(wstate *w, const kvix_block_info *b, const size_t *up, siz
     int ahead = ops->prefetch_keys && ops->prefetch_key_nodes;
     uint32_t depth = 0;
     int rc = KVIX_OK;
-    if (kvix_ix_bm_reserve(&w->blocks, kvix_ix_bm_size(&w->blocks) + n))
+    if (kvix__ix_bm_reserve(&w->blocks, kvix_ix_bm_size(&w->blocks) + n))
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for %zu blocks", n);
     for (size_t i = 0; i < n && !rc; i++)
         if (b[i].position + 1 > depth)
@@ -282,7 +282,7 @@ int kvix_ix_load_tree(wstate *w, const kvix_block_info *b, const size_t *up, siz
         if ((uintptr_t)node & BENT_TIERS) /* backends align their nodes: never met */
             rc = kvix_err_set(err, KVIX_ESYS, "misaligned index node");
         else if (!(rc = note_parent(w, x->engine, x->position ? x->parent : 0, hint, err)) &&
-                 kvix_ix_bm_add(&w->blocks, x->engine, (bent)(uintptr_t)node | x->tiers, bi.num))
+                 kvix__ix_bm_add(&w->blocks, x->engine, (bent)(uintptr_t)node | x->tiers, bi.num))
             rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block");
         nodes[i] = (kvix_ix_chain){node, bi.num};
     }
@@ -297,19 +297,19 @@ static void *forget_tier(wstate *w, uint64_t engine, unsigned tier, kvix_apply_r
                          int *gone)
 {
     size_t at;
-    bent v = kvix_ix_bm_get(&w->blocks, engine, &at);
+    bent v = kvix__ix_bm_get(&w->blocks, engine, &at);
     *gone = 0;
     if (!v || !(bent_tiers(v) & (1u << tier))) {
         r->unknown++;
         return NULL;
     }
     if (bent_tiers(v) == (1u << tier)) { /* forget it first: the backend may free the node */
-        kvix_ix_bm_del_at(&w->blocks, at, engine);
+        kvix__ix_bm_del_at(&w->blocks, at, engine);
         if (w->side && kvix_hmap_size(&w->side->pexc))
-            kvix_hmap_del(&w->side->pexc, &engine);
+            kvix__hmap_del(&w->side->pexc, &engine);
         *gone = 1;
     } else
-        kvix_ix_bm_set(&w->blocks, at, engine, v & ~(bent)(1u << tier));
+        kvix__ix_bm_set(&w->blocks, at, engine, v & ~(bent)(1u << tier));
     r->removed++;
     return bent_node(v);
 }
@@ -343,7 +343,7 @@ static void remove_hashes(wstate *w, const kvix_event *ev, const uint64_t *hashe
         for (size_t k = 0; k < nb; k++)
             kvix_ix_bm_prefetch(m, h[k]);
         for (size_t k = 0; k < nb; k++)
-            kvix_ix_bm_prefetch_nodes(m, h[k]);
+            kvix__ix_bm_prefetch_nodes(m, h[k]);
         for (size_t k = 0; k < nb; k++)
             nodes[k] = forget_tier(w, h[k], tier, r, &gone[k]);
         if (ops->prefetch_del)
@@ -355,7 +355,7 @@ static void remove_hashes(wstate *w, const kvix_event *ev, const uint64_t *hashe
                 continue;
             if (gone[k] && record >= 0) { /* the node is valid until its del */
                 if (!record)
-                    record = kvix_ix_xr_event(w, ev, KVIX_EV_REMOVED, 0) ? -1 : 1;
+                    record = kvix__ix_xr_event(w, ev, KVIX_EV_REMOVED, 0) ? -1 : 1;
                 if (record > 0)
                     kvix_ix_xr_block(w, nodes[k]);
             }
@@ -368,13 +368,13 @@ static void clear_ws(wstate *w, kvix_apply_result *r)
 {
     size_t it = 0;
     bent e;
-    while ((e = kvix_ix_bm_next(&w->blocks, &it, NULL)))
+    while ((e = kvix__ix_bm_next(&w->blocks, &it, NULL)))
         untier_all(w, e);
     r->removed += kvix_ix_bm_size(&w->blocks);
-    kvix_ix_bm_release(&w->blocks);
+    kvix__ix_bm_release(&w->blocks);
     kvix_ix_publish_held(w);
-    kvix_ix_ws_side_free(w);
-    kvix_ix_grp_members_free(w); /* the kinds stay: the engine's, not its cache's */
+    kvix__ix_ws_side_free(w);
+    kvix__ix_grp_members_free(w); /* the kinds stay: the engine's, not its cache's */
 }
 
 /* ---- events ----------------------------------------------------------- */
@@ -432,14 +432,14 @@ static int group_store(kvix_index *idx, const kvix_event *ev, part **pp, wstate 
                        kvix_apply_result *r, kvix_err *err)
 {
     int rc;
-    if (!*pp && (rc = kvix_ix_part_get(idx, ev->model, ev->tenant, ev->bs, pp, err)))
+    if (!*pp && (rc = kvix__ix_part_get(idx, ev->model, ev->tenant, ev->bs, pp, err)))
         return rc;
-    if (!*wp && (rc = kvix_ix_ws_get(*pp, ev->worker, ev->dp, wp, err)))
+    if (!*wp && (rc = kvix__ix_ws_get(*pp, ev->worker, ev->dp, wp, err)))
         return rc;
     wstate *w = *wp;
     ws_lock(w);
-    rc = kvix_ix_grp_learn(w, ev->group, ev->kind, err);
-    int indexed = !rc && kvix_ix_grp_indexed(w, ev);
+    rc = kvix__ix_grp_learn(w, ev->group, ev->kind, err);
+    int indexed = !rc && kvix__ix_grp_indexed(w, ev);
     if (!rc && !indexed)
         record_eid(w, ev);
     ws_unlock(w);
@@ -447,7 +447,7 @@ static int group_store(kvix_index *idx, const kvix_event *ev, part **pp, wstate 
         return 0;
     if (!rc)
         r->skipped += ev->nblocks ? ev->nblocks : ev->nhashes;
-    kvix_ix_ws_done(w);
+    kvix__ix_ws_done(w);
     return rc ? rc : 1;
 }
 
@@ -462,22 +462,22 @@ static int apply_placeholder(kvix_index *idx, const kvix_event *ev, kvix_apply_r
     if (ev->nhashes > KVIX_EVENT_BLOCKS_MAX)
         return kvix_err_set(err, KVIX_ELIMIT, "%zu hashes in one event (limit %d)",
                             ev->nhashes, KVIX_EVENT_BLOCKS_MAX);
-    part *p = kvix_ix_part_find(idx, ev->model, ev->tenant);
+    part *p = kvix__ix_part_find(idx, ev->model, ev->tenant);
     if (p && ev->bs && p->bs != ev->bs)
-        return kvix_ix_bs_mismatch(p, ev->bs, err);
-    wstate *w = p ? kvix_ix_ws_find(p, ev->worker, ev->dp) : NULL;
+        return kvix__ix_bs_mismatch(p, ev->bs, err);
+    wstate *w = p ? kvix__ix_ws_find(p, ev->worker, ev->dp) : NULL;
     int rc = KVIX_OK;
     size_t done = 0;
     if (w)
         ws_lock(w);
-    if (!kvix_ix_grp_indexed(w, ev)) {
+    if (!kvix__ix_grp_indexed(w, ev)) {
         r->skipped += ev->nhashes;
     } else if (!w) {
         r->unknown += ev->nhashes;
     } else {
         for (; done < ev->nhashes && !rc; done++) {
             uint64_t engine = ev->hashes[done];
-            bent e = kvix_ix_bm_get(&w->blocks, engine, NULL);
+            bent e = kvix__ix_bm_get(&w->blocks, engine, NULL);
             if (!e) {
                 r->unknown++;
                 continue;
@@ -485,12 +485,12 @@ static int apply_placeholder(kvix_index *idx, const kvix_event *ev, kvix_apply_r
             kvix_binfo o;
             p->ops->info(part_be(p), bent_node(e), &o);
             rc = store_block(w, engine, o.pos, o.local, o.canon,
-                             kvix_ix_parent_engine(w, engine, &o), o.parent_canon,
+                             kvix__ix_parent_engine(w, engine, &o), o.parent_canon,
                              (unsigned)ev->medium, NULL, r, err);
         }
         if (rc)
             done--;
-        int mrc = kvix_ix_grp_stored(w, ev, done, err);
+        int mrc = kvix__ix_grp_stored(w, ev, done, err);
         rc = rc ? rc : mrc;
     }
     if (w && !rc)
@@ -499,7 +499,7 @@ static int apply_placeholder(kvix_index *idx, const kvix_event *ev, kvix_apply_r
         ws_unlock(w);
     int erc = rc ? KVIX_OK : eid_state(idx, p, ev, &w, err);
     if (w)
-        kvix_ix_ws_done(w);
+        kvix__ix_ws_done(w);
     return rc ? rc : erc;
 }
 
@@ -516,10 +516,10 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
                             ev->nblocks, KVIX_EVENT_BLOCKS_MAX);
     if (ev->has_parent_at && !ev->has_parent)
         return kvix_err_set(err, KVIX_EINVAL, "a parent's placement without its hash");
-    part *p = kvix_ix_part_find(idx, ev->model, ev->tenant);
+    part *p = kvix__ix_part_find(idx, ev->model, ev->tenant);
     if (p && p->bs != ev->bs)
-        return kvix_ix_bs_mismatch(p, ev->bs, err);
-    wstate *w = p ? kvix_ix_ws_find(p, ev->worker, ev->dp) : NULL;
+        return kvix__ix_bs_mismatch(p, ev->bs, err);
+    wstate *w = p ? kvix__ix_ws_find(p, ev->worker, ev->dp) : NULL;
     int rc = ev->has_group ? group_store(idx, ev, &p, &w, r, err) : KVIX_OK;
     if (rc)
         return rc > 0 ? KVIX_OK : rc;
@@ -532,10 +532,10 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
         parent = ev->parent;
     } else if (ev->has_parent) {
         size_t at;
-        bent pe = w ? kvix_ix_bm_get(&w->blocks, ev->parent, &at) : 0;
+        bent pe = w ? kvix__ix_bm_get(&w->blocks, ev->parent, &at) : 0;
         if (!pe) {
             if (w)
-                kvix_ix_ws_done(w); /* made for a group's kind, perhaps */
+                kvix__ix_ws_done(w); /* made for a group's kind, perhaps */
             return kvix_err_set(err, KVIX_EPARENT,
                                 "parent %016" PRIx64 " is not held by worker %" PRIu64
                                 " dp %" PRIu32,
@@ -552,26 +552,26 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
         rc = kvix_err_set(err, KVIX_ERANGE, "block position %" PRIu64 " too deep (limit %u)",
                           (uint64_t)pos0 + ev->nblocks - 1, KVIX_INDEX_DEPTH_MAX - 1);
     else if (!p)
-        rc = kvix_ix_part_get(idx, ev->model, ev->tenant, ev->bs, &p, err);
+        rc = kvix__ix_part_get(idx, ev->model, ev->tenant, ev->bs, &p, err);
     if (!rc && ev->nblocks)
         rc = part_hashing(p, ev, err);
     if (rc) {
         if (w)
-            kvix_ix_ws_done(w); /* made for a group's kind, perhaps */
+            kvix__ix_ws_done(w); /* made for a group's kind, perhaps */
         return rc;
     }
-    if (!w && (rc = kvix_ix_ws_get(p, ev->worker, ev->dp, &w, err)))
+    if (!w && (rc = kvix__ix_ws_get(p, ev->worker, ev->dp, &w, err)))
         return rc;
     ws_lock(w);
     kvix_ix_rank_if_asked(p);
     raise_depth(p, pos0 + (uint32_t)ev->nblocks);
     if (ev->lora[0])
-        kvix_ix_note_lora(p, ev->lora);
+        kvix__ix_note_lora(p, ev->lora);
     /* Room for the event's blocks at once: a map grown block by block
      * rehashes (reading each entry's node) at every doubling on the way.
      * Engines send stored events for blocks they did not hold, so this is
      * the size the adds reach. */
-    rc = kvix_ix_bm_reserve(&w->blocks, (size_t)w->blocks.n + ev->nblocks)
+    rc = kvix__ix_bm_reserve(&w->blocks, (size_t)w->blocks.n + ev->nblocks)
              ? kvix_err_set(err, KVIX_ENOMEM, "out of memory for a block")
              : KVIX_OK;
     uint64_t canons[STORE_AHEAD];
@@ -588,12 +588,12 @@ static int apply_stored(kvix_index *idx, const kvix_event *ev, kvix_apply_result
         }
     }
     if (!rc && w->grp && w->grp->member) /* a worker of several full groups */
-        rc = kvix_ix_grp_stored(w, ev, ev->nblocks, err);
+        rc = kvix__ix_grp_stored(w, ev, ev->nblocks, err);
     kvix_ix_publish_held(w);
     if (!rc)
         record_eid(w, ev);
     ws_unlock(w);
-    kvix_ix_ws_done(w); /* nothing held (an empty event, or a first block refused): released */
+    kvix__ix_ws_done(w); /* nothing held (an empty event, or a first block refused): released */
     return rc;
 }
 
@@ -605,13 +605,13 @@ static int eid_state(kvix_index *idx, part *p, const kvix_event *ev, wstate **w,
     int rc;
     if (!ev->has_eid || *w || (!p && !ev->bs))
         return KVIX_OK;
-    if (!p && (rc = kvix_ix_part_get(idx, ev->model, ev->tenant, ev->bs, &p, err)))
+    if (!p && (rc = kvix__ix_part_get(idx, ev->model, ev->tenant, ev->bs, &p, err)))
         return rc;
     if (ev->worker > KVIX_WORKER_MAX) /* a snapshot could not hold it */
         return kvix_err_set(err, KVIX_ERANGE, "worker %" PRIu64 " out of range (0 to %" PRId64 ")",
                             ev->worker, (int64_t)KVIX_WORKER_MAX);
     /* a pair without blocks has no state: its eid alone is kept */
-    return kvix_ix_eid_set(p, ev->worker, ev->dp, ev->eid, err);
+    return kvix__ix_eid_set(p, ev->worker, ev->dp, ev->eid, err);
 }
 
 /* A removal for a worker of several full groups: only the hashes no other
@@ -621,7 +621,7 @@ static int remove_grouped(wstate *w, const kvix_event *ev, kvix_apply_result *r,
     uint64_t small[64], *keep = ev->nhashes <= 64 ? small : malloc(ev->nhashes * sizeof *keep);
     if (!keep)
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a removal");
-    size_t n = kvix_ix_grp_removed(w, ev, keep, r);
+    size_t n = kvix__ix_grp_removed(w, ev, keep, r);
     remove_hashes(w, ev, keep, n, r);
     kvix_ix_publish_held(w);
     if (keep != small)
@@ -637,14 +637,14 @@ static int apply_removed(kvix_index *idx, const kvix_event *ev, kvix_apply_resul
     if (ev->nhashes > KVIX_EVENT_BLOCKS_MAX)
         return kvix_err_set(err, KVIX_ELIMIT, "%zu hashes in one event (limit %d)",
                             ev->nhashes, KVIX_EVENT_BLOCKS_MAX);
-    part *p = kvix_ix_part_find(idx, ev->model, ev->tenant);
+    part *p = kvix__ix_part_find(idx, ev->model, ev->tenant);
     if (p && ev->bs && p->bs != ev->bs)
-        return kvix_ix_bs_mismatch(p, ev->bs, err);
-    wstate *w = p ? kvix_ix_ws_find(p, ev->worker, ev->dp) : NULL;
+        return kvix__ix_bs_mismatch(p, ev->bs, err);
+    wstate *w = p ? kvix__ix_ws_find(p, ev->worker, ev->dp) : NULL;
     int rc = KVIX_OK;
     if (w)
         ws_lock(w);
-    if (!kvix_ix_grp_indexed(w, ev))
+    if (!kvix__ix_grp_indexed(w, ev))
         r->skipped += ev->nhashes; /* another kind's group: never what a prompt hits */
     else if (!w)
         r->unknown += (uint32_t)ev->nhashes;
@@ -661,17 +661,17 @@ static int apply_removed(kvix_index *idx, const kvix_event *ev, kvix_apply_resul
     if (!rc)
         rc = eid_state(idx, p, ev, &w, err); /* no state: the eid alone */
     if (w)
-        kvix_ix_ws_done(w); /* its last block gone and no eid: released */
+        kvix__ix_ws_done(w); /* its last block gone and no eid: released */
     return rc;
 }
 
 static int apply_cleared(kvix_index *idx, const kvix_event *ev, kvix_apply_result *r,
                          kvix_err *err)
 {
-    part *p = kvix_ix_part_find(idx, ev->model, ev->tenant);
+    part *p = kvix__ix_part_find(idx, ev->model, ev->tenant);
     if (p && ev->bs && p->bs != ev->bs)
-        return kvix_ix_bs_mismatch(p, ev->bs, err);
-    wstate *w = p ? kvix_ix_ws_find(p, ev->worker, ev->dp) : NULL, *held = w;
+        return kvix__ix_bs_mismatch(p, ev->bs, err);
+    wstate *w = p ? kvix__ix_ws_find(p, ev->worker, ev->dp) : NULL, *held = w;
     int rc = eid_state(idx, p, ev, &w, err);
     if (w) {
         ws_lock(w);
@@ -679,16 +679,16 @@ static int apply_cleared(kvix_index *idx, const kvix_event *ev, kvix_apply_resul
             uint64_t before = r->removed;
             clear_ws(w, r);
             if (r->removed > before)
-                kvix_ix_xr_event(w, ev, KVIX_EV_CLEARED, (uint32_t)(r->removed - before));
+                kvix__ix_xr_event(w, ev, KVIX_EV_CLEARED, (uint32_t)(r->removed - before));
         }
         record_eid(w, ev);
         ws_unlock(w);
-        kvix_ix_ws_done(w); /* cleared without an eid: released */
+        kvix__ix_ws_done(w); /* cleared without an eid: released */
     }
     return rc;
 }
 
-void kvix_ix_add_totals(kvix_index *idx, const kvix_apply_result *r)
+void kvix__ix_add_totals(kvix_index *idx, const kvix_apply_result *r)
 {
     if (r->stored)
         __atomic_fetch_add(&idx->tot_stored, r->stored, __ATOMIC_RELAXED);
@@ -727,7 +727,7 @@ int kvix_index_apply(kvix_index *idx, const kvix_event *ev, kvix_apply_result *r
     else
         rc = kvix_err_set(err, KVIX_EINVAL, "not an event (%s)", kvix_event_type_name(ev->type));
     if (idx)
-        kvix_ix_add_totals(idx, &r);
+        kvix__ix_add_totals(idx, &r);
     if (res)
         *res = r;
     return rc;
@@ -757,21 +757,21 @@ static int remove_workers(kvix_index *idx, uint64_t worker, int all_dp, uint32_t
         if (!p)
             continue;
         /* the worker's own states, not every slot of the partition */
-        wstate *w = all_dp ? kvix_ix_ws_first(p, worker) : kvix_ix_ws_find(p, worker, dp);
+        wstate *w = all_dp ? kvix__ix_ws_first(p, worker) : kvix__ix_ws_find(p, worker, dp);
         for (wstate *next; w; w = next) {
             next = all_dp ? w->next_dp : NULL; /* w is released below */
             ws_lock(w);
             clear_ws(w, &r);
-            kvix_ix_grp_free(w);
+            kvix__ix_grp_free(w);
             w->has_eid = 0;
             w->eid = 0;
             ws_unlock(w);
-            kvix_ix_ws_done(w);
+            kvix__ix_ws_done(w);
         }
-        kvix_ix_eid_forget(p, worker, all_dp, dp);
+        kvix__ix_eid_forget(p, worker, all_dp, dp);
     }
     kvix_rcu_unlock();
-    kvix_ix_add_totals(idx, &r);
+    kvix__ix_add_totals(idx, &r);
     if (res)
         *res = r;
     return KVIX_OK;
@@ -795,20 +795,20 @@ int kvix_index_forget_worker(kvix_index *idx, const char *model, const char *ten
     kvix_apply_result r = {0, 0, 0, 0, 0, 0};
     if (!idx)
         return kvix_err_set(err, KVIX_EINVAL, "no index");
-    part *p = kvix_ix_part_find(idx, model ? model : "default", tenant ? tenant : "default");
-    wstate *w = p ? kvix_ix_ws_find(p, worker, dp) : NULL;
+    part *p = kvix__ix_part_find(idx, model ? model : "default", tenant ? tenant : "default");
+    wstate *w = p ? kvix__ix_ws_find(p, worker, dp) : NULL;
     if (w) {
         ws_lock(w);
         clear_ws(w, &r);
-        kvix_ix_grp_free(w);
+        kvix__ix_grp_free(w);
         w->has_eid = 0;
         w->eid = 0;
         ws_unlock(w);
-        kvix_ix_ws_done(w);
-        kvix_ix_add_totals(idx, &r);
+        kvix__ix_ws_done(w);
+        kvix__ix_add_totals(idx, &r);
     }
     if (p)
-        kvix_ix_eid_forget(p, worker, 0, dp);
+        kvix__ix_eid_forget(p, worker, 0, dp);
     if (res)
         *res = r;
     return KVIX_OK;

@@ -97,7 +97,7 @@ static inline uint64_t slot_engine(const bmap *m, size_t i)
     return kvix_ix_node_engine(bent_node(ent(m, i)), m->eoff);
 }
 
-void kvix_ix_bm_init(bmap *m, const kvix_backend_ops *ops, void *be)
+void kvix__ix_bm_init(bmap *m, const kvix_backend_ops *ops, void *be)
 {
     m->ctrl = NULL;
     m->v = NULL;
@@ -109,7 +109,7 @@ void kvix_ix_bm_init(bmap *m, const kvix_backend_ops *ops, void *be)
     m->other = NULL;
 }
 
-void kvix_ix_bm_release(bmap *m)
+void kvix__ix_bm_release(bmap *m)
 {
     free(m->ctrl);
     free(m->v);
@@ -118,7 +118,7 @@ void kvix_ix_bm_release(bmap *m)
     m->cap = m->n = m->tomb = 0;
     m->young = 1;
     if (m->other) {
-        kvix_hmap_release(m->other);
+        kvix__hmap_release(m->other);
         free(m->other);
         m->other = NULL;
     }
@@ -160,7 +160,7 @@ static inline size_t free_slot(const uint8_t *ctrl, size_t mask, uint64_t h)
 
 #define PREFETCH_PROBE 8u
 
-void kvix_ix_bm_prefetch_nodes(const bmap *m, uint64_t engine)
+void kvix__ix_bm_prefetch_nodes(const bmap *m, uint64_t engine)
 {
     if (!m->cap)
         return;
@@ -173,7 +173,7 @@ void kvix_ix_bm_prefetch_nodes(const bmap *m, uint64_t engine)
     __builtin_prefetch(bent_node(ent(m, i))); /* the first tag match: most often engine's */
 }
 
-bent kvix_ix_bm_get(const bmap *m, uint64_t engine, size_t *at)
+bent kvix__ix_bm_get(const bmap *m, uint64_t engine, size_t *at)
 {
     size_t i = find(m, engine, kvix_mix64(engine));
     if (at)
@@ -181,11 +181,11 @@ bent kvix_ix_bm_get(const bmap *m, uint64_t engine, size_t *at)
     if (!(i & BM_MISS))
         return ent(m, i);
     const bent *e =
-        m->other && kvix_hmap_size(m->other) ? kvix_hmap_get(m->other, &engine) : NULL;
+        m->other && kvix_hmap_size(m->other) ? kvix__hmap_get(m->other, &engine) : NULL;
     return e ? *e : 0;
 }
 
-void kvix_ix_bm_set(bmap *m, size_t at, uint64_t engine, bent v)
+void kvix__ix_bm_set(bmap *m, size_t at, uint64_t engine, bent v)
 {
     if (!(at & BM_MISS)) { /* the same node: a numbered entry keeps its number */
         if (m->dir)
@@ -195,7 +195,7 @@ void kvix_ix_bm_set(bmap *m, size_t at, uint64_t engine, bent v)
             ((bent *)m->v)[at] = v;
         return;
     }
-    bent *e = kvix_hmap_get(m->other, &engine);
+    bent *e = kvix__hmap_get(m->other, &engine);
     if (e)
         *e = v;
 }
@@ -300,7 +300,7 @@ static int halve(bmap *m)
 
 /* Room for n entries: a larger table, or this one without its tombstones
  * when they would take the room. */
-int kvix_ix_bm_reserve(bmap *m, size_t n)
+int kvix__ix_bm_reserve(bmap *m, size_t n)
 {
     size_t cap = kvix_hm_cap_for(m->cap, n, esize(m));
     if (!cap)
@@ -328,30 +328,30 @@ static inline void put(bmap *m, size_t i, uint64_t h, bent v, uint32_t num)
     m->n++;
 }
 
-int kvix_ix_bm_add(bmap *m, uint64_t engine, bent v, uint32_t num)
+int kvix__ix_bm_add(bmap *m, uint64_t engine, bent v, uint32_t num)
 {
     if (kvix_ix_node_engine(bent_node(v), m->eoff) != engine) {
         int inserted;
         if (!m->other && (m->other = malloc(sizeof *m->other)))
-            kvix_hmap_init(m->other, 1, sizeof(bent));
-        bent *e = m->other ? kvix_hmap_put(m->other, &engine, &inserted) : NULL;
+            kvix__hmap_init(m->other, 1, sizeof(bent));
+        bent *e = m->other ? kvix__hmap_put(m->other, &engine, &inserted) : NULL;
         if (!e)
             return -1;
         *e = v;
         return 0;
     }
-    if (full(m) && kvix_ix_bm_reserve(m, m->n + 1))
-        return -1; /* (the test is kvix_ix_bm_reserve's: most adds need no call) */
+    if (full(m) && kvix__ix_bm_reserve(m, m->n + 1))
+        return -1; /* (the test is kvix__ix_bm_reserve's: most adds need no call) */
     uint64_t h = kvix_mix64(engine);
     put(m, free_slot(m->ctrl, m->cap - 1, h), h, v, num);
     return 0;
 }
 
-int kvix_ix_bm_add_at(bmap *m, size_t at, uint64_t engine, bent v, uint32_t num)
+int kvix__ix_bm_add_at(bmap *m, size_t at, uint64_t engine, bent v, uint32_t num)
 {
     if (at == NO_SLOT || !(at & BM_MISS) || full(m) ||
         kvix_ix_node_engine(bent_node(v), m->eoff) != engine)
-        return kvix_ix_bm_add(m, engine, v, num); /* (full: even into a tombstone) */
+        return kvix__ix_bm_add(m, engine, v, num); /* (full: even into a tombstone) */
     size_t i = AT_SLOT(at); /* where free_slot would put it */
     if (m->ctrl[i] == TOMB)
         m->tomb--;
@@ -361,17 +361,17 @@ int kvix_ix_bm_add_at(bmap *m, size_t at, uint64_t engine, bent v, uint32_t num)
     return 0;
 }
 
-void kvix_ix_bm_del(bmap *m, uint64_t engine)
+void kvix__ix_bm_del(bmap *m, uint64_t engine)
 {
-    kvix_ix_bm_del_at(m, find(m, engine, kvix_mix64(engine)), engine);
+    kvix__ix_bm_del_at(m, find(m, engine, kvix_mix64(engine)), engine);
 }
 
-void kvix_ix_bm_del_at(bmap *m, size_t at, uint64_t engine)
+void kvix__ix_bm_del_at(bmap *m, size_t at, uint64_t engine)
 {
     size_t i = at;
     if (i & BM_MISS) {
         if (m->other && kvix_hmap_size(m->other))
-            kvix_hmap_del(m->other, &engine);
+            kvix__hmap_del(m->other, &engine);
         return;
     }
     if (m->young) { /* its first deletion: packed first (see QUAD_BELOW) */
@@ -407,7 +407,7 @@ void kvix_ix_bm_del_at(bmap *m, size_t at, uint64_t engine)
     }
 }
 
-bent kvix_ix_bm_next(const bmap *m, size_t *it, uint64_t *engine)
+bent kvix__ix_bm_next(const bmap *m, size_t *it, uint64_t *engine)
 {
     for (size_t i = *it; i < m->cap; i++) {
         if (LIVE(m->ctrl[i])) {
@@ -422,14 +422,14 @@ bent kvix_ix_bm_next(const bmap *m, size_t *it, uint64_t *engine)
         return 0;
     size_t sub = *it > m->cap ? *it - m->cap : 0;
     const uint64_t *key;
-    bent *e = kvix_hmap_next(m->other, &sub, &key);
+    bent *e = kvix__hmap_next(m->other, &sub, &key);
     *it = m->cap + sub;
     if (e && engine)
         *engine = key[0];
     return e ? *e : 0;
 }
 
-bent kvix_ix_bm_next_key(const bmap *m, size_t *it, uint64_t *engine, int *keyed)
+bent kvix__ix_bm_next_key(const bmap *m, size_t *it, uint64_t *engine, int *keyed)
 {
     for (size_t i = *it; i < m->cap; i++) {
         if (LIVE(m->ctrl[i])) {
@@ -439,11 +439,11 @@ bent kvix_ix_bm_next_key(const bmap *m, size_t *it, uint64_t *engine, int *keyed
         }
     }
     *keyed = 1;
-    return kvix_ix_bm_next(m, it, engine);
+    return kvix__ix_bm_next(m, it, engine);
 }
 
-size_t kvix_ix_bm_memory(const bmap *m)
+size_t kvix__ix_bm_memory(const bmap *m)
 {
     return m->cap * (1 + esize(m)) +
-           (m->other ? sizeof *m->other + kvix_hmap_memory(m->other) : 0);
+           (m->other ? sizeof *m->other + kvix__hmap_memory(m->other) : 0);
 }

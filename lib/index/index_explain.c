@@ -237,7 +237,7 @@ static void held_at(const part *p, const wstate *w, uint32_t pos, uint64_t pcano
     size_t it = 0;
     uint64_t engine;
     bent v;
-    while ((v = kvix_ix_bm_next(&w->blocks, &it, &engine))) {
+    while ((v = kvix__ix_bm_next(&w->blocks, &it, &engine))) {
         kvix_binfo b;
         p->ops->info(part_be(p), bent_node(v), &b);
         if (b.pos != pos)
@@ -268,7 +268,7 @@ static void explain_at(const part *p, const kvix_event *q, const wstate *w,
     e->want = local[m];
     xr_evt ev;
     int known = 0;
-    if (kvix_ix_xr_find(w, m, canon[m], &ev, &known)) {
+    if (kvix__ix_xr_find(w, m, canon[m], &ev, &known)) {
         e->why = KVIX_WHY_REMOVED;
         if (known)
             removal_of(&ev, now, &e->removal);
@@ -301,7 +301,7 @@ static void explain_at(const part *p, const kvix_event *q, const wstate *w,
                                                  KVIX_CAUSE_EAGLE);
         if (m == 0 && !q->has_tokens && eagle)
             e->likely |= KVIX_CAUSE_EAGLE;
-    } else if (kvix_ix_xr_last_clear(w, &ev)) {
+    } else if (kvix__ix_xr_last_clear(w, &ev)) {
         e->why = KVIX_WHY_CLEARED;
         removal_of(&ev, now, &e->removal);
     } else {
@@ -320,7 +320,7 @@ static void explain_worker(const part *p, const kvix_event *q, const wstate *w,
     }
     explain_at(p, q, w, local, canon, e->blocks, eagle, now, e);
     xr_evt ev;
-    if (e->why != KVIX_WHY_CLEARED && kvix_ix_xr_last_clear(w, &ev)) {
+    if (e->why != KVIX_WHY_CLEARED && kvix__ix_xr_last_clear(w, &ev)) {
         e->has_clear = 1; /* what it held before may be the answer */
         removal_of(&ev, now, &e->clear);
     }
@@ -342,7 +342,7 @@ int kvix_index_explain(kvix_index *idx, const kvix_event *q, kvix_answer *ans, k
     part *p = NULL;
     if ((q->type == KVIX_EV_QUERY || q->type == KVIX_EV_NONE) && kvix_name_ok(q->model) &&
         kvix_name_ok(q->tenant))
-        p = kvix_ix_part_find(idx, q->model, q->tenant);
+        p = kvix__ix_part_find(idx, q->model, q->tenant);
     if (p && q->bs && q->bs != p->bs) { /* the router's block size: said, not refused */
         kvix_event q0 = *q;
         q0.bs = 0;
@@ -374,10 +374,10 @@ int kvix_index_explain(kvix_index *idx, const kvix_event *q, kvix_answer *ans, k
     for (size_t i = 0; i < ans->nscores && i < KVIX_EXPLAIN_BEST; i++)
         add_worker(x, ans->scores[i].worker, ans->scores[i].dp, 0);
     for (uint32_t i = 0; i < q->nxworkers && i < KVIX_QUERY_WORKERS_MAX; i++) {
-        const wstate *w = kvix_ix_ws_first(p, q->xworkers[i]);
+        const wstate *w = kvix__ix_ws_first(p, q->xworkers[i]);
         uint32_t dps[KVIX_EXPLAIN_MAX];
         /* ranks that hold nothing but their eid have no state: kept apart */
-        size_t nd = kvix_ix_eid_dps(p, q->xworkers[i], dps, KVIX_EXPLAIN_MAX);
+        size_t nd = kvix__ix_eid_dps(p, q->xworkers[i], dps, KVIX_EXPLAIN_MAX);
         kvix_explained *e;
         if (!w && !nd && (e = add_worker(x, q->xworkers[i], 0, 1)))
             e->why = KVIX_WHY_UNKNOWN_WORKER;
@@ -397,9 +397,9 @@ int kvix_index_explain(kvix_index *idx, const kvix_event *q, kvix_answer *ans, k
         kvix_explained *e = &x->w[i];
         if (e->why == KVIX_WHY_UNKNOWN_WORKER)
             continue;
-        const wstate *w = kvix_ix_ws_find(p, e->worker, e->dp);
+        const wstate *w = kvix__ix_ws_find(p, e->worker, e->dp);
         eidrec er;
-        if (!w && kvix_ix_eid_get(p, e->worker, e->dp, &er)) {
+        if (!w && kvix__ix_eid_get(p, e->worker, e->dp, &er)) {
             /* it holds nothing: its last clear, when its record had one */
             e->blocks = 0;
             if (!n) {

@@ -132,18 +132,18 @@ typedef struct bmap {
 } bmap;
 
 /* ops: the partition's backend's, be: its instance (outlives the map). */
-void kvix_ix_bm_init(bmap *m, const kvix_backend_ops *ops, void *be);
-void kvix_ix_bm_release(bmap *m);
+void kvix__ix_bm_init(bmap *m, const kvix_backend_ops *ops, void *be);
+void kvix__ix_bm_release(bmap *m);
 /* engine's entry, or 0 (no node handle is 0); *at (if not NULL) names the
- * entry for kvix_ix_bm_set until the next add or del, or on a miss (at &
- * BM_MISS) where kvix_ix_bm_add_at would put engine. */
-bent kvix_ix_bm_get(const bmap *m, uint64_t engine, size_t *at);
+ * entry for kvix__ix_bm_set until the next add or del, or on a miss (at &
+ * BM_MISS) where kvix__ix_bm_add_at would put engine. */
+bent kvix__ix_bm_get(const bmap *m, uint64_t engine, size_t *at);
 #define BM_MISS ((size_t)1 << (sizeof(size_t) * 8 - 2))
-/* Add engine (absent) -> v at the place kvix_ix_bm_get's miss named (no add
+/* Add engine (absent) -> v at the place kvix__ix_bm_get's miss named (no add
  * or del since): no second search. 0, or -1 when memory runs out. num: the
  * node's number (kvix_binfo.num from the backend's add; unused unless
  * numbered). */
-int kvix_ix_bm_add_at(bmap *m, size_t at, uint64_t engine, bent v, uint32_t num);
+int kvix__ix_bm_add_at(bmap *m, size_t at, uint64_t engine, bent v, uint32_t num);
 /* A get or add of engine is coming soon: start loading the slot it reads
  * (inline: a stored event asks it of every block). always_inline: GCC 12
  * finds a function that only prefetches free of side effects and deletes
@@ -161,20 +161,20 @@ static inline __attribute__((always_inline)) void kvix_ix_bm_prefetch(const bmap
  * (kvix_ix_bm_prefetch): start loading the node it will compare engine
  * with, the first of its probe whose tag is engine's (no node is read
  * here). */
-void kvix_ix_bm_prefetch_nodes(const bmap *m, uint64_t engine);
-/* Replace the entry named by at (from kvix_ix_bm_get of engine) with v, the
+void kvix__ix_bm_prefetch_nodes(const bmap *m, uint64_t engine);
+/* Replace the entry named by at (from kvix__ix_bm_get of engine) with v, the
  * same node in other tiers. */
-void kvix_ix_bm_set(bmap *m, size_t at, uint64_t engine, bent v);
+void kvix__ix_bm_set(bmap *m, size_t at, uint64_t engine, bent v);
 /* Add engine (absent) -> v: 0, or -1 when memory runs out. num: as for
- * kvix_ix_bm_add_at. */
-int kvix_ix_bm_add(bmap *m, uint64_t engine, bent v, uint32_t num);
+ * kvix__ix_bm_add_at. */
+int kvix__ix_bm_add(bmap *m, uint64_t engine, bent v, uint32_t num);
 /* Remove engine (present; its node still valid). */
-void kvix_ix_bm_del(bmap *m, uint64_t engine);
-/* The same, engine's entry named by at (from kvix_ix_bm_get, no add or del
+void kvix__ix_bm_del(bmap *m, uint64_t engine);
+/* The same, engine's entry named by at (from kvix__ix_bm_get, no add or del
  * since): no second search. */
-void kvix_ix_bm_del_at(bmap *m, size_t at, uint64_t engine);
-int kvix_ix_bm_reserve(bmap *m, size_t n);
-/* The node number of the entry named by at (kvix_ix_bm_get), or 0 when not
+void kvix__ix_bm_del_at(bmap *m, size_t at, uint64_t engine);
+int kvix__ix_bm_reserve(bmap *m, size_t n);
+/* The node number of the entry named by at (kvix__ix_bm_get), or 0 when not
  * known (a backend without numbers, or an entry of the keyed side map). */
 static inline uint32_t kvix_ix_bm_num(const bmap *m, size_t at)
 {
@@ -182,12 +182,12 @@ static inline uint32_t kvix_ix_bm_num(const bmap *m, size_t at)
 }
 /* Iterate (it from 0): the next entry and its engine hash (when engine is
  * not NULL: reads the node, which must be valid), or 0 at the end. */
-bent kvix_ix_bm_next(const bmap *m, size_t *it, uint64_t *engine);
-/* As kvix_ix_bm_next, without reading any node: *keyed 1 with *engine set
+bent kvix__ix_bm_next(const bmap *m, size_t *it, uint64_t *engine);
+/* As kvix__ix_bm_next, without reading any node: *keyed 1 with *engine set
  * for an entry of the keyed side map, else 0 (the entry's engine hash is its
  * node's: kvix_ix_node_engine). */
-bent kvix_ix_bm_next_key(const bmap *m, size_t *it, uint64_t *engine, int *keyed);
-size_t kvix_ix_bm_memory(const bmap *m);
+bent kvix__ix_bm_next_key(const bmap *m, size_t *it, uint64_t *engine, int *keyed);
+size_t kvix__ix_bm_memory(const bmap *m);
 
 static inline size_t kvix_ix_bm_size(const bmap *m)
 {
@@ -276,7 +276,7 @@ typedef struct wstate {
 } wstate;
 
 /* The writer's side of the cut lock: around every change of w's blocks,
- * side maps or eid (not around kvix_ix_ws_done, which may release w). */
+ * side maps or eid (not around kvix__ix_ws_done, which may release w). */
 static inline void ws_lock(wstate *w)
 {
     pthread_mutex_lock(&w->cut);
@@ -293,26 +293,26 @@ static inline void ws_unlock(wstate *w)
  * (a clear: how many; a removal: counted as its blocks are recorded) starts
  * an entry; ev may be NULL (a worker forgotten). 0, or -1: not recorded
  * (the record is off, or no memory), and neither are its blocks. */
-int kvix_ix_xr_event(wstate *w, const kvix_event *ev, int kind, uint32_t blocks);
+int kvix__ix_xr_event(wstate *w, const kvix_event *ev, int kind, uint32_t blocks);
 /* kvix_ix_xr_block (below the partition): a block left w. */
 /* Quiet index: 1 when w dropped the block (pos, canon) within the record,
  * the latest time; *known says whether the event is still in the record
  * (then in *out). */
-int kvix_ix_xr_find(const wstate *w, uint32_t pos, uint64_t canon, xr_evt *out, int *known);
+int kvix__ix_xr_find(const wstate *w, uint32_t pos, uint64_t canon, xr_evt *out, int *known);
 /* Quiet index: 1 and the latest clear in the record. */
-int kvix_ix_xr_last_clear(const wstate *w, xr_evt *out);
-void kvix_ix_xr_free(wstate *w);
-size_t kvix_ix_xr_memory(const wstate *w);
+int kvix__ix_xr_last_clear(const wstate *w, xr_evt *out);
+void kvix__ix_xr_free(wstate *w);
+size_t kvix__ix_xr_memory(const wstate *w);
 
 /* w's side maps, made on first need (NULL: out of memory). */
-wside *kvix_ix_ws_side(wstate *w);
+wside *kvix__ix_ws_side(wstate *w);
 /* Free w's side maps (w holds no block). */
-void kvix_ix_ws_side_free(wstate *w);
+void kvix__ix_ws_side_free(wstate *w);
 
 static inline size_t ws_side_memory(const wstate *w)
 {
-    return w->side ? sizeof *w->side + kvix_hmap_memory(&w->side->pexc) +
-                         kvix_hmap_memory(&w->side->extra)
+    return w->side ? sizeof *w->side + kvix__hmap_memory(&w->side->pexc) +
+                         kvix__hmap_memory(&w->side->extra)
                    : 0;
 }
 
@@ -350,7 +350,7 @@ typedef struct part {
     uint32_t depth;               /* atomic: 1 + the deepest position stored since the
                                    * partition was last empty */
     srec **chunks; /* atomic: SLOT_CHUNKS atomic pointers to chunks of SLOT_CHUNK slot
-                    * records (kvix_ix_no_slots' chunk until made); NULL while the
+                    * records (kvix__ix_no_slots' chunk until made); NULL while the
                     * partition is empty */
     /* The (worker, dp) order as ranks in the records, so a query files its
      * hits by rank instead of sorting worker ids (lib/index/index_part.c). */
@@ -386,7 +386,7 @@ typedef struct part {
 #define PART_LORAS 8
 
 /* The block at node (held no more in any tier) left w, by the last event
- * entered (kvix_ix_xr_event returned 0). Inline: a removal's every block. */
+ * entered (kvix__ix_xr_event returned 0). Inline: a removal's every block. */
 static inline void kvix_ix_xr_block(wstate *w, const void *node)
 {
     xr *r = w->xr;
@@ -402,7 +402,7 @@ static inline void kvix_ix_xr_block(wstate *w, const void *node)
 }
 
 /* A stored event of p named adapter lora (not ""): remember it. */
-void kvix_ix_note_lora(part *p, const char *lora);
+void kvix__ix_note_lora(part *p, const char *lora);
 
 /* How a partition's blocks were hashed: not known yet (no block stored),
  * plain, or EAGLE's windows (kvix_hash_blocks_eagle): queries by tokens hash
@@ -452,9 +452,9 @@ typedef struct slotmap {
 /* lib/index/index_part.c: SLOT_CHUNKS pointers to one chunk of free records (rank
  * RANK_NONE, no state), the top of a partition without slots and what a
  * partition's top holds where no chunk was made yet. */
-extern srec *const kvix_ix_no_slots[SLOT_CHUNKS];
+extern srec *const kvix__ix_no_slots[SLOT_CHUNKS];
 /* Free a top and its chunks (NULL is fine). */
-void kvix_ix_slots_free(srec **top);
+void kvix__ix_slots_free(srec **top);
 
 static inline slotmap slots_of(const part *p)
 {
@@ -463,7 +463,7 @@ static inline slotmap slots_of(const part *p)
     m.top = __atomic_load_n(&p->chunks, __ATOMIC_ACQUIRE);
     if (!m.top) {
         m.n = 0;
-        m.top = (srec **)kvix_ix_no_slots;
+        m.top = (srec **)kvix__ix_no_slots;
     }
     return m;
 }
@@ -509,7 +509,7 @@ static inline wstate *slot_ws(const part *p, uint32_t slot)
 }
 
 /* A state with state: blocks, an eid, or group kinds learned (a state
- * holding only its eid is released by kvix_ix_ws_done, the eid kept in
+ * holding only its eid is released by kvix__ix_ws_done, the eid kept in
  * p->eids; one with group kinds is kept). */
 static inline int ws_active(const wstate *w)
 {
@@ -529,29 +529,29 @@ static inline void raise_depth(part *p, uint32_t depth)
 
 /* lib/index/index_walk.c: kvix_index_stats's instances counted without allocating
  * (what it falls back on out of memory); partitions x workers lookups. */
-size_t kvix_ix_instances_without_memory(const kvix_index *idx);
+size_t kvix__ix_instances_without_memory(const kvix_index *idx);
 
 /* lib/index/index_part.c */
-size_t kvix_ix_cmap_memory(const cmap *m);
-void kvix_ix_cmap_release(cmap *m, void (*free_elem)(void *));
-part *kvix_ix_part_find(const kvix_index *idx, const char *model, const char *tenant);
-wstate *kvix_ix_ws_find(const part *p, uint64_t worker, uint32_t dp);
+size_t kvix__ix_cmap_memory(const cmap *m);
+void kvix__ix_cmap_release(cmap *m, void (*free_elem)(void *));
+part *kvix__ix_part_find(const kvix_index *idx, const char *model, const char *tenant);
+wstate *kvix__ix_ws_find(const part *p, uint64_t worker, uint32_t dp);
 /* The first of worker's states in p (then through next_dp), or NULL. */
-wstate *kvix_ix_ws_first(const part *p, uint64_t worker);
+wstate *kvix__ix_ws_first(const part *p, uint64_t worker);
 /* The partition (model, tenant), created with block size bs if absent. */
-int kvix_ix_part_get(kvix_index *idx, const char *model, const char *tenant, uint32_t bs, part **out,
+int kvix__ix_part_get(kvix_index *idx, const char *model, const char *tenant, uint32_t bs, part **out,
              kvix_err *err);
 /* The state of (worker, dp) in p, registered with a free slot if absent. */
-int kvix_ix_ws_get(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix_err *err);
+int kvix__ix_ws_get(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix_err *err);
 /* The worker's writer is done with w: if it holds no block, its state is
  * unregistered (its eid, if any, kept in p->eids), its slot maps to nothing,
  * and both are reclaimed after a grace period (w must not be used after
  * this call). When it was the partition's last, the partition gives its
  * backend and slot tables back. */
-void kvix_ix_ws_done(wstate *w);
+void kvix__ix_ws_done(wstate *w);
 /* The last eid of (worker, dp), which has no state (it holds no block):
  * kept in p->eids. KVIX_ENOMEM. */
-int kvix_ix_eid_set(part *p, uint64_t worker, uint32_t dp, uint64_t eid, kvix_err *err);
+int kvix__ix_eid_set(part *p, uint64_t worker, uint32_t dp, uint64_t eid, kvix_err *err);
 /* What p->eids keeps of a pair without blocks: its eid, and the last clear
  * its record of removals held when its state went (explain's answer for a
  * pair that holds nothing). */
@@ -561,12 +561,12 @@ typedef struct eidrec {
     xr_evt clear;
 } eidrec;
 /* (worker, dp)'s record: 1, or 0 when it has none. */
-int kvix_ix_eid_get(part *p, uint64_t worker, uint32_t dp, eidrec *out);
+int kvix__ix_eid_get(part *p, uint64_t worker, uint32_t dp, eidrec *out);
 /* The ranks of worker's pairs without blocks, up to max of them; how many. */
-size_t kvix_ix_eid_dps(part *p, uint64_t worker, uint32_t *dps, size_t max);
+size_t kvix__ix_eid_dps(part *p, uint64_t worker, uint32_t *dps, size_t max);
 /* Forget the eids of worker's pairs without a state (every rank when
  * all_dp, else dp's). */
-void kvix_ix_eid_forget(part *p, uint64_t worker, int all_dp, uint32_t dp);
+void kvix__ix_eid_forget(part *p, uint64_t worker, int all_dp, uint32_t dp);
 /* A query merged n hits of unranked slots: counted, so that past a bound
  * (amortized against that work) a writer ranks them. */
 static inline void kvix_ix_unranked_seen(part *p, uint32_t n)
@@ -574,13 +574,13 @@ static inline void kvix_ix_unranked_seen(part *p, uint32_t n)
     __atomic_fetch_add(&p->unranked_seen, n, __ATOMIC_RELAXED);
 }
 /* Rank p's slots now unless p's lock is busy (a writer asked by queries). */
-void kvix_ix_rank_asked(part *p);
+void kvix__ix_rank_asked(part *p);
 /* Called by writers at each stored event: one compare when nothing is asked. */
 static inline void kvix_ix_rank_if_asked(part *p)
 {
     if (__atomic_load_n(&p->unranked_seen, __ATOMIC_RELAXED) >
         __atomic_load_n(&p->rank_due, __ATOMIC_RELAXED))
-        kvix_ix_rank_asked(p);
+        kvix__ix_rank_asked(p);
 }
 /* The backend of p for a writer that holds a registered state of p. */
 static inline void *part_be(const part *p)
@@ -590,14 +590,14 @@ static inline void *part_be(const part *p)
 /* Wait until every deferred release of idx's partitions has run and let go
  * of them (grace periods: milliseconds). Call outside any read-side
  * section, on a quiet index. */
-void kvix_ix_parts_quiesce(kvix_index *idx);
-void kvix_ix_part_free(void *p);
-int kvix_ix_bs_mismatch(const part *p, uint32_t bs, kvix_err *err);
+void kvix__ix_parts_quiesce(kvix_index *idx);
+void kvix__ix_part_free(void *p);
+int kvix__ix_bs_mismatch(const part *p, uint32_t bs, kvix_err *err);
 /* The partitions, in no order; *n set. Caller frees. */
-part **kvix_ix_parts_list(const kvix_index *idx, size_t *n);
+part **kvix__ix_parts_list(const kvix_index *idx, size_t *n);
 /* Blocks (stored (worker, block) pairs) of a quiet index, and its partitions
  * in *parts: what kvix_index_stats_get counts, without allocating. */
-size_t kvix_ix_count_blocks(kvix_index *idx, size_t *parts);
+size_t kvix__ix_count_blocks(kvix_index *idx, size_t *parts);
 
 /* lib/index/index.c */
 /* A node handle and, with a numbered backend, its number (0: unknown). */
@@ -608,55 +608,55 @@ typedef struct kvix_ix_chain {
 /* w holds engine at (pos, canon) in tier. chain (NULL: none): on entry node
  * NULL or the node of the parent block, which w holds; set to the block's
  * node when w holds it after the call, else node NULL. */
-int kvix_ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t canon,
+int kvix__ix_store_block(wstate *w, uint64_t engine, uint32_t pos, uint64_t local, uint64_t canon,
                 uint64_t parent, uint64_t pcanon, unsigned tier, kvix_ix_chain *chain,
                 kvix_apply_result *r, kvix_err *err);
-void kvix_ix_add_totals(kvix_index *idx, const kvix_apply_result *r);
+void kvix__ix_add_totals(kvix_index *idx, const kvix_apply_result *r);
 /* Add b[0..n) to w, which holds nothing yet and whose cut lock the caller
  * holds: each block's parent (up[i], SIZE_MAX: none held) comes before it,
  * no two share an engine hash (a verified snapshot group). nodes: room for
  * n, each block's node as it is added (the next blocks' parent hints).
  * Blocks before a failing one stay; r counts them. */
-int kvix_ix_load_tree(wstate *w, const kvix_block_info *b, const size_t *up, size_t n,
+int kvix__ix_load_tree(wstate *w, const kvix_block_info *b, const size_t *up, size_t n,
                       kvix_ix_chain *nodes, kvix_apply_result *r, kvix_err *err);
-/* lib/index/index_walk.c: one snapshot group into idx (kvix_ix_load_tree
+/* lib/index/index_walk.c: one snapshot group into idx (kvix__ix_load_tree
  * when its (worker, dp) holds nothing yet, else kvix_index_load), its eid
  * too; n == 0 without an eid makes the partition alone. reserve: about how
  * many distinct blocks the partition will hold (0: unknown; its tables are
  * sized for them). *nodes and *cap: the caller's buffer, grown as needed
  * (free it after). */
-int kvix_ix_load_group(kvix_index *idx, const char *model, const char *tenant, uint32_t bs,
+int kvix__ix_load_group(kvix_index *idx, const char *model, const char *tenant, uint32_t bs,
                        uint64_t worker, uint32_t dp, int has_eid, uint64_t eid,
                        const kvix_block_info *b, const size_t *up, size_t n, size_t reserve,
                        kvix_ix_chain **nodes, size_t *cap, kvix_err *err);
 /* The parent engine hash w stored engine under (b: the info of its node). */
-uint64_t kvix_ix_parent_engine(const wstate *w, uint64_t engine, const kvix_binfo *b);
+uint64_t kvix__ix_parent_engine(const wstate *w, uint64_t engine, const kvix_binfo *b);
 
 /* lib/index/index_groups.c */
 /* Learn that group's kind from a store of w (KVIX_KIND_NONE: the event did
  * not say; kept as what was said, else full). KVIX_ENOMEM. */
-int kvix_ix_grp_learn(wstate *w, uint32_t group, int kind, kvix_err *err);
+int kvix__ix_grp_learn(wstate *w, uint32_t group, int kind, kvix_err *err);
 /* Whether ev (stored or removed; w may be NULL) is of a group the index
  * indexes: no group, a full kind learned or said, an unlearned group 0's
  * removal. */
-int kvix_ix_grp_indexed(const wstate *w, const kvix_event *ev);
+int kvix__ix_grp_indexed(const wstate *w, const kvix_event *ev);
 /* ev's first n blocks (a placeholder: hashes) were stored by w: the groups
  * holding them, when w keeps membership. KVIX_ENOMEM. */
-int kvix_ix_grp_stored(wstate *w, const kvix_event *ev, size_t n, kvix_err *err);
+int kvix__ix_grp_stored(wstate *w, const kvix_event *ev, size_t n, kvix_err *err);
 /* The hashes of removed event ev that no other full group of w holds, into
  * out (room for ev->nhashes); the others counted in r->kept. w keeps
  * membership. */
-size_t kvix_ix_grp_removed(wstate *w, const kvix_event *ev, uint64_t *out, kvix_apply_result *r);
+size_t kvix__ix_grp_removed(wstate *w, const kvix_event *ev, uint64_t *out, kvix_apply_result *r);
 /* Drop the membership (w holds no block any more), or the whole record. */
-void kvix_ix_grp_members_free(wstate *w);
-void kvix_ix_grp_free(wstate *w);
-size_t kvix_ix_grp_memory(const wstate *w);
+void kvix__ix_grp_members_free(wstate *w);
+void kvix__ix_grp_free(wstate *w);
+size_t kvix__ix_grp_memory(const wstate *w);
 
 /* lib/index/index_pool.c */
-int kvix_ix_pool_start(kvix_index *idx, unsigned threads, kvix_err *err);
-void kvix_ix_pool_stop(kvix_index *idx);
+int kvix__ix_pool_start(kvix_index *idx, unsigned threads, kvix_err *err);
+void kvix__ix_pool_stop(kvix_index *idx);
 
 /* lib/index/index_gate.c: the gate's lock, made with the index. */
-void kvix_ix_gate_init(kvix_index *idx);
+void kvix__ix_gate_init(kvix_index *idx);
 
 #endif

@@ -5,7 +5,7 @@
 
 #include "index_front_int.h"
 
-void kvix_ix_gate_init(kvix_index *idx)
+void kvix__ix_gate_init(kvix_index *idx)
 {
     pthread_rwlockattr_t a;
     pthread_rwlockattr_init(&a);

@@ -34,28 +34,28 @@ static wgroups *grp_get(wstate *w)
     return w->grp;
 }
 
-void kvix_ix_grp_members_free(wstate *w)
+void kvix__ix_grp_members_free(wstate *w)
 {
     if (w->grp && w->grp->member) {
-        kvix_hmap_release(w->grp->member);
+        kvix__hmap_release(w->grp->member);
         free(w->grp->member);
         w->grp->member = NULL;
     }
 }
 
-void kvix_ix_grp_free(wstate *w)
+void kvix__ix_grp_free(wstate *w)
 {
-    kvix_ix_grp_members_free(w);
+    kvix__ix_grp_members_free(w);
     free(w->grp);
     w->grp = NULL;
 }
 
-size_t kvix_ix_grp_memory(const wstate *w)
+size_t kvix__ix_grp_memory(const wstate *w)
 {
     if (!w->grp)
         return 0;
     return sizeof *w->grp + (w->grp->member ? sizeof *w->grp->member +
-                                                  kvix_hmap_memory(w->grp->member)
+                                                  kvix__hmap_memory(w->grp->member)
                                             : 0);
 }
 
@@ -63,14 +63,14 @@ size_t kvix_ix_grp_memory(const wstate *w)
 static uint64_t *member_get(wstate *w, uint64_t engine, unsigned tier)
 {
     uint64_t key[2] = {engine, tier};
-    return kvix_hmap_get(w->grp->member, key);
+    return kvix__hmap_get(w->grp->member, key);
 }
 
 static int member_add(wstate *w, uint64_t engine, unsigned tier, uint64_t groups)
 {
     uint64_t key[2] = {engine, tier};
     int inserted;
-    uint64_t *m = kvix_hmap_put(w->grp->member, key, &inserted);
+    uint64_t *m = kvix__hmap_put(w->grp->member, key, &inserted);
     if (!m)
         return KVIX_ENOMEM;
     *m |= groups;
@@ -85,24 +85,24 @@ static int members_start(wstate *w, uint64_t held_by, kvix_err *err)
     kvix_hmap *m = malloc(sizeof *m);
     if (!m)
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for KV cache groups");
-    kvix_hmap_init(m, 2, sizeof(uint64_t));
+    kvix__hmap_init(m, 2, sizeof(uint64_t));
     w->grp->member = m;
     size_t it = 0;
     uint64_t engine;
     bent e;
-    if (kvix_hmap_reserve(m, kvix_ix_bm_size(&w->blocks)))
+    if (kvix__hmap_reserve(m, kvix_ix_bm_size(&w->blocks)))
         goto nomem;
-    while ((e = kvix_ix_bm_next(&w->blocks, &it, &engine)))
+    while ((e = kvix__ix_bm_next(&w->blocks, &it, &engine)))
         for (unsigned t = 0; t < KVIX_MEDIUM_COUNT; t++)
             if (bent_tiers(e) & (1u << t) && member_add(w, engine, t, held_by))
                 goto nomem;
     return KVIX_OK;
 nomem:
-    kvix_ix_grp_members_free(w);
+    kvix__ix_grp_members_free(w);
     return kvix_err_set(err, KVIX_ENOMEM, "out of memory for KV cache groups");
 }
 
-int kvix_ix_grp_learn(wstate *w, uint32_t group, int kind, kvix_err *err)
+int kvix__ix_grp_learn(wstate *w, uint32_t group, int kind, kvix_err *err)
 {
     if (!w->grp && group == 0 && kvix_kind_full(kind))
         return KVIX_OK; /* what a state without a record stands for */
@@ -125,13 +125,13 @@ int kvix_ix_grp_learn(wstate *w, uint32_t group, int kind, kvix_err *err)
     else
         g->full &= ~bit(group);
     if (g->member && popcount(g->full) < 2) {
-        kvix_ix_grp_members_free(w); /* one full group: a removal of it is the removal */
+        kvix__ix_grp_members_free(w); /* one full group: a removal of it is the removal */
     } else if (g->member && (old_full & ~g->full)) {
         /* A full group says it is of another kind (an engine reconfigured
          * without a restart): its hold on blocks goes, the others' stay. */
         size_t it = 0;
         uint64_t *m;
-        while ((m = kvix_hmap_next(g->member, &it, NULL)))
+        while ((m = kvix__hmap_next(g->member, &it, NULL)))
             *m &= g->full;
     } else if (!g->member && popcount(g->full) >= 2) {
         return members_start(w, old_full ? old_full : g->full, err);
@@ -139,7 +139,7 @@ int kvix_ix_grp_learn(wstate *w, uint32_t group, int kind, kvix_err *err)
     return KVIX_OK;
 }
 
-int kvix_ix_grp_indexed(const wstate *w, const kvix_event *ev)
+int kvix__ix_grp_indexed(const wstate *w, const kvix_event *ev)
 {
     if (!ev->has_group)
         return 1;
@@ -159,14 +159,14 @@ static uint64_t groups_of(const wstate *w, const kvix_event *ev)
     return ev->has_group ? bit(ev->group) : w->grp->full;
 }
 
-int kvix_ix_grp_stored(wstate *w, const kvix_event *ev, size_t n, kvix_err *err)
+int kvix__ix_grp_stored(wstate *w, const kvix_event *ev, size_t n, kvix_err *err)
 {
     if (!w->grp || !w->grp->member)
         return KVIX_OK;
     uint64_t gs = groups_of(w, ev);
     for (size_t i = 0; i < n; i++) {
         uint64_t engine = ev->placeholder ? ev->hashes[i] : ev->blocks[i].seq;
-        bent e = kvix_ix_bm_get(&w->blocks, engine, NULL);
+        bent e = kvix__ix_bm_get(&w->blocks, engine, NULL);
         if (e && bent_tiers(e) & (1u << ev->medium) &&
             member_add(w, engine, (unsigned)ev->medium, gs))
             return kvix_err_set(err, KVIX_ENOMEM, "out of memory for KV cache groups");
@@ -174,7 +174,7 @@ int kvix_ix_grp_stored(wstate *w, const kvix_event *ev, size_t n, kvix_err *err)
     return KVIX_OK;
 }
 
-size_t kvix_ix_grp_removed(wstate *w, const kvix_event *ev, uint64_t *out, kvix_apply_result *r)
+size_t kvix__ix_grp_removed(wstate *w, const kvix_event *ev, uint64_t *out, kvix_apply_result *r)
 {
     uint64_t gs = groups_of(w, ev);
     unsigned tier = (unsigned)ev->medium;
@@ -187,7 +187,7 @@ size_t kvix_ix_grp_removed(wstate *w, const kvix_event *ev, uint64_t *out, kvix_
             continue;
         }
         if (m)
-            kvix_hmap_del(w->grp->member, key);
+            kvix__hmap_del(w->grp->member, key);
         out[n++] = ev->hashes[i];
     }
     return n;

@@ -97,7 +97,7 @@ static int save_ws(kvix_buf *b, const part *p, const wstate *w, kvix_err *err)
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory saving KV cache groups");
     const uint64_t *key;
     uint64_t *m;
-    while (g->member && (m = kvix_hmap_next(g->member, &it, &key)))
+    while (g->member && (m = kvix__hmap_next(g->member, &it, &key)))
         if (*m)
             rows[n++] = (mrow){key[0], *m, (uint32_t)key[1]};
     if (n > 1)
@@ -130,7 +130,7 @@ out:
 int kvix_index_groups_save(kvix_index *idx, kvix_buf *out, kvix_err *err)
 {
     size_t np;
-    part **ps = kvix_ix_parts_list(idx, &np);
+    part **ps = kvix__ix_parts_list(idx, &np);
     if (!ps)
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory saving KV cache groups");
     if (np > 1)
@@ -287,8 +287,8 @@ static int load_eagle(kvix_index *idx, rd *r, uint64_t n)
         memcpy(pt, t, sizeof pt);
         if (!idx)
             continue;
-        part *p = kvix_ix_part_find(idx, m, t);
-        if (!p && (rc = kvix_ix_part_get(idx, m, t, bs, &p, r->err)))
+        part *p = kvix__ix_part_find(idx, m, t);
+        if (!p && (rc = kvix__ix_part_get(idx, m, t, bs, &p, r->err)))
             return rc;
         /* before or after its blocks (kvix_index_load takes them as plain) */
         __atomic_store_n(&p->hashing, PART_HASH_EAGLE, __ATOMIC_RELAXED);
@@ -339,14 +339,14 @@ static int load_ws(kvix_index *idx, rd *r, wstate **out, const char *m, const ch
         return bad(r, "membership rows for a worker that keeps none");
     if (n > (r->n - r->off) / 17)
         return bad(r, "more membership rows than bytes");
-    part *p = idx ? kvix_ix_part_find(idx, m, t) : NULL;
+    part *p = idx ? kvix__ix_part_find(idx, m, t) : NULL;
     wstate *w = NULL;
-    if (p && (rc = kvix_ix_ws_get(p, worker, dp, &w, r->err)))
+    if (p && (rc = kvix__ix_ws_get(p, worker, dp, &w, r->err)))
         return rc;
     *out = w;
     wgroups *g = NULL;
     if (w) {
-        kvix_ix_grp_free(w); /* the file's word, whatever the index held (a replace) */
+        kvix__ix_grp_free(w); /* the file's word, whatever the index held (a replace) */
         if (!(w->grp = g = calloc(1, sizeof *w->grp)))
             return kvix_err_set(r->err, KVIX_ENOMEM, "out of memory loading KV cache groups");
         g->learned = learned;
@@ -356,8 +356,8 @@ static int load_ws(kvix_index *idx, rd *r, wstate **out, const char *m, const ch
     if (g && has_member) {
         if (!(g->member = malloc(sizeof *g->member)))
             return kvix_err_set(r->err, KVIX_ENOMEM, "out of memory loading KV cache groups");
-        kvix_hmap_init(g->member, 2, sizeof(uint64_t));
-        if (kvix_hmap_reserve(g->member, (size_t)n))
+        kvix__hmap_init(g->member, 2, sizeof(uint64_t));
+        if (kvix__hmap_reserve(g->member, (size_t)n))
             return kvix_err_set(r->err, KVIX_ENOMEM, "out of memory loading KV cache groups");
     }
     uint64_t pe = 0;
@@ -372,12 +372,12 @@ static int load_ws(kvix_index *idx, rd *r, wstate **out, const char *m, const ch
             return bad(r, "a membership row out of range");
         pe = engine;
         ptier = tier;
-        bent e = g ? kvix_ix_bm_get(&w->blocks, engine, NULL) : 0;
+        bent e = g ? kvix__ix_bm_get(&w->blocks, engine, NULL) : 0;
         if (!e || !(bent_tiers(e) & (1u << tier)))
             continue;
         uint64_t key[2] = {engine, tier};
         int inserted;
-        uint64_t *v = kvix_hmap_put(g->member, key, &inserted);
+        uint64_t *v = kvix__hmap_put(g->member, key, &inserted);
         if (!v)
             return kvix_err_set(r->err, KVIX_ENOMEM, "out of memory loading KV cache groups");
         *v = groups;
@@ -427,7 +427,7 @@ int kvix_index_groups_load(kvix_index *idx, const void *payload, size_t len, kvi
         wstate *w = NULL;
         rc = load_ws(idx, &r, &w, m, t);
         if (w)
-            kvix_ix_ws_done(w); /* a state made for nothing: released */
+            kvix__ix_ws_done(w); /* a state made for nothing: released */
         if (rc)
             return rc;
         memcpy(pm, m, sizeof pm);
@@ -440,9 +440,9 @@ int kvix_index_groups_load(kvix_index *idx, const void *payload, size_t len, kvi
 
 void kvix_index_groups_reset(kvix_index *idx)
 {
-    kvix_ix_parts_quiesce(idx);
+    kvix__ix_parts_quiesce(idx);
     size_t np;
-    part **ps = kvix_ix_parts_list(idx, &np);
+    part **ps = kvix__ix_parts_list(idx, &np);
     for (size_t i = 0; ps && i < np; i++) {
         part *p = ps[i];
         uint32_t ns = part_nslots(p);
@@ -453,8 +453,8 @@ void kvix_index_groups_reset(kvix_index *idx)
                 continue;
             blocks |= kvix_ix_bm_size(&w->blocks) > 0;
             if (w->grp) {
-                kvix_ix_grp_free(w);
-                kvix_ix_ws_done(w); /* kept only for its kinds: released */
+                kvix__ix_grp_free(w);
+                kvix__ix_ws_done(w); /* kept only for its kinds: released */
             }
         }
         if (!blocks)

@@ -22,7 +22,7 @@ static int tiers_grow(kvix_qhits *h, size_t cap, kvix_err *err)
     return KVIX_OK;
 }
 
-int kvix_qhits_reserve(kvix_qhits *h, size_t n, kvix_err *err)
+int kvix__qhits_reserve(kvix_qhits *h, size_t n, kvix_err *err)
 {
     if (h->cap - h->n < n) {
         size_t cap = h->cap ? h->cap : 16;
@@ -37,7 +37,7 @@ int kvix_qhits_reserve(kvix_qhits *h, size_t n, kvix_err *err)
     return h->tier ? tiers_grow(h, h->cap, err) : KVIX_OK;
 }
 
-int kvix_qhits_run(kvix_qhits *h, size_t first, size_t n, uint32_t blocks, kvix_err *err)
+int kvix__qhits_run(kvix_qhits *h, size_t first, size_t n, uint32_t blocks, kvix_err *err)
 {
     if (!n)
         return KVIX_OK;
@@ -53,10 +53,10 @@ int kvix_qhits_run(kvix_qhits *h, size_t first, size_t n, uint32_t blocks, kvix_
     return KVIX_OK;
 }
 
-int kvix_qhits_push(kvix_qhits *h, uint32_t slot, uint32_t blocks, kvix_err *err)
+int kvix__qhits_push(kvix_qhits *h, uint32_t slot, uint32_t blocks, kvix_err *err)
 {
     if (h->n == h->cap || (h->tier && h->tcap <= h->n)) {
-        int rc = kvix_qhits_reserve(h, 1, err);
+        int rc = kvix__qhits_reserve(h, 1, err);
         if (rc)
             return rc;
     }
@@ -64,7 +64,7 @@ int kvix_qhits_push(kvix_qhits *h, uint32_t slot, uint32_t blocks, kvix_err *err
     if (last && last->blocks == blocks && last->first + last->n == h->n) {
         last->n++;
     } else {
-        int rc = kvix_qhits_run(h, h->n, 1, blocks, err);
+        int rc = kvix__qhits_run(h, h->n, 1, blocks, err);
         if (rc)
             return rc;
     }
@@ -75,7 +75,7 @@ int kvix_qhits_push(kvix_qhits *h, uint32_t slot, uint32_t blocks, kvix_err *err
     return KVIX_OK;
 }
 
-int kvix_qhits_tiers(kvix_qhits *h, kvix_err *err)
+int kvix__qhits_tiers(kvix_qhits *h, kvix_err *err)
 {
     if (h->tier)
         return KVIX_OK;
@@ -89,7 +89,7 @@ int kvix_qhits_tiers(kvix_qhits *h, kvix_err *err)
     return KVIX_OK;
 }
 
-void kvix_qhits_rows(const kvix_qhits *h, kvix_qhit *rows)
+void kvix__qhits_rows(const kvix_qhits *h, kvix_qhit *rows)
 {
     for (size_t i = 0; i < h->n; i++)
         rows[i] = (kvix_qhit){h->slot[i], 0};
@@ -98,7 +98,7 @@ void kvix_qhits_rows(const kvix_qhits *h, kvix_qhit *rows)
             rows[i].blocks = h->run[r].blocks;
 }
 
-void kvix_qhits_release(kvix_qhits *h)
+void kvix__qhits_release(kvix_qhits *h)
 {
     free(h->slot);
     free(h->run);

@@ -86,12 +86,12 @@ typedef struct kvix_qrun {
 } kvix_qrun;
 
 /* Where a backend writes its hits; owned by the caller, grown by the backend
- * through kvix_qhits_push / _reserve / _run. A hit is a slot; its match
+ * through kvix__qhits_push / _reserve / _run. A hit is a slot; its match
  * length is its run's: backends find hits in runs of one length (the
  * positional one: a drop position's candidates, a contiguous piece of its
  * candidate list), so they report runs, and the front end takes them
  * longest first without reading a length per hit. Per-tier counts exist
- * only when the backend has a block held off gpu (kvix_qhits_tiers): else
+ * only when the backend has a block held off gpu (kvix__qhits_tiers): else
  * every hit holds its blocks on gpu, and nothing per hit is written or read
  * for tiers. */
 typedef struct kvix_qhits {
@@ -108,15 +108,15 @@ typedef struct kvix_qhits {
 
 /* Append a hit (on gpu, or tier[] = {blocks on gpu} when counts exist): it
  * joins the last run when that one ends at it with the same length. */
-int kvix_qhits_push(kvix_qhits *h, uint32_t slot, uint32_t blocks, kvix_err *err);
+int kvix__qhits_push(kvix_qhits *h, uint32_t slot, uint32_t blocks, kvix_err *err);
 /* Room for n more hits past h->n (the backend then writes their slots, adds
  * n to h->n and reports their runs; with counts, their tier rows too). */
-int kvix_qhits_reserve(kvix_qhits *h, size_t n, kvix_err *err);
+int kvix__qhits_reserve(kvix_qhits *h, size_t n, kvix_err *err);
 /* Hits slot[first .. first + n) (written, below h->n) matched `blocks`
  * blocks; n == 0 is no run. */
-int kvix_qhits_run(kvix_qhits *h, size_t first, size_t n, uint32_t blocks, kvix_err *err);
+int kvix__qhits_run(kvix_qhits *h, size_t first, size_t n, uint32_t blocks, kvix_err *err);
 /* Per-tier counts from now on: each hit so far gets {blocks on gpu}. */
-int kvix_qhits_tiers(kvix_qhits *h, kvix_err *err);
+int kvix__qhits_tiers(kvix_qhits *h, kvix_err *err);
 /* Before each query on reused hits: none, and no per-tier counts. */
 static inline void kvix_qhits_clear(kvix_qhits *h)
 {
@@ -127,11 +127,11 @@ static inline void kvix_qhits_clear(kvix_qhits *h)
 
 /* The hits as (slot, blocks) rows, hit i in rows[i] (tests, benchmarks);
  * rows: room for h->n. */
-void kvix_qhits_rows(const kvix_qhits *h, kvix_qhit *rows);
+void kvix__qhits_rows(const kvix_qhits *h, kvix_qhit *rows);
 
 /* Free what the hits hold (tests, benchmarks; the index's answers keep
  * theirs across queries). */
-void kvix_qhits_release(kvix_qhits *h);
+void kvix__qhits_release(kvix_qhits *h);
 
 /* A canonical block as a backend node keeps it, given to add and read back
  * through the node's handle (kvix_backend_ops.info). */
@@ -252,8 +252,8 @@ static inline void kvix_backend_del_key(const kvix_backend_ops *ops, void *be, u
         ops->del(be, node, slot, tier);
 }
 
-extern const kvix_backend_ops kvix_backend_reference_ops;
-extern const kvix_backend_ops kvix_backend_radix_ops;
-extern const kvix_backend_ops kvix_backend_positional_ops;
+extern const kvix_backend_ops kvix__backend_reference_ops;
+extern const kvix_backend_ops kvix__backend_radix_ops;
+extern const kvix_backend_ops kvix__backend_positional_ops;
 
 #endif

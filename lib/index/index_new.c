@@ -10,9 +10,9 @@
 static const kvix_backend_ops *backend_ops(kvix_backend b)
 {
     switch (b) {
-    case KVIX_BACKEND_REFERENCE: return &kvix_backend_reference_ops;
-    case KVIX_BACKEND_POSITIONAL: return &kvix_backend_positional_ops;
-    case KVIX_BACKEND_RADIX: return &kvix_backend_radix_ops;
+    case KVIX_BACKEND_REFERENCE: return &kvix__backend_reference_ops;
+    case KVIX_BACKEND_POSITIONAL: return &kvix__backend_positional_ops;
+    case KVIX_BACKEND_RADIX: return &kvix__backend_radix_ops;
     }
     return NULL;
 }
@@ -50,9 +50,9 @@ int kvix_index_new(kvix_index **out, const kvix_index_opts *opts, kvix_err *err)
     idx->opts = *opts;
     idx->ops = ops;
     pthread_mutex_init(&idx->lock, NULL);
-    kvix_ix_gate_init(idx);
+    kvix__ix_gate_init(idx);
     int rc;
-    if (opts->threads && (rc = kvix_ix_pool_start(idx, opts->threads, err))) {
+    if (opts->threads && (rc = kvix__ix_pool_start(idx, opts->threads, err))) {
         pthread_rwlock_destroy(&idx->gate);
         pthread_mutex_destroy(&idx->lock);
         free(idx);
@@ -66,9 +66,9 @@ void kvix_index_free(kvix_index *idx)
 {
     if (!idx)
         return;
-    kvix_ix_pool_stop(idx);
-    kvix_ix_parts_quiesce(idx);
-    kvix_ix_cmap_release(&idx->parts, kvix_ix_part_free);
+    kvix__ix_pool_stop(idx);
+    kvix__ix_parts_quiesce(idx);
+    kvix__ix_cmap_release(&idx->parts, kvix__ix_part_free);
     pthread_rwlock_destroy(&idx->gate);
     pthread_mutex_destroy(&idx->lock);
     free(idx);

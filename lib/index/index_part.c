@@ -16,20 +16,20 @@ typedef int (*cmatch_fn)(const void *elem, const void *key);
 static inline uint64_t elem_hash(const void *e) { return *(const uint64_t *)e; }
 
 /* A worker state's side maps (index_front_int.h), made on first use. */
-wside *kvix_ix_ws_side(wstate *w)
+wside *kvix__ix_ws_side(wstate *w)
 {
     if (!w->side && (w->side = malloc(sizeof *w->side))) {
-        kvix_hmap_init(&w->side->pexc, 1, sizeof(uint64_t));
-        kvix_hmap_init(&w->side->extra, 2, sizeof(cref));
+        kvix__hmap_init(&w->side->pexc, 1, sizeof(uint64_t));
+        kvix__hmap_init(&w->side->extra, 2, sizeof(cref));
     }
     return w->side;
 }
 
-void kvix_ix_ws_side_free(wstate *w)
+void kvix__ix_ws_side_free(wstate *w)
 {
     if (w->side) {
-        kvix_hmap_release(&w->side->pexc);
-        kvix_hmap_release(&w->side->extra);
+        kvix__hmap_release(&w->side->pexc);
+        kvix__hmap_release(&w->side->extra);
         free(w->side);
         w->side = NULL;
     }
@@ -77,7 +77,7 @@ static void free_cb(struct rcu_head *head)
 }
 
 /* Free a block whose first member is head after a grace period, from a
- * writer or from a call_rcu callback (already registered: kvix_rcu_free
+ * writer or from a call_rcu callback (already registered: kvix__rcu_free
  * would register it again). */
 static void defer(struct rcu_head *head, void (*cb)(struct rcu_head *), int in_cb)
 {
@@ -143,12 +143,12 @@ static void cmap_delete(cmap *m, void *e)
     }
 }
 
-size_t kvix_ix_cmap_memory(const cmap *m)
+size_t kvix__ix_cmap_memory(const cmap *m)
 {
     return m->t ? sizeof *m->t + m->t->cap * sizeof m->t->v[0] : 0;
 }
 
-void kvix_ix_cmap_release(cmap *m, void (*free_elem)(void *))
+void kvix__ix_cmap_release(cmap *m, void (*free_elem)(void *))
 {
     ctab *t = m->t;
     if (t && free_elem)
@@ -180,7 +180,7 @@ static int part_match(const void *e, const void *key)
 
 /* Events and queries mostly name the partition the last one named: two
  * string compares instead of hashing both names and a search. */
-part *kvix_ix_part_find(const kvix_index *idx, const char *model, const char *tenant)
+part *kvix__ix_part_find(const kvix_index *idx, const char *model, const char *tenant)
 {
     part *p = __atomic_load_n(&idx->last, __ATOMIC_ACQUIRE);
     if (p && strcmp(p->model, model) == 0 && strcmp(p->tenant, tenant) == 0)
@@ -209,7 +209,7 @@ static int ws_match(const void *e, const void *key)
     return w->worker == k->worker && w->dp == k->dp;
 }
 
-wstate *kvix_ix_ws_find(const part *p, uint64_t worker, uint32_t dp)
+wstate *kvix__ix_ws_find(const part *p, uint64_t worker, uint32_t dp)
 {
     ws_key k = {worker, dp};
     return cmap_find(&p->workers, ws_hash(worker, dp), ws_match, &k);
@@ -225,7 +225,7 @@ static int wh_match(const void *e, const void *key)
     return ((const whead *)e)->worker == *(const uint64_t *)key;
 }
 
-wstate *kvix_ix_ws_first(const part *p, uint64_t worker)
+wstate *kvix__ix_ws_first(const part *p, uint64_t worker)
 {
     whead *hd = cmap_find(&p->wheads, wh_hash(worker), wh_match, &worker);
     return hd ? __atomic_load_n(&hd->first, __ATOMIC_ACQUIRE) : NULL;
@@ -234,15 +234,15 @@ wstate *kvix_ix_ws_first(const part *p, uint64_t worker)
 static void ws_free(void *e)
 {
     wstate *w = e;
-    kvix_ix_bm_release(&w->blocks);
-    kvix_ix_ws_side_free(w);
-    kvix_ix_xr_free(w);
-    kvix_ix_grp_free(w);
+    kvix__ix_bm_release(&w->blocks);
+    kvix__ix_ws_side_free(w);
+    kvix__ix_xr_free(w);
+    kvix__ix_grp_free(w);
     pthread_mutex_destroy(&w->cut);
     free(w);
 }
 
-void kvix_ix_note_lora(part *p, const char *lora)
+void kvix__ix_note_lora(part *p, const char *lora)
 {
     uint32_t n = __atomic_load_n(&p->nloras, __ATOMIC_ACQUIRE);
     for (uint32_t i = 0; i < n; i++) /* an adapter's stores name it again and again */
@@ -262,14 +262,14 @@ void kvix_ix_note_lora(part *p, const char *lora)
     pthread_mutex_unlock(&p->lock);
 }
 
-void kvix_ix_part_free(void *e)
+void kvix__ix_part_free(void *e)
 {
     part *p = e;
     free(p->loras);
-    kvix_hmap_release(&p->eids);
-    kvix_ix_cmap_release(&p->workers, ws_free);
-    kvix_ix_cmap_release(&p->wheads, free);
-    kvix_ix_slots_free(p->chunks);
+    kvix__hmap_release(&p->eids);
+    kvix__ix_cmap_release(&p->workers, ws_free);
+    kvix__ix_cmap_release(&p->wheads, free);
+    kvix__ix_slots_free(p->chunks);
     free(p->free_slots);
     free(p->order);
     free(p->fresh);
@@ -310,7 +310,7 @@ static void empty_cb(struct rcu_head *head)
     }
     if (x->be)
         p->ops->destroy(x->be);
-    kvix_ix_slots_free(x->chunks);
+    kvix__ix_slots_free(x->chunks);
     free(x);
     inflight_done(p);
 }
@@ -373,7 +373,7 @@ static int eids_put(part *p, uint64_t worker, uint32_t dp, uint64_t eid, const x
 {
     uint64_t key[2] = {worker, dp};
     int fresh = 0;
-    eidrec *v = kvix_hmap_put(&p->eids, key, &fresh);
+    eidrec *v = kvix__hmap_put(&p->eids, key, &fresh);
     if (!v)
         return KVIX_ENOMEM;
     v->eid = eid;
@@ -384,7 +384,7 @@ static int eids_put(part *p, uint64_t worker, uint32_t dp, uint64_t eid, const x
     return KVIX_OK;
 }
 
-int kvix_ix_eid_set(part *p, uint64_t worker, uint32_t dp, uint64_t eid, kvix_err *err)
+int kvix__ix_eid_set(part *p, uint64_t worker, uint32_t dp, uint64_t eid, kvix_err *err)
 {
     pthread_mutex_lock(&p->lock);
     int rc = eids_put(p, worker, dp, eid, NULL);
@@ -392,44 +392,44 @@ int kvix_ix_eid_set(part *p, uint64_t worker, uint32_t dp, uint64_t eid, kvix_er
     return rc ? kvix_err_set(err, rc, "out of memory for an eid") : KVIX_OK;
 }
 
-int kvix_ix_eid_get(part *p, uint64_t worker, uint32_t dp, eidrec *out)
+int kvix__ix_eid_get(part *p, uint64_t worker, uint32_t dp, eidrec *out)
 {
     uint64_t key[2] = {worker, dp};
     pthread_mutex_lock(&p->lock);
-    const eidrec *v = kvix_hmap_get(&p->eids, key);
+    const eidrec *v = kvix__hmap_get(&p->eids, key);
     if (v)
         *out = *v;
     pthread_mutex_unlock(&p->lock);
     return v != NULL;
 }
 
-size_t kvix_ix_eid_dps(part *p, uint64_t worker, uint32_t *dps, size_t max)
+size_t kvix__ix_eid_dps(part *p, uint64_t worker, uint32_t *dps, size_t max)
 {
     size_t n = 0, it = 0;
     const uint64_t *k;
     pthread_mutex_lock(&p->lock);
-    while (n < max && kvix_hmap_next(&p->eids, &it, &k))
+    while (n < max && kvix__hmap_next(&p->eids, &it, &k))
         if (k[0] == worker)
             dps[n++] = (uint32_t)k[1];
     pthread_mutex_unlock(&p->lock);
     return n;
 }
 
-void kvix_ix_eid_forget(part *p, uint64_t worker, int all_dp, uint32_t dp)
+void kvix__ix_eid_forget(part *p, uint64_t worker, int all_dp, uint32_t dp)
 {
     pthread_mutex_lock(&p->lock);
     if (!all_dp) {
         uint64_t key[2] = {worker, dp};
-        kvix_hmap_del(&p->eids, key);
+        kvix__hmap_del(&p->eids, key);
     } else {
         for (;;) { /* a deletion moves entries: look again from the start */
             size_t it = 0;
             const uint64_t *k;
             int found = 0;
-            while (kvix_hmap_next(&p->eids, &it, &k))
+            while (kvix__hmap_next(&p->eids, &it, &k))
                 if (k[0] == worker) {
                     uint64_t key[2] = {k[0], k[1]};
-                    kvix_hmap_del(&p->eids, key);
+                    kvix__hmap_del(&p->eids, key);
                     found = 1;
                     break;
                 }
@@ -440,7 +440,7 @@ void kvix_ix_eid_forget(part *p, uint64_t worker, int all_dp, uint32_t dp)
     pthread_mutex_unlock(&p->lock);
 }
 
-void kvix_ix_ws_done(wstate *w)
+void kvix__ix_ws_done(wstate *w)
 {
     /* blocks, or the kinds of its KV cache groups learned, keep the state */
     if (kvix_ix_bm_size(&w->blocks) > 0 || w->grp)
@@ -451,7 +451,7 @@ void kvix_ix_ws_done(wstate *w)
      * that each stored and removed a block held 65,536 slots for ever, and
      * the rest were refused): the eid waits for it in p->eids. */
     xr_evt clear;
-    int has_clear = w->has_eid && kvix_ix_xr_last_clear(w, &clear);
+    int has_clear = w->has_eid && kvix__ix_xr_last_clear(w, &clear);
     if (w->has_eid && eids_put(p, w->worker, w->dp, w->eid, has_clear ? &clear : NULL) != KVIX_OK) {
         pthread_mutex_unlock(&p->lock); /* out of memory: it keeps its state */
         return;
@@ -478,7 +478,7 @@ void kvix_ix_ws_done(wstate *w)
 /* Polls rather than rcu_barrier(): the callbacks it waits for need only a
  * grace period, and a barrier's own bookkeeping races (for ThreadSanitizer,
  * which does not see liburcu's futexes) with the call_rcu thread. */
-void kvix_ix_parts_quiesce(kvix_index *idx)
+void kvix__ix_parts_quiesce(kvix_index *idx)
 {
     ctab *t = idx->parts.t;
     for (size_t i = 0; t && i < t->cap; i++) {
@@ -509,7 +509,7 @@ static int check_new_name(const char *s, const char *what, kvix_err *err)
     return KVIX_OK;
 }
 
-int kvix_ix_bs_mismatch(const part *p, uint32_t bs, kvix_err *err)
+int kvix__ix_bs_mismatch(const part *p, uint32_t bs, kvix_err *err)
 {
     return kvix_err_set(err, KVIX_EBLOCKSIZE,
                         "block size %" PRIu32 " differs from %" PRIu32
@@ -517,13 +517,13 @@ int kvix_ix_bs_mismatch(const part *p, uint32_t bs, kvix_err *err)
                         bs, p->bs, p->model, p->tenant);
 }
 
-int kvix_ix_part_get(kvix_index *idx, const char *model, const char *tenant, uint32_t bs,
+int kvix__ix_part_get(kvix_index *idx, const char *model, const char *tenant, uint32_t bs,
                     part **out, kvix_err *err)
 {
     int rc;
     if ((rc = check_name(model, "model", err)) || (rc = check_name(tenant, "tenant", err)))
         return rc;
-    part *p = kvix_ix_part_find(idx, model, tenant);
+    part *p = kvix__ix_part_find(idx, model, tenant);
     if (!p) {
         if (bs == 0 || bs > KVIX_BS_MAX)
             return kvix_err_set(err, KVIX_ERANGE, "block size %" PRIu32 " out of range 1..%d",
@@ -537,7 +537,7 @@ int kvix_ix_part_get(kvix_index *idx, const char *model, const char *tenant, uin
                                 "keys (model:tenant, split at the first ':') cannot carry",
                                 model);
         pthread_mutex_lock(&idx->lock);
-        p = kvix_ix_part_find(idx, model, tenant);
+        p = kvix__ix_part_find(idx, model, tenant);
         if (!p && idx->parts.n >= KVIX_INDEX_PARTITIONS_MAX) {
             pthread_mutex_unlock(&idx->lock);
             return kvix_err_set(err, KVIX_ELIMIT, "more than %u partitions",
@@ -554,11 +554,11 @@ int kvix_ix_part_get(kvix_index *idx, const char *model, const char *tenant, uin
                 p->ops = idx->ops;
                 p->opts = &idx->opts;
                 pthread_mutex_init(&p->lock, NULL);
-                kvix_hmap_init(&p->eids, 2, sizeof(eidrec));
+                kvix__hmap_init(&p->eids, 2, sizeof(eidrec));
                 if (p->model && p->tenant && !cmap_insert(&idx->parts, p))
                     rc = KVIX_OK; /* its backend comes with its first (worker, dp) */
                 if (rc) {
-                    kvix_ix_part_free(p);
+                    kvix__ix_part_free(p);
                     p = NULL;
                 }
             }
@@ -572,7 +572,7 @@ int kvix_ix_part_get(kvix_index *idx, const char *model, const char *tenant, uin
         pthread_mutex_unlock(&idx->lock);
     }
     if (bs && p->bs != bs)
-        return kvix_ix_bs_mismatch(p, bs, err);
+        return kvix__ix_bs_mismatch(p, bs, err);
     *out = p;
     return KVIX_OK;
 }
@@ -611,10 +611,10 @@ static int slot_take(part *p, uint32_t *slot, int *fresh, kvix_err *err)
         srec **top = malloc(SLOT_CHUNKS * sizeof *top);
         if (!top)
             return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a worker");
-        memcpy(top, kvix_ix_no_slots, SLOT_CHUNKS * sizeof *top);
+        memcpy(top, kvix__ix_no_slots, SLOT_CHUNKS * sizeof *top);
         __atomic_store_n(&p->chunks, top, __ATOMIC_RELEASE);
     }
-    if (p->chunks[p->nslots / SLOT_CHUNK] == kvix_ix_no_slots[0]) {
+    if (p->chunks[p->nslots / SLOT_CHUNK] == kvix__ix_no_slots[0]) {
         srec *c = calloc(SLOT_CHUNK, sizeof *c);
         if (!c)
             return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a worker");
@@ -655,9 +655,9 @@ static int rkey_cmp(const void *a, const void *b)
 /* Chunks not yet made are this one (static, never written): a query maps
  * any slot below KVIX_SLOTS_MAX without a test for a missing chunk. */
 static const srec no_chunk[SLOT_CHUNK] = {[0 ... SLOT_CHUNK - 1] = {.rank = RANK_NONE}};
-srec *const kvix_ix_no_slots[SLOT_CHUNKS] = {[0 ... SLOT_CHUNKS - 1] = (srec *)no_chunk};
+srec *const kvix__ix_no_slots[SLOT_CHUNKS] = {[0 ... SLOT_CHUNKS - 1] = (srec *)no_chunk};
 
-void kvix_ix_slots_free(srec **top)
+void kvix__ix_slots_free(srec **top)
 {
     for (unsigned i = 0; top && i < SLOT_CHUNKS; i++)
         if (top[i] != no_chunk)
@@ -720,7 +720,7 @@ static void rank_if_due(part *p)
         rank_slots(p);
 }
 
-void kvix_ix_rank_asked(part *p)
+void kvix__ix_rank_asked(part *p)
 {
     if (pthread_mutex_trylock(&p->lock))
         return; /* another writer holds it: asked again at the next event */
@@ -793,13 +793,13 @@ static int ws_register(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix
     w->slot = slot;
     w->p = p;
     uint64_t key[2] = {worker, dp};
-    const eidrec *eid = kvix_hmap_get(&p->eids, key);
+    const eidrec *eid = kvix__hmap_get(&p->eids, key);
     if (eid) { /* the pair's last eid, kept while it held nothing */
         w->has_eid = 1;
         w->eid = eid->eid;
     }
     pthread_mutex_init(&w->cut, NULL);
-    kvix_ix_bm_init(&w->blocks, p->ops, part_be(p));
+    kvix__ix_bm_init(&w->blocks, p->ops, part_be(p));
     /* whole before it is found: a live walk reads rec->held of what it finds */
     srec *r = slot_rec(p, slot);
     w->rec = r;
@@ -809,7 +809,7 @@ static int ws_register(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for a worker");
     }
     if (eid)
-        kvix_hmap_del(&p->eids, key);
+        kvix__hmap_del(&p->eids, key);
     w->next_dp = hd->first;
     __atomic_store_n(&hd->first, w, __ATOMIC_RELEASE);
     __atomic_store_n(&r->worker, worker, __ATOMIC_RELAXED);
@@ -830,9 +830,9 @@ static int ws_register(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix
     return KVIX_OK;
 }
 
-int kvix_ix_ws_get(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix_err *err)
+int kvix__ix_ws_get(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix_err *err)
 {
-    wstate *w = kvix_ix_ws_find(p, worker, dp);
+    wstate *w = kvix__ix_ws_find(p, worker, dp);
     if (w) {
         *out = w;
         return KVIX_OK;
@@ -847,7 +847,7 @@ int kvix_ix_ws_get(part *p, uint64_t worker, uint32_t dp, wstate **out, kvix_err
 }
 
 
-part **kvix_ix_parts_list(const kvix_index *idx, size_t *n)
+part **kvix__ix_parts_list(const kvix_index *idx, size_t *n)
 {
     *n = 0;
     kvix_rcu_lock(); /* the table may be replaced meanwhile */

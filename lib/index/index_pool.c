@@ -42,7 +42,7 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-void kvix_ix_pool_stop(kvix_index *idx)
+void kvix__ix_pool_stop(kvix_index *idx)
 {
     for (unsigned i = 0; i < idx->nq; i++) {
         wqueue *q = &idx->q[i];
@@ -67,7 +67,7 @@ void kvix_ix_pool_stop(kvix_index *idx)
     idx->nq = 0;
 }
 
-int kvix_ix_pool_start(kvix_index *idx, unsigned threads, kvix_err *err)
+int kvix__ix_pool_start(kvix_index *idx, unsigned threads, kvix_err *err)
 {
     idx->q = calloc(threads, sizeof *idx->q);
     if (!idx->q)
@@ -89,7 +89,7 @@ int kvix_ix_pool_start(kvix_index *idx, unsigned threads, kvix_err *err)
             pthread_mutex_destroy(&q->mu);
             pthread_cond_destroy(&q->nonempty);
             pthread_cond_destroy(&q->progress);
-            kvix_ix_pool_stop(idx); /* the i threads already running */
+            kvix__ix_pool_stop(idx); /* the i threads already running */
             return kvix_err_set(err, KVIX_ESYS, "cannot start writer thread %u", i);
         }
         idx->nq = i + 1;
@@ -117,7 +117,7 @@ int kvix_index_submit(kvix_index *idx, const kvix_event *ev, uint64_t tag, kvix_
     size_t i = q->tail % q->cap;
     pthread_mutex_unlock(&q->mu);
     /* The slot at tail is the submitter's until tail moves on. */
-    rc = kvix_ev_copy_untokened(&q->ring[i], ev, &e);
+    rc = kvix__ev_copy_untokened(&q->ring[i], ev, &e);
     if (rc)
         goto done;
     q->tags[i] = tag;

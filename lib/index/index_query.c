@@ -708,7 +708,7 @@ static void answer_reset(kvix_answer *ans, uint32_t top)
 
 /* Which name of a missing partition the index has never seen. A walk over
  * the partitions (at most KVIX_INDEX_PARTITIONS_MAX), only on the rare
- * unknown-partition answer; safe beside writers like kvix_ix_parts_list. */
+ * unknown-partition answer; safe beside writers like kvix__ix_parts_list. */
 static int unknown_reason(const kvix_index *idx, const char *model)
 {
     int why = KVIX_UNKNOWN_MODEL;
@@ -747,7 +747,7 @@ int kvix_index_query(kvix_index *idx, const char *model, const char *tenant,
                      const uint64_t *local, size_t n, kvix_answer *ans, kvix_err *err)
 {
     model = model ? model : "default";
-    part *p = kvix_ix_part_find(idx, model, tenant ? tenant : "default");
+    part *p = kvix__ix_part_find(idx, model, tenant ? tenant : "default");
     return query_hashes(idx, p, model, local, n, idx->opts.top, ans, err);
 }
 
@@ -759,9 +759,9 @@ static int query_tokens_bs(kvix_index *idx, const char *model, const char *tenan
     if (ntokens > KVIX_TOKENS_MAX)
         return kvix_err_set(err, KVIX_ELIMIT, "query of %zu tokens (limit %u)", ntokens,
                             KVIX_TOKENS_MAX);
-    part *p = kvix_ix_part_find(idx, model ? model : "default", tenant ? tenant : "default");
+    part *p = kvix__ix_part_find(idx, model ? model : "default", tenant ? tenant : "default");
     if (p && bs && bs != p->bs)
-        return kvix_ix_bs_mismatch(p, bs, err);
+        return kvix__ix_bs_mismatch(p, bs, err);
     if (p)
         bs = p->bs;
     else
@@ -813,22 +813,22 @@ int kvix_index_query_event(kvix_index *idx, const kvix_event *q, kvix_answer *an
     if (q->has_tokens)
         return query_tokens_bs(idx, q->model, q->tenant, q->lora, q->bs, q->tokens, q->ntokens,
                                top, ans, err);
-    part *p = kvix_ix_part_find(idx, q->model, q->tenant);
+    part *p = kvix__ix_part_find(idx, q->model, q->tenant);
     if (p && q->bs && q->bs != p->bs) {
         answer_reset(ans, top);
-        return kvix_ix_bs_mismatch(p, q->bs, err);
+        return kvix__ix_bs_mismatch(p, q->bs, err);
     }
     return query_hashes(idx, p, q->model, q->hashes, q->nhashes, top, ans, err); /* p found once */
 }
 
 uint32_t kvix_index_block_size(const kvix_index *idx, const char *model, const char *tenant)
 {
-    const part *p = kvix_ix_part_find(idx, model ? model : "default", tenant ? tenant : "default");
+    const part *p = kvix__ix_part_find(idx, model ? model : "default", tenant ? tenant : "default");
     return p ? p->bs : 0;
 }
 
 int kvix_index_eagle(const kvix_index *idx, const char *model, const char *tenant)
 {
-    const part *p = kvix_ix_part_find(idx, model ? model : "default", tenant ? tenant : "default");
+    const part *p = kvix__ix_part_find(idx, model ? model : "default", tenant ? tenant : "default");
     return p && __atomic_load_n(&p->hashing, __ATOMIC_RELAXED) == PART_HASH_EAGLE;
 }

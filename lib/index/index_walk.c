@@ -113,7 +113,7 @@ static int list_states(walker *k, part *p)
     pthread_mutex_lock(&p->lock);
     size_t it = 0;
     const uint64_t *key;
-    while (kvix_hmap_next(&p->eids, &it, &key)) {
+    while (kvix__hmap_next(&p->eids, &it, &key)) {
         if (ids_room(k)) {
             pthread_mutex_unlock(&p->lock);
             return -1;
@@ -141,7 +141,7 @@ static void cut_blocks(walker *k, part *p, wstate *w, size_t n)
     size_t it = 0, got = 0;
     int keyed;
     bent e;
-    while (got < n && (e = kvix_ix_bm_next_key(&w->blocks, &it, &k->engines[got], &keyed))) {
+    while (got < n && (e = kvix__ix_bm_next_key(&w->blocks, &it, &k->engines[got], &keyed))) {
         k->keyed[got] = (uint8_t)keyed;
         k->ents[got++] = e;
     }
@@ -161,7 +161,7 @@ static void cut_blocks(walker *k, part *p, wstate *w, size_t n)
         b->position = nd.pos;
         b->local = nd.local;
         b->engine = engine;
-        b->parent = kvix_ix_parent_engine(w, engine, &nd);
+        b->parent = kvix__ix_parent_engine(w, engine, &nd);
         b->tiers = bent_tiers(k->ents[i]);
         b->canon = nd.canon;
         b->parent_canon = nd.parent_canon;
@@ -184,7 +184,7 @@ static int cut_state(walker *k, part *p, uint64_t worker, uint32_t dp, size_t *n
 {
     int rc = 0;
     kvix_rcu_lock(); /* a state its writer releases meanwhile stays readable */
-    wstate *w = kvix_ix_ws_find(p, worker, dp);
+    wstate *w = kvix__ix_ws_find(p, worker, dp);
     /* room before the lock, for what it held a moment ago and some more */
     size_t guess = w ? __atomic_load_n(&w->rec->held, __ATOMIC_RELAXED) : 0;
     if (w && walker_room(k, guess + guess / 8 + 16))
@@ -230,8 +230,8 @@ static int cut_eid(part *p, uint64_t worker, uint32_t dp, uint64_t *eid)
     uint64_t key[2] = {worker, dp};
     kvix_rcu_lock();
     pthread_mutex_lock(&p->lock);
-    const eidrec *e = kvix_hmap_get(&p->eids, key);
-    int rc = e ? 1 : kvix_ix_ws_find(p, worker, dp) ? 2 : 0;
+    const eidrec *e = kvix__hmap_get(&p->eids, key);
+    int rc = e ? 1 : kvix__ix_ws_find(p, worker, dp) ? 2 : 0;
     if (e)
         *eid = e->eid;
     pthread_mutex_unlock(&p->lock);
@@ -289,7 +289,7 @@ int kvix_index_foreach_live(kvix_index *idx, kvix_foreach_fn fn, void *ctx,
     if (st)
         memset(st, 0, sizeof *st);
     size_t np;
-    part **ps = kvix_ix_parts_list(idx, &np);
+    part **ps = kvix__ix_parts_list(idx, &np);
     if (!ps)
         return KVIX_ENOMEM;
     if (np > 1)
@@ -309,7 +309,7 @@ int kvix_index_foreach_live(kvix_index *idx, kvix_foreach_fn fn, void *ctx,
 
 int kvix_index_foreach(kvix_index *idx, kvix_foreach_fn fn, void *ctx)
 {
-    kvix_ix_parts_quiesce(idx); /* no departed worker's slot table goes meanwhile */
+    kvix__ix_parts_quiesce(idx); /* no departed worker's slot table goes meanwhile */
     return kvix_index_foreach_live(idx, fn, ctx, NULL);
 }
 
@@ -322,13 +322,13 @@ int kvix_index_set_eid(kvix_index *idx, const char *model, const char *tenant, u
     if (eid > KVIX_EID_MAX)
         return kvix_err_set(err, KVIX_ERANGE, "eid %" PRIu64 " out of range (0 to %" PRId64 ")",
                             eid, (int64_t)KVIX_EID_MAX);
-    if ((rc = kvix_ix_part_get(idx, model, tenant, bs, &p, err)))
+    if ((rc = kvix__ix_part_get(idx, model, tenant, bs, &p, err)))
         return rc;
     if (worker > KVIX_WORKER_MAX)
         return kvix_err_set(err, KVIX_ERANGE, "worker %" PRIu64 " out of range (0 to %" PRId64 ")",
                             worker, (int64_t)KVIX_WORKER_MAX);
-    if (!(w = kvix_ix_ws_find(p, worker, dp))) /* no blocks: no state, its eid alone */
-        return kvix_ix_eid_set(p, worker, dp, eid, err);
+    if (!(w = kvix__ix_ws_find(p, worker, dp))) /* no blocks: no state, its eid alone */
+        return kvix__ix_eid_set(p, worker, dp, eid, err);
     ws_lock(w);
     w->has_eid = 1;
     w->eid = eid;
@@ -343,7 +343,7 @@ int kvix_index_load(kvix_index *idx, const char *model, const char *tenant, uint
     part *p;
     wstate *w;
     int rc;
-    if ((rc = kvix_ix_part_get(idx, model, tenant, bs, &p, err)))
+    if ((rc = kvix__ix_part_get(idx, model, tenant, bs, &p, err)))
         return rc;
     if (n == 0) /* the partition alone (UINT64_MAX: one without workers) */
         return KVIX_OK;
@@ -352,12 +352,12 @@ int kvix_index_load(kvix_index *idx, const char *model, const char *tenant, uint
     uint8_t unknown = PART_HASH_UNKNOWN;
     __atomic_compare_exchange_n(&p->hashing, &unknown, PART_HASH_PLAIN, 0, __ATOMIC_RELAXED,
                                 __ATOMIC_RELAXED);
-    if ((rc = kvix_ix_ws_get(p, worker, dp, &w, err)))
+    if ((rc = kvix__ix_ws_get(p, worker, dp, &w, err)))
         return rc;
     ws_lock(w);
-    if (kvix_ix_bm_reserve(&w->blocks, kvix_ix_bm_size(&w->blocks) + n)) {
+    if (kvix__ix_bm_reserve(&w->blocks, kvix_ix_bm_size(&w->blocks) + n)) {
         ws_unlock(w);
-        kvix_ix_ws_done(w);
+        kvix__ix_ws_done(w);
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory for %zu blocks", n);
     }
     kvix_apply_result r = {0, 0, 0, 0, 0, 0};
@@ -393,17 +393,17 @@ int kvix_index_load(kvix_index *idx, const char *model, const char *tenant, uint
         raise_depth(p, b->position + 1);
         for (unsigned t = 0; t < KVIX_MEDIUM_COUNT && !rc; t++)
             if (b->tiers & (1u << t))
-                rc = kvix_ix_store_block(w, b->engine, b->position, b->local, canon, b->parent, pcanon, t,
+                rc = kvix__ix_store_block(w, b->engine, b->position, b->local, canon, b->parent, pcanon, t,
                                  NULL, &r, err);
     }
     kvix_ix_publish_held(w);
     ws_unlock(w);
-    kvix_ix_ws_done(w); /* nothing loaded (the first block refused): released */
-    kvix_ix_add_totals(idx, &r);
+    kvix__ix_ws_done(w); /* nothing loaded (the first block refused): released */
+    kvix__ix_add_totals(idx, &r);
     return rc;
 }
 
-int kvix_ix_load_group(kvix_index *idx, const char *model, const char *tenant, uint32_t bs,
+int kvix__ix_load_group(kvix_index *idx, const char *model, const char *tenant, uint32_t bs,
                        uint64_t worker, uint32_t dp, int has_eid, uint64_t eid,
                        const kvix_block_info *b, const size_t *up, size_t n, size_t reserve,
                        kvix_ix_chain **nodes, size_t *cap, kvix_err *err)
@@ -411,7 +411,7 @@ int kvix_ix_load_group(kvix_index *idx, const char *model, const char *tenant, u
     part *p;
     wstate *w;
     int rc;
-    if ((rc = kvix_ix_part_get(idx, model, tenant, bs, &p, err)))
+    if ((rc = kvix__ix_part_get(idx, model, tenant, bs, &p, err)))
         return rc;
     if (n == 0) /* the partition alone (UINT64_MAX: one without workers), or an eid alone */
         return has_eid ? kvix_index_set_eid(idx, model, tenant, bs, worker, dp, eid, err) : KVIX_OK;
@@ -430,7 +430,7 @@ int kvix_ix_load_group(kvix_index *idx, const char *model, const char *tenant, u
         *nodes = v;
         *cap = c;
     }
-    if ((rc = kvix_ix_ws_get(p, worker, dp, &w, err)))
+    if ((rc = kvix__ix_ws_get(p, worker, dp, &w, err)))
         return rc;
     if (reserve && p->ops->reserve) /* the backend exists with its first state */
         p->ops->reserve(part_be(p), reserve);
@@ -442,20 +442,20 @@ int kvix_ix_load_group(kvix_index *idx, const char *model, const char *tenant, u
     }
     kvix_apply_result r = {0, 0, 0, 0, 0, 0};
     ws_lock(w);
-    rc = kvix_ix_load_tree(w, b, up, n, *nodes, &r, err);
+    rc = kvix__ix_load_tree(w, b, up, n, *nodes, &r, err);
     if (!rc && has_eid) {
         w->has_eid = 1;
         w->eid = eid;
     }
     ws_unlock(w);
-    kvix_ix_ws_done(w); /* nothing loaded (the first block refused): released */
-    kvix_ix_add_totals(idx, &r);
+    kvix__ix_ws_done(w); /* nothing loaded (the first block refused): released */
+    kvix__ix_add_totals(idx, &r);
     return rc;
 }
 
-size_t kvix_ix_count_blocks(kvix_index *idx, size_t *parts)
+size_t kvix__ix_count_blocks(kvix_index *idx, size_t *parts)
 {
-    kvix_ix_parts_quiesce(idx); /* no departed worker's slot table goes meanwhile */
+    kvix__ix_parts_quiesce(idx); /* no departed worker's slot table goes meanwhile */
     ctab *t = __atomic_load_n(&idx->parts.t, __ATOMIC_ACQUIRE);
     size_t blocks = 0;
     *parts = 0;
@@ -477,7 +477,7 @@ size_t kvix_ix_count_blocks(kvix_index *idx, size_t *parts)
 /* worker's first active state in p (through its dp ranks), or NULL. */
 static const wstate *first_active(const part *p, uint64_t worker)
 {
-    for (const wstate *w = kvix_ix_ws_first(p, worker); w;
+    for (const wstate *w = kvix__ix_ws_first(p, worker); w;
          w = __atomic_load_n(&w->next_dp, __ATOMIC_ACQUIRE))
         if (ws_active(w))
             return w;
@@ -488,7 +488,7 @@ static const wstate *first_active(const part *p, uint64_t worker)
  * seen could not be had): a state counts when it is its worker's first
  * active one in its partition and no earlier partition of the table has the
  * worker. Partitions x workers lookups: only out of memory. */
-size_t kvix_ix_instances_without_memory(const kvix_index *idx)
+size_t kvix__ix_instances_without_memory(const kvix_index *idx)
 {
     const ctab *t = __atomic_load_n(&idx->parts.t, __ATOMIC_ACQUIRE);
     size_t n = 0;
@@ -515,14 +515,14 @@ size_t kvix_ix_instances_without_memory(const kvix_index *idx)
 void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
 {
     memset(out, 0, sizeof *out);
-    kvix_ix_parts_quiesce(idx); /* what departed workers left is given back first */
-    /* The table itself, not a copy (kvix_ix_parts_list): the index is quiet,
+    kvix__ix_parts_quiesce(idx); /* what departed workers left is given back first */
+    /* The table itself, not a copy (kvix__ix_parts_list): the index is quiet,
      * and a function that cannot fail must not let an allocation decide its
      * counts (a failed copy read as an empty index, and a snapshot load then
      * as a corrupt file); only instances needs memory, and is counted
      * another way without it. */
     ctab *t = __atomic_load_n(&idx->parts.t, __ATOMIC_ACQUIRE);
-    out->bytes = sizeof *idx + kvix_ix_cmap_memory(&idx->parts);
+    out->bytes = sizeof *idx + kvix__ix_cmap_memory(&idx->parts);
     for (unsigned i = 0; i < idx->nq; i++) {
         const wqueue *q = &idx->q[i];
         out->bytes += sizeof *q + q->cap * (sizeof *q->ring + sizeof *q->tags);
@@ -531,7 +531,7 @@ void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
                           q->ring[j].cap_hashes * sizeof(uint64_t);
     }
     kvix_hmap ids; /* worker ids seen: a worker of several ranks or partitions counts once */
-    kvix_hmap_init(&ids, 1, 0);
+    kvix__hmap_init(&ids, 1, 0);
     int ids_ok = 1;
     for (size_t i = 0; t && i < t->cap; i++) {
         part *p = __atomic_load_n(&t->v[i], __ATOMIC_ACQUIRE);
@@ -543,7 +543,7 @@ void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
         out->backend_bytes += be;
         out->unique_blocks += pb ? p->ops->unique_blocks(pb) : 0;
         out->bytes += be + sizeof *p + strlen(p->model) + strlen(p->tenant) + 2 +
-                      kvix_ix_cmap_memory(&p->workers) + kvix_ix_cmap_memory(&p->wheads) +
+                      kvix__ix_cmap_memory(&p->workers) + kvix__ix_cmap_memory(&p->wheads) +
                       p->wheads.n * sizeof(whead) +
                       /* free, order, fresh, spare; the ranking's keys */
                       p->fcap * (4 * sizeof *p->free_slots + sizeof *p->rkeys);
@@ -553,11 +553,11 @@ void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
         /* pairs with an eid and no block: they have state, in p->eids */
         pthread_mutex_lock(&p->lock);
         out->workers += kvix_hmap_size(&p->eids);
-        out->bytes += kvix_hmap_memory(&p->eids);
+        out->bytes += kvix__hmap_memory(&p->eids);
         size_t it = 0;
         const uint64_t *key;
-        while (ids_ok && kvix_hmap_next(&p->eids, &it, &key))
-            if (!kvix_hmap_put(&ids, &key[0], NULL))
+        while (ids_ok && kvix__hmap_next(&p->eids, &it, &key))
+            if (!kvix__hmap_put(&ids, &key[0], NULL))
                 ids_ok = 0;
         pthread_mutex_unlock(&p->lock);
         for (uint32_t s = 0; s < ns; s++) {
@@ -565,15 +565,15 @@ void kvix_index_stats_get(kvix_index *idx, kvix_index_stats *out)
             if (!w)
                 continue;
             out->workers += ws_active(w);
-            if (ws_active(w) && ids_ok && !kvix_hmap_put(&ids, &w->worker, NULL))
+            if (ws_active(w) && ids_ok && !kvix__hmap_put(&ids, &w->worker, NULL))
                 ids_ok = 0;
             out->blocks += kvix_ix_bm_size(&w->blocks);
-            size_t fb = sizeof *w + kvix_ix_bm_memory(&w->blocks) + ws_side_memory(w) +
-                        kvix_ix_xr_memory(w) +
-                        kvix_ix_grp_memory(w);
+            size_t fb = sizeof *w + kvix__ix_bm_memory(&w->blocks) + ws_side_memory(w) +
+                        kvix__ix_xr_memory(w) +
+                        kvix__ix_grp_memory(w);
             out->bytes += fb;
         }
     }
-    out->instances = ids_ok ? kvix_hmap_size(&ids) : kvix_ix_instances_without_memory(idx);
-    kvix_hmap_release(&ids);
+    out->instances = ids_ok ? kvix_hmap_size(&ids) : kvix__ix_instances_without_memory(idx);
+    kvix__hmap_release(&ids);
 }

@@ -49,7 +49,7 @@ static xr *ring_of(wstate *w)
     return r;
 }
 
-int kvix_ix_xr_event(wstate *w, const kvix_event *ev, int kind, uint32_t blocks)
+int kvix__ix_xr_event(wstate *w, const kvix_event *ev, int kind, uint32_t blocks)
 {
     xr *r = ring_of(w);
     if (!r)
@@ -69,7 +69,7 @@ static const xr_evt *event_at(const xr *r, uint32_t evn)
     return r->evn - evn <= r->ne && e->evn == evn ? e : NULL;
 }
 
-int kvix_ix_xr_find(const wstate *w, uint32_t pos, uint64_t canon, xr_evt *out, int *known)
+int kvix__ix_xr_find(const wstate *w, uint32_t pos, uint64_t canon, xr_evt *out, int *known)
 {
     const xr *r = w->xr;
     if (!r)
@@ -88,7 +88,7 @@ int kvix_ix_xr_find(const wstate *w, uint32_t pos, uint64_t canon, xr_evt *out, 
     return 0;
 }
 
-int kvix_ix_xr_last_clear(const wstate *w, xr_evt *out)
+int kvix__ix_xr_last_clear(const wstate *w, xr_evt *out)
 {
     const xr *r = w->xr;
     if (!r)
@@ -104,13 +104,13 @@ int kvix_ix_xr_last_clear(const wstate *w, xr_evt *out)
     return 0;
 }
 
-void kvix_ix_xr_free(wstate *w)
+void kvix__ix_xr_free(wstate *w)
 {
     free(w->xr);
     w->xr = NULL;
 }
 
-size_t kvix_ix_xr_memory(const wstate *w)
+size_t kvix__ix_xr_memory(const wstate *w)
 {
     const xr *r = w->xr;
     return r ? sizeof *r + r->nb * sizeof(xr_blk) + r->ne * sizeof(xr_evt) : 0;

@@ -21,7 +21,7 @@
 
 #include "kvix/wire.h"
 
-int esub_vec_push(vec *v, sub *x)
+int kvix__esub_vec_push(vec *v, sub *x)
 {
     if (v->n == v->cap) {
         size_t c = v->cap ? v->cap * 2 : 16;
@@ -35,7 +35,7 @@ int esub_vec_push(vec *v, sub *x)
     return KVIX_OK;
 }
 
-void esub_note(kvix_enginesub *s, int kind, const sub *b, const char *fmt, ...)
+void kvix__esub_note(kvix_enginesub *s, int kind, const sub *b, const char *fmt, ...)
 {
     unsigned r = ++s->repeat[kind & 15];
     if (!s->ops.note)
@@ -118,7 +118,7 @@ int kvix_enginesub_new(kvix_enginesub **out, const kvix_enginesub_config *cfg,
     s->wake_rd = p[0];
     s->wake_wr = p[1];
     pthread_mutex_init(&s->mu, NULL);
-    int rrc = cfg->bind ? KVIX_OK : esub_resolver_new(&s->resolver, err);
+    int rrc = cfg->bind ? KVIX_OK : kvix__esub_resolver_new(&s->resolver, err);
     if (rrc) {
         kvix_enginesub_free(s);
         return rrc;
@@ -136,7 +136,7 @@ int kvix_enginesub_new(kvix_enginesub **out, const kvix_enginesub_config *cfg,
     return KVIX_OK;
 }
 
-void esub_sockets_close(sub *b)
+void kvix__esub_sockets_close(sub *b)
 {
     /* The monitor is stopped before its socket closes: closed without it,
      * libzmq keeps the monitor's own PAIR socket (and its eventfd) for the
@@ -151,14 +151,14 @@ void esub_sockets_close(sub *b)
     b->conn_ep[0] = '\0';
 }
 
-void esub_sub_close(sub *b)
+void kvix__esub_sub_close(sub *b)
 {
-    kvix_seqtrack_release(&b->st); /* closes the dealer */
-    esub_sockets_close(b);
+    kvix__seqtrack_release(&b->st); /* closes the dealer */
+    kvix__esub_sockets_close(b);
     b->opened = false;
 }
 
-void esub_counts_add(kvix_seqtrack_counts *a, const kvix_seqtrack_counts *b)
+void kvix__esub_counts_add(kvix_seqtrack_counts *a, const kvix_seqtrack_counts *b)
 {
     a->gaps += b->gaps;
     a->replays += b->replays;
@@ -170,12 +170,12 @@ void esub_counts_add(kvix_seqtrack_counts *a, const kvix_seqtrack_counts *b)
     a->refused += b->refused;
 }
 
-void esub_sub_free(kvix_enginesub *s, sub *b)
+void kvix__esub_sub_free(kvix_enginesub *s, sub *b)
 {
     if (b->opened) {
-        esub_counts_add(&s->c.seq, &b->st.counts);
+        kvix__esub_counts_add(&s->c.seq, &b->st.counts);
         s->c.seq.losses += b->losses_extra;
-        esub_sub_close(b);
+        kvix__esub_sub_close(b);
     }
     free(b->ranks);
     free(b);
@@ -186,11 +186,11 @@ void kvix_enginesub_free(kvix_enginesub *s)
     if (!s)
         return;
     for (size_t i = 0; i < s->live.n; i++)
-        esub_sub_close(s->live.v[i]);
+        kvix__esub_sub_close(s->live.v[i]);
     for (size_t i = 0; i < s->reg.n; i++)
-        esub_sub_free(s, s->reg.v[i]);
+        kvix__esub_sub_free(s, s->reg.v[i]);
     for (size_t i = 0; i < s->gone.n; i++)
-        esub_sub_free(s, s->gone.v[i]);
+        kvix__esub_sub_free(s, s->gone.v[i]);
     free(s->reg.v);
     free(s->gone.v);
     free(s->pending.v);
@@ -202,7 +202,7 @@ void kvix_enginesub_free(kvix_enginesub *s)
     free(s->resnames);
     if (s->zctx)
         zmq_ctx_term(s->zctx);
-    esub_resolver_free(s->resolver);
+    kvix__esub_resolver_free(s->resolver);
     if (s->wake_rd >= 0)
         close(s->wake_rd);
     if (s->wake_wr >= 0)
@@ -283,9 +283,9 @@ static sub *sub_new(kvix_enginesub *s, const kvix_enginesub_spec *sp, int group)
 /* Enter b into the registry and the pending list. Under mu. */
 static int enter(kvix_enginesub *s, sub *b)
 {
-    if (esub_vec_push(&s->reg, b))
+    if (kvix__esub_vec_push(&s->reg, b))
         return KVIX_ENOMEM;
-    if (esub_vec_push(&s->pending, b)) {
+    if (kvix__esub_vec_push(&s->pending, b)) {
         s->reg.n--;
         return KVIX_ENOMEM;
     }
@@ -294,13 +294,13 @@ static int enter(kvix_enginesub *s, sub *b)
 }
 
 /* Take b out of the registry; the poll thread frees it. Under mu. */
-void esub_leave(kvix_enginesub *s, size_t i)
+void kvix__esub_leave(kvix_enginesub *s, size_t i)
 {
     sub *b = s->reg.v[i];
     b->removed = true;
     vec_del(&s->reg, i);
     __atomic_add_fetch(&s->changes, 1, __ATOMIC_RELAXED);
-    if (esub_vec_push(&s->gone, b)) {
+    if (kvix__esub_vec_push(&s->gone, b)) {
         /* No room to hand it over: it stays in the registry, removed. Rare
          * enough (out of memory) to leak nothing: it is freed with s. */
         s->reg.v[s->reg.n++] = b;
@@ -341,7 +341,7 @@ int kvix_enginesub_remove(kvix_enginesub *s, const char *given, kvix_err *err)
     pthread_mutex_lock(&s->mu);
     for (size_t i = 0; i < s->reg.n; i++)
         if (!s->reg.v[i]->removed && !strcmp(s->reg.v[i]->spec.endpoint, endpoint)) {
-            esub_leave(s, i);
+            kvix__esub_leave(s, i);
             rc = KVIX_OK;
             break;
         }
@@ -362,7 +362,7 @@ size_t kvix_enginesub_remove_worker(kvix_enginesub *s, uint64_t worker, const ch
         if (!b->removed && b->spec.worker == worker && (dp == UINT32_MAX || b->spec.dp == dp) &&
             (!model || !strcmp(model_of(b), model)) && (!tenant || !strcmp(tenant_of(b), tenant))) {
             size_t before = s->reg.n;
-            esub_leave(s, i);
+            kvix__esub_leave(s, i);
             n++;
             if (s->reg.n == before) /* could not hand it over */
                 i++;
@@ -475,7 +475,7 @@ int kvix_enginesub_replace(kvix_enginesub *s, int group, const kvix_enginesub_sp
                                                 ? find_spec(v, n, b->spec.endpoint)
                                                 : NULL;
             if (b->group == group && !b->removed && (!sp || !same_sub(&b->spec, sp))) {
-                esub_leave(s, k);
+                kvix__esub_leave(s, k);
                 ndel++;
                 continue;
             }

@@ -148,19 +148,19 @@ static inline const char *tenant_of(const sub *b)
 }
 
 /* enginesub.c */
-int esub_vec_push(vec *v, sub *x);
+int kvix__esub_vec_push(vec *v, sub *x);
 /* Tells the caller's note callback (if any) about b; counts repeats per kind. */
-void esub_note(kvix_enginesub *s, int kind, const sub *b, const char *fmt, ...)
+void kvix__esub_note(kvix_enginesub *s, int kind, const sub *b, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* Poll thread: closes b's SUB socket and its monitor. */
-void esub_sockets_close(sub *b);
+void kvix__esub_sockets_close(sub *b);
 /* Poll thread: closes b's sockets and its tracker (b stays allocated). */
-void esub_sub_close(sub *b);
-void esub_counts_add(kvix_seqtrack_counts *a, const kvix_seqtrack_counts *b);
+void kvix__esub_sub_close(sub *b);
+void kvix__esub_counts_add(kvix_seqtrack_counts *a, const kvix_seqtrack_counts *b);
 /* Poll thread: adds b's counts to s's, closes it if open, frees it. */
-void esub_sub_free(kvix_enginesub *s, sub *b);
+void kvix__esub_sub_free(kvix_enginesub *s, sub *b);
 /* Under mu: takes reg.v[i] out of the registry; the poll thread frees it. */
-void esub_leave(kvix_enginesub *s, size_t i);
+void kvix__esub_leave(kvix_enginesub *s, size_t i);
 
 /* enginesub_resolve.c */
 typedef struct esub_resolver esub_resolver;
@@ -172,22 +172,22 @@ typedef struct esub_resolved {
     char why[128];                            /* !ok: getaddrinfo's reason */
 } esub_resolved;
 /* Whether ep is tcp://NAME:PORT with NAME not an address. */
-bool esub_host_is_name(const char *ep);
-int esub_resolver_new(esub_resolver **out, kvix_err *err);
+bool kvix__esub_host_is_name(const char *ep);
+int kvix__esub_resolver_new(esub_resolver **out, kvix_err *err);
 /* Never waits for a lookup under way. NULL is fine. */
-void esub_resolver_free(esub_resolver *r);
-/* Readable while answers wait for esub_resolver_take. */
-int esub_resolver_fd(const esub_resolver *r);
+void kvix__esub_resolver_free(esub_resolver *r);
+/* Readable while answers wait for kvix__esub_resolver_take. */
+int kvix__esub_resolver_fd(const esub_resolver *r);
 /* Resolve ep (and replay, may be "" or NULL) for request id. KVIX_ENOMEM. */
-int esub_resolver_ask(esub_resolver *r, uint64_t id, const char *ep, const char *replay);
+int kvix__esub_resolver_ask(esub_resolver *r, uint64_t id, const char *ep, const char *replay);
 /* An answer: 1, or 0 when none waits (call until 0). */
-int esub_resolver_take(esub_resolver *r, esub_resolved *out);
+int kvix__esub_resolver_take(esub_resolver *r, esub_resolved *out);
 
 /* enginesub_track.c */
 /* false: past ranks_max (or out of memory): the rank is not followed. */
-bool esub_rank_add(sub *b, uint32_t dp);
+bool kvix__esub_rank_add(sub *b, uint32_t dp);
 /* Every (worker, dp) seen on b can no longer be vouched for: a clear each. */
-void esub_clear_all(sub *b);
-extern const kvix_seqtrack_ops esub_track_ops;
+void kvix__esub_clear_all(sub *b);
+extern const kvix_seqtrack_ops kvix__esub_track_ops;
 
 #endif

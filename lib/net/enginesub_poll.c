@@ -45,13 +45,13 @@ static void resume_sub(kvix_enginesub *s, sub *b)
         if (r->worker != b->spec.worker || !resume_names_match(s, r, b) ||
             (subs_of_worker > 1 && r->dp != b->spec.dp))
             continue;
-        esub_rank_add(b, r->dp);
+        kvix__esub_rank_add(b, r->dp);
         if (!found || r->eid > eid)
             eid = r->eid;
         found = true;
     }
     if (found && eid < UINT64_MAX)
-        kvix_seqtrack_resume(&b->st, eid + 1);
+        kvix__seqtrack_resume(&b->st, eid + 1);
 }
 
 static int open_monitor(kvix_enginesub *s, sub *b, kvix_err *err)
@@ -94,7 +94,7 @@ static int open_socket(kvix_enginesub *s, sub *b, kvix_err *err)
     b->noconn_noted = false;
     /* a name is connected to its address once the resolver has it (ZMQ
      * would resolve it in its one I/O thread, every attempt) */
-    b->named = !s->cfg.bind && esub_host_is_name(b->spec.endpoint);
+    b->named = !s->cfg.bind && kvix__esub_host_is_name(b->spec.endpoint);
     const char *ep = b->named ? b->addr_ep : b->spec.endpoint;
     if (b->named && !b->res_id && !b->res_at)
         b->res_at = now_ms();
@@ -117,8 +117,8 @@ static void resolve_due(kvix_enginesub *s, sub *b, uint64_t now)
     memcpy(b->asked_replay, b->spec.replay, sizeof b->asked_replay);
     pthread_mutex_unlock(&s->mu);
     uint64_t id = ++s->res_seq;
-    if (esub_resolver_ask(s->resolver, id, b->spec.endpoint,
-                          esub_host_is_name(b->asked_replay) ? b->asked_replay : NULL))
+    if (kvix__esub_resolver_ask(s->resolver, id, b->spec.endpoint,
+                          kvix__esub_host_is_name(b->asked_replay) ? b->asked_replay : NULL))
         return; /* out of memory: asked again at the next step */
     b->res_id = id;
     b->res_at = 0;
@@ -133,7 +133,7 @@ static void resolved(kvix_enginesub *s, sub *b, const esub_resolved *r, uint64_t
     if (!r->ok) {
         if (!b->unresolved_said) {
             const char *h = b->spec.endpoint + 6, *colon = strrchr(h, ':');
-            esub_note(s, KVIX_ENGINESUB_UNRESOLVED, b,
+            kvix__esub_note(s, KVIX_ENGINESUB_UNRESOLVED, b,
                       "worker %" PRIu64 ": host '%.*s' of %s does not resolve (%s); asked again "
                       "every second",
                       b->spec.worker, (int)(colon - h), h, b->spec.endpoint, r->why);
@@ -162,7 +162,7 @@ static void resolved(kvix_enginesub *s, sub *b, const esub_resolved *r, uint64_t
 static void take_resolved(kvix_enginesub *s, uint64_t now)
 {
     esub_resolved r;
-    while (esub_resolver_take(s->resolver, &r))
+    while (kvix__esub_resolver_take(s->resolver, &r))
         for (size_t i = 0; i < s->live.n; i++)
             if (s->live.v[i]->res_id == r.id) {
                 resolved(s, s->live.v[i], &r, now);
@@ -173,18 +173,18 @@ static void take_resolved(kvix_enginesub *s, uint64_t now)
 static int sub_open(kvix_enginesub *s, sub *b, kvix_err *err)
 {
     kvix_seqtrack_config tc = {s->cfg.hold_max, s->cfg.replay_timeout_ms, s->cfg.hold_bytes_max};
-    kvix_seqtrack_init(&b->st, &tc, &esub_track_ops, b);
-    if (!esub_rank_add(b, b->spec.dp))
+    kvix__seqtrack_init(&b->st, &tc, &kvix__esub_track_ops, b);
+    if (!kvix__esub_rank_add(b, b->spec.dp))
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
     if (s->nres)
         resume_sub(s, b);
     int rc = open_socket(s, b, err);
     if (rc) {
-        esub_sub_close(b);
+        kvix__esub_sub_close(b);
         return rc;
     }
-    if (esub_vec_push(&s->live, b)) {
-        esub_sub_close(b);
+    if (kvix__esub_vec_push(&s->live, b)) {
+        kvix__esub_sub_close(b);
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
     }
     b->opened = true;
@@ -198,21 +198,21 @@ static void reopen(kvix_enginesub *s, sub *b, uint64_t now)
     (void)now;
     s->c.disconnects++;
     b->losses_extra++;
-    esub_note(s, KVIX_ENGINESUB_DISCONNECT, b,
+    kvix__esub_note(s, KVIX_ENGINESUB_DISCONNECT, b,
          "worker %" PRIu64 " dp %" PRIu32 ": zmq closed the connection to %s (a message over "
          "%zu bytes?): batches lost, cleared",
          b->spec.worker, b->spec.dp, b->spec.endpoint, s->cfg.msg_max);
-    esub_clear_all(b);
+    kvix__esub_clear_all(b);
     kvix_seqtrack_counts keep = b->st.counts;
-    kvix_seqtrack_release(&b->st);
-    esub_sockets_close(b);
+    kvix__seqtrack_release(&b->st);
+    kvix__esub_sockets_close(b);
     kvix_seqtrack_config tc = {s->cfg.hold_max, s->cfg.replay_timeout_ms, s->cfg.hold_bytes_max};
-    kvix_seqtrack_init(&b->st, &tc, &esub_track_ops, b);
+    kvix__seqtrack_init(&b->st, &tc, &kvix__esub_track_ops, b);
     b->st.counts = keep;
     kvix_err err;
     if (open_socket(s, b, &err) != KVIX_OK) {
-        esub_note(s, KVIX_ENGINESUB_FAILED, b, "worker %" PRIu64 ": %s", b->spec.worker, err.msg);
-        esub_sockets_close(b); /* stays silent until removed */
+        kvix__esub_note(s, KVIX_ENGINESUB_FAILED, b, "worker %" PRIu64 ": %s", b->spec.worker, err.msg);
+        kvix__esub_sockets_close(b); /* stays silent until removed */
     }
 }
 
@@ -232,17 +232,17 @@ static int reconcile(kvix_enginesub *s, kvix_err *err)
     for (size_t i = 0; i < gone.n; i++) {
         sub *b = gone.v[i];
         if (b->opened) {
-            esub_note(s, KVIX_ENGINESUB_REMOVED, b,
+            kvix__esub_note(s, KVIX_ENGINESUB_REMOVED, b,
                  "worker %" PRIu64 " dp %" PRIu32 " (%s) removed: cleared", b->spec.worker,
                  b->spec.dp, b->spec.endpoint);
-            esub_clear_all(b);
+            kvix__esub_clear_all(b);
             for (size_t k = 0; k < s->live.n; k++)
                 if (s->live.v[k] == b) {
                     vec_del(&s->live, k);
                     break;
                 }
         }
-        esub_sub_free(s, b);
+        kvix__esub_sub_free(s, b);
     }
     free(gone.v);
     int first = KVIX_OK;
@@ -257,11 +257,11 @@ static int reconcile(kvix_enginesub *s, kvix_err *err)
             if (err)
                 *err = e;
         }
-        esub_note(s, KVIX_ENGINESUB_FAILED, b, "%s: subscription dropped", e.msg);
+        kvix__esub_note(s, KVIX_ENGINESUB_FAILED, b, "%s: subscription dropped", e.msg);
         pthread_mutex_lock(&s->mu);
         for (size_t k = 0; k < s->reg.n; k++)
             if (s->reg.v[k] == b) {
-                esub_leave(s, k);
+                kvix__esub_leave(s, k);
                 break;
             }
         pthread_mutex_unlock(&s->mu);
@@ -319,11 +319,11 @@ static void bad_frames(kvix_enginesub *s, sub *b, const char *kind, int nf, cons
 {
     s->c.bad_frames++;
     if (!seq)
-        esub_note(s, KVIX_ENGINESUB_BAD_FRAMES, b,
+        kvix__esub_note(s, KVIX_ENGINESUB_BAD_FRAMES, b,
                   "worker %" PRIu64 ": %smessage of %d frames from %s dropped (expected %s)",
                   b->spec.worker, kind, nf, b->spec.endpoint, frames);
     else
-        esub_note(s, KVIX_ENGINESUB_BAD_FRAMES, b,
+        kvix__esub_note(s, KVIX_ENGINESUB_BAD_FRAMES, b,
                   "worker %" PRIu64 ": %smessage from %s dropped: seq frame of %zu bytes "
                   "(expected at least 8)",
                   b->spec.worker, kind, b->spec.endpoint, zmq_msg_size((zmq_msg_t *)seq));
@@ -361,7 +361,7 @@ static int on_live(kvix_enginesub *s, sub *b, zmq_msg_t *f, int nf, uint64_t now
         elen = (size_t)(topic + tlen - epoch);
     }
     item x = {seq, zmq_msg_data(&f[2]), zmq_msg_size(&f[2]), false};
-    return kvix_seqtrack_live(&b->st, seq, epoch, elen, &x, now);
+    return kvix__seqtrack_live(&b->st, seq, epoch, elen, &x, now);
 }
 
 /* ["", topic, seq, payload] (current vLLM) or ["", seq, payload]. */
@@ -377,14 +377,14 @@ static int on_reply(kvix_enginesub *s, sub *b, zmq_msg_t *f, int nf, uint64_t no
     }
     uint64_t r = get_be64(zmq_msg_data(&f[nf - 2]));
     if (r == KVIX_WIRE_SEQ_END)
-        return kvix_seqtrack_replay_end(&b->st, now);
+        return kvix__seqtrack_replay_end(&b->st, now);
     uint64_t refused = b->st.counts.refused;
-    if (!kvix_seqtrack_replay_want(&b->st, r, now)) {
+    if (!kvix__seqtrack_replay_want(&b->st, r, now)) {
         /* An honest answer may overtake the live stream by a little: only
          * what no engine could have sent is worth a warning. */
         if (b->st.counts.refused != refused &&
             (r < b->st.want || r - b->st.live_seq > s->cfg.hold_max))
-            esub_note(s, KVIX_ENGINESUB_REFUSED, b,
+            kvix__esub_note(s, KVIX_ENGINESUB_REFUSED, b,
                  "worker %" PRIu64 ": replay answer with seq %" PRIu64
                  " refused: outside the range asked (from %" PRIu64 " to the newest live, %" PRIu64
                  ")",
@@ -392,7 +392,7 @@ static int on_reply(kvix_enginesub *s, sub *b, zmq_msg_t *f, int nf, uint64_t no
         return KVIX_OK;
     }
     item x = {r, zmq_msg_data(&f[nf - 1]), zmq_msg_size(&f[nf - 1]), false};
-    kvix_seqtrack_replayed(&b->st, r, &x);
+    kvix__seqtrack_replayed(&b->st, r, &x);
     return KVIX_OK;
 }
 
@@ -428,7 +428,7 @@ static void on_monitor(kvix_enginesub *s, sub *b, uint64_t now)
                 b->connected = true;
                 b->giveup_pending = false;
                 if (b->noconn_noted)
-                    esub_note(s, KVIX_ENGINESUB_CONNECTED, b,
+                    kvix__esub_note(s, KVIX_ENGINESUB_CONNECTED, b,
                               "worker %" PRIu64 " dp %" PRIu32 ": connected to %s",
                               b->spec.worker, b->spec.dp, b->spec.endpoint);
                 b->noconn_noted = false;
@@ -487,7 +487,7 @@ static void publish(kvix_enginesub *s)
     pthread_mutex_lock(&s->mu);
     for (size_t i = 0; i < s->live.n; i++) {
         sub *b = s->live.v[i];
-        esub_counts_add(&t.seq, &b->st.counts);
+        kvix__esub_counts_add(&t.seq, &b->st.counts);
         t.seq.losses += b->losses_extra;
         b->pub_seq = b->st.counts;
         b->pub_seq.losses += b->losses_extra;
@@ -499,7 +499,7 @@ static void publish(kvix_enginesub *s)
         b->pub_ranks = b->nranks;
         b->pub_open = b->sock != NULL;
         b->pub_connected = s->cfg.bind ? b->sock != NULL : b->connected;
-        b->pub_replaying = kvix_seqtrack_replaying(&b->st, NULL);
+        b->pub_replaying = kvix__seqtrack_replaying(&b->st, NULL);
     }
     t.subscriptions = s->reg.n;
     s->pub = t;
@@ -534,7 +534,7 @@ int kvix_enginesub_step(kvix_enginesub *s, int timeout_ms, kvix_err *err)
     s->owners[k] = NULL;
     s->kinds[k++] = 'w';
     if (s->resolver) {
-        s->items[k] = (zmq_pollitem_t){NULL, esub_resolver_fd(s->resolver), ZMQ_POLLIN, 0};
+        s->items[k] = (zmq_pollitem_t){NULL, kvix__esub_resolver_fd(s->resolver), ZMQ_POLLIN, 0};
         s->owners[k] = NULL;
         s->kinds[k++] = 'd';
         for (size_t i = 0; i < nl; i++) {
@@ -550,7 +550,7 @@ int kvix_enginesub_step(kvix_enginesub *s, int timeout_ms, kvix_err *err)
     for (size_t i = 0; i < nl; i++) {
         sub *b = s->live.v[i];
         uint64_t deadline;
-        if (b->dealer && kvix_seqtrack_replaying(&b->st, &deadline)) {
+        if (b->dealer && kvix__seqtrack_replaying(&b->st, &deadline)) {
             long ms = deadline > now ? (long)(deadline - now) : 0;
             if (timeout < 0 || ms < timeout)
                 timeout = ms;
@@ -626,7 +626,7 @@ int kvix_enginesub_step(kvix_enginesub *s, int timeout_ms, kvix_err *err)
     }
     for (size_t i = 0; i < s->live.n && !st; i++) {
         sub *b = s->live.v[i];
-        st = kvix_seqtrack_tick(&b->st, now);
+        st = kvix__seqtrack_tick(&b->st, now);
         if (!st && b->giveup_pending && now >= b->disc_at + GIVEUP_GRACE_MS) {
             /* Messages already queued on the monitor may still say it retries. */
             if (b->mon)
@@ -638,7 +638,7 @@ int kvix_enginesub_step(kvix_enginesub *s, int timeout_ms, kvix_err *err)
             /* an engine that is not there (yet), a wrong host or port, a
              * firewall: ZMQ retries without a word, so say it once */
             b->noconn_noted = true;
-            esub_note(s, KVIX_ENGINESUB_NO_CONNECTION, b,
+            kvix__esub_note(s, KVIX_ENGINESUB_NO_CONNECTION, b,
                       "worker %" PRIu64 " dp %" PRIu32 ": no connection to %s for %" PRIu64
                       " s; still trying (is the engine up and publishing there?)",
                       b->spec.worker, b->spec.dp, b->spec.endpoint,

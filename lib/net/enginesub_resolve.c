@@ -38,7 +38,7 @@ struct esub_resolver {
     int fd;    /* eventfd: answers wait in done */
 };
 
-bool esub_host_is_name(const char *ep)
+bool kvix__esub_host_is_name(const char *ep)
 {
     if (strncmp(ep, "tcp://", 6) != 0 || ep[6] == '[' || ep[6] == '*')
         return false;
@@ -57,7 +57,7 @@ bool esub_host_is_name(const char *ep)
  * false with why set when it does not resolve. */
 static bool resolve_ep(char *ep, char *why, size_t cap)
 {
-    if (!esub_host_is_name(ep))
+    if (!kvix__esub_host_is_name(ep))
         return true;
     char host[KVIX_ENGINESUB_ENDPOINT_MAX], port[16];
     const char *colon = strrchr(ep + 6, ':');
@@ -136,7 +136,7 @@ static void *run(void *arg)
     return NULL;
 }
 
-int esub_resolver_new(esub_resolver **out, kvix_err *err)
+int kvix__esub_resolver_new(esub_resolver **out, kvix_err *err)
 {
     *out = NULL;
     esub_resolver *r = calloc(1, sizeof *r);
@@ -168,7 +168,7 @@ int esub_resolver_new(esub_resolver **out, kvix_err *err)
     return KVIX_OK;
 }
 
-void esub_resolver_free(esub_resolver *r)
+void kvix__esub_resolver_free(esub_resolver *r)
 {
     if (!r)
         return;
@@ -179,12 +179,12 @@ void esub_resolver_free(esub_resolver *r)
     unref(r);
 }
 
-int esub_resolver_fd(const esub_resolver *r)
+int kvix__esub_resolver_fd(const esub_resolver *r)
 {
     return r->fd;
 }
 
-int esub_resolver_ask(esub_resolver *r, uint64_t id, const char *ep, const char *replay)
+int kvix__esub_resolver_ask(esub_resolver *r, uint64_t id, const char *ep, const char *replay)
 {
     req *q = calloc(1, sizeof *q);
     if (!q)
@@ -203,7 +203,7 @@ int esub_resolver_ask(esub_resolver *r, uint64_t id, const char *ep, const char 
     return KVIX_OK;
 }
 
-int esub_resolver_take(esub_resolver *r, esub_resolved *out)
+int kvix__esub_resolver_take(esub_resolver *r, esub_resolved *out)
 {
     uint64_t v;
     (void)!read(r->fd, &v, sizeof v);

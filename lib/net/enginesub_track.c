@@ -27,7 +27,7 @@ static bool rank_find(const sub *b, uint32_t dp, unsigned *at)
 }
 
 /* false: past ranks_max (or out of memory): the rank is not followed. */
-bool esub_rank_add(sub *b, uint32_t dp)
+bool kvix__esub_rank_add(sub *b, uint32_t dp)
 {
     unsigned at;
     if (rank_find(b, dp, &at))
@@ -49,7 +49,7 @@ bool esub_rank_add(sub *b, uint32_t dp)
 }
 
 /* Every (worker, dp) seen on b can no longer be vouched for. */
-void esub_clear_all(sub *b)
+void kvix__esub_clear_all(sub *b)
 {
     kvix_enginesub *s = b->s;
     kvix_event *ev = &s->ev;
@@ -72,7 +72,7 @@ static int on_wire_event(void *ctx, const kvix_event *ev)
     kvix_enginesub *s = ctx;
     sub *b = s->cur;
     if (s->cur_drop == 0) { /* the first event: its rank is the batch's */
-        if (!esub_rank_add(b, ev->dp)) {
+        if (!kvix__esub_rank_add(b, ev->dp)) {
             s->cur_drop = 1;
             return 1;
         }
@@ -105,7 +105,7 @@ static void cb_deliver(void *ctx, uint64_t seq, void *it)
     b->last_seq = seq;
     if (rc == 1 && s->cur_drop == 1) {
         s->c.dropped++;
-        esub_note(s, KVIX_ENGINESUB_DROPPED, b,
+        kvix__esub_note(s, KVIX_ENGINESUB_DROPPED, b,
              "worker %" PRIu64 ": batch %" PRIu64 " of dp %" PRIu32
              " dropped: more than %u ranks on %s",
              b->spec.worker, seq, cnt.dp, s->cfg.ranks_max, b->spec.endpoint);
@@ -115,10 +115,10 @@ static void cb_deliver(void *ctx, uint64_t seq, void *it)
         /* Its events are unknown: what the index holds for these ranks may be wrong. */
         s->c.decode_errors++;
         b->losses_extra++;
-        esub_note(s, KVIX_ENGINESUB_BAD_BATCH, b,
+        kvix__esub_note(s, KVIX_ENGINESUB_BAD_BATCH, b,
              "worker %" PRIu64 ": bad batch %" PRIu64 " from %s: %s: cleared", b->spec.worker,
              seq, b->spec.endpoint, err.msg);
-        esub_clear_all(b);
+        kvix__esub_clear_all(b);
         return;
     }
     s->c.partial_blocks += cnt.partial_blocks;
@@ -156,7 +156,7 @@ static int cb_replay_start(void *ctx, uint64_t from)
     zmq_setsockopt(d, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(d, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
     if (zmq_connect(d, url) != 0) {
-        esub_note(s, KVIX_ENGINESUB_FAILED, b,
+        kvix__esub_note(s, KVIX_ENGINESUB_FAILED, b,
              "worker %" PRIu64 " dp %" PRIu32 ": cannot connect to replay endpoint %s: %s",
              b->spec.worker, b->spec.dp, url, zmq_strerror(errno));
         zmq_close(d);
@@ -200,25 +200,25 @@ static void cb_cleared(void *ctx, const kvix_seqtrack_clear *c)
     uint64_t w = b->spec.worker;
     uint32_t dp = b->spec.dp;
     if (c->why == KVIX_SEQTRACK_EPOCH)
-        esub_note(s, KVIX_ENGINESUB_RESTART, b,
+        kvix__esub_note(s, KVIX_ENGINESUB_RESTART, b,
              "worker %" PRIu64 " dp %" PRIu32 ": new epoch in the topic at seq %" PRIu64
              ": engine restarted, cleared",
              w, dp, c->seq);
     else if (c->why == KVIX_SEQTRACK_RESTART)
-        esub_note(s, KVIX_ENGINESUB_RESTART, b,
+        kvix__esub_note(s, KVIX_ENGINESUB_RESTART, b,
              "worker %" PRIu64 " dp %" PRIu32 ": seq %" PRIu64 " after %" PRIu64
              ": engine restarted, cleared",
              w, dp, c->seq, c->prev);
     else if (c->to == UINT64_MAX)
-        esub_note(s, KVIX_ENGINESUB_LOSS, b,
+        kvix__esub_note(s, KVIX_ENGINESUB_LOSS, b,
              "worker %" PRIu64 " dp %" PRIu32 ": batches from %" PRIu64 " lost (%s): cleared", w,
              dp, c->from, loss_why[c->why]);
     else
-        esub_note(s, KVIX_ENGINESUB_LOSS, b,
+        kvix__esub_note(s, KVIX_ENGINESUB_LOSS, b,
              "worker %" PRIu64 " dp %" PRIu32 ": batches %" PRIu64 "..%" PRIu64
              " lost (%s): cleared",
              w, dp, c->from, c->to, loss_why[c->why]);
-    esub_clear_all(b);
+    kvix__esub_clear_all(b);
 }
 
 static void *cb_hold(void *ctx, void *it)
@@ -245,7 +245,7 @@ static size_t cb_size(void *ctx, const void *it)
     return sizeof(item) + ((const item *)it)->len;
 }
 
-const kvix_seqtrack_ops esub_track_ops = {
+const kvix_seqtrack_ops kvix__esub_track_ops = {
     cb_deliver, cb_replay_start, cb_replay_stop, cb_cleared, cb_hold, cb_release, cb_size,
 };
 

@@ -90,7 +90,7 @@ void kvix_natslog_free(kvix_natslog *l)
         natsConnection_Destroy(l->nc);
     }
     free(l->f.lag);
-    natslog_pub_release(l); /* after the close: no acknowledgement comes any more */
+    kvix__natslog_pub_release(l); /* after the close: no acknowledgement comes any more */
     kvix_buf_release(&l->pay);
     kvix_buf_release(&l->part);
     kvix_buf_release(&l->g.recs);
@@ -135,7 +135,7 @@ int kvix_natslog_open(kvix_natslog **out, const kvix_natslog_opts *o, kvix_err *
         kvix_natslog_free(l);
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
     }
-    int prc = natslog_pub_init(l, err);
+    int prc = kvix__natslog_pub_init(l, err);
     if (prc) {
         kvix_natslog_free(l);
         return prc;
@@ -218,7 +218,7 @@ int kvix_natslog_open(kvix_natslog **out, const kvix_natslog_opts *o, kvix_err *
     jsOptions jo;
     jsOptions_Init(&jo);
     jo.Wait = o->timeout_ms;
-    natslog_pub_jsopts(l, &jo);
+    kvix__natslog_pub_jsopts(l, &jo);
     s = natsConnection_JetStream(&l->js, l->nc, &jo);
     if (s != NATS_OK) {
         int rc = natslog_fail(err, KVIX_ESYS, "jetstream context", s, 0);

@@ -98,8 +98,8 @@ static inline int natslog_fail(kvix_err *err, int code, const char *what, natsSt
 
 /* natslog_pub.c: the window made and freed with the handle; the context
  * options that route acknowledgements to it. */
-int natslog_pub_init(kvix_natslog *l, kvix_err *err);
-void natslog_pub_release(kvix_natslog *l);
-void natslog_pub_jsopts(kvix_natslog *l, jsOptions *jo);
+int kvix__natslog_pub_init(kvix_natslog *l, kvix_err *err);
+void kvix__natslog_pub_release(kvix_natslog *l);
+void kvix__natslog_pub_jsopts(kvix_natslog *l, jsOptions *jo);
 
 #endif

@@ -55,7 +55,7 @@ static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void
     pthread_mutex_unlock(&p->mu);
 }
 
-int natslog_pub_init(kvix_natslog *l, kvix_err *err)
+int kvix__natslog_pub_init(kvix_natslog *l, kvix_err *err)
 {
     natslog_pub *p = &l->pub;
     p->cap = l->o.window;
@@ -74,7 +74,7 @@ int natslog_pub_init(kvix_natslog *l, kvix_err *err)
 }
 
 /* After the connection is closed: nats.c calls on_ack no more. */
-void natslog_pub_release(kvix_natslog *l)
+void kvix__natslog_pub_release(kvix_natslog *l)
 {
     natslog_pub *p = &l->pub;
     if (!p->ring)
@@ -87,7 +87,7 @@ void natslog_pub_release(kvix_natslog *l)
     pthread_mutex_destroy(&p->mu);
 }
 
-void natslog_pub_jsopts(kvix_natslog *l, jsOptions *jo)
+void kvix__natslog_pub_jsopts(kvix_natslog *l, jsOptions *jo)
 {
     jo->PublishAsync.AckHandler = on_ack;
     jo->PublishAsync.AckHandlerClosure = l;

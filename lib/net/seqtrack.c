@@ -10,7 +10,7 @@
 static int sequence(kvix_seqtrack *t, uint64_t seq, void *item, bool owned, size_t bytes,
                     uint64_t now);
 
-void kvix_seqtrack_init(kvix_seqtrack *t, const kvix_seqtrack_config *cfg,
+void kvix__seqtrack_init(kvix_seqtrack *t, const kvix_seqtrack_config *cfg,
                         const kvix_seqtrack_ops *ops, void *ctx)
 {
     memset(t, 0, sizeof *t);
@@ -27,7 +27,7 @@ static void release_held(kvix_seqtrack *t, kvix_seqtrack_held *h, size_t n)
         t->ops.release(t->ctx, h[i].item);
 }
 
-void kvix_seqtrack_resume(kvix_seqtrack *t, uint64_t next)
+void kvix__seqtrack_resume(kvix_seqtrack *t, uint64_t next)
 {
     t->known = true;
     t->next = next;
@@ -40,7 +40,7 @@ static void replay_stop(kvix_seqtrack *t)
     t->ops.replay_stop(t->ctx);
 }
 
-void kvix_seqtrack_release(kvix_seqtrack *t)
+void kvix__seqtrack_release(kvix_seqtrack *t)
 {
     if (t->replaying)
         replay_stop(t);
@@ -216,7 +216,7 @@ static int restart(kvix_seqtrack *t, uint64_t seq, void *item, size_t bytes,
 
 /* Within one engine run seqs only grow, so a lower one means the engine
  * restarted; so does a new epoch in the topic, whatever the seq. */
-int kvix_seqtrack_live(kvix_seqtrack *t, uint64_t seq, const char *epoch, size_t epoch_len,
+int kvix__seqtrack_live(kvix_seqtrack *t, uint64_t seq, const char *epoch, size_t epoch_len,
                        void *item, uint64_t now)
 {
     size_t bytes = t->ops.size ? t->ops.size(t->ctx, item) : 0;
@@ -257,7 +257,7 @@ int kvix_seqtrack_live(kvix_seqtrack *t, uint64_t seq, const char *epoch, size_t
     return sequence(t, seq, item, false, bytes, now);
 }
 
-bool kvix_seqtrack_replay_want(kvix_seqtrack *t, uint64_t seq, uint64_t now)
+bool kvix__seqtrack_replay_want(kvix_seqtrack *t, uint64_t seq, uint64_t now)
 {
     (void)now;
     if (!t->replaying)
@@ -282,7 +282,7 @@ bool kvix_seqtrack_replay_want(kvix_seqtrack *t, uint64_t seq, uint64_t now)
     return true;
 }
 
-void kvix_seqtrack_replayed(kvix_seqtrack *t, uint64_t seq, void *item)
+void kvix__seqtrack_replayed(kvix_seqtrack *t, uint64_t seq, void *item)
 {
     if (!t->replaying || seq < t->next) {
         t->counts.stale++;
@@ -300,7 +300,7 @@ void kvix_seqtrack_replayed(kvix_seqtrack *t, uint64_t seq, void *item)
     deliver(t, seq, item, false);
 }
 
-int kvix_seqtrack_replay_end(kvix_seqtrack *t, uint64_t now)
+int kvix__seqtrack_replay_end(kvix_seqtrack *t, uint64_t now)
 {
     if (!t->replaying)
         return KVIX_OK;
@@ -313,14 +313,14 @@ int kvix_seqtrack_replay_end(kvix_seqtrack *t, uint64_t now)
     return drain(t, now);
 }
 
-int kvix_seqtrack_tick(kvix_seqtrack *t, uint64_t now)
+int kvix__seqtrack_tick(kvix_seqtrack *t, uint64_t now)
 {
     if (t->replaying && now >= t->deadline)
         return replay_abort(t, KVIX_SEQTRACK_TIMEOUT, now);
     return KVIX_OK;
 }
 
-bool kvix_seqtrack_replaying(const kvix_seqtrack *t, uint64_t *deadline)
+bool kvix__seqtrack_replaying(const kvix_seqtrack *t, uint64_t *deadline)
 {
     if (t->replaying && deadline)
         *deadline = t->deadline;

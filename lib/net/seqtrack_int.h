@@ -106,7 +106,7 @@ typedef struct kvix_seqtrack {
     bool live_known; /* live_seq is meaningful */
     bool resync;     /* after a loss: take the next batch as it comes */
     bool replaying, got_first;
-    bool resumed;      /* kvix_seqtrack_resume: no live batch seen yet */
+    bool resumed;      /* kvix__seqtrack_resume: no live batch seen yet */
     uint64_t live_seq; /* the last seq seen on the live stream */
     uint64_t next;     /* seq expected next */
     uint64_t want;     /* first seq the replay asked for */
@@ -120,11 +120,11 @@ typedef struct kvix_seqtrack {
 
 /* Start tracking a stream. cfg and ops are copied; ctx is passed to every
  * callback (not owned). */
-void kvix_seqtrack_init(kvix_seqtrack *t, const kvix_seqtrack_config *cfg,
+void kvix__seqtrack_init(kvix_seqtrack *t, const kvix_seqtrack_config *cfg,
                         const kvix_seqtrack_ops *ops, void *ctx);
 /* Stop: a running replay is stopped (ops.replay_stop) and the held items are
  * given back undelivered (ops.release). t may be initialised again. */
-void kvix_seqtrack_release(kvix_seqtrack *t);
+void kvix__seqtrack_release(kvix_seqtrack *t);
 
 /* A live batch with seq, the epoch of its topic (NULL if none; only the
  * first KVIX_SEQTRACK_EPOCH_MAX bytes count) and the decoded item (borrowed).
@@ -136,18 +136,18 @@ void kvix_seqtrack_release(kvix_seqtrack *t);
  * buffer gives the replay up (a loss) and feeds the held batches on.
  * KVIX_OK, or KVIX_ENOMEM (ops.hold or the hold array failed: this batch, and
  * the held ones not yet fed, were released undelivered). */
-int kvix_seqtrack_live(kvix_seqtrack *t, uint64_t seq, const char *epoch, size_t epoch_len,
+int kvix__seqtrack_live(kvix_seqtrack *t, uint64_t seq, const char *epoch, size_t epoch_len,
                        void *item, uint64_t now);
 
 /* Start a fresh tracker as if batch next - 1 had been applied (a consumer
  * that kept the state up to it, such as a snapshot's last eid): a first live
  * batch past next is a gap (replay asked for, or a loss); one below next
  * means the engine restarted meanwhile (seqs only grow within a run): a
- * restart, cleared. Call before the first kvix_seqtrack_live. */
-void kvix_seqtrack_resume(kvix_seqtrack *t, uint64_t next);
+ * restart, cleared. Call before the first kvix__seqtrack_live. */
+void kvix__seqtrack_resume(kvix_seqtrack *t, uint64_t next);
 
 /* A replay answer with seq (not the end marker) arrived: true when its payload
- * should be decoded and given to kvix_seqtrack_replayed; false when it is not
+ * should be decoded and given to kvix__seqtrack_replayed; false when it is not
  * wanted: no replay running, stale (counted in stale), or outside the range
  * asked for, below its start or past the newest live seq out of order
  * (counted in refused: a claimed seq 2^63 must not be a loss of everything
@@ -156,20 +156,20 @@ void kvix_seqtrack_resume(kvix_seqtrack *t, uint64_t next);
  * the seq asked for is a loss of the
  * batches in between. The timeout is not restarted: it bounds the whole
  * recovery. */
-bool kvix_seqtrack_replay_want(kvix_seqtrack *t, uint64_t seq, uint64_t now);
-/* The decoded replayed batch seq (after kvix_seqtrack_replay_want said yes):
+bool kvix__seqtrack_replay_want(kvix_seqtrack *t, uint64_t seq, uint64_t now);
+/* The decoded replayed batch seq (after kvix__seqtrack_replay_want said yes):
  * delivered, after a loss of any seqs the replay skipped. item NULL: it could
  * not be decoded, a loss of that one batch. item: borrowed. */
-void kvix_seqtrack_replayed(kvix_seqtrack *t, uint64_t seq, void *item);
+void kvix__seqtrack_replayed(kvix_seqtrack *t, uint64_t seq, void *item);
 /* The replay's end marker: the replay stops, the held batches are fed on
  * (a loss first if the replay did not reach them). Errors as _live. */
-int kvix_seqtrack_replay_end(kvix_seqtrack *t, uint64_t now);
+int kvix__seqtrack_replay_end(kvix_seqtrack *t, uint64_t now);
 /* Give up a replay whose deadline has passed (now >= deadline): a loss of
  * everything from the next seq on; the held batches are fed on. Errors as
  * _live. */
-int kvix_seqtrack_tick(kvix_seqtrack *t, uint64_t now);
+int kvix__seqtrack_tick(kvix_seqtrack *t, uint64_t now);
 
 /* Whether a replay runs; if so *deadline (may be NULL) is when it times out. */
-bool kvix_seqtrack_replaying(const kvix_seqtrack *t, uint64_t *deadline);
+bool kvix__seqtrack_replaying(const kvix_seqtrack *t, uint64_t *deadline);
 
 #endif

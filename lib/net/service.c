@@ -60,11 +60,11 @@ int kvix_service_new(kvix_service **out, const kvix_service_opts *opts, kvix_err
         }
         s->own_peers = 1;
     }
-    pthread_key_create(&s->ans_key, kvix_service_answer_free);
+    pthread_key_create(&s->ans_key, kvix__service_answer_free);
     s->inflight_mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     s->inflight_cv = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
     s->register_mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
-    kvix_service_states_init(&s->states);
+    kvix__service_states_init(&s->states);
     *out = s;
     return KVIX_OK;
 }
@@ -75,9 +75,9 @@ void kvix_service_free(kvix_service *s)
         return;
     if (s->http)
         s->stop(s, 0);
-    kvix_service_answer_free(pthread_getspecific(s->ans_key));
+    kvix__service_answer_free(pthread_getspecific(s->ans_key));
     pthread_key_delete(s->ans_key);
-    kvix_service_states_release(&s->states); /* the server is stopped: no response reads them */
+    kvix__service_states_release(&s->states); /* the server is stopped: no response reads them */
     free(s->rejected_reason);
     free((char *)s->o.auth_token);
     if (s->own_peers)
@@ -112,7 +112,7 @@ void kvix_service_note_save(kvix_service *s, double seconds, double when)
     pthread_mutex_unlock(&s->inflight_mu);
 }
 
-kvix_service_thread *kvix_service_thread_get(kvix_service *s)
+kvix_service_thread *kvix__service_thread_get(kvix_service *s)
 {
     kvix_service_thread *t = pthread_getspecific(s->ans_key);
     if (!t && (t = calloc(1, sizeof *t))) {
@@ -122,25 +122,25 @@ kvix_service_thread *kvix_service_thread_get(kvix_service *s)
     return t;
 }
 
-kvix_answer *kvix_service_answer(kvix_service *s)
+kvix_answer *kvix__service_answer(kvix_service *s)
 {
-    kvix_service_thread *t = kvix_service_thread_get(s);
+    kvix_service_thread *t = kvix__service_thread_get(s);
     return t ? &t->ans : NULL;
 }
 
-void kvix_service_answer_free(void *p)
+void kvix__service_answer_free(void *p)
 {
     kvix_service_thread *t = p;
     if (t) {
         kvix_answer_release(&t->ans);
-        kvix_u64_refs_release(&t->refs);
+        kvix__u64_refs_release(&t->refs);
         free(t);
     }
 }
 
 /* ---- endpoints ---- */
 
-const char *const kvix_service_endpoints[EP_COUNT] = {
+const char *const kvix__service_endpoints[EP_COUNT] = {
     "/health", "/metrics", "/query", "/query_by_hash", "/dump", "/snapshot",
     "/register", "/unregister", "/workers", "/register_peer", "/deregister_peer", "/peers",
     "/explain", "other",

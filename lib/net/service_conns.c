@@ -115,7 +115,7 @@ static void key_of(const struct sockaddr *a, unsigned char key[17])
         memcpy(key + 1, &((const struct sockaddr_in6 *)a)->sin6_addr, 16);
 }
 
-int kvix_conns_new(kvix_conns **out, const kvix_service_limits *lim, unsigned nworkers,
+int kvix__conns_new(kvix_conns **out, const kvix_service_limits *lim, unsigned nworkers,
                    const int *kick, kvix_err *err)
 {
     kvix_conns *c = calloc(1, sizeof *c);
@@ -131,7 +131,7 @@ int kvix_conns_new(kvix_conns **out, const kvix_service_limits *lim, unsigned nw
     c->kick = malloc(nworkers * sizeof *c->kick);
     c->queue = calloc(nworkers, sizeof *c->queue);
     if (!c->addrs || !c->kick || !c->queue) {
-        kvix_conns_free(c);
+        kvix__conns_free(c);
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
     }
     memcpy(c->kick, kick, nworkers * sizeof *c->kick);
@@ -140,7 +140,7 @@ int kvix_conns_new(kvix_conns **out, const kvix_service_limits *lim, unsigned nw
     return KVIX_OK;
 }
 
-void kvix_conns_free(kvix_conns *c)
+void kvix__conns_free(kvix_conns *c)
 {
     if (!c)
         return;
@@ -202,7 +202,7 @@ static kvix_conn *victim(kvix_conns *c, const unsigned char *key, double now)
     return NULL;
 }
 
-kvix_conn *kvix_conns_open(kvix_conns *c, unsigned worker, int fd, const struct sockaddr *addr,
+kvix_conn *kvix__conns_open(kvix_conns *c, unsigned worker, int fd, const struct sockaddr *addr,
                            double now)
 {
     kvix_conn *r = calloc(1, sizeof *r);
@@ -241,7 +241,7 @@ kvix_conn *kvix_conns_open(kvix_conns *c, unsigned worker, int fd, const struct 
     return r;
 }
 
-void kvix_conns_close(kvix_conns *c, kvix_conn *r)
+void kvix__conns_close(kvix_conns *c, kvix_conn *r)
 {
     if (!r)
         return;
@@ -263,7 +263,7 @@ void kvix_conns_close(kvix_conns *c, kvix_conn *r)
     free(r);
 }
 
-void kvix_conns_answering(kvix_conns *c, kvix_conn *r)
+void kvix__conns_answering(kvix_conns *c, kvix_conn *r)
 {
     if (!r)
         return;
@@ -272,7 +272,7 @@ void kvix_conns_answering(kvix_conns *c, kvix_conn *r)
     pthread_mutex_unlock(&c->mu);
 }
 
-void kvix_conns_waiting(kvix_conns *c, kvix_conn *r, double now)
+void kvix__conns_waiting(kvix_conns *c, kvix_conn *r, double now)
 {
     if (!r)
         return;
@@ -282,7 +282,7 @@ void kvix_conns_waiting(kvix_conns *c, kvix_conn *r, double now)
     pthread_mutex_unlock(&c->mu);
 }
 
-int kvix_conns_sweep(kvix_conns *c, unsigned worker, double now)
+int kvix__conns_sweep(kvix_conns *c, unsigned worker, double now)
 {
     double timeout = (double)c->lim.timeout_s;
     pthread_mutex_lock(&c->mu);
@@ -304,7 +304,7 @@ int kvix_conns_sweep(kvix_conns *c, unsigned worker, double now)
     return ms;
 }
 
-bool kvix_conns_mem_take(kvix_conns *c, size_t n)
+bool kvix__conns_mem_take(kvix_conns *c, size_t n)
 {
     pthread_mutex_lock(&c->mu);
     bool ok = n <= c->lim.memory_max - c->mem;
@@ -316,14 +316,14 @@ bool kvix_conns_mem_take(kvix_conns *c, size_t n)
     return ok;
 }
 
-void kvix_conns_mem_give(kvix_conns *c, size_t n)
+void kvix__conns_mem_give(kvix_conns *c, size_t n)
 {
     pthread_mutex_lock(&c->mu);
     c->mem -= n <= c->mem ? n : c->mem;
     pthread_mutex_unlock(&c->mu);
 }
 
-void kvix_conns_figures(kvix_conns *c, kvix_conns_stats *out)
+void kvix__conns_figures(kvix_conns *c, kvix_conns_stats *out)
 {
     pthread_mutex_lock(&c->mu);
     out->open = c->n - c->doomed;

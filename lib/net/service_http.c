@@ -68,10 +68,10 @@ static void body_add(kvix_service *s, conn *k, const char *data, size_t n)
         if (cap > s->o.body_max + 1)
             cap = s->o.body_max + 1;
         char *p = NULL;
-        if (!kvix_conns_mem_take(s->conns, cap - k->held)) {
+        if (!kvix__conns_mem_take(s->conns, cap - k->held)) {
             k->refuse = 503;
         } else if (!(p = realloc(k->body.data, cap))) {
-            kvix_conns_mem_give(s->conns, cap - k->held);
+            kvix__conns_mem_give(s->conns, cap - k->held);
             k->refuse = 503;
         } else {
             k->body.data = p;
@@ -80,7 +80,7 @@ static void body_add(kvix_service *s, conn *k, const char *data, size_t n)
     }
     if (k->refuse) {
         kvix_buf_release(&k->body);
-        kvix_conns_mem_give(s->conns, k->held);
+        kvix__conns_mem_give(s->conns, k->held);
         k->held = 0;
         return;
     }
@@ -98,7 +98,7 @@ static void refusal(kvix_service *s, int status, kvix_service_response *r)
     else
         snprintf(msg, sizeof msg, "the server holds all the request memory it may (%zu bytes): "
                  "try again", s->o.limits.memory_max);
-    kvix_service_respond_error(r, status, msg);
+    kvix__service_respond_error(r, status, msg);
 }
 
 static void conn_done(kvix_service *s)
@@ -234,7 +234,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (k->answered)
         return MHD_YES;
     k->answered = 1;
-    kvix_conns_answering(s->conns, k->rec);
+    kvix__conns_answering(s->conns, k->rec);
     kvix_service_response r;
     kvix_service_response_init(&r);
     if (k->refuse == 401) /* answered by the handler, counted in the metrics */
@@ -259,9 +259,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
     if (!k)
         return;
     if (why == MHD_REQUEST_TERMINATED_COMPLETED_OK)
-        kvix_conns_waiting(s->conns, k->rec, mono_now());
+        kvix__conns_waiting(s->conns, k->rec, mono_now());
     kvix_buf_release(&k->body);
-    kvix_conns_mem_give(s->conns, k->held);
+    kvix__conns_mem_give(s->conns, k->held);
     free(k);
     *ctx = NULL;
     conn_done(s);
@@ -274,7 +274,7 @@ typedef struct http_worker {
     pthread_t th;
     int started;
     unsigned id;
-    int kick; /* eventfd: connections of ours to end (kvix_conns_sweep) */
+    int kick; /* eventfd: connections of ours to end (kvix__conns_sweep) */
 } http_worker;
 
 /* A connection opened or closed on w's daemon (on w's thread). */
@@ -283,14 +283,14 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 {
     http_worker *w = cls;
     if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
-        kvix_conns_close(w->s->conns, *socket_context);
+        kvix__conns_close(w->s->conns, *socket_context);
         *socket_context = NULL;
         return;
     }
     const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     const union MHD_ConnectionInfo *ad =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    *socket_context = fd ? kvix_conns_open(w->s->conns, w->id, fd->connect_fd,
+    *socket_context = fd ? kvix__conns_open(w->s->conns, w->id, fd->connect_fd,
                                            ad ? ad->client_addr : NULL, mono_now())
                          : NULL;
 }
@@ -345,7 +345,7 @@ static void *serve(void *arg)
             pthread_cond_broadcast(&h->cv);
             pthread_mutex_unlock(&h->mu);
         }
-        int next = kvix_conns_sweep(w->s->conns, w->id, mono_now());
+        int next = kvix__conns_sweep(w->s->conns, w->id, mono_now());
         int ms = wait_ms(w->d, cap);
         if (next >= 0 && (ms < 0 || next < ms))
             ms = next;
@@ -406,7 +406,7 @@ static void http_free(kvix_service *s)
     for (unsigned i = 0; i < h->n; i++)
         if (h->w[i].kick >= 0)
             close(h->w[i].kick);
-    kvix_conns_free(s->conns);
+    kvix__conns_free(s->conns);
     s->conns = NULL;
     close(h->wake);
     pthread_mutex_destroy(&h->mu);
@@ -469,7 +469,7 @@ int kvix_service_listen(kvix_service *s, const char *addr, unsigned port, unsign
             rc = kvix_err_set(err, KVIX_ESYS, "cannot make an eventfd: %s", strerror(errno));
     }
     if (!rc)
-        rc = kvix_conns_new(&s->conns, &s->o.limits, n, kicks, err);
+        rc = kvix__conns_new(&s->conns, &s->o.limits, n, kicks, err);
     for (unsigned i = 0; i < n && !rc; i++) {
         errno = 0;
         h->w[i].d = start_daemon(&h->w[i], flags, (uint16_t)port, &ss, h->listen);

@@ -126,7 +126,7 @@ json_t *kvix_json_u64_loadb(const char *text, size_t len, kvix_err *err)
     return j;
 }
 
-json_t *kvix_json_u64_loadb_refs(const char *text, size_t len, kvix_u64_refs *refs,
+json_t *kvix__json_u64_loadb_refs(const char *text, size_t len, kvix_u64_refs *refs,
                                  kvix_err *err)
 {
     refs->n = 0;
@@ -157,7 +157,7 @@ json_t *kvix_json_u64_loadb_refs(const char *text, size_t len, kvix_u64_refs *re
     return j;
 }
 
-void kvix_u64_refs_release(kvix_u64_refs *refs)
+void kvix__u64_refs_release(kvix_u64_refs *refs)
 {
     free(refs->v);
     refs->v = NULL;
@@ -166,25 +166,25 @@ void kvix_u64_refs_release(kvix_u64_refs *refs)
 
 /* ---- appenders ---- */
 
-int kvix_sj_raw(kvix_buf *b, const char *s, kvix_err *err)
+int kvix__sj_raw(kvix_buf *b, const char *s, kvix_err *err)
 {
     return kvix_buf_append(b, s, strlen(s), err);
 }
 
-int kvix_sj_u64(kvix_buf *b, uint64_t v, kvix_err *err)
+int kvix__sj_u64(kvix_buf *b, uint64_t v, kvix_err *err)
 {
     char tmp[KVIX_DEC64_MAX];
     return kvix_buf_append(b, tmp, kvix_dec64_put(v, tmp), err);
 }
 
-int kvix_sj_str(kvix_buf *b, const char *s, size_t len, kvix_err *err)
+int kvix__sj_str(kvix_buf *b, const char *s, size_t len, kvix_err *err)
 {
-    return kvix_json_str_append(b, s, len, err);
+    return kvix__json_str_append(b, s, len, err);
 }
 
 /* ---- request fields ---- */
 
-int kvix_sj_get_u64(json_t *obj, const char *key, int *present, uint64_t *out, kvix_err *err)
+int kvix__sj_get_u64(json_t *obj, const char *key, int *present, uint64_t *out, kvix_err *err)
 {
     json_t *v = json_object_get(obj, key);
     if (present)
@@ -197,7 +197,7 @@ int kvix_sj_get_u64(json_t *obj, const char *key, int *present, uint64_t *out, k
     return KVIX_OK;
 }
 
-int kvix_sj_get_str(json_t *obj, const char *key, int *present, const char **out, size_t *len,
+int kvix__sj_get_str(json_t *obj, const char *key, int *present, const char **out, size_t *len,
                     kvix_err *err)
 {
     json_t *v = json_object_get(obj, key);
@@ -252,7 +252,7 @@ static int dump_flush(dumper *d, size_t min)
 /* The group's block info of an engine hash, NULL if not held. */
 static const kvix_block_info *held(dumper *d, uint64_t engine)
 {
-    const size_t *i = kvix_hmap_get(&d->where, &engine);
+    const size_t *i = kvix__hmap_get(&d->where, &engine);
     return i ? &d->blocks[*i] : NULL;
 }
 
@@ -261,25 +261,25 @@ static int put_event_head(dumper *d, const kvix_event *ev)
     kvix_buf *b = d->out;
     kvix_err *err = d->err;
     int rc;
-    if ((rc = kvix_sj_raw(b, d->nev++ ? ",{\"worker_id\":" : "{\"worker_id\":", err)) ||
-        (rc = kvix_sj_u64(b, ev->worker, err)) ||
-        (rc = kvix_sj_raw(b, ",\"storage_tier\":\"", err)) ||
-        (rc = kvix_sj_raw(b, tier_names[ev->medium], err)) ||
-        (rc = kvix_sj_raw(b, "\",\"event\":{\"event_id\":", err)) ||
-        (rc = kvix_sj_u64(b, d->has_eid ? d->eid : 0, err)))
+    if ((rc = kvix__sj_raw(b, d->nev++ ? ",{\"worker_id\":" : "{\"worker_id\":", err)) ||
+        (rc = kvix__sj_u64(b, ev->worker, err)) ||
+        (rc = kvix__sj_raw(b, ",\"storage_tier\":\"", err)) ||
+        (rc = kvix__sj_raw(b, tier_names[ev->medium], err)) ||
+        (rc = kvix__sj_raw(b, "\",\"event\":{\"event_id\":", err)) ||
+        (rc = kvix__sj_u64(b, d->has_eid ? d->eid : 0, err)))
         return rc;
-    return kvix_sj_raw(b, ",\"data\":", err);
+    return kvix__sj_raw(b, ",\"data\":", err);
 }
 
 static int put_event_tail(dumper *d, const kvix_event *ev)
 {
     int rc;
-    if ((rc = kvix_sj_raw(d->out, ",\"dp_rank\":", d->err)) ||
-        (rc = kvix_sj_u64(d->out, ev->dp, d->err)))
+    if ((rc = kvix__sj_raw(d->out, ",\"dp_rank\":", d->err)) ||
+        (rc = kvix__sj_u64(d->out, ev->dp, d->err)))
         return rc;
     /* kvix's one extra key (readers ignore unknown keys): event_id 0 of a
      * (worker, dp) that never had an eid must not read back as eid 0. */
-    return kvix_sj_raw(d->out, d->has_eid ? "}}" : "},\"kvix_no_eid\":true}", d->err);
+    return kvix__sj_raw(d->out, d->has_eid ? "}}" : "},\"kvix_no_eid\":true}", d->err);
 }
 
 static int dump_event(void *ctx, const kvix_event *ev)
@@ -289,9 +289,9 @@ static int dump_event(void *ctx, const kvix_event *ev)
     kvix_err *err = d->err;
     int rc;
     if ((rc = put_event_head(d, ev)) ||
-        (rc = kvix_sj_raw(b, "{\"stored\":{\"parent_hash\":", err)))
+        (rc = kvix__sj_raw(b, "{\"stored\":{\"parent_hash\":", err)))
         return rc;
-    rc = ev->has_parent ? kvix_sj_u64(b, ev->parent, err) : kvix_sj_raw(b, "null", err);
+    rc = ev->has_parent ? kvix__sj_u64(b, ev->parent, err) : kvix__sj_raw(b, "null", err);
     /* A run below a parent the worker no longer holds where the run expects it
      * (removed, or moved) cannot be replayed by parent: it gets its position
      * and kvix's parent canonical hash, and is restored as it is. */
@@ -299,23 +299,23 @@ static int dump_event(void *ctx, const kvix_event *ev)
     int orphan = first && first->position > 0 &&
                  (!(par = held(d, first->parent)) || par->position + 1 != first->position ||
                   par->canon != first->parent_canon);
-    if (rc || (rc = kvix_sj_raw(b, ",\"start_position\":", err)) ||
-        (rc = orphan ? kvix_sj_u64(b, first->position, err) : kvix_sj_raw(b, "null", err)) ||
-        (rc = kvix_sj_raw(b, ",\"blocks\":[", err)))
+    if (rc || (rc = kvix__sj_raw(b, ",\"start_position\":", err)) ||
+        (rc = orphan ? kvix__sj_u64(b, first->position, err) : kvix__sj_raw(b, "null", err)) ||
+        (rc = kvix__sj_raw(b, ",\"blocks\":[", err)))
         return rc;
     for (size_t i = 0; i < ev->nblocks; i++)
-        if ((rc = kvix_sj_raw(b, i ? ",{\"block_hash\":" : "{\"block_hash\":", err)) ||
-            (rc = kvix_sj_u64(b, ev->blocks[i].seq, err)) ||
-            (rc = kvix_sj_raw(b, ",\"tokens_hash\":", err)) ||
-            (rc = kvix_sj_u64(b, ev->blocks[i].local, err)) ||
-            (rc = kvix_sj_raw(b, ",\"mm_extra_info\":null}", err)))
+        if ((rc = kvix__sj_raw(b, i ? ",{\"block_hash\":" : "{\"block_hash\":", err)) ||
+            (rc = kvix__sj_u64(b, ev->blocks[i].seq, err)) ||
+            (rc = kvix__sj_raw(b, ",\"tokens_hash\":", err)) ||
+            (rc = kvix__sj_u64(b, ev->blocks[i].local, err)) ||
+            (rc = kvix__sj_raw(b, ",\"mm_extra_info\":null}", err)))
             return rc;
-    if ((rc = kvix_sj_raw(b, "]", err)))
+    if ((rc = kvix__sj_raw(b, "]", err)))
         return rc;
-    if (orphan && ((rc = kvix_sj_raw(b, ",\"kvix_parent_canon\":", err)) ||
-                   (rc = kvix_sj_u64(b, first->parent_canon, err))))
+    if (orphan && ((rc = kvix__sj_raw(b, ",\"kvix_parent_canon\":", err)) ||
+                   (rc = kvix__sj_u64(b, first->parent_canon, err))))
         return rc;
-    if ((rc = kvix_sj_raw(b, "}}", err)))
+    if ((rc = kvix__sj_raw(b, "}}", err)))
         return rc;
     return put_event_tail(d, ev);
 }
@@ -326,7 +326,7 @@ static int open_partition(dumper *d, const char *model, const char *tenant, uint
     int rc;
     if (d->model && strcmp(d->model, model) == 0 && strcmp(d->tenant, tenant) == 0)
         return KVIX_OK;
-    if ((rc = kvix_sj_raw(b, d->model ? "]}," : "", d->err)))
+    if ((rc = kvix__sj_raw(b, d->model ? "]}," : "", d->err)))
         return rc;
     size_t ml = strlen(model), tl = strlen(tenant);
     char *key = malloc(ml + tl + 2);
@@ -335,10 +335,10 @@ static int open_partition(dumper *d, const char *model, const char *tenant, uint
     memcpy(key, model, ml);
     key[ml] = ':';
     memcpy(key + ml + 1, tenant, tl + 1);
-    rc = kvix_sj_str(b, key, ml + tl + 1, d->err);
+    rc = kvix__sj_str(b, key, ml + tl + 1, d->err);
     free(key);
-    if (rc || (rc = kvix_sj_raw(b, ":{\"block_size\":", d->err)) ||
-        (rc = kvix_sj_u64(b, bs, d->err)) || (rc = kvix_sj_raw(b, ",\"events\":[", d->err)))
+    if (rc || (rc = kvix__sj_raw(b, ":{\"block_size\":", d->err)) ||
+        (rc = kvix__sj_u64(b, bs, d->err)) || (rc = kvix__sj_raw(b, ",\"events\":[", d->err)))
         return rc;
     d->model = model;
     d->tenant = tenant;
@@ -363,19 +363,19 @@ static int dump_group(void *ctx, const char *model, const char *tenant, uint32_t
         kvix_event_init(&ev);
         ev.worker = worker;
         ev.dp = dp;
-        if ((rc = put_event_head(d, &ev)) || (rc = kvix_sj_raw(d->out, "\"cleared\"", d->err)))
+        if ((rc = put_event_head(d, &ev)) || (rc = kvix__sj_raw(d->out, "\"cleared\"", d->err)))
             return rc;
         return put_event_tail(d, &ev);
     }
     kvix_snapshot_group g = {model, tenant, bs, worker, dp, has_eid, last_eid, blocks, n};
     size_t orphans = 0;
     d->blocks = blocks;
-    kvix_hmap_release(&d->where);
-    if (kvix_hmap_reserve(&d->where, n))
+    kvix__hmap_release(&d->where);
+    if (kvix__hmap_reserve(&d->where, n))
         return kvix_err_set(d->err, KVIX_ENOMEM, "out of memory for %zu blocks", n);
     for (size_t i = 0; i < n; i++) {
         int inserted;
-        size_t *v = kvix_hmap_put(&d->where, &blocks[i].engine, &inserted);
+        size_t *v = kvix__hmap_put(&d->where, &blocks[i].engine, &inserted);
         if (!v)
             return kvix_err_set(d->err, KVIX_ENOMEM, "out of memory for %zu blocks", n);
         *v = i;
@@ -389,17 +389,17 @@ static int dump(kvix_index *idx, kvix_buf *out, int fd, int live, kvix_walk_stat
 {
     dumper d = {.out = out, .err = err, .fd = fd};
     kvix_event_init(&d.scratch);
-    kvix_hmap_init(&d.where, 1, sizeof(size_t));
-    int rc = kvix_sj_raw(out, "{", err);
+    kvix__hmap_init(&d.where, 1, sizeof(size_t));
+    int rc = kvix__sj_raw(out, "{", err);
     if (!rc)
         rc = live ? kvix_index_foreach_live(idx, dump_group, &d, st)
                   : kvix_index_foreach(idx, dump_group, &d);
     if (!rc)
-        rc = kvix_sj_raw(out, d.model ? "]}}" : "}", err);
+        rc = kvix__sj_raw(out, d.model ? "]}}" : "}", err);
     if (!rc)
         rc = dump_flush(&d, 0);
     kvix_event_release(&d.scratch);
-    kvix_hmap_release(&d.where);
+    kvix__hmap_release(&d.where);
     return rc;
 }
 
@@ -469,12 +469,12 @@ static int read_blocks(json_t *stored, kvix_event *ev, kvix_err *err)
         json_t *b = json_array_get(blocks, i);
         if (!json_is_object(b))
             return kvix_err_set(err, KVIX_EINVAL, "block %zu is not an object", i);
-        if (!(rc = kvix_sj_get_u64(b, "block_hash", NULL, &ev->blocks[i].seq, err)))
-            rc = kvix_sj_get_u64(b, "tokens_hash", NULL, &ev->blocks[i].local, err);
+        if (!(rc = kvix__sj_get_u64(b, "block_hash", NULL, &ev->blocks[i].seq, err)))
+            rc = kvix__sj_get_u64(b, "tokens_hash", NULL, &ev->blocks[i].local, err);
     }
     ev->nblocks = n;
     if (!rc)
-        rc = kvix_sj_get_u64(stored, "parent_hash", (int[]){0}, &ev->parent, err);
+        rc = kvix__sj_get_u64(stored, "parent_hash", (int[]){0}, &ev->parent, err);
     if (!rc)
         ev->has_parent = json_is_integer(json_object_get(stored, "parent_hash"));
     return rc;
@@ -506,14 +506,14 @@ static int read_router_event(json_t *re, kvix_event *ev, kvix_err *err)
     json_t *e = json_object_get(re, "event");
     if (!json_is_object(re) || !json_is_object(e))
         return kvix_err_set(err, KVIX_EINVAL, "not a RouterEvent object");
-    if ((rc = kvix_sj_get_u64(re, "worker_id", NULL, &ev->worker, err)) ||
-        (rc = kvix_sj_get_str(re, "storage_tier", &has, &tier, &tl, err)))
+    if ((rc = kvix__sj_get_u64(re, "worker_id", NULL, &ev->worker, err)) ||
+        (rc = kvix__sj_get_str(re, "storage_tier", &has, &tier, &tl, err)))
         return rc;
     if (tier_parse(has ? tier : "device", &ev->medium))
         return kvix_err_set(err, KVIX_EINVAL, "unknown storage_tier \"%.40s\"", tier);
     uint64_t dp = 0;
-    if ((rc = kvix_sj_get_u64(e, "dp_rank", &has, &dp, err)) ||
-        (rc = kvix_sj_get_u64(e, "event_id", &has, &ev->eid, err)))
+    if ((rc = kvix__sj_get_u64(e, "dp_rank", &has, &dp, err)) ||
+        (rc = kvix__sj_get_u64(e, "event_id", &has, &ev->eid, err)))
         return rc;
     if (dp > UINT32_MAX)
         return kvix_err_set(err, KVIX_ERANGE, "dp_rank %" PRIu64 " out of range", dp);
@@ -554,8 +554,8 @@ static int apply_router_event(kvix_index *idx, const char *key, const char *colo
     json_t *st = json_object_get(json_object_get(json_object_get(re, "event"), "data"), "stored");
     uint64_t pos, pcanon;
     int has_pos, has_pc;
-    if (st && ((rc = kvix_sj_get_u64(st, "start_position", &has_pos, &pos, err)) ||
-               (rc = kvix_sj_get_u64(st, "kvix_parent_canon", &has_pc, &pcanon, err))))
+    if (st && ((rc = kvix__sj_get_u64(st, "start_position", &has_pos, &pos, err)) ||
+               (rc = kvix__sj_get_u64(st, "kvix_parent_canon", &has_pc, &pcanon, err))))
         return rc;
     if (st && has_pos && has_pc)
         rc = load_run(idx, ev, pos, pcanon, &e2);
@@ -738,14 +738,14 @@ static int apply_partition(kvix_index *idx, const char *key, const char *t, size
         size_t at = e.i;
         if (ds_value(&e, err))
             return KVIX_EINVAL;
-        int arena = kvix_json_arena_begin();
+        int arena = kvix__json_arena_begin();
         json_t *re = kvix_json_u64_loadb(t + at, e.i - at, err);
         rc = re ? apply_router_event(idx, key, colon, bs, re, ev, applied, rejected, err)
                 : KVIX_EINVAL;
         if (!arena)
             json_decref(re);
         else
-            kvix_json_arena_end();
+            kvix__json_arena_end();
         if (rc)
             return rc;
     }

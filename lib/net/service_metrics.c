@@ -13,7 +13,7 @@
 #include "service_int.h"
 #include "service_priv.h"
 
-const double kvix_service_buckets[KVIX_HIST_BUCKETS] = {
+const double kvix__service_buckets[KVIX_HIST_BUCKETS] = {
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
     0.01,    0.025,  0.05,    0.1,    0.25,  1,      5,
 };
@@ -24,13 +24,13 @@ static const char *const class_names[SC_COUNT] = {"2xx", "4xx", "5xx"};
 static void hist_add(kvix_hist *h, double secs)
 {
     int b = 0;
-    while (b < KVIX_HIST_BUCKETS && secs > kvix_service_buckets[b])
+    while (b < KVIX_HIST_BUCKETS && secs > kvix__service_buckets[b])
         b++;
     __atomic_fetch_add(&h->count[b], 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&h->sum_ns, (uint64_t)(secs * 1e9), __ATOMIC_RELAXED);
 }
 
-void kvix_service_observe_request(kvix_service *s, int ep, int method, int status, double secs)
+void kvix__service_observe_request(kvix_service *s, int ep, int method, int status, double secs)
 {
     __atomic_fetch_add(&s->requests[ep][method], 1, __ATOMIC_RELAXED);
     if ((ep == EP_QUERY || ep == EP_QUERY_HASH) && method == M_POST) {
@@ -49,7 +49,7 @@ void kvix_service_queries(const kvix_service *s, uint64_t *asked, uint64_t *answ
     *answered = __atomic_load_n(&s->queries_answered, __ATOMIC_RELAXED);
 }
 
-void kvix_service_observe_query(kvix_service *s, double secs)
+void kvix__service_observe_query(kvix_service *s, double secs)
 {
     hist_add(&s->query_hist, secs);
 }
@@ -88,7 +88,7 @@ static void hist(out *o, const char *name, const char *label, const kvix_hist *h
         cum += ld(&h->count[b]);
         if (b < KVIX_HIST_BUCKETS)
             put(o, "%s_bucket{%s%sle=\"%g\"} %" PRIu64 "\n", name, label, sep,
-                kvix_service_buckets[b], cum);
+                kvix__service_buckets[b], cum);
         else
             put(o, "%s_bucket{%s%sle=\"+Inf\"} %" PRIu64 "\n", name, label, sep, cum);
     }
@@ -103,21 +103,21 @@ static void dynamo_metrics(kvix_service *s, out *o, const kvix_index_stats *st)
     head(o, "dynamo_kvindexer_request_duration_seconds", "histogram",
          "HTTP request duration by endpoint");
     for (int e = 0; e < EP_COUNT; e++) {
-        snprintf(label, sizeof label, "endpoint=\"%s\"", kvix_service_endpoints[e]);
+        snprintf(label, sizeof label, "endpoint=\"%s\"", kvix__service_endpoints[e]);
         hist(o, "dynamo_kvindexer_request_duration_seconds", label, &s->req_hist[e]);
     }
     head(o, "dynamo_kvindexer_requests_total", "counter", "HTTP requests by endpoint and method");
     for (int e = 0; e < EP_COUNT; e++)
         for (int m = 0; m < M_COUNT; m++)
             put(o, "dynamo_kvindexer_requests_total{endpoint=\"%s\",method=\"%s\"} %" PRIu64 "\n",
-                kvix_service_endpoints[e], method_names[m], ld(&s->requests[e][m]));
+                kvix__service_endpoints[e], method_names[m], ld(&s->requests[e][m]));
     head(o, "dynamo_kvindexer_errors_total", "counter",
          "HTTP error responses by endpoint and status class");
     for (int e = 0; e < EP_COUNT; e++)
         for (int c = SC_4XX; c < SC_COUNT; c++)
             put(o,
                 "dynamo_kvindexer_errors_total{endpoint=\"%s\",status_class=\"%s\"} %" PRIu64 "\n",
-                kvix_service_endpoints[e], class_names[c], ld(&s->errors[e][c]));
+                kvix__service_endpoints[e], class_names[c], ld(&s->errors[e][c]));
     head(o, "dynamo_kvindexer_models", "gauge", "(model, tenant) partitions in the index");
     put(o, "dynamo_kvindexer_models %zu\n", st->partitions);
     head(o, "dynamo_kvindexer_workers", "gauge",
@@ -165,7 +165,7 @@ static void kvix_metrics(kvix_service *s, out *o, const kvix_index_stats *st)
     put(o, "kvix_http_requests_in_flight %u\n", inflight);
     if (s->conns) {
         kvix_conns_stats c;
-        kvix_conns_figures(s->conns, &c);
+        kvix__conns_figures(s->conns, &c);
         head(o, "kvix_http_connections", "gauge", "HTTP connections held");
         put(o, "kvix_http_connections %" PRIu64 "\n", c.open);
         head(o, "kvix_http_connections_refused_total", "counter",
@@ -187,28 +187,28 @@ static void kvix_metrics(kvix_service *s, out *o, const kvix_index_stats *st)
     }
     kvix_state_counts sc[KVIX_STATE_KINDS];
     for (int k = 0; k < KVIX_STATE_KINDS; k++)
-        kvix_service_state_counts(s, k, &sc[k]);
+        kvix__service_state_counts(s, k, &sc[k]);
     head(o, "kvix_http_states_written_total", "counter",
          "whole-index states written for GET /dump and /snapshot (one serves every request "
          "that came while it was written)");
     for (int k = 0; k < KVIX_STATE_KINDS; k++)
         put(o, "kvix_http_states_written_total{endpoint=\"%s\"} %" PRIu64 "\n",
-            kvix_service_state_paths[k], sc[k].builds);
+            kvix__service_state_paths[k], sc[k].builds);
     head(o, "kvix_http_state_responses_in_flight", "gauge",
          "GET /dump and /snapshot responses waiting or being sent");
     for (int k = 0; k < KVIX_STATE_KINDS; k++)
         put(o, "kvix_http_state_responses_in_flight{endpoint=\"%s\"} %u\n",
-            kvix_service_state_paths[k], sc[k].inflight);
+            kvix__service_state_paths[k], sc[k].inflight);
     head(o, "kvix_http_state_refused_total", "counter",
          "GET /dump and /snapshot refused (503): too many in flight");
     for (int k = 0; k < KVIX_STATE_KINDS; k++)
         put(o, "kvix_http_state_refused_total{endpoint=\"%s\"} %" PRIu64 "\n",
-            kvix_service_state_paths[k], sc[k].refused);
+            kvix__service_state_paths[k], sc[k].refused);
     head(o, "kvix_http_state_writer_hold_seconds", "gauge",
          "the last state written: the longest one writer was held back while it was read");
     for (int k = 0; k < KVIX_STATE_KINDS; k++)
         put(o, "kvix_http_state_writer_hold_seconds{endpoint=\"%s\"} %.6f\n",
-            kvix_service_state_paths[k], sc[k].hold_max);
+            kvix__service_state_paths[k], sc[k].hold_max);
     head(o, "kvix_snapshot_saves_total", "counter", "snapshot saves");
     put(o, "kvix_snapshot_saves_total %" PRIu64 "\n", saves);
     if (saves) {
@@ -286,7 +286,7 @@ static void sub_metrics(kvix_service *s, out *o)
     }
 }
 
-void kvix_service_metrics(kvix_service *s, kvix_service_response *r)
+void kvix__service_metrics(kvix_service *s, kvix_service_response *r)
 {
     kvix_index_stats st;
     kvix_index_quiet_begin(s->o.idx);

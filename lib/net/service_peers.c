@@ -9,7 +9,7 @@
 #include "service_priv.h"
 
 /* {"url":"http://..."}: added (add) or removed. */
-void kvix_service_post_peer(kvix_service *s, const char *body, size_t len, int add,
+void kvix__service_post_peer(kvix_service *s, const char *body, size_t len, int add,
                             kvix_service_response *r)
 {
     kvix_err e;
@@ -20,22 +20,22 @@ void kvix_service_post_peer(kvix_service *s, const char *body, size_t len, int a
     if (o && !json_is_object(o))
         rc = kvix_err_set(&e, KVIX_EINVAL, "the body is not a JSON object");
     if (!rc)
-        rc = kvix_sj_get_str(o, "url", NULL, &url, &n, &e);
+        rc = kvix__sj_get_str(o, "url", NULL, &url, &n, &e);
     if (!rc && add)
         rc = kvix_peers_add(s->o.peers, url, n, NULL, &e);
     else if (!rc && (rc = kvix_peers_check(url, n, &e)) == KVIX_OK)
         kvix_peers_remove(s->o.peers, url, n); /* an unknown peer: nothing to do */
     json_decref(o);
     if (rc == KVIX_ENOMEM)
-        kvix_service_respond_error(r, 500, e.msg);
+        kvix__service_respond_error(r, 500, e.msg);
     else if (rc)
-        kvix_service_respond_error(r, 400, e.msg);
+        kvix__service_respond_error(r, 400, e.msg);
     else
-        kvix_service_respond(r, 200, "application/json", "{\"status\":\"ok\"}");
+        kvix__service_respond(r, 200, "application/json", "{\"status\":\"ok\"}");
 }
 
 /* ["http://peer:8091",...] */
-void kvix_service_peers(kvix_service *s, kvix_service_response *r)
+void kvix__service_peers(kvix_service *s, kvix_service_response *r)
 {
     kvix_err e;
     char **v = NULL;
@@ -43,15 +43,15 @@ void kvix_service_peers(kvix_service *s, kvix_service_response *r)
     int rc = kvix_peers_list(s->o.peers, &v, &n, &e);
     r->body.len = 0;
     if (!rc)
-        rc = kvix_sj_raw(&r->body, "[", &e);
+        rc = kvix__sj_raw(&r->body, "[", &e);
     for (size_t i = 0; !rc && i < n; i++)
-        if (!(rc = i ? kvix_sj_raw(&r->body, ",", &e) : KVIX_OK))
-            rc = kvix_sj_str(&r->body, v[i], strlen(v[i]), &e);
+        if (!(rc = i ? kvix__sj_raw(&r->body, ",", &e) : KVIX_OK))
+            rc = kvix__sj_str(&r->body, v[i], strlen(v[i]), &e);
     if (!rc)
-        rc = kvix_sj_raw(&r->body, "]", &e);
+        rc = kvix__sj_raw(&r->body, "]", &e);
     kvix_peers_list_free(v, n);
     if (rc) {
-        kvix_service_respond_err(r, &e);
+        kvix__service_respond_err(r, &e);
         return;
     }
     r->status = 200;

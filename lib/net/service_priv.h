@@ -24,8 +24,8 @@ enum { SC_2XX, SC_4XX, SC_5XX, SC_COUNT };
 
 /* Histogram bucket upper bounds, seconds (Prometheus "le"); +Inf follows. */
 #define KVIX_HIST_BUCKETS 14
-extern const double kvix_service_buckets[KVIX_HIST_BUCKETS];
-extern const char *const kvix_service_endpoints[EP_COUNT];
+extern const double kvix__service_buckets[KVIX_HIST_BUCKETS];
+extern const char *const kvix__service_endpoints[EP_COUNT];
 
 typedef struct kvix_hist {
     uint64_t count[KVIX_HIST_BUCKETS + 1]; /* atomic; not cumulative: summed when printed */
@@ -55,16 +55,16 @@ typedef struct kvix_state_counts {
     unsigned inflight;
     double hold_max;
 } kvix_state_counts;
-void kvix_service_state_counts(kvix_service *s, int kind, kvix_state_counts *out);
-extern const char *const kvix_service_state_paths[KVIX_STATE_KINDS];
+void kvix__service_state_counts(kvix_service *s, int kind, kvix_state_counts *out);
+extern const char *const kvix__service_state_paths[KVIX_STATE_KINDS];
 
 typedef struct kvix_service_states {
     kvix_state_kind k[KVIX_STATE_KINDS];
 } kvix_service_states;
 
-void kvix_service_states_init(kvix_service_states *st);
-void kvix_service_states_release(kvix_service_states *st);
-void kvix_service_get_state(kvix_service *s, int kind, kvix_service_response *r);
+void kvix__service_states_init(kvix_service_states *st);
+void kvix__service_states_release(kvix_service_states *st);
+void kvix__service_get_state(kvix_service *s, int kind, kvix_service_response *r);
 
 struct kvix_service {
     kvix_service_opts o;
@@ -97,12 +97,12 @@ struct kvix_service {
 };
 
 /* What a server thread keeps across queries (under s->ans_key), made on its
- * first query; kvix_service_answer_free frees it (the key's destructor). */
+ * first query; kvix__service_answer_free frees it (the key's destructor). */
 typedef struct kvix_service_thread {
-    kvix_answer ans; /* first: kvix_service_answer_free takes either */
+    kvix_answer ans; /* first: kvix__service_answer_free takes either */
     kvix_u64_refs refs;
 } kvix_service_thread;
-kvix_service_thread *kvix_service_thread_get(kvix_service *s);
+kvix_service_thread *kvix__service_thread_get(kvix_service *s);
 
 /* The server's connections and the memory their requests hold
  * (lib/net/service_conns.c). Every call but _new and _free is thread-safe. */
@@ -112,61 +112,61 @@ typedef struct kvix_conns_stats {
     uint64_t open, memory, refused, evicted, expired, memory_refused;
 } kvix_conns_stats;
 /* kick[w]: the descriptor written when server thread w has connections to
- * end (kvix_conns_sweep); copied. */
-int kvix_conns_new(kvix_conns **out, const kvix_service_limits *lim, unsigned nworkers,
+ * end (kvix__conns_sweep); copied. */
+int kvix__conns_new(kvix_conns **out, const kvix_service_limits *lim, unsigned nworkers,
                    const int *kick, kvix_err *err);
-void kvix_conns_free(kvix_conns *c);
+void kvix__conns_free(kvix_conns *c);
 /* A connection accepted by thread `worker` (libmicrohttpd's start
  * notification, on that thread): its record, or NULL (out of memory). Past
  * the bounds the oldest waiting connection is ended in its place, or, with
  * none to end, this one is (its socket shut down; the record stays until
- * kvix_conns_close). */
-kvix_conn *kvix_conns_open(kvix_conns *c, unsigned worker, int fd, const struct sockaddr *addr,
+ * kvix__conns_close). */
+kvix_conn *kvix__conns_open(kvix_conns *c, unsigned worker, int fd, const struct sockaddr *addr,
                            double now);
 /* libmicrohttpd closed the connection; r is freed. NULL is fine. */
-void kvix_conns_close(kvix_conns *c, kvix_conn *r);
+void kvix__conns_close(kvix_conns *c, kvix_conn *r);
 /* Its request arrived whole: no deadline while it is answered. */
-void kvix_conns_answering(kvix_conns *c, kvix_conn *r);
+void kvix__conns_answering(kvix_conns *c, kvix_conn *r);
 /* Answered and kept alive: the next request's deadline runs from now. */
-void kvix_conns_waiting(kvix_conns *c, kvix_conn *r, double now);
+void kvix__conns_waiting(kvix_conns *c, kvix_conn *r, double now);
 /* On thread `worker`, outside libmicrohttpd: end the connections queued
  * for it, and those whose request is late. Returns the milliseconds until
  * the next deadline, or -1 for none. */
-int kvix_conns_sweep(kvix_conns *c, unsigned worker, double now);
+int kvix__conns_sweep(kvix_conns *c, unsigned worker, double now);
 /* Take n bytes of the requests' memory; false (counted) past memory_max. */
-bool kvix_conns_mem_take(kvix_conns *c, size_t n);
-void kvix_conns_mem_give(kvix_conns *c, size_t n);
-void kvix_conns_figures(kvix_conns *c, kvix_conns_stats *out);
+bool kvix__conns_mem_take(kvix_conns *c, size_t n);
+void kvix__conns_mem_give(kvix_conns *c, size_t n);
+void kvix__conns_figures(kvix_conns *c, kvix_conns_stats *out);
 
-kvix_answer *kvix_service_answer(kvix_service *s);
-void kvix_service_answer_free(void *p);
-void kvix_service_metrics(kvix_service *s, kvix_service_response *r);
-void kvix_service_observe_request(kvix_service *s, int ep, int method, int status, double secs);
-void kvix_service_observe_query(kvix_service *s, double secs);
-void kvix_service_respond(kvix_service_response *r, int status, const char *ctype,
+kvix_answer *kvix__service_answer(kvix_service *s);
+void kvix__service_answer_free(void *p);
+void kvix__service_metrics(kvix_service *s, kvix_service_response *r);
+void kvix__service_observe_request(kvix_service *s, int ep, int method, int status, double secs);
+void kvix__service_observe_query(kvix_service *s, double secs);
+void kvix__service_respond(kvix_service_response *r, int status, const char *ctype,
                           const char *text);
-void kvix_service_respond_error(kvix_service_response *r, int status, const char *msg);
+void kvix__service_respond_error(kvix_service_response *r, int status, const char *msg);
 /* Empty r for its next use: its body emptied (its memory kept), its file
  * closed and its done callback called. */
-void kvix_service_response_clear(kvix_service_response *r);
+void kvix__service_response_clear(kvix_service_response *r);
 /* The status for e->code and {"error":e->msg}. */
-void kvix_service_respond_err(kvix_service_response *r, const kvix_err *e);
+void kvix__service_respond_err(kvix_service_response *r, const kvix_err *e);
 /* POST /query (by_hash 0), /query_by_hash (1), /explain (explain 1: the
  * answer line explained) (lib/net/service_query.c). */
-void kvix_service_post_query(kvix_service *s, const char *body, size_t len, int by_hash,
+void kvix__service_post_query(kvix_service *s, const char *body, size_t len, int by_hash,
                              int explain, kvix_service_response *r);
 /* GET /dump, GET /snapshot (lib/net/service_state.c). */
-void kvix_service_get_dump(kvix_service *s, kvix_service_response *r);
-void kvix_service_get_snapshot(kvix_service *s, kvix_service_response *r);
+void kvix__service_get_dump(kvix_service *s, kvix_service_response *r);
+void kvix__service_get_snapshot(kvix_service *s, kvix_service_response *r);
 /* POST /register, POST /unregister, GET /workers (lib/net/service_workers.c). */
-void kvix_service_register(kvix_service *s, const char *body, size_t len,
+void kvix__service_register(kvix_service *s, const char *body, size_t len,
                            kvix_service_response *r);
-void kvix_service_unregister(kvix_service *s, const char *body, size_t len,
+void kvix__service_unregister(kvix_service *s, const char *body, size_t len,
                              kvix_service_response *r);
-void kvix_service_workers(kvix_service *s, kvix_service_response *r);
+void kvix__service_workers(kvix_service *s, kvix_service_response *r);
 /* POST /register_peer (add) and /deregister_peer, GET /peers (lib/net/service_peers.c). */
-void kvix_service_post_peer(kvix_service *s, const char *body, size_t len, int add,
+void kvix__service_post_peer(kvix_service *s, const char *body, size_t len, int add,
                             kvix_service_response *r);
-void kvix_service_peers(kvix_service *s, kvix_service_response *r);
+void kvix__service_peers(kvix_service *s, kvix_service_response *r);
 
 #endif

@@ -162,12 +162,12 @@ static int read_partition(json_t *o, kvix_event *q, int with_lora, kvix_err *err
     const char *s;
     size_t n;
     int has, rc;
-    if ((rc = kvix_sj_get_str(o, "model_name", NULL, &s, &n, err)) ||
+    if ((rc = kvix__sj_get_str(o, "model_name", NULL, &s, &n, err)) ||
         (rc = kvix_event_set_name(q->model, s, n, err)) ||
-        (rc = kvix_sj_get_str(o, "tenant_id", &has, &s, &n, err)) ||
+        (rc = kvix__sj_get_str(o, "tenant_id", &has, &s, &n, err)) ||
         (has && (rc = kvix_event_set_name(q->tenant, s, n, err))))
         return rc;
-    if (with_lora && ((rc = kvix_sj_get_str(o, "lora_name", &has, &s, &n, err)) ||
+    if (with_lora && ((rc = kvix__sj_get_str(o, "lora_name", &has, &s, &n, err)) ||
                       (has && (rc = kvix_event_set_name(q->lora, s, n, err)))))
         return rc;
     return KVIX_OK;
@@ -277,7 +277,7 @@ static void dynamo_query(kvix_service *s, json_t *o, const kvix_u64_refs *refs, 
     kvix_event q;
     kvix_event_init(&q);
     q.type = KVIX_EV_QUERY;
-    kvix_answer *ans = kvix_service_answer(s);
+    kvix_answer *ans = kvix__service_answer(s);
     int rc = ans ? read_partition(o, &q, !by_hash, &e)
                  : kvix_err_set(&e, KVIX_ENOMEM, "out of memory");
     if (!rc)
@@ -290,7 +290,7 @@ static void dynamo_query(kvix_service *s, json_t *o, const kvix_u64_refs *refs, 
         q.explain = 1;
         rc = explain_answer(s, &q, ans, &r->body, &e);
         if (rc)
-            kvix_service_respond_err(r, &e);
+            kvix__service_respond_err(r, &e);
         else {
             r->status = 200;
             r->content_type = "application/x-ndjson";
@@ -305,12 +305,12 @@ static void dynamo_query(kvix_service *s, json_t *o, const kvix_u64_refs *refs, 
     if (!rc)
         rc = kvix_index_query_event(s->o.idx, &q, ans, &e);
     if (!rc) {
-        kvix_service_observe_query(s, mono_now() - t0);
+        kvix__service_observe_query(s, mono_now() - t0);
         r->body.len = 0;
         rc = put_dynamo_answer(ans, &r->body, &e);
     }
     if (rc) {
-        kvix_service_respond_err(r, &e);
+        kvix__service_respond_err(r, &e);
     } else {
         r->status = 200;
         r->content_type = "application/json";
@@ -326,7 +326,7 @@ static void kvix_query(kvix_service *s, const char *body, size_t len, int explai
     kvix_err e;
     kvix_event q;
     kvix_event_init(&q);
-    kvix_answer *ans = kvix_service_answer(s);
+    kvix_answer *ans = kvix__service_answer(s);
     int rc = ans ? kvix_event_from_json(body, len, &q, &e)
                  : kvix_err_set(&e, KVIX_ENOMEM, "out of memory");
     if (!rc && q.type != KVIX_EV_QUERY)
@@ -339,13 +339,13 @@ static void kvix_query(kvix_service *s, const char *body, size_t len, int explai
     } else if (!rc) {
         rc = kvix_index_query_event(s->o.idx, &q, ans, &e);
         if (!rc) {
-            kvix_service_observe_query(s, mono_now() - t0);
+            kvix__service_observe_query(s, mono_now() - t0);
             r->body.len = 0;
             rc = kvix_answer_to_json(ans, &q, &r->body, &e);
         }
     }
     if (rc) {
-        kvix_service_respond_err(r, &e);
+        kvix__service_respond_err(r, &e);
     } else {
         r->status = 200;
         r->content_type = "application/x-ndjson";
@@ -357,14 +357,14 @@ static void post_query_json(kvix_service *s, const char *body, size_t len, int b
                             int explain, int arena, kvix_service_response *r)
 {
     kvix_err e;
-    kvix_service_thread *ts = kvix_service_thread_get(s);
+    kvix_service_thread *ts = kvix__service_thread_get(s);
     if (!ts) {
-        kvix_service_respond_error(r, 500, "out of memory");
+        kvix__service_respond_error(r, 500, "out of memory");
         return;
     }
-    json_t *o = kvix_json_u64_loadb_refs(body, len, &ts->refs, &e);
+    json_t *o = kvix__json_u64_loadb_refs(body, len, &ts->refs, &e);
     if (!o && e.code == KVIX_ELIMIT) { /* no parse at all: not as a kvix query either */
-        kvix_service_respond_error(r, 413, e.msg);
+        kvix__service_respond_error(r, 413, e.msg);
         return;
     }
     if (!o && !by_hash) {
@@ -380,11 +380,11 @@ static void post_query_json(kvix_service *s, const char *body, size_t len, int b
         }
     }
     if (!o) {
-        kvix_service_respond_err(r, &e);
+        kvix__service_respond_err(r, &e);
         return;
     }
     if (!json_is_object(o))
-        kvix_service_respond_error(r, 400, "the body is not a JSON object");
+        kvix__service_respond_error(r, 400, "the body is not a JSON object");
     else if (by_hash || json_object_get(o, "model_name"))
         dynamo_query(s, o, &ts->refs,
                      by_hash || (explain && json_object_get(o, "block_hashes")), explain, r);
@@ -396,31 +396,31 @@ static void post_query_json(kvix_service *s, const char *body, size_t len, int b
 
 static int budget_take(void *ctx, size_t n)
 {
-    return kvix_conns_mem_take(ctx, n);
+    return kvix__conns_mem_take(ctx, n);
 }
 
 static void budget_give(void *ctx, size_t n)
 {
-    kvix_conns_mem_give(ctx, n);
+    kvix__conns_mem_give(ctx, n);
 }
 
 /* POST /query, /query_by_hash, /explain. The body's jansson values live in
  * this thread's arena (lib/codec/json_arena_int.h), dropped at once after the answer:
  * jansson's malloc and free per value were ~7 % of a /query_by_hash. */
-void kvix_service_post_query(kvix_service *s, const char *body, size_t len, int by_hash,
+void kvix__service_post_query(kvix_service *s, const char *body, size_t len, int by_hash,
                              int explain, kvix_service_response *r)
 {
     /* behind the server, the parse takes its memory from what every
      * request shares (kvix_service_limits.memory_max) */
     kvix_json_budget b = {budget_take, budget_give, s->conns};
-    int arena = kvix_json_arena_begin_budget(s->conns ? &b : NULL);
+    int arena = kvix__json_arena_begin_budget(s->conns ? &b : NULL);
     post_query_json(s, body, len, by_hash, explain, arena, r);
-    if (arena && kvix_json_arena_refused()) {
+    if (arena && kvix__json_arena_refused()) {
         char msg[128];
         snprintf(msg, sizeof msg, "the server holds all the request memory it may (%zu bytes): "
                  "try again", s->o.limits.memory_max);
-        kvix_service_respond_error(r, 503, msg);
+        kvix__service_respond_error(r, 503, msg);
     }
     if (arena)
-        kvix_json_arena_end();
+        kvix__json_arena_end();
 }

@@ -16,7 +16,7 @@ void kvix_service_response_init(kvix_service_response *r)
     r->fd = -1;
 }
 
-void kvix_service_response_clear(kvix_service_response *r)
+void kvix__service_response_clear(kvix_service_response *r)
 {
     r->body.len = 0;
     if (r->fd >= 0)
@@ -29,29 +29,29 @@ void kvix_service_response_clear(kvix_service_response *r)
 
 void kvix_service_response_release(kvix_service_response *r)
 {
-    kvix_service_response_clear(r);
+    kvix__service_response_clear(r);
     kvix_buf_release(&r->body);
 }
 
-void kvix_service_respond(kvix_service_response *r, int status, const char *ctype, const char *text)
+void kvix__service_respond(kvix_service_response *r, int status, const char *ctype, const char *text)
 {
     r->status = status;
     r->content_type = ctype;
     r->body.len = 0;
-    if (kvix_sj_raw(&r->body, text, NULL)) {
+    if (kvix__sj_raw(&r->body, text, NULL)) {
         r->status = 500;
         r->body.len = 0;
     }
 }
 
 /* {"error":"msg"} with status. */
-void kvix_service_respond_error(kvix_service_response *r, int status, const char *msg)
+void kvix__service_respond_error(kvix_service_response *r, int status, const char *msg)
 {
     r->status = status;
     r->content_type = "application/json";
     r->body.len = 0;
-    if (kvix_sj_raw(&r->body, "{\"error\":", NULL) ||
-        kvix_sj_str(&r->body, msg, strlen(msg), NULL) || kvix_sj_raw(&r->body, "}", NULL)) {
+    if (kvix__sj_raw(&r->body, "{\"error\":", NULL) ||
+        kvix__sj_str(&r->body, msg, strlen(msg), NULL) || kvix__sj_raw(&r->body, "}", NULL)) {
         r->body.len = 0;
         r->status = 500;
     }
@@ -70,7 +70,7 @@ static int status_for(int code)
     }
 }
 
-void kvix_service_respond_err(kvix_service_response *r, const kvix_err *e)
+void kvix__service_respond_err(kvix_service_response *r, const kvix_err *e)
 {
-    kvix_service_respond_error(r, status_for(e->code), e->msg);
+    kvix__service_respond_error(r, status_for(e->code), e->msg);
 }

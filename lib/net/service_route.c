@@ -23,7 +23,7 @@ static double mono_now(void)
 static int route(const char *path)
 {
     for (int i = 0; i < EP_OTHER; i++)
-        if (strcmp(path, kvix_service_endpoints[i]) == 0)
+        if (strcmp(path, kvix__service_endpoints[i]) == 0)
             return i;
     return EP_OTHER;
 }
@@ -88,39 +88,39 @@ void kvix_service_handle_as(kvix_service *s, const char *authz, const char *meth
     /* HEAD is answered where GET is, as GET would be (the HTTP library
      * sends the headers only): a monitor's HEAD /health, a proxy's check */
     const char *as = m == M_HEAD ? "GET" : method;
-    kvix_service_response_clear(r); /* a reused response lets go of what it held */
+    kvix__service_response_clear(r); /* a reused response lets go of what it held */
     r->auth_challenge = 0;
     if (ep == EP_OTHER) {
-        kvix_service_respond_error(r, 404, "no such endpoint");
+        kvix__service_respond_error(r, 404, "no such endpoint");
     } else if (!kvix_service_authorized(s, path, authz)) {
-        kvix_service_respond_error(r, 401, "this endpoint needs the service's bearer token "
+        kvix__service_respond_error(r, 401, "this endpoint needs the service's bearer token "
                                    "(Authorization: Bearer TOKEN)");
         r->auth_challenge = 1;
     } else if (strcmp(as, ep_method[ep]) != 0) {
         char msg[64];
         snprintf(msg, sizeof msg, "method not allowed (use %s)",
                  strcmp(ep_method[ep], "GET") == 0 ? "GET or HEAD" : ep_method[ep]);
-        kvix_service_respond_error(r, 405, msg);
+        kvix__service_respond_error(r, 405, msg);
     } else if (len > s->o.body_max) {
         char msg[96];
         snprintf(msg, sizeof msg, "request body over the limit of %zu bytes", s->o.body_max);
-        kvix_service_respond_error(r, 413, msg);
+        kvix__service_respond_error(r, 413, msg);
     } else {
         switch (ep) {
-        case EP_HEALTH: kvix_service_respond(r, 200, "application/json", "{\"status\":\"ok\"}"); break;
-        case EP_METRICS: kvix_service_metrics(s, r); break;
-        case EP_QUERY: kvix_service_post_query(s, body ? body : "", len, 0, 0, r); break;
-        case EP_QUERY_HASH: kvix_service_post_query(s, body ? body : "", len, 1, 0, r); break;
-        case EP_EXPLAIN: kvix_service_post_query(s, body ? body : "", len, 0, 1, r); break;
-        case EP_DUMP: kvix_service_get_dump(s, r); break;
-        case EP_SNAPSHOT: kvix_service_get_snapshot(s, r); break;
-        case EP_REGISTER: kvix_service_register(s, body ? body : "", len, r); break;
-        case EP_UNREGISTER: kvix_service_unregister(s, body ? body : "", len, r); break;
-        case EP_WORKERS: kvix_service_workers(s, r); break;
-        case EP_REGISTER_PEER: kvix_service_post_peer(s, body ? body : "", len, 1, r); break;
-        case EP_DEREGISTER_PEER: kvix_service_post_peer(s, body ? body : "", len, 0, r); break;
-        case EP_PEERS: kvix_service_peers(s, r); break;
+        case EP_HEALTH: kvix__service_respond(r, 200, "application/json", "{\"status\":\"ok\"}"); break;
+        case EP_METRICS: kvix__service_metrics(s, r); break;
+        case EP_QUERY: kvix__service_post_query(s, body ? body : "", len, 0, 0, r); break;
+        case EP_QUERY_HASH: kvix__service_post_query(s, body ? body : "", len, 1, 0, r); break;
+        case EP_EXPLAIN: kvix__service_post_query(s, body ? body : "", len, 0, 1, r); break;
+        case EP_DUMP: kvix__service_get_dump(s, r); break;
+        case EP_SNAPSHOT: kvix__service_get_snapshot(s, r); break;
+        case EP_REGISTER: kvix__service_register(s, body ? body : "", len, r); break;
+        case EP_UNREGISTER: kvix__service_unregister(s, body ? body : "", len, r); break;
+        case EP_WORKERS: kvix__service_workers(s, r); break;
+        case EP_REGISTER_PEER: kvix__service_post_peer(s, body ? body : "", len, 1, r); break;
+        case EP_DEREGISTER_PEER: kvix__service_post_peer(s, body ? body : "", len, 0, r); break;
+        case EP_PEERS: kvix__service_peers(s, r); break;
         }
     }
-    kvix_service_observe_request(s, ep, m, r->status, mono_now() - t0);
+    kvix__service_observe_request(s, ep, m, r->status, mono_now() - t0);
 }

@@ -50,7 +50,7 @@ static double mono(void)
  * the index read more than half the time. */
 #define STATE_FRESH_MIN 1.0
 
-void kvix_service_states_init(kvix_service_states *st)
+void kvix__service_states_init(kvix_service_states *st)
 {
     for (int i = 0; i < KVIX_STATE_KINDS; i++) {
         pthread_mutex_init(&st->k[i].mu, NULL);
@@ -70,7 +70,7 @@ static void file_unref(state_file *f)
     }
 }
 
-void kvix_service_states_release(kvix_service_states *st)
+void kvix__service_states_release(kvix_service_states *st)
 {
     for (int i = 0; i < KVIX_STATE_KINDS; i++) {
         kvix_state_kind *k = &st->k[i];
@@ -142,12 +142,12 @@ static void state_done(void *ctx)
     pthread_mutex_unlock(&k->mu);
 }
 
-const char *const kvix_service_state_paths[KVIX_STATE_KINDS] = {"/dump", "/snapshot"};
-#define kind_path kvix_service_state_paths
+const char *const kvix__service_state_paths[KVIX_STATE_KINDS] = {"/dump", "/snapshot"};
+#define kind_path kvix__service_state_paths
 static const char *const kind_type[KVIX_STATE_KINDS] = {"application/json",
                                                         "application/octet-stream"};
 
-void kvix_service_get_state(kvix_service *s, int kind, kvix_service_response *r)
+void kvix__service_get_state(kvix_service *s, int kind, kvix_service_response *r)
 {
     kvix_state_kind *k = &s->states.k[kind];
     pthread_mutex_lock(&k->mu);
@@ -157,7 +157,7 @@ void kvix_service_get_state(kvix_service *s, int kind, kvix_service_response *r)
         char m[128];
         snprintf(m, sizeof m, "%u %s responses in flight: try again when one is done",
                  KVIX_SERVICE_STATES_MAX, kind_path[kind]);
-        kvix_service_respond_error(r, 503, m);
+        kvix__service_respond_error(r, 503, m);
         return;
     }
     k->inflight++;
@@ -170,7 +170,7 @@ void kvix_service_get_state(kvix_service *s, int kind, kvix_service_response *r)
         if (!f) {
             k->inflight--;
             pthread_mutex_unlock(&k->mu);
-            kvix_service_respond_error(r, 500, "out of memory");
+            kvix__service_respond_error(r, 500, "out of memory");
             return;
         }
         f->fd = -1;
@@ -214,7 +214,7 @@ void kvix_service_get_state(kvix_service *s, int kind, kvix_service_response *r)
         k->inflight--;
     pthread_mutex_unlock(&k->mu);
     if (rc) {
-        kvix_service_respond_err(r, &err);
+        kvix__service_respond_err(r, &err);
         return;
     }
     r->status = 200;
@@ -226,7 +226,7 @@ void kvix_service_get_state(kvix_service *s, int kind, kvix_service_response *r)
     r->done_ctx = k;
 }
 
-void kvix_service_state_counts(kvix_service *s, int kind, kvix_state_counts *out)
+void kvix__service_state_counts(kvix_service *s, int kind, kvix_state_counts *out)
 {
     kvix_state_kind *k = &s->states.k[kind];
     pthread_mutex_lock(&k->mu);
@@ -234,12 +234,12 @@ void kvix_service_state_counts(kvix_service *s, int kind, kvix_state_counts *out
     pthread_mutex_unlock(&k->mu);
 }
 
-void kvix_service_get_dump(kvix_service *s, kvix_service_response *r)
+void kvix__service_get_dump(kvix_service *s, kvix_service_response *r)
 {
-    kvix_service_get_state(s, KVIX_STATE_DUMP, r);
+    kvix__service_get_state(s, KVIX_STATE_DUMP, r);
 }
 
-void kvix_service_get_snapshot(kvix_service *s, kvix_service_response *r)
+void kvix__service_get_snapshot(kvix_service *s, kvix_service_response *r)
 {
-    kvix_service_get_state(s, KVIX_STATE_SNAPSHOT, r);
+    kvix__service_get_state(s, KVIX_STATE_SNAPSHOT, r);
 }

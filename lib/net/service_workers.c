@@ -22,7 +22,7 @@ static int no_sub(kvix_service *s, kvix_service_response *r)
     char msg[512];
     snprintf(msg, sizeof msg, "this service has no engine subscriptions%s%s",
              s->o.no_sub_why ? ": " : "", s->o.no_sub_why ? s->o.no_sub_why : "");
-    kvix_service_respond_error(r, 503, msg);
+    kvix__service_respond_error(r, 503, msg);
     return 1;
 }
 
@@ -32,12 +32,12 @@ static json_t *body_object(const char *body, size_t len, kvix_service_response *
     kvix_err e;
     json_t *o = kvix_json_u64_loadb(body, len, &e);
     if (!o) {
-        kvix_service_respond_err(r, &e);
+        kvix__service_respond_err(r, &e);
         return NULL;
     }
     if (!json_is_object(o)) {
         json_decref(o);
-        kvix_service_respond_error(r, 400, "the body is not a JSON object");
+        kvix__service_respond_error(r, 400, "the body is not a JSON object");
         return NULL;
     }
     return o;
@@ -49,7 +49,7 @@ static int get_name(json_t *o, const char *key, int *present, char *dst, size_t 
 {
     const char *v;
     size_t n;
-    int rc = kvix_sj_get_str(o, key, present, &v, &n, e);
+    int rc = kvix__sj_get_str(o, key, present, &v, &n, e);
     if (rc || (present && !*present))
         return rc;
     if (n == 0)
@@ -65,7 +65,7 @@ static int get_name(json_t *o, const char *key, int *present, char *dst, size_t 
 static int get_u64_max(json_t *o, const char *key, int *present, uint64_t min, uint64_t max,
                        uint64_t *out, kvix_err *e)
 {
-    int rc = kvix_sj_get_u64(o, key, present, out, e);
+    int rc = kvix__sj_get_u64(o, key, present, out, e);
     if (rc || (present && !*present))
         return rc;
     if (*out < min || *out > max)
@@ -137,7 +137,7 @@ static int check_bs(void *ctx, const kvix_enginesub_status *st)
     return 0;
 }
 
-void kvix_service_register(kvix_service *s, const char *body, size_t len,
+void kvix__service_register(kvix_service *s, const char *body, size_t len,
                            kvix_service_response *r)
 {
     if (no_sub(s, r))
@@ -150,7 +150,7 @@ void kvix_service_register(kvix_service *s, const char *body, size_t len,
     int rc = read_registration(s->o.sub_cfg, o, &sp, &e);
     json_decref(o);
     if (rc) {
-        kvix_service_respond_error(r, 400, e.msg);
+        kvix__service_respond_error(r, 400, e.msg);
         return;
     }
     /* The checks and the add as one: two registrations of one partition
@@ -169,16 +169,16 @@ void kvix_service_register(kvix_service *s, const char *body, size_t len,
         rc = kvix_enginesub_add(s->o.sub, &sp, GROUP_REGISTERED, &e);
     pthread_mutex_unlock(&s->register_mu);
     if (rc == KVIX_ELIMIT) /* already registered: the endpoint, or the worker and rank */
-        kvix_service_respond_error(r, 409, e.msg);
+        kvix__service_respond_error(r, 409, e.msg);
     else if (rc == KVIX_EBUSY) /* the subscriber's limit: not now, maybe after an unregister */
-        kvix_service_respond_error(r, 503, e.msg);
+        kvix__service_respond_error(r, 503, e.msg);
     else if (rc)
-        kvix_service_respond_err(r, &e);
+        kvix__service_respond_err(r, &e);
     else
-        kvix_service_respond(r, 201, "application/json", "{\"status\":\"ok\"}");
+        kvix__service_respond(r, 201, "application/json", "{\"status\":\"ok\"}");
 }
 
-void kvix_service_unregister(kvix_service *s, const char *body, size_t len,
+void kvix__service_unregister(kvix_service *s, const char *body, size_t len,
                              kvix_service_response *r)
 {
     if (no_sub(s, r))
@@ -199,20 +199,20 @@ void kvix_service_unregister(kvix_service *s, const char *body, size_t len,
         rc = get_u64_max(o, "dp_rank", &has_dp, 0, UINT32_MAX - 1, &dp, &e);
     json_decref(o);
     if (rc) {
-        kvix_service_respond_error(r, 400, e.msg);
+        kvix__service_respond_error(r, 400, e.msg);
         return;
     }
     size_t n = kvix_enginesub_remove_worker(s->o.sub, id, model,
                                             has_tenant ? tenant : NULL, (uint32_t)dp);
     if (n) {
-        kvix_service_respond(r, 200, "application/json", "{\"status\":\"ok\"}");
+        kvix__service_respond(r, 200, "application/json", "{\"status\":\"ok\"}");
         return;
     }
     char m[KVIX_ERR_MSG_MAX];
     snprintf(m, sizeof m, "no registration of instance %" PRIu64 " for model \"%.64s\"%s%.64s%s",
              id, model, has_tenant ? " tenant \"" : "", has_tenant ? tenant : "",
              has_tenant ? "\"" : "");
-    kvix_service_respond_error(r, 404, m);
+    kvix__service_respond_error(r, 404, m);
 }
 
 /* ---- GET /workers ---- */
@@ -259,29 +259,29 @@ static int by_worker_dp(const void *a, const void *b)
 
 static int put_workers(kvix_buf *b, const reg *v, size_t n, kvix_err *e)
 {
-    int rc = kvix_sj_raw(b, "[", e);
+    int rc = kvix__sj_raw(b, "[", e);
     for (size_t i = 0; !rc && i < n; i++) {
         if (i == 0 || v[i].worker != v[i - 1].worker) {
-            if ((rc = kvix_sj_raw(b, i ? "}},{\"instance_id\":" : "{\"instance_id\":", e)) ||
-                (rc = kvix_sj_u64(b, v[i].worker, e)) ||
-                (rc = kvix_sj_raw(b, ",\"endpoints\":{\"", e)))
+            if ((rc = kvix__sj_raw(b, i ? "}},{\"instance_id\":" : "{\"instance_id\":", e)) ||
+                (rc = kvix__sj_u64(b, v[i].worker, e)) ||
+                (rc = kvix__sj_raw(b, ",\"endpoints\":{\"", e)))
                 break;
-        } else if ((rc = kvix_sj_raw(b, ",\"", e))) {
+        } else if ((rc = kvix__sj_raw(b, ",\"", e))) {
             break;
         }
-        if ((rc = kvix_sj_u64(b, v[i].dp, e)) || (rc = kvix_sj_raw(b, "\":", e)) ||
-            (rc = kvix_sj_str(b, v[i].endpoint, strlen(v[i].endpoint), e)))
+        if ((rc = kvix__sj_u64(b, v[i].dp, e)) || (rc = kvix__sj_raw(b, "\":", e)) ||
+            (rc = kvix__sj_str(b, v[i].endpoint, strlen(v[i].endpoint), e)))
             break;
     }
     if (!rc)
-        rc = kvix_sj_raw(b, n ? "}}]" : "]", e);
+        rc = kvix__sj_raw(b, n ? "}}]" : "]", e);
     return rc;
 }
 
-void kvix_service_workers(kvix_service *s, kvix_service_response *r)
+void kvix__service_workers(kvix_service *s, kvix_service_response *r)
 {
     if (!s->o.sub) { /* no subscriptions: none registered */
-        kvix_service_respond(r, 200, "application/json", "[]");
+        kvix__service_respond(r, 200, "application/json", "[]");
         return;
     }
     regs g = {NULL, 0, 0, 0};
@@ -296,7 +296,7 @@ void kvix_service_workers(kvix_service *s, kvix_service_response *r)
     }
     free(g.v);
     if (rc) {
-        kvix_service_respond_err(r, &e);
+        kvix__service_respond_err(r, &e);
         return;
     }
     r->status = 200;
@@ -321,21 +321,21 @@ static int put_registration(void *ctx, const kvix_enginesub_status *st)
     kvix_buf *b = x->b;
     kvix_err *e = x->e;
     int rc;
-    if ((rc = kvix_sj_raw(b, x->n ? ",{\"instance_id\":" : "{\"instance_id\":", e)) ||
-        (rc = kvix_sj_u64(b, sp->worker, e)) || (rc = kvix_sj_raw(b, ",\"endpoint\":", e)) ||
-        (rc = kvix_sj_str(b, sp->endpoint, strlen(sp->endpoint), e)) ||
-        (rc = kvix_sj_raw(b, ",\"model_name\":", e)) ||
-        (rc = kvix_sj_str(b, sp->model, strlen(sp->model), e)) ||
-        (rc = kvix_sj_raw(b, ",\"tenant_id\":", e)) ||
-        (rc = kvix_sj_str(b, sp->tenant, strlen(sp->tenant), e)) ||
-        (rc = kvix_sj_raw(b, ",\"block_size\":", e)) ||
-        (rc = kvix_sj_u64(b, sp->block_size, e)) || (rc = kvix_sj_raw(b, ",\"dp_rank\":", e)) ||
-        (rc = kvix_sj_u64(b, sp->dp, e)))
+    if ((rc = kvix__sj_raw(b, x->n ? ",{\"instance_id\":" : "{\"instance_id\":", e)) ||
+        (rc = kvix__sj_u64(b, sp->worker, e)) || (rc = kvix__sj_raw(b, ",\"endpoint\":", e)) ||
+        (rc = kvix__sj_str(b, sp->endpoint, strlen(sp->endpoint), e)) ||
+        (rc = kvix__sj_raw(b, ",\"model_name\":", e)) ||
+        (rc = kvix__sj_str(b, sp->model, strlen(sp->model), e)) ||
+        (rc = kvix__sj_raw(b, ",\"tenant_id\":", e)) ||
+        (rc = kvix__sj_str(b, sp->tenant, strlen(sp->tenant), e)) ||
+        (rc = kvix__sj_raw(b, ",\"block_size\":", e)) ||
+        (rc = kvix__sj_u64(b, sp->block_size, e)) || (rc = kvix__sj_raw(b, ",\"dp_rank\":", e)) ||
+        (rc = kvix__sj_u64(b, sp->dp, e)))
         return x->rc = rc;
-    if (sp->replay[0] && ((rc = kvix_sj_raw(b, ",\"replay_endpoint\":", e)) ||
-                          (rc = kvix_sj_str(b, sp->replay, strlen(sp->replay), e))))
+    if (sp->replay[0] && ((rc = kvix__sj_raw(b, ",\"replay_endpoint\":", e)) ||
+                          (rc = kvix__sj_str(b, sp->replay, strlen(sp->replay), e))))
         return x->rc = rc;
-    if ((rc = kvix_sj_raw(b, "}", e)))
+    if ((rc = kvix__sj_raw(b, "}", e)))
         return x->rc = rc;
     x->n++;
     return 0;
@@ -345,13 +345,13 @@ int kvix_service_registrations_encode(struct kvix_enginesub *sub, kvix_buf *out,
                                       kvix_err *err)
 {
     enc x = {out, 0, 0, err};
-    int rc = kvix_sj_raw(out, "[", err);
+    int rc = kvix__sj_raw(out, "[", err);
     if (!rc)
         kvix_enginesub_list(sub, put_registration, &x);
     if (!rc)
         rc = x.rc;
     if (!rc)
-        rc = kvix_sj_raw(out, "]", err);
+        rc = kvix__sj_raw(out, "]", err);
     if (n)
         *n = x.n;
     return rc;

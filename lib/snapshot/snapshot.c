@@ -44,7 +44,7 @@
 
 /* ---- shared checks ------------------------------------------------------ */
 
-int kvix_snap_cmp_part(const char *m1, const char *t1, const char *m2, const char *t2)
+int kvix__snap_cmp_part(const char *m1, const char *t1, const char *m2, const char *t2)
 {
     int c = strcmp(m1, m2);
     return c ? c : strcmp(t1, t2);
@@ -74,7 +74,7 @@ static size_t find_engine(const kvix_block_info *b, size_t lo, size_t hi, uint64
  * content (the index keeps the child where it was, see kvix_index_load), so
  * whatever the index holds can be saved. Position-0 parents are ignored.
  * Fills parent_idx[i] (when non-NULL) with the parent's index or NONE. */
-int kvix_snap_check_blocks(const kvix_block_info *b, size_t n, size_t *parent_idx, char *why,
+int kvix__snap_check_blocks(const kvix_block_info *b, size_t n, size_t *parent_idx, char *why,
                         size_t whylen)
 {
     size_t prev_lo = 0, prev_hi = 0, cur = 0;
@@ -120,7 +120,7 @@ int kvix_snap_check_blocks(const kvix_block_info *b, size_t n, size_t *parent_id
  * repeat at another position needs a set: open addressing over twice n
  * slots, the hash 0 kept aside. Returns 1 with *dup the second block's
  * index, 0 when all differ, KVIX_ENOMEM. */
-int kvix_snap_repeated_engine(const kvix_block_info *b, size_t n, size_t *dup)
+int kvix__snap_repeated_engine(const kvix_block_info *b, size_t n, size_t *dup)
 {
     if (n < 2)
         return 0;
@@ -152,7 +152,7 @@ int kvix_snap_repeated_engine(const kvix_block_info *b, size_t n, size_t *dup)
 
 /* JetStream's rule for stream names (printable, no space, '.', '*', '>',
  * path separators), and nothing a JSON string would need to escape. */
-int kvix_snap_stream_name_ok(const char *p, size_t n)
+int kvix__snap_stream_name_ok(const char *p, size_t n)
 {
     if (n == 0 || n >= KVIX_SNAPSHOT_STREAM_MAX)
         return 0;

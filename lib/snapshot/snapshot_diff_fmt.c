@@ -89,11 +89,11 @@ int kvix_snapshot_delta_write(const kvix_snapshot_delta *d, kvix_buf *out,
     const kvix_snapshot_group *k = d->a ? d->a : d->b;
     int rc = kvix_buf_append(out, "{\"model\":", 9, err);
     if (!rc)
-        rc = kvix_json_str_append(out, k->model, strlen(k->model), err);
+        rc = kvix__json_str_append(out, k->model, strlen(k->model), err);
     if (!rc)
         rc = kvix_buf_append(out, ",\"tenant\":", 10, err);
     if (!rc)
-        rc = kvix_json_str_append(out, k->tenant, strlen(k->tenant), err);
+        rc = kvix__json_str_append(out, k->tenant, strlen(k->tenant), err);
     if (!rc)
         rc = kvix_snapshot_group_is_partition(k)
                  ? kvix_buf_printf(out, err, ",\"worker\":null,\"dp\":null")

@@ -107,7 +107,7 @@ int kvix_snapshot_group_events(const kvix_snapshot_group *g, kvix_event *scratch
     size_t *parent = mem, *child = mem + n, *chain = mem + 2 * n;
     char why[160];
     int rc = KVIX_OK;
-    if (kvix_snap_check_blocks(g->blocks, n, parent, why, sizeof why)) {
+    if (kvix__snap_check_blocks(g->blocks, n, parent, why, sizeof why)) {
         rc = kvix_err_set(err, KVIX_ECORRUPT, "worker %" PRIu64 " dp %" PRIu32 ": %s", g->worker,
                           g->dp, why);
         goto out;

@@ -22,7 +22,7 @@
 #include "hashmap_int.h"
 #include "snapshot_int.h"
 
-void kvix_snap_scratch_release(kvix_snap_scratch *sc)
+void kvix__snap_scratch_release(kvix_snap_scratch *sc)
 {
     free(sc->a);
     free(sc->b);
@@ -158,7 +158,7 @@ static int root_cmp(const void *x, const void *y, void *ctx)
 
 /* ---- encoding ------------------------------------------------------------------- */
 
-int kvix_snap_group_encode(kvix_snap_scratch *sc, const kvix_block_info *b, size_t n,
+int kvix__snap_group_encode(kvix_snap_scratch *sc, const kvix_block_info *b, size_t n,
                            const size_t *pidx, kvix_sbuf *out)
 {
     out->len = 0;
@@ -191,7 +191,7 @@ int kvix_snap_group_encode(kvix_snap_scratch *sc, const kvix_block_info *b, size
             qsort_r(kids + start[i], start[i + 1] - start[i], sizeof *kids, root_cmp, (void *)b);
     qsort_r(kids + start[n], nroots, sizeof *kids, root_cmp, (void *)b);
     /* at most 1 + 10 + 8 + 8 + 8 + 8 + 1 + 10 bytes a block */
-    if (kvix_sbuf_room(out, n * 54))
+    if (kvix__sbuf_room(out, n * 54))
         return -1;
     unsigned char *o = out->data;
     size_t len = 0;
@@ -246,7 +246,7 @@ int kvix_snap_group_encode(kvix_snap_scratch *sc, const kvix_block_info *b, size
 
 #define BAD(...) (snprintf(why, whylen, __VA_ARGS__), *at = off0, -1)
 
-int kvix_snap_group_decode(kvix_snap_scratch *sc, const unsigned char *p, size_t len, size_t n,
+int kvix__snap_group_decode(kvix_snap_scratch *sc, const unsigned char *p, size_t len, size_t n,
                            int trusted, kvix_block_info *out, size_t *up, char *why,
                            size_t whylen, size_t *at)
 {
@@ -377,7 +377,7 @@ int kvix_snap_group_decode(kvix_snap_scratch *sc, const unsigned char *p, size_t
 
 /* ---- the bytes of a record ---------------------------------------------------- */
 
-int kvix_sbuf_room(kvix_sbuf *b, size_t more)
+int kvix__sbuf_room(kvix_sbuf *b, size_t more)
 {
     if (b->cap - b->len >= more)
         return 0;

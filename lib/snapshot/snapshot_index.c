@@ -122,21 +122,21 @@ static void *load_part(void *arg)
     const size_t *up;
     kvix_ix_chain *nodes = NULL;
     size_t cap = 0;
-    size_t sized = 0; /* the partition whose tables were sized (kvix_snap_part_no) */
+    size_t sized = 0; /* the partition whose tables were sized (kvix__snap_part_no) */
     int rc;
     if (l->n > 1)
-        kvix_snapshot_set_filter(l->cur, mine, l);
+        kvix__snapshot_set_filter(l->cur, mine, l);
     /* each record's blocks as the file has them, parents first */
-    while ((rc = kvix_snap_next_tree(l->cur, &g, &up, &l->err)) == KVIX_OK) {
+    while ((rc = kvix__snap_next_tree(l->cur, &g, &up, &l->err)) == KVIX_OK) {
         if (g.worker == UINT64_MAX && g.n == 0 && !g.has_eid && l->id != 0)
             continue; /* a partition without workers: thread 0 creates it */
         size_t reserve = 0;
-        if (g.n && sized != kvix_snap_part_no(l->cur)) {
-            reserve = kvix_snap_load_reserve(l->cur);
-            sized = kvix_snap_part_no(l->cur);
+        if (g.n && sized != kvix__snap_part_no(l->cur)) {
+            reserve = kvix__snap_load_reserve(l->cur);
+            sized = kvix__snap_part_no(l->cur);
         }
         /* n == 0 still creates the partition: one without workers survives. */
-        if ((rc = kvix_ix_load_group(l->idx, g.model, g.tenant, g.bs, g.worker, g.dp, g.has_eid,
+        if ((rc = kvix__ix_load_group(l->idx, g.model, g.tenant, g.bs, g.worker, g.dp, g.has_eid,
                                      g.eid, g.blocks, up, g.n, reserve, &nodes, &cap, &l->err)))
             break;
     }
@@ -232,7 +232,7 @@ int kvix_snapshot_apply(kvix_snapshot *s, kvix_index *idx, kvix_err *err)
 int kvix_snapshot_apply_threads(kvix_snapshot *s, kvix_index *idx, unsigned threads,
                                 kvix_err *err)
 {
-    size_t parts, blocks = kvix_ix_count_blocks(idx, &parts); /* allocates nothing */
+    size_t parts, blocks = kvix__ix_count_blocks(idx, &parts); /* allocates nothing */
     if (parts != 0 || blocks != 0)
         return kvix_err_set(err, KVIX_EINVAL, "a snapshot loads only into an empty index");
     kvix_snapshot_info info;
@@ -243,7 +243,7 @@ int kvix_snapshot_apply_threads(kvix_snapshot *s, kvix_index *idx, unsigned thre
     int started[LOAD_THREADS_MAX] = {0};
     int rc = KVIX_OK;
     for (unsigned i = 0; i < n; i++) {
-        l[i] = (loader){kvix_snapshot_cursor(s, err), idx, i, n, KVIX_OK, {0, "", KVIX_REASON_OTHER}};
+        l[i] = (loader){kvix__snapshot_cursor(s, err), idx, i, n, KVIX_OK, {0, "", KVIX_REASON_OTHER}};
         if (!l[i].cur) {
             while (i--)
                 kvix_snapshot_close(l[i].cur);
@@ -269,7 +269,7 @@ int kvix_snapshot_apply_threads(kvix_snapshot *s, kvix_index *idx, unsigned thre
     }
     if (rc)
         return rc;
-    blocks = kvix_ix_count_blocks(idx, &parts);
+    blocks = kvix__ix_count_blocks(idx, &parts);
     if (blocks != info.blocks)
         return kvix_err_set(err, KVIX_ECORRUPT,
                             "the index rebuilt %zu blocks from the snapshot's %" PRIu64,

@@ -75,7 +75,7 @@ typedef struct kvix_sbuf {
 } kvix_sbuf;
 
 /* Room for more bytes past len: 0, or -1 (out of memory, b unchanged). */
-int kvix_sbuf_room(kvix_sbuf *b, size_t more);
+int kvix__sbuf_room(kvix_sbuf *b, size_t more);
 
 /* ---- a version 3 group's blocks (snapshot_group.c) ------------------------ */
 
@@ -90,11 +90,11 @@ typedef struct kvix_snap_scratch {
     size_t set_cap, set_mask;
 } kvix_snap_scratch;
 
-void kvix_snap_scratch_release(kvix_snap_scratch *sc);
+void kvix__snap_scratch_release(kvix_snap_scratch *sc);
 /* Encode b[0..n) (sorted by (position, engine), consistent by
- * kvix_snap_check_blocks, whose parent indexes are pidx, canon filled) into
+ * kvix__snap_check_blocks, whose parent indexes are pidx, canon filled) into
  * out (replaced). 0, or -1 when memory runs out. */
-int kvix_snap_group_encode(kvix_snap_scratch *sc, const kvix_block_info *b, size_t n,
+int kvix__snap_group_encode(kvix_snap_scratch *sc, const kvix_block_info *b, size_t n,
                            const size_t *pidx, kvix_sbuf *out);
 /* Decode the n blocks of p[0..len) into out[0..n) in the file's order
  * (preorder: a parent before its children), every field filled, and each
@@ -104,51 +104,51 @@ int kvix_snap_group_encode(kvix_snap_scratch *sc, const kvix_block_info *b, size
  * before (by this decoder, untrusted): what cannot have changed is not
  * checked again. 0; -1 with why and *at (the offset in p of the first
  * byte in question); -2 out of memory. */
-int kvix_snap_group_decode(kvix_snap_scratch *sc, const unsigned char *p, size_t len, size_t n,
+int kvix__snap_group_decode(kvix_snap_scratch *sc, const unsigned char *p, size_t len, size_t n,
                            int trusted, kvix_block_info *out, size_t *up, char *why,
                            size_t whylen, size_t *at);
 
 /* ---- shared checks (snapshot.c) ------------------------------------------ */
 
 /* Order of partitions: model, then tenant. */
-int kvix_snap_cmp_part(const char *m1, const char *t1, const char *m2, const char *t2);
+int kvix__snap_cmp_part(const char *m1, const char *t1, const char *m2, const char *t2);
 /* The internal consistency of one (worker, dp); see snapshot.c. Fills
  * parent_idx[i] (when non-NULL) with the parent's index or NONE; -1 with why
  * filled when inconsistent. */
-int kvix_snap_check_blocks(const kvix_block_info *b, size_t n, size_t *parent_idx, char *why,
+int kvix__snap_check_blocks(const kvix_block_info *b, size_t n, size_t *parent_idx, char *why,
                            size_t whylen);
 /* Whether two blocks of b[0..n) share an engine hash: 1 with *dup the
  * second one's index, 0, or KVIX_ENOMEM. */
-int kvix_snap_repeated_engine(const kvix_block_info *b, size_t n, size_t *dup);
+int kvix__snap_repeated_engine(const kvix_block_info *b, size_t n, size_t *dup);
 /* JetStream's rule for stream names, n bytes of p. */
-int kvix_snap_stream_name_ok(const char *p, size_t n);
+int kvix__snap_stream_name_ok(const char *p, size_t n);
 
 /* The next record as kvix_snapshot_next gives it, but its blocks in the
  * file's order, each block's parent before it, with *up the parent index of
  * each (NONE: none held; valid until the next call): what a load wants. */
-int kvix_snap_next_tree(kvix_snapshot *s, kvix_snapshot_group *g, const size_t **up,
+int kvix__snap_next_tree(kvix_snapshot *s, kvix_snapshot_group *g, const size_t **up,
                         kvix_err *err);
 
 /* The distinct blocks a load sizes the tables of the partition of s's last
  * record for: a little more than it holds (estimated when s was verified);
  * 0 when unknown. */
-size_t kvix_snap_load_reserve(const kvix_snapshot *s);
+size_t kvix__snap_load_reserve(const kvix_snapshot *s);
 /* The number of s's partition records met so far this pass (the last
  * record's partition is the part_no-th, from 1). */
-size_t kvix_snap_part_no(const kvix_snapshot *s);
+size_t kvix__snap_part_no(const kvix_snapshot *s);
 
 /* Write format version 1 (2 with a stream position) instead of 3: only
  * right after kvix_snapshot_writer_open (tests of the older files). */
-void kvix_snap_writer_legacy(kvix_snapshot_writer *w);
+void kvix__snap_writer_legacy(kvix_snapshot_writer *w);
 
 /* A second cursor over s's verified bytes, at the first record. It borrows
  * them: close it (kvix_snapshot_close) before s. NULL on ENOMEM. */
-kvix_snapshot *kvix_snapshot_cursor(const kvix_snapshot *s, kvix_err *err);
+kvix_snapshot *kvix__snapshot_cursor(const kvix_snapshot *s, kvix_err *err);
 
 /* From now on kvix_snapshot_next returns only the (worker, dp) records for
  * which want(ctx, worker, dp) is non-zero (and every partition without
  * workers); the others are jumped over without decoding. NULL: all. */
-void kvix_snapshot_set_filter(kvix_snapshot *s,
+void kvix__snapshot_set_filter(kvix_snapshot *s,
                               int (*want)(void *ctx, uint64_t worker, uint32_t dp), void *ctx);
 
 #endif

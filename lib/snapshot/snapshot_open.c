@@ -41,7 +41,7 @@ static int frame3(kvix_snapshot *s, kvix_err *err)
             size_t nl = len >= 8 ? (size_t)len - 8 : 0;
             const char *name = (const char *)d + pos + REC_HEAD_BYTES + 8;
             if (flags || len < 9 || nl >= KVIX_SNAPSHOT_STREAM_MAX ||
-                !kvix_snap_stream_name_ok(name, nl)) {
+                !kvix__snap_stream_name_ok(name, nl)) {
                 free(ext);
                 return CORRUPT(s, pos, err, "bad stream position record");
             }
@@ -140,7 +140,7 @@ static int verify_frame(kvix_snapshot *s, kvix_err *err)
             nl >= KVIX_SNAPSHOT_STREAM_MAX || nl > s->body_end - HEADER_BYTES - STREAM_HEAD_BYTES)
             return CORRUPT(s, HEADER_BYTES, err, "bad stream position record");
         const char *name = (const char *)d + HEADER_BYTES + STREAM_HEAD_BYTES;
-        if (!kvix_snap_stream_name_ok(name, nl))
+        if (!kvix__snap_stream_name_ok(name, nl))
             return CORRUPT(s, HEADER_BYTES, err, "bad stream name in the stream position record");
         s->info.has_stream = 1;
         s->info.stream_seq = get64(d + HEADER_BYTES + 8);
@@ -194,7 +194,7 @@ static int verify_records(kvix_snapshot *s, kvix_err *err)
     size_t cap = 0, at = 0; /* the partition the sketch counts (part_no) */
     if (!hll)
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory");
-    while ((rc = kvix_snap_next_tree(s, &g, &up, err)) == KVIX_OK) {
+    while ((rc = kvix__snap_next_tree(s, &g, &up, err)) == KVIX_OK) {
         if (s->part_no != at) { /* a partition begins */
             if (at && at <= cap)
                 s->est[at - 1] = hll_count(hll);
@@ -255,7 +255,7 @@ static int finish_open(kvix_snapshot *s, kvix_snapshot **out, kvix_err *err)
 int kvix_snapshot_open_mem(kvix_snapshot **out, const void *data, size_t len, kvix_err *err)
 {
     *out = NULL;
-    kvix_snapshot *s = kvix_snap_new("<memory>", err);
+    kvix_snapshot *s = kvix__snap_new("<memory>", err);
     if (!s)
         return KVIX_ENOMEM;
     s->owned = malloc(len ? len : 1);
@@ -311,7 +311,7 @@ static int read_all(kvix_snapshot *s, int fd, kvix_err *err)
 int kvix_snapshot_open_fd(kvix_snapshot **out, int fd, const char *name, kvix_err *err)
 {
     *out = NULL;
-    kvix_snapshot *s = kvix_snap_new(name, err);
+    kvix_snapshot *s = kvix__snap_new(name, err);
     if (!s)
         return KVIX_ENOMEM;
     struct stat st;

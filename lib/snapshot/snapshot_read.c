@@ -25,7 +25,7 @@
 #include "utf8_int.h"
 
 
-kvix_snapshot *kvix_snap_new(const char *name, kvix_err *err)
+kvix_snapshot *kvix__snap_new(const char *name, kvix_err *err)
 {
     kvix_snapshot *s = calloc(1, sizeof *s);
     if (s)
@@ -52,7 +52,7 @@ void kvix_snapshot_close(kvix_snapshot *s)
     free(s->ext);
     if (!s->borrowed)
         free(s->est);
-    kvix_snap_scratch_release(&s->sc);
+    kvix__snap_scratch_release(&s->sc);
     free(s);
 }
 
@@ -71,7 +71,7 @@ void kvix_snapshot_get_info(const kvix_snapshot *s, kvix_snapshot_info *out)
     *out = s->info;
 }
 
-int kvix_snap_corrupt(kvix_snapshot *s, size_t off, kvix_err *err, const char *fmt, ...)
+int kvix__snap_corrupt(kvix_snapshot *s, size_t off, kvix_err *err, const char *fmt, ...)
 {
     char m[200];
     va_list ap;
@@ -114,7 +114,7 @@ static int set_part(kvix_snapshot *s, size_t off, size_t end, uint32_t bs, uint3
         rc = read_name(s, off, end, tl, tenant, "tenant", err);
     if (rc)
         return rc;
-    if (s->in_part && kvix_snap_cmp_part(model, tenant, s->model, s->tenant) <= 0)
+    if (s->in_part && kvix__snap_cmp_part(model, tenant, s->model, s->tenant) <= 0)
         return CORRUPT(s, off, err, "partition %s/%s out of order", model, tenant);
     memcpy(s->model, model, sizeof model);
     memcpy(s->tenant, tenant, sizeof tenant);
@@ -259,10 +259,10 @@ static int parse_group(kvix_snapshot *s, kvix_snapshot_group *g, kvix_err *err)
                                       : kvix_hash_seq_next(bi->parent_canon, bi->local);
     }
     char why[160];
-    if (kvix_snap_check_blocks(s->blocks, n, s->up, why, sizeof why))
+    if (kvix__snap_check_blocks(s->blocks, n, s->up, why, sizeof why))
         return CORRUPT(s, off, err, "worker %" PRIu64 " dp %" PRIu32 ": %s", worker, dp, why);
     size_t dup;
-    int rep = kvix_snap_repeated_engine(s->blocks, n, &dup);
+    int rep = kvix__snap_repeated_engine(s->blocks, n, &dup);
     if (rep < 0)
         return kvix_err_set(err, rep, "out of memory checking %zu blocks", (size_t)n);
     if (rep)
@@ -310,7 +310,7 @@ static int parse_group3(kvix_snapshot *s, size_t off, uint64_t len, kvix_snapsho
         return rc;
     char why[200];
     size_t at = 0;
-    rc = kvix_snap_group_decode(&s->sc, s->data + start, body, (size_t)n, s->verified, s->pre,
+    rc = kvix__snap_group_decode(&s->sc, s->data + start, body, (size_t)n, s->verified, s->pre,
                                 s->up, why, sizeof why, &at);
     if (rc == -2)
         return kvix_err_set(err, KVIX_ENOMEM, "%s", why);
@@ -439,7 +439,7 @@ int kvix_snapshot_next(kvix_snapshot *s, kvix_snapshot_group *g, kvix_err *err)
     return s->version == KVIX_SNAPSHOT_VERSION ? next3(s, g, 1, err) : next1(s, g, err);
 }
 
-int kvix_snap_next_tree(kvix_snapshot *s, kvix_snapshot_group *g, const size_t **up,
+int kvix__snap_next_tree(kvix_snapshot *s, kvix_snapshot_group *g, const size_t **up,
                         kvix_err *err)
 {
     int rc = s->version == KVIX_SNAPSHOT_VERSION ? next3(s, g, 0, err) : next1(s, g, err);
@@ -447,12 +447,12 @@ int kvix_snap_next_tree(kvix_snapshot *s, kvix_snapshot_group *g, const size_t *
     return rc;
 }
 
-size_t kvix_snap_part_no(const kvix_snapshot *s)
+size_t kvix__snap_part_no(const kvix_snapshot *s)
 {
     return s->part_no;
 }
 
-size_t kvix_snap_load_reserve(const kvix_snapshot *s)
+size_t kvix__snap_load_reserve(const kvix_snapshot *s)
 {
     uint64_t e = s->part_no && s->part_no <= s->nest ? s->est[s->part_no - 1] : 0;
     return (size_t)(e + e / 20); /* the sketch's error, and then some */
@@ -484,9 +484,9 @@ int kvix_snapshot_foreach(kvix_snapshot *s, kvix_foreach_fn fn, void *ctx)
     return rc == KVIX_EOF ? 0 : rc;
 }
 
-kvix_snapshot *kvix_snapshot_cursor(const kvix_snapshot *s, kvix_err *err)
+kvix_snapshot *kvix__snapshot_cursor(const kvix_snapshot *s, kvix_err *err)
 {
-    kvix_snapshot *c = kvix_snap_new(s->name, err);
+    kvix_snapshot *c = kvix__snap_new(s->name, err);
     if (!c)
         return NULL;
     c->data = s->data; /* borrowed: c must be closed before s */
@@ -503,7 +503,7 @@ kvix_snapshot *kvix_snapshot_cursor(const kvix_snapshot *s, kvix_err *err)
     return c;
 }
 
-void kvix_snapshot_set_filter(kvix_snapshot *s,
+void kvix__snapshot_set_filter(kvix_snapshot *s,
                               int (*want)(void *ctx, uint64_t worker, uint32_t dp), void *ctx)
 {
     s->want = want;

@@ -40,11 +40,11 @@ struct kvix_snapshot {
 };
 
 /* "NAME: corrupt snapshot at byte OFF: ..." as KVIX_ECORRUPT. */
-__attribute__((format(printf, 4, 5))) int kvix_snap_corrupt(kvix_snapshot *s, size_t off,
+__attribute__((format(printf, 4, 5))) int kvix__snap_corrupt(kvix_snapshot *s, size_t off,
                                                            kvix_err *err, const char *fmt, ...);
-#define CORRUPT(s, off, ...) kvix_snap_corrupt((s), (off), __VA_ARGS__)
+#define CORRUPT(s, off, ...) kvix__snap_corrupt((s), (off), __VA_ARGS__)
 
 /* A snapshot object named name (copied), nothing opened: NULL on ENOMEM. */
-kvix_snapshot *kvix_snap_new(const char *name, kvix_err *err);
+kvix_snapshot *kvix__snap_new(const char *name, kvix_err *err);
 
 #endif

@@ -31,9 +31,9 @@ typedef struct gather {
     kvix_err *err;
     size_t *up;              /* a record's parent indexes */
     size_t up_cap;
-    kvix_ix_chain *nodes;    /* kvix_ix_load_group's */
+    kvix_ix_chain *nodes;    /* kvix__ix_load_group's */
     size_t nodes_cap;
-    size_t sized;            /* the partition whose tables idx sized (kvix_snap_part_no) */
+    size_t sized;            /* the partition whose tables idx sized (kvix__snap_part_no) */
 } gather;
 
 static kvix_snapshot_row *add_row(gather *x, const kvix_snapshot_group *g)
@@ -74,9 +74,9 @@ static int load(gather *x, kvix_index *idx, const kvix_snapshot_group *g, size_t
         x->up_cap = g->n;
     }
     char why[160];
-    if (kvix_snap_check_blocks(g->blocks, g->n, x->up, why, sizeof why)) /* verified: never */
+    if (kvix__snap_check_blocks(g->blocks, g->n, x->up, why, sizeof why)) /* verified: never */
         return kvix_err_set(x->err, KVIX_ECORRUPT, "%s", why);
-    return kvix_ix_load_group(idx, g->model, g->tenant, g->bs, g->worker, g->dp, g->has_eid,
+    return kvix__ix_load_group(idx, g->model, g->tenant, g->bs, g->worker, g->dp, g->has_eid,
                               g->eid, g->blocks, x->up, g->n, reserve, &x->nodes, &x->nodes_cap,
                               x->err);
 }
@@ -181,9 +181,9 @@ static int gather_all(gather *x, kvix_snapshot *s, const kvix_snapshot_filter *f
             (rc = open_part(x, &g)))
             return rc;
         size_t reserve = 0;
-        if (g.n && x->sized != kvix_snap_part_no(s)) { /* as kvix_snapshot_apply sizes them */
-            reserve = kvix_snap_load_reserve(s);
-            x->sized = kvix_snap_part_no(s);
+        if (g.n && x->sized != kvix__snap_part_no(s)) { /* as kvix_snapshot_apply sizes them */
+            reserve = kvix__snap_load_reserve(s);
+            x->sized = kvix__snap_part_no(s);
         }
         if ((rc = load(x, x->idx, &g, reserve)))
             return rc;

@@ -15,11 +15,11 @@ static int json_names(const kvix_snapshot_row *r, kvix_buf *out, kvix_err *err)
     int rc = kvix_buf_printf(out, err, "{\"scope\":\"%s\",\"model\":",
                              r->is_part ? "partition" : "worker");
     if (!rc)
-        rc = kvix_json_str_append(out, r->model, strlen(r->model), err);
+        rc = kvix__json_str_append(out, r->model, strlen(r->model), err);
     if (!rc)
         rc = kvix_buf_printf(out, err, ",\"tenant\":");
     if (!rc)
-        rc = kvix_json_str_append(out, r->tenant, strlen(r->tenant), err);
+        rc = kvix__json_str_append(out, r->tenant, strlen(r->tenant), err);
     return rc;
 }
 
@@ -70,7 +70,7 @@ static int json_file(const kvix_snapshot_stats *st, const kvix_snapshot_info *in
     if (!info->has_stream)
         return kvix_buf_printf(out, err, ",\"stream\":null,\"stream_seq\":null}\n");
     if ((rc = kvix_buf_printf(out, err, ",\"stream\":")) ||
-        (rc = kvix_json_str_append(out, info->stream, strlen(info->stream), err)))
+        (rc = kvix__json_str_append(out, info->stream, strlen(info->stream), err)))
         return rc;
     return kvix_buf_printf(out, err, ",\"stream_seq\":%" PRIu64 "}\n", info->stream_seq);
 }

@@ -1,7 +1,7 @@
 /* Writing a snapshot file (kvix-snapshot(5), layout in snapshot.c): crash-safe,
  * through a large buffer, every record checked as it is added. Version 3
  * is written; version 1 (and 2, with a stream position) only when asked
- * (kvix_snap_writer_legacy: tests of the older readers' files). */
+ * (kvix__snap_writer_legacy: tests of the older readers' files). */
 #define _GNU_SOURCE
 #include "kvix/snapshot.h"
 
@@ -119,7 +119,7 @@ static int rec_head(kvix_snapshot_writer *w, uint32_t type, uint32_t flags, uint
     return wbytes(w, h, sizeof h, err);
 }
 
-void kvix_snap_writer_legacy(kvix_snapshot_writer *w)
+void kvix__snap_writer_legacy(kvix_snapshot_writer *w)
 {
     if (w->len == HEADER_BYTES && !w->have_record && !w->has_stream) {
         w->version = KVIX_SNAPSHOT_VERSION_V1;
@@ -140,7 +140,7 @@ void kvix_snapshot_writer_abort(kvix_snapshot_writer *w)
     free(w->buf);
     if (w->xs)
         XXH3_freeState(w->xs);
-    kvix_snap_scratch_release(&w->sc);
+    kvix__snap_scratch_release(&w->sc);
     free(w->enc.data);
     free(w->pidx);
     free(w);
@@ -209,7 +209,7 @@ int kvix_snapshot_writer_set_stream(kvix_snapshot_writer *w, const char *stream,
                                     kvix_err *err)
 {
     size_t nl = stream ? strlen(stream) : 0;
-    if (!kvix_snap_stream_name_ok(stream, nl))
+    if (!kvix__snap_stream_name_ok(stream, nl))
         return kvix_err_set(err, KVIX_EINVAL, "snapshot: bad stream name '%s'",
                             stream ? stream : "");
     /* Only the header is buffered yet: the version can still change. */
@@ -349,7 +349,7 @@ static int write_group3(kvix_snapshot_writer *w, uint64_t worker, uint32_t dp, i
                                 "hash does not follow from its parent's",
                                 worker, dp, i);
     }
-    if (kvix_snap_group_encode(&w->sc, blocks, n, w->pidx, &w->enc))
+    if (kvix__snap_group_encode(&w->sc, blocks, n, w->pidx, &w->enc))
         return kvix_err_set(err, KVIX_ENOMEM, "out of memory encoding %zu blocks", n);
     unsigned char h[GROUP3_HEAD_BYTES];
     put64(h, worker);
@@ -378,7 +378,7 @@ int kvix_snapshot_writer_add(kvix_snapshot_writer *w, const char *model, const c
         return kvix_err_set(err, KVIX_EINVAL, "snapshot: bad partition name");
     if (bs == 0 || bs > KVIX_BS_MAX)
         return kvix_err_set(err, KVIX_EINVAL, "snapshot: bad block size %" PRIu32, bs);
-    int c = w->have_part ? kvix_snap_cmp_part(model, tenant, w->model, w->tenant) : 1;
+    int c = w->have_part ? kvix__snap_cmp_part(model, tenant, w->model, w->tenant) : 1;
     if (c < 0)
         return kvix_err_set(err, KVIX_EINVAL, "snapshot: partition %s/%s out of order", model,
                             tenant);
@@ -415,11 +415,11 @@ int kvix_snapshot_writer_add(kvix_snapshot_writer *w, const char *model, const c
         w->pcap = n;
     }
     size_t *pidx = w->version == KVIX_SNAPSHOT_VERSION ? w->pidx : NULL;
-    if (kvix_snap_check_blocks(blocks, n, pidx, why, sizeof why))
+    if (kvix__snap_check_blocks(blocks, n, pidx, why, sizeof why))
         return kvix_err_set(err, KVIX_EINVAL, "snapshot: worker %" PRIu64 " dp %" PRIu32 ": %s",
                             worker, dp, why);
     size_t dup;
-    if ((rc = kvix_snap_repeated_engine(blocks, n, &dup)) < 0)
+    if ((rc = kvix__snap_repeated_engine(blocks, n, &dup)) < 0)
         return kvix_err_set(err, rc, "out of memory checking %zu blocks", n);
     if (rc)
         return kvix_err_set(err, KVIX_EINVAL,

@@ -209,7 +209,7 @@ static inline bc_hit *bc_unsorted_rows(const kvix_qhits *hs)
 {
     kvix_qhit *h = calloc(hs->n + 1, sizeof *h);
     bc_hit *r = calloc(hs->n + 1, sizeof *r);
-    kvix_qhits_rows(hs, h);
+    kvix__qhits_rows(hs, h);
     for (size_t i = 0; i < hs->n; i++) {
         r[i].slot = h[i].slot;
         r[i].blocks = h[i].blocks;
@@ -288,7 +288,7 @@ static inline int bc_query_check(const kvix_backend_ops *ops, void *be, const bc
         ok = 0;
     }
     free(rows);
-    kvix_qhits_release(&hits);
+    kvix__qhits_release(&hits);
     free(canon);
     free(at);
     return ok;
@@ -427,7 +427,7 @@ static inline void bc_scenario_collision(const kvix_backend_ops *ops, unsigned j
         CHECK_U64(rows[1].blocks, 1);
     }
     free(rows);
-    kvix_qhits_release(&hits);
+    kvix__qhits_release(&hits);
     ops->destroy(be);
 }
 
@@ -646,7 +646,7 @@ static void *bc_mt_reader(void *arg)
         if (stable && !found0)
             atomic_fetch_add(t->bad, 1);
     } while (atomic_load(t->writers_left) > 0);
-    kvix_qhits_release(&hits);
+    kvix__qhits_release(&hits);
     free(seen);
     return NULL;
 }

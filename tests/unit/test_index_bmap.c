@@ -68,7 +68,7 @@ static void run(const kvix_backend_ops *ops, unsigned spread, unsigned live_max,
 {
     make_keys(spread);
     bmap m;
-    kvix_ix_bm_init(&m, ops, NULL);
+    kvix__ix_bm_init(&m, ops, NULL);
     unsigned char held[NKEYS] = {0}; /* tier mask, 0: absent */
     unsigned live = 0;
     int bad = 0;
@@ -76,19 +76,19 @@ static void run(const kvix_backend_ops *ops, unsigned spread, unsigned live_max,
     for (long st = 0; st < steps && !bad; st++) {
         unsigned k = (unsigned)(rnd() % NKEYS);
         size_t at;
-        bent e = kvix_ix_bm_get(&m, keys[k], &at);
+        bent e = kvix__ix_bm_get(&m, keys[k], &at);
         bad |= held[k] ? e != handle(k, held[k]) : e != 0;
         if (!held[k] && live < live_max) {
             unsigned t = 1u << (rnd() % 3);
-            bad |= kvix_ix_bm_add_at(&m, at, keys[k], handle(k, t), k + 2) != 0;
+            bad |= kvix__ix_bm_add_at(&m, at, keys[k], handle(k, t), k + 2) != 0;
             held[k] = (unsigned char)t;
             live++;
         } else if (held[k]) {
             if (rnd() % 4 == 0 && held[k] != 7) { /* another tier: the same entry */
                 held[k] |= (unsigned char)(1u << (rnd() % 3));
-                kvix_ix_bm_set(&m, at, keys[k], handle(k, held[k]));
+                kvix__ix_bm_set(&m, at, keys[k], handle(k, held[k]));
             } else {
-                kvix_ix_bm_del_at(&m, at, keys[k]);
+                kvix__ix_bm_del_at(&m, at, keys[k]);
                 held[k] = 0;
                 live--;
             }
@@ -96,11 +96,11 @@ static void run(const kvix_backend_ops *ops, unsigned spread, unsigned live_max,
             unsigned v = (unsigned)(rnd() % NKEYS);
             while (!held[v])
                 v = (v + 1) % NKEYS;
-            kvix_ix_bm_del(&m, keys[v]);
+            kvix__ix_bm_del(&m, keys[v]);
             held[v] = 0;
-            e = kvix_ix_bm_get(&m, keys[k], &at);
+            e = kvix__ix_bm_get(&m, keys[k], &at);
             bad |= e != 0;
-            bad |= kvix_ix_bm_add_at(&m, at, keys[k], handle(k, 1), k + 2) != 0;
+            bad |= kvix__ix_bm_add_at(&m, at, keys[k], handle(k, 1), k + 2) != 0;
             held[k] = 1;
             if (!cap_full)
                 cap_full = m.cap;
@@ -111,7 +111,7 @@ static void run(const kvix_backend_ops *ops, unsigned spread, unsigned live_max,
         if (st % 20000 == 0 || st == steps - 1) { /* the whole content by iteration */
             size_t it = 0, n = 0;
             uint64_t eng;
-            while ((e = kvix_ix_bm_next(&m, &it, &eng))) {
+            while ((e = kvix__ix_bm_next(&m, &it, &eng))) {
                 n++;
                 unsigned j = (unsigned)((fnode *)bent_node(e) - nodes) - 2;
                 bad |= j >= NKEYS || keys[j] != eng || e != handle(j, held[j]);
@@ -123,14 +123,14 @@ static void run(const kvix_backend_ops *ops, unsigned spread, unsigned live_max,
     CHECK(cap_full == 0 || m.cap == cap_full);
     /* the tombstones a churn leaves are reused or cleaned: memory follows the entries */
     if (live > 64)
-        CHECK(kvix_ix_bm_memory(&m) <= (size_t)live * (1 + (ops->nodedir ? 4u : 8u)) * 5);
+        CHECK(kvix__ix_bm_memory(&m) <= (size_t)live * (1 + (ops->nodedir ? 4u : 8u)) * 5);
     for (unsigned k = 0; k < NKEYS; k++)
         if (held[k])
-            kvix_ix_bm_del(&m, keys[k]);
+            kvix__ix_bm_del(&m, keys[k]);
     CHECK_U64(kvix_ix_bm_size(&m), 0);
-    CHECK_U64(kvix_ix_bm_memory(&m), 0); /* emptied: given back */
+    CHECK_U64(kvix__ix_bm_memory(&m), 0); /* emptied: given back */
     CHECK_U64(m.tomb, 0);
-    kvix_ix_bm_release(&m);
+    kvix__ix_bm_release(&m);
 }
 
 static kvix_backend_ops handles_ops, numbered_ops;
@@ -188,23 +188,23 @@ TEST(bmap_full_cache_churn)
     setup();
     make_keys(256);
     bmap m;
-    kvix_ix_bm_init(&m, &numbered_ops, NULL);
+    kvix__ix_bm_init(&m, &numbered_ops, NULL);
     enum { CAP = 512 };
     unsigned ring[CAP], head = 0, next = 0;
     for (; next < CAP; next++) {
-        CHECK(kvix_ix_bm_add(&m, keys[next], handle(next, 1), next + 2) == 0);
+        CHECK(kvix__ix_bm_add(&m, keys[next], handle(next, 1), next + 2) == 0);
         ring[next] = next;
     }
     uint32_t cap = m.cap;
     int bad = 0, saw_tomb = 0, reused = 0;
     for (long st = 0; st < (long)(200000 * th_scale()) && !bad; st++) {
         unsigned old = ring[head];
-        kvix_ix_bm_del(&m, keys[old]);
+        kvix__ix_bm_del(&m, keys[old]);
         unsigned k = next++ % NKEYS;
         size_t at;
-        bad |= kvix_ix_bm_get(&m, keys[k], &at) != 0;
+        bad |= kvix__ix_bm_get(&m, keys[k], &at) != 0;
         uint32_t tomb = m.tomb;
-        bad |= kvix_ix_bm_add_at(&m, at, keys[k], handle(k, 1), k + 2) != 0;
+        bad |= kvix__ix_bm_add_at(&m, at, keys[k], handle(k, 1), k + 2) != 0;
         reused |= tomb > 0 && m.tomb == tomb - 1; /* stored where a deletion left a tombstone */
         ring[head] = k;
         head = (head + 1) % CAP;
@@ -216,13 +216,13 @@ TEST(bmap_full_cache_churn)
         bad |= m.cap != cap || kvix_ix_bm_size(&m) != CAP;
         if (st % 1000 == 0)
             for (unsigned i = 0; i < CAP; i++)
-                bad |= kvix_ix_bm_get(&m, keys[ring[i]], NULL) != handle(ring[i], 1);
+                bad |= kvix__ix_bm_get(&m, keys[ring[i]], NULL) != handle(ring[i], 1);
     }
     CHECK(!bad);
     CHECK(m.cap <= 2 * CAP); /* packed */
     CHECK(saw_tomb); /* deletions inside clusters leave tombstones, not shifts */
     CHECK(reused);   /* which adds take again before the table needs cleaning */
-    kvix_ix_bm_release(&m);
+    kvix__ix_bm_release(&m);
     teardown();
 }
 
@@ -233,29 +233,29 @@ TEST(bmap_full_cache_churn)
 static void young_pack(const kvix_backend_ops *ops, unsigned n)
 {
     bmap m;
-    kvix_ix_bm_init(&m, ops, NULL);
+    kvix__ix_bm_init(&m, ops, NULL);
     for (unsigned k = 0; k < n; k++)
-        CHECK(kvix_ix_bm_add(&m, keys[k], handle(k, 1), k + 2) == 0);
+        CHECK(kvix__ix_bm_add(&m, keys[k], handle(k, 1), k + 2) == 0);
     uint32_t grown = m.cap;
     unsigned d = (unsigned)(rnd() % n), live = n - 1;
-    kvix_ix_bm_del(&m, keys[d]);
+    kvix__ix_bm_del(&m, keys[d]);
     CHECK(m.cap <= grown && (m.cap == grown || (size_t)live * 2 <= m.cap));
     CHECK(m.cap / 2 < KVIX_HM_MIN_CAP || (size_t)live * 2 > m.cap / 2 || m.cap == grown);
-    int bad = kvix_ix_bm_get(&m, keys[d], NULL) != 0;
+    int bad = kvix__ix_bm_get(&m, keys[d], NULL) != 0;
     for (unsigned k = 0; k < n; k++)
-        bad |= k != d && kvix_ix_bm_get(&m, keys[k], NULL) != handle(k, 1);
+        bad |= k != d && kvix__ix_bm_get(&m, keys[k], NULL) != handle(k, 1);
     /* then adds and deletions as ever */
     for (unsigned k = n; k < n + 50 && k < NKEYS; k++, live++)
-        bad |= kvix_ix_bm_add(&m, keys[k], handle(k, 2), k + 2) != 0;
+        bad |= kvix__ix_bm_add(&m, keys[k], handle(k, 2), k + 2) != 0;
     for (unsigned k = 0; k < n + 50 && k < NKEYS; k++)
         if (k != d && rnd() % 3 == 0) {
-            kvix_ix_bm_del(&m, keys[k]);
+            kvix__ix_bm_del(&m, keys[k]);
             live--;
-            bad |= kvix_ix_bm_get(&m, keys[k], NULL) != 0;
+            bad |= kvix__ix_bm_get(&m, keys[k], NULL) != 0;
         }
     bad |= kvix_ix_bm_size(&m) != live;
     CHECK(!bad);
-    kvix_ix_bm_release(&m);
+    kvix__ix_bm_release(&m);
 }
 
 TEST(bmap_young_pack)

@@ -166,7 +166,7 @@ static int check(void)
     ok &= m == n && kvix_hs_count(&h) == n && kvix_hs_empty(&h) == (n == 0);
     ok &= atomic_load(&mem.bytes) == (long)(r ? kvix_wset_size(r) : 0);
     ok &= atomic_load(&mem.tiered) == (ts != NULL);
-    uint64_t *marks = rnd() % 2 ? kvix_hs_marks() : NULL;
+    uint64_t *marks = rnd() % 2 ? kvix__hs_marks() : NULL;
     ok &= split_ok(v, &marks, n, 0) && split_ok(v, NULL, n, 0) && split_ok(v, &marks, n, 1);
     return ok;
 }
@@ -189,7 +189,7 @@ static void start(void)
 static void finish(void)
 {
     kvix_hs_retire(&h, &mem);
-    kvix_bmem_release(&mem); /* no reader */
+    kvix__bmem_release(&mem); /* no reader */
     CHECK_U64(atomic_load(&mem.bytes), 0);
     CHECK_U64(atomic_load(&mem.tiered), 0);
 }

@@ -129,7 +129,7 @@ TEST(hset_readers_while_forms_change)
     CHECK_U64(atomic_load(&bad), 0);
     CHECK(atomic_load(&reads) > 0);
     kvix_hs_retire(&h, &mem);
-    kvix_bmem_release(&mem); /* the readers have ended */
+    kvix__bmem_release(&mem); /* the readers have ended */
     CHECK_U64(atomic_load(&mem.bytes), 0);
     CHECK_U64(atomic_load(&mem.tiered), 0);
 }

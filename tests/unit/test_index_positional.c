@@ -3,7 +3,7 @@
  * every jump size 1..64 with and without bisection, memory reclamation. */
 #include "backend_check.h"
 
-static const kvix_backend_ops *ops = &kvix_backend_positional_ops;
+static const kvix_backend_ops *ops = &kvix__backend_positional_ops;
 
 TEST(positional_holes_every_jump)
 {
@@ -87,7 +87,7 @@ TEST(positional_slab_regions)
                 CHECK_U64(rows[0].blocks, LEN);
             }
             free(rows);
-            kvix_qhits_release(&hits);
+            kvix__qhits_release(&hits);
         }
         for (int c = 0; c < CHAINS; c++)
             for (uint32_t i = 0; i < LEN; i++) {

@@ -3,7 +3,7 @@
  * reclamation. */
 #include "backend_check.h"
 
-static const kvix_backend_ops *ops = &kvix_backend_radix_ops;
+static const kvix_backend_ops *ops = &kvix__backend_radix_ops;
 
 TEST(radix_holes)
 {

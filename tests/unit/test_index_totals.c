@@ -89,7 +89,7 @@ TEST(instances_counted_without_memory)
         if (i % 500 == 499) {
             kvix_index_stats st;
             kvix_index_stats_get(idx, &st);
-            CHECK_U64(st.instances, kvix_ix_instances_without_memory(idx));
+            CHECK_U64(st.instances, kvix__ix_instances_without_memory(idx));
             size_t want = 0;
             for (int k = 0; k < 64; k++)
                 want += (size_t)live[k];

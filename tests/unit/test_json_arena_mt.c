@@ -12,32 +12,32 @@
 
 TEST(window_values_are_dropped_at_its_end)
 {
-    CHECK(kvix_json_arena_begin() == 1); /* installed: nobody else set allocators */
+    CHECK(kvix__json_arena_begin() == 1); /* installed: nobody else set allocators */
     json_t *a = json_string("first window");
-    kvix_json_arena_end();
-    CHECK(kvix_json_arena_begin() == 1);
+    kvix__json_arena_end();
+    CHECK(kvix__json_arena_begin() == 1);
     json_t *b = json_string("next window");
     /* the arena's kept chunk is reused from its start: the values went with the window */
     CHECK(a == b);
     CHECK_STR(json_string_value(b), "next window");
     json_decref(b); /* optional inside a window, and harmless */
-    kvix_json_arena_end();
+    kvix__json_arena_end();
 }
 
 TEST(windows_nest)
 {
-    CHECK(kvix_json_arena_begin() == 1);
+    CHECK(kvix__json_arena_begin() == 1);
     json_t *outer = json_pack("{s:s,s:[i,i]}", "name", "outer", "v", 1, 2);
-    CHECK(kvix_json_arena_begin() == 1);
+    CHECK(kvix__json_arena_begin() == 1);
     json_t *inner = json_string("inner");
-    kvix_json_arena_end();
+    kvix__json_arena_end();
     /* the inner end dropped nothing: new values do not land on the outer ones */
     json_t *more = json_string("more values after the inner window");
     CHECK(more != inner && more != outer);
     CHECK_STR(json_string_value(json_object_get(outer, "name")), "outer");
     CHECK_U64(json_integer_value(json_array_get(json_object_get(outer, "v"), 1)), 2);
     CHECK_STR(json_string_value(inner), "inner");
-    kvix_json_arena_end();
+    kvix__json_arena_end();
 }
 
 /* A value made outside a window and freed inside is really freed (under
@@ -50,10 +50,10 @@ TEST(foreign_pointers_go_to_free)
     for (int i = 0; i < N; i++)
         v[i] = json_string("a value made outside any window, freed inside one");
     struct mallinfo2 m1 = mallinfo2();
-    CHECK(kvix_json_arena_begin() == 1);
+    CHECK(kvix__json_arena_begin() == 1);
     for (int i = 0; i < N; i++)
         json_decref(v[i]);
-    kvix_json_arena_end();
+    kvix__json_arena_end();
     struct mallinfo2 m2 = mallinfo2();
     CHECK(m1.uordblks >= m0.uordblks);
     CHECK(m2.uordblks <= m0.uordblks + (m1.uordblks - m0.uordblks) / 10);
@@ -103,10 +103,10 @@ TEST(other_threads_use_malloc)
         pthread_cond_wait(&o.cv, &o.mu);
     pthread_mutex_unlock(&o.mu);
     for (int w = 0; w < 100; w++) {
-        CHECK(kvix_json_arena_begin() == 1);
+        CHECK(kvix__json_arena_begin() == 1);
         for (int i = 0; i < 64; i++)
             json_decref(json_string("this thread's window overwrites its arena"));
-        kvix_json_arena_end();
+        kvix__json_arena_end();
     }
     pthread_mutex_lock(&o.mu);
     o.stage = 2;

@@ -118,13 +118,13 @@ static void setup(size_t hold_max, uint64_t timeout, int replay_ok)
     memset(&R, 0, sizeof R);
     R.replay_ok = replay_ok;
     kvix_seqtrack_config cfg = {hold_max, timeout, 0};
-    kvix_seqtrack_init(&T, &cfg, &hops, &R);
+    kvix__seqtrack_init(&T, &cfg, &hops, &R);
 }
 
 static int live_at(uint64_t seq, uint64_t now)
 {
     item it = {0, seq};
-    return kvix_seqtrack_live(&T, seq, NULL, 0, &it, now);
+    return kvix__seqtrack_live(&T, seq, NULL, 0, &it, now);
 }
 
 static void live(uint64_t seq)
@@ -141,26 +141,26 @@ static void lives(uint64_t from, uint64_t to)
 static void live_epoch(uint64_t seq, const char *epoch)
 {
     item it = {0, seq};
-    CHECK_U64(kvix_seqtrack_live(&T, seq, epoch, strlen(epoch), &it, 0), KVIX_OK);
+    CHECK_U64(kvix__seqtrack_live(&T, seq, epoch, strlen(epoch), &it, 0), KVIX_OK);
 }
 
 /* One replay answer, decoded fine. */
 static void rep(uint64_t seq)
 {
-    if (kvix_seqtrack_replay_want(&T, seq, 0)) {
+    if (kvix__seqtrack_replay_want(&T, seq, 0)) {
         item it = {0, seq};
-        kvix_seqtrack_replayed(&T, seq, &it);
+        kvix__seqtrack_replayed(&T, seq, &it);
     }
 }
 
 static void end_marker(void)
 {
-    CHECK_U64(kvix_seqtrack_replay_end(&T, 0), KVIX_OK);
+    CHECK_U64(kvix__seqtrack_replay_end(&T, 0), KVIX_OK);
 }
 
 static void teardown(void)
 {
-    kvix_seqtrack_release(&T);
+    kvix__seqtrack_release(&T);
     CHECK_U64(R.copies, 0);
     CHECK_U64(R.bad_item, 0);
 }
@@ -172,7 +172,7 @@ TEST(first_batch_any_seq_then_in_order)
     setup(16, 100, 1);
     lives(7, 10);
     LOG_IS("d7 d8 d9 d10");
-    CHECK(!kvix_seqtrack_replaying(&T, NULL));
+    CHECK(!kvix__seqtrack_replaying(&T, NULL));
     kvix_seqtrack_counts zero = {0, 0, 0, 0, 0, 0, 0, 0};
     CHECK(!memcmp(&T.counts, &zero, sizeof zero));
     teardown();
@@ -200,7 +200,7 @@ TEST(gap_replayed_then_held_in_order)
     live(4);
     live(5);
     LOG_IS("d0 R1");
-    CHECK(kvix_seqtrack_replaying(&T, NULL));
+    CHECK(kvix__seqtrack_replaying(&T, NULL));
     CHECK_U64(R.copies, 3);
     rep(0); /* older than asked: refused */
     rep(1);
@@ -318,21 +318,21 @@ TEST(replay_timeout)
     CHECK_U64(live_at(0, 10), KVIX_OK);
     CHECK_U64(live_at(3, 10), KVIX_OK);
     uint64_t dl = 0;
-    CHECK(kvix_seqtrack_replaying(&T, &dl));
+    CHECK(kvix__seqtrack_replaying(&T, &dl));
     CHECK_U64(dl, 110);
-    CHECK_U64(kvix_seqtrack_tick(&T, 109), KVIX_OK);
-    CHECK(kvix_seqtrack_replaying(&T, NULL));
-    CHECK(kvix_seqtrack_replay_want(&T, 1, 50)); /* an answer does not extend it */
+    CHECK_U64(kvix__seqtrack_tick(&T, 109), KVIX_OK);
+    CHECK(kvix__seqtrack_replaying(&T, NULL));
+    CHECK(kvix__seqtrack_replay_want(&T, 1, 50)); /* an answer does not extend it */
     item it = {0, 1};
-    kvix_seqtrack_replayed(&T, 1, &it);
-    CHECK(kvix_seqtrack_replaying(&T, &dl));
+    kvix__seqtrack_replayed(&T, 1, &it);
+    CHECK(kvix__seqtrack_replaying(&T, &dl));
     CHECK_U64(dl, 110);
-    CHECK_U64(kvix_seqtrack_tick(&T, 109), KVIX_OK);
+    CHECK_U64(kvix__seqtrack_tick(&T, 109), KVIX_OK);
     LOG_IS("d0 R1 d1");
-    CHECK_U64(kvix_seqtrack_tick(&T, 110), KVIX_OK);
-    CHECK(!kvix_seqtrack_replaying(&T, NULL));
+    CHECK_U64(kvix__seqtrack_tick(&T, 110), KVIX_OK);
+    CHECK(!kvix__seqtrack_replaying(&T, NULL));
     LOG_IS("d0 R1 d1 S C:T2-* d3");
-    CHECK(!kvix_seqtrack_replay_want(&T, 2, 151)); /* a late answer */
+    CHECK(!kvix__seqtrack_replay_want(&T, 2, 151)); /* a late answer */
     live(4);
     LOG_IS("d0 R1 d1 S C:T2-* d3 d4");
     CHECK_U64(T.counts.losses, 1);
@@ -346,13 +346,13 @@ TEST(replay_resending_old_batch_times_out)
     setup(16, 100, 1);
     CHECK_U64(live_at(0, 0), KVIX_OK);
     CHECK_U64(live_at(3, 0), KVIX_OK);
-    CHECK(kvix_seqtrack_replay_want(&T, 1, 10));
+    CHECK(kvix__seqtrack_replay_want(&T, 1, 10));
     item it = {0, 1};
-    kvix_seqtrack_replayed(&T, 1, &it);
+    kvix__seqtrack_replayed(&T, 1, &it);
     for (uint64_t now = 20; now < 100; now += 10)
-        CHECK(!kvix_seqtrack_replay_want(&T, 1, now)); /* stale, again and again */
-    CHECK_U64(kvix_seqtrack_tick(&T, 100), KVIX_OK);
-    CHECK(!kvix_seqtrack_replaying(&T, NULL));
+        CHECK(!kvix__seqtrack_replay_want(&T, 1, now)); /* stale, again and again */
+    CHECK_U64(kvix__seqtrack_tick(&T, 100), KVIX_OK);
+    CHECK(!kvix__seqtrack_replaying(&T, NULL));
     LOG_IS("d0 R1 d1 S C:T2-* d3");
     teardown();
 }
@@ -364,17 +364,17 @@ TEST(replay_answers_out_of_range_refused)
     setup(16, 100, 1);
     lives(0, 2);
     live(5); /* gap: 3..4 asked */
-    CHECK(!kvix_seqtrack_replay_want(&T, UINT64_C(1) << 63, 1));
-    CHECK(!kvix_seqtrack_replay_want(&T, 6, 1)); /* past the newest live (5) */
-    CHECK(!kvix_seqtrack_replay_want(&T, 2, 1)); /* below the start */
+    CHECK(!kvix__seqtrack_replay_want(&T, UINT64_C(1) << 63, 1));
+    CHECK(!kvix__seqtrack_replay_want(&T, 6, 1)); /* past the newest live (5) */
+    CHECK(!kvix__seqtrack_replay_want(&T, 2, 1)); /* below the start */
     CHECK_U64(T.counts.refused, 3);
     CHECK_U64(T.counts.losses, 0);
-    CHECK(kvix_seqtrack_replay_want(&T, 3, 1));
+    CHECK(kvix__seqtrack_replay_want(&T, 3, 1));
     item a = {0, 3}, b = {0, 4};
-    kvix_seqtrack_replayed(&T, 3, &a);
-    CHECK(kvix_seqtrack_replay_want(&T, 4, 1));
-    kvix_seqtrack_replayed(&T, 4, &b);
-    CHECK_U64(kvix_seqtrack_replay_end(&T, 2), KVIX_OK);
+    kvix__seqtrack_replayed(&T, 3, &a);
+    CHECK(kvix__seqtrack_replay_want(&T, 4, 1));
+    kvix__seqtrack_replayed(&T, 4, &b);
+    CHECK_U64(kvix__seqtrack_replay_end(&T, 2), KVIX_OK);
     live(6);
     LOG_IS("d0 d1 d2 R3 d3 d4 S d5 d6");
     CHECK_U64(T.counts.losses, 0);
@@ -396,7 +396,7 @@ TEST(hold_capped_by_bytes)
     kvix_seqtrack_ops ops = hops;
     ops.size = h_size;
     kvix_seqtrack_config cfg = {1000, 100, 250}; /* two batches of 100 bytes fit */
-    kvix_seqtrack_init(&T, &cfg, &ops, &R);
+    kvix__seqtrack_init(&T, &cfg, &ops, &R);
     lives(0, 1);
     live(3);
     live(4);
@@ -413,25 +413,25 @@ TEST(hold_capped_by_bytes)
 TEST(resume)
 {
     setup(16, 100, 1);
-    kvix_seqtrack_resume(&T, 10);
+    kvix__seqtrack_resume(&T, 10);
     live(10);
     LOG_IS("d10");
     teardown();
 
     setup(16, 100, 1);
-    kvix_seqtrack_resume(&T, 10);
+    kvix__seqtrack_resume(&T, 10);
     live(12);
     LOG_IS("R10");
     teardown();
 
     setup(16, 100, 0);
-    kvix_seqtrack_resume(&T, 10);
+    kvix__seqtrack_resume(&T, 10);
     live(12);
     LOG_IS("C:N10-11 d12");
     teardown();
 
     setup(16, 100, 0);
-    kvix_seqtrack_resume(&T, 10);
+    kvix__seqtrack_resume(&T, 10);
     live(3);
     LOG_IS("X3/0 C:Z0-2 d3");
     CHECK_U64(T.counts.restarts, 1);
@@ -482,8 +482,8 @@ TEST(restart_during_a_replay)
     live(0); /* lower than 6: a new run; the held batches of the old one go */
     LOG_IS("d0 R1 S X0/6 d0");
     CHECK_U64(R.copies, 0);
-    CHECK(!kvix_seqtrack_replaying(&T, NULL));
-    CHECK(!kvix_seqtrack_replay_want(&T, 1, 0)); /* the old replay's answers are not wanted */
+    CHECK(!kvix__seqtrack_replaying(&T, NULL));
+    CHECK(!kvix__seqtrack_replay_want(&T, 1, 0)); /* the old replay's answers are not wanted */
     live(1);
     LOG_IS("d0 R1 S X0/6 d0 d1");
     teardown();
@@ -530,10 +530,10 @@ TEST(hold_buffer_overflow_gives_the_replay_up)
     live(4);
     live(5); /* the third held: the replay is given up, the held fed on */
     LOG_IS("d0 R1 S C:O1-* d3 d4 d5");
-    CHECK(!kvix_seqtrack_replaying(&T, NULL));
+    CHECK(!kvix__seqtrack_replaying(&T, NULL));
     CHECK_U64(T.counts.losses, 1);
     CHECK_U64(R.copies, 0);
-    CHECK(!kvix_seqtrack_replay_want(&T, 1, 0));
+    CHECK(!kvix__seqtrack_replay_want(&T, 1, 0));
     teardown();
 
     setup(2, 100, 1); /* the batch that overflowed leaves a gap: a new replay */
@@ -557,8 +557,8 @@ TEST(undecodable_replayed_batch)
     setup(16, 100, 1);
     live(0);
     live(3);
-    CHECK(kvix_seqtrack_replay_want(&T, 1, 0));
-    kvix_seqtrack_replayed(&T, 1, NULL);
+    CHECK(kvix__seqtrack_replay_want(&T, 1, 0));
+    kvix__seqtrack_replayed(&T, 1, NULL);
     rep(2);
     end_marker();
     LOG_IS("d0 R1 C:U1-1 d2 S d3");
@@ -618,10 +618,10 @@ TEST(out_of_memory_while_holding)
 TEST(unwanted_calls_are_harmless)
 {
     setup(16, 100, 1);
-    CHECK(!kvix_seqtrack_replay_want(&T, 5, 0));
+    CHECK(!kvix__seqtrack_replay_want(&T, 5, 0));
     item it = {0, 5};
-    kvix_seqtrack_replayed(&T, 5, &it);
-    CHECK_U64(kvix_seqtrack_tick(&T, 1000), KVIX_OK);
+    kvix__seqtrack_replayed(&T, 5, &it);
+    CHECK_U64(kvix__seqtrack_tick(&T, 1000), KVIX_OK);
     end_marker();
     LOG_IS("");
     CHECK_U64(T.counts.stale, 1);
@@ -730,7 +730,7 @@ static void s_live(sim *m, kvix_seqtrack *t, uint64_t seq, uint64_t now)
     char epoch[32];
     snprintf(epoch, sizeof epoch, "run-%u", m->run);
     item it = {m->run, seq};
-    if (kvix_seqtrack_live(t, seq, m->epochs ? epoch : NULL, strlen(epoch), &it, now) != KVIX_OK)
+    if (kvix__seqtrack_live(t, seq, m->epochs ? epoch : NULL, strlen(epoch), &it, now) != KVIX_OK)
         m->bad |= 8;
     m->last_live = (int64_t)seq;
 }
@@ -751,17 +751,17 @@ static void s_publish(sim *m, kvix_seqtrack *t, uint64_t now, int final)
 static void s_answer(sim *m, kvix_seqtrack *t, uint64_t now, int clean)
 {
     if (m->pnext >= m->pend) {
-        if (kvix_seqtrack_replay_end(t, now) != KVIX_OK)
+        if (kvix__seqtrack_replay_end(t, now) != KVIX_OK)
             m->bad |= 8;
         return;
     }
     uint64_t seq = m->pnext++;
     if (!clean && pct(m, 3))
         return; /* missing from the replay */
-    if (!kvix_seqtrack_replay_want(t, seq, now))
+    if (!kvix__seqtrack_replay_want(t, seq, now))
         return;
     item it = {m->prun, seq};
-    kvix_seqtrack_replayed(t, seq, !clean && pct(m, 2) ? NULL : &it);
+    kvix__seqtrack_replayed(t, seq, !clean && pct(m, 2) ? NULL : &it);
 }
 
 static void sim_run(uint64_t seed, int lossy, int epochs, int steps)
@@ -776,7 +776,7 @@ static void sim_run(uint64_t seed, int lossy, int epochs, int steps)
     m.fresh = 1;
     kvix_seqtrack_config cfg = {lossy ? 6 : 100000, 20, 0};
     kvix_seqtrack t;
-    kvix_seqtrack_init(&t, &cfg, &sops, &m);
+    kvix__seqtrack_init(&t, &cfg, &sops, &m);
     uint64_t now = 0;
     for (int i = 0; i < steps; i++) {
         unsigned r = (unsigned)(rnd(&m) % 100);
@@ -804,20 +804,20 @@ static void sim_run(uint64_t seed, int lossy, int epochs, int steps)
         }
         if (lossy)
             now++;
-        if (kvix_seqtrack_tick(&t, now) != KVIX_OK)
+        if (kvix__seqtrack_tick(&t, now) != KVIX_OK)
             m.bad |= 8;
     }
     /* The last batch arrives; answers come whole until no replay runs. */
     s_publish(&m, &t, now, 1);
-    for (int guard = 0; kvix_seqtrack_replaying(&t, NULL) && guard < 100000; guard++) {
+    for (int guard = 0; kvix__seqtrack_replaying(&t, NULL) && guard < 100000; guard++) {
         if (m.pending && !m.silent)
             s_answer(&m, &t, now, 1);
         else
             now += 21;
-        if (kvix_seqtrack_tick(&t, now) != KVIX_OK)
+        if (kvix__seqtrack_tick(&t, now) != KVIX_OK)
             m.bad |= 8;
     }
-    CHECK(!kvix_seqtrack_replaying(&t, NULL));
+    CHECK(!kvix__seqtrack_replaying(&t, NULL));
     CHECK_U64(t.nheld, 0);
     CHECK_U64(m.bad, 0);
     CHECK_U64(m.drun, m.run); /* the last batch delivered */
@@ -827,7 +827,7 @@ static void sim_run(uint64_t seed, int lossy, int epochs, int steps)
     CHECK_U64(t.counts.losses, m.losses);
     if (!lossy)
         CHECK_U64(m.losses, 0);
-    kvix_seqtrack_release(&t);
+    kvix__seqtrack_release(&t);
     CHECK_U64(m.copies, 0);
 }
 

@@ -87,7 +87,7 @@ static int same_doc(json_t *a, json_t *b, const kvix_u64_refs *refs)
 static int same_reading(const char *t, size_t len, kvix_u64_refs *refs)
 {
     kvix_err e1, e2;
-    json_t *a = kvix_json_u64_loadb(t, len, &e1), *b = kvix_json_u64_loadb_refs(t, len, refs, &e2);
+    json_t *a = kvix_json_u64_loadb(t, len, &e1), *b = kvix__json_u64_loadb_refs(t, len, refs, &e2);
     int ok = a ? b && same_doc(a, b, refs)
                : !b && e1.code == e2.code && strcmp(e1.msg, e2.msg) == 0;
     json_decref(a);
@@ -127,7 +127,7 @@ TEST(u64_references_read_as_the_plain_reader)
         if (!CHECK(same_reading(t, n, &refs)))
             fprintf(stderr, "  text: %.*s\n", (int)n, t);
     }
-    kvix_u64_refs_release(&refs);
+    kvix__u64_refs_release(&refs);
 }
 
 static void feed(kvix_index *idx, const char *line)

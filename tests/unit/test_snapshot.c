@@ -80,7 +80,7 @@ static int write_state_v(const state *s, const char *path, kvix_snapshot_info *i
     if (rc)
         return rc;
     if (legacy)
-        kvix_snap_writer_legacy(w);
+        kvix__snap_writer_legacy(w);
     for (size_t i = 0; i < s->n && !rc; i++) {
         const grp *g = &s->g[i];
         rc = kvix_snapshot_writer_add(w, g->model, g->tenant, g->bs, g->worker, g->dp, g->has_eid,
@@ -438,7 +438,7 @@ static void stream_position_round_trip(int legacy)
     snprintf(p2, sizeof p2, "%s", th_path("v2.kvix"));
     CHECK(kvix_snapshot_writer_open(&w, p2, &err) == KVIX_OK);
     if (legacy)
-        kvix_snap_writer_legacy(w);
+        kvix__snap_writer_legacy(w);
     CHECK(kvix_snapshot_writer_set_stream(w, "", 1, &err) == KVIX_EINVAL);
     CHECK(kvix_snapshot_writer_set_stream(w, "a.b", 1, &err) == KVIX_EINVAL);
     CHECK(kvix_snapshot_writer_set_stream(w, "KVIX", UINT64_C(1) << 40, &err) == KVIX_OK);

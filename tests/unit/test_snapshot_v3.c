@@ -140,7 +140,7 @@ TEST(forest_round_trip)
     kvix_snapshot_rewind(s);
     const size_t *up;
     size_t blocks = 0, bad = 0;
-    while (kvix_snap_next_tree(s, &sg, &up, &err) == KVIX_OK) {
+    while (kvix__snap_next_tree(s, &sg, &up, &err) == KVIX_OK) {
         for (size_t k = 0; k < sg.n; k++) {
             const kvix_block_info *x = &sg.blocks[k];
             blocks++;
@@ -245,7 +245,7 @@ TEST(extension_records)
     CHECK(strstr(err.msg, "before the partitions") != NULL);
     kvix_snapshot_writer_abort(w);
     CHECK(kvix_snapshot_writer_open(&w, th_path("ext2.kvix"), &err) == KVIX_OK);
-    kvix_snap_writer_legacy(w);
+    kvix__snap_writer_legacy(w);
     CHECK(kvix_snapshot_writer_ext(w, &ext[0], &err) == KVIX_EINVAL);
     kvix_snapshot_writer_abort(w);
     /* A type this kvix does not know, not optional: refused with why. */

@@ -111,7 +111,7 @@ _Static_assert(SLAB_SHIFT == KVIX_NODEDIR_SHIFT, "slab chunks as the front end s
 
 /* A table slot is 32 bits: 0 never used (ends a probe), TOMB removed, else
  * 4 bits of the key's hash above the node's number (numbers stay below
- * 2^28: kvix_pos_node_new refuses more), so most mismatches never touch the
+ * 2^28: kvix__pos_node_new refuses more), so most mismatches never touch the
  * node and a slot costs 4 bytes, not a pointer's 8: the tables are a fifth
  * of the backend at thousands of workers. Number 1 is never handed out. */
 typedef _Atomic uint32_t pslot;
@@ -263,39 +263,39 @@ static inline pnode *be_find(pos_be *be, uint32_t pos, uint64_t canon)
 
 /* Under the shard's lock; i: the node's number. insert: KVIX_OK or
  * KVIX_ENOMEM (nothing changed). */
-int kvix_pos_shard_insert(pos_be *be, pshard *sh, uint64_t h, pidx i);
-void kvix_pos_shard_remove(pos_be *be, pshard *sh, uint64_t h, pidx i);
+int kvix__pos_shard_insert(pos_be *be, pshard *sh, uint64_t h, pidx i);
+void kvix__pos_shard_remove(pos_be *be, pshard *sh, uint64_t h, pidx i);
 /* Most nodes a backend holds at once (held blocks and their ghost parents):
  * node numbers and a table slot's tag share 32 bits. */
 #define NODES_MAX (NUM_MASK - 1u)
 /* A fresh node (no links, empty holder set) and its number in *num, or NULL
  * (out of memory, or NODES_MAX nodes: *full set). */
-pnode *kvix_pos_node_new(pos_be *be, uint32_t pos, uint64_t canon, uint64_t engine, pidx *num,
+pnode *kvix__pos_node_new(pos_be *be, uint32_t pos, uint64_t canon, uint64_t engine, pidx *num,
                          int *full);
 /* A node no reader ever saw (never published), numbered i. */
-void kvix_pos_node_free(pos_be *be, pidx i);
+void kvix__pos_node_free(pos_be *be, pidx i);
 /* n (numbered i) is out of the table: readers may still see it until a
  * grace period. */
-void kvix_pos_node_retire(pos_be *be, pnode *n, pidx i);
+void kvix__pos_node_retire(pos_be *be, pnode *n, pidx i);
 /* Hand a full batch of retired nodes (or all, when the index is empty) to
  * one grace period. */
-void kvix_pos_limbo_drain(pos_be *be);
+void kvix__pos_limbo_drain(pos_be *be);
 /* kvix_backend_ops.prefetch: the table slots the adds will read first. */
-void kvix_pos_prefetch(void *vbe, uint32_t pos0, const uint64_t *canon, size_t n);
+void kvix__pos_prefetch(void *vbe, uint32_t pos0, const uint64_t *canon, size_t n);
 /* kvix_backend_ops.reserve: every shard's table sized for its share of n. */
-void kvix_pos_reserve(void *vbe, size_t n);
+void kvix__pos_reserve(void *vbe, size_t n);
 /* kvix_backend_ops.prefetch_keys and prefetch_key_nodes: a load's table
  * slots, then the nodes they name. */
-void kvix_pos_prefetch_keys(void *vbe, const uint32_t *pos, const uint64_t *canon, size_t n);
-void kvix_pos_prefetch_key_nodes(void *vbe, const uint32_t *pos, const uint64_t *canon,
+void kvix__pos_prefetch_keys(void *vbe, const uint32_t *pos, const uint64_t *canon, size_t n);
+void kvix__pos_prefetch_key_nodes(void *vbe, const uint32_t *pos, const uint64_t *canon,
                                  size_t n);
 /* kvix_backend_ops.prefetch_del: the table slot and parent a del reads. */
-void kvix_pos_prefetch_del(void *vbe, const void *node);
+void kvix__pos_prefetch_del(void *vbe, const void *node);
 /* Free every node, table and the slab (quiet backend, no pending batch). */
-void kvix_pos_store_free(pos_be *be);
+void kvix__pos_store_free(pos_be *be);
 
 /* ---- lib/index/backends/index_pos_query.c ---- */
 
-int kvix_pos_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err);
+int kvix__pos_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err);
 
 #endif

@@ -18,7 +18,7 @@ typedef struct qctx {
     kvix_qchain *q;
     kvix_qhits *out;
     kvix_err *err;
-    uint64_t *marks; /* kvix_hs_marks(), on first need */
+    uint64_t *marks; /* kvix__hs_marks(), on first need */
     uint32_t *tmp;   /* room for the candidates: splits keep them ascending */
     int rc;
 } qctx;
@@ -43,7 +43,7 @@ static inline void prefetch_probe(qctx *c, uint32_t pos)
 static void push_list(qctx *c, const uint32_t *v, uint32_t n, uint32_t blocks)
 {
     if (c->rc == KVIX_OK)
-        c->rc = kvix_qhits_run(c->out, (size_t)(v - c->out->slot), n, blocks, c->err);
+        c->rc = kvix__qhits_run(c->out, (size_t)(v - c->out->slot), n, blocks, c->err);
 }
 
 /* Reorder v[0..n): the holders of node nd first; returns how many. The set
@@ -90,7 +90,7 @@ static void scan(qctx *c, uint32_t *d, uint32_t nd, uint32_t lo, uint32_t hi)
 static void count_tiers(qctx *c, size_t first)
 {
     kvix_qhits *out = c->out;
-    if ((c->rc = kvix_qhits_tiers(out, c->err)))
+    if ((c->rc = kvix__qhits_tiers(out, c->err)))
         return;
     uint32_t maxlen = 0;
     for (size_t r = first; r < out->nrun; r++)
@@ -128,7 +128,7 @@ static inline int untrusted(pos_be *be, uint32_t s)
 /* The candidates are listed straight into the hits' slots (every one of
  * them is a hit: it holds block 0), split there in place, and each drop
  * position's piece is reported as a run. */
-int kvix_pos_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
+int kvix__pos_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
 {
     pos_be *be = vbe;
     if (q->n == 0)
@@ -153,7 +153,7 @@ int kvix_pos_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
     kvix_hview hv0 = kvix_hs_view(&n0->h);
     uint32_t room = kvix_hv_room(hv0);
     /* the list, then the splits' scratch past the hits (no run reaches it) */
-    if ((c.rc = kvix_qhits_reserve(out, 2 * (size_t)room, err)))
+    if ((c.rc = kvix__qhits_reserve(out, 2 * (size_t)room, err)))
         goto done;
     uint32_t *cand = out->slot + out->n;
     uint32_t nc = kvix_hv_list(hv0, cand);

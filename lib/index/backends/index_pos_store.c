@@ -23,7 +23,7 @@ static void table_retire(ptable *t, kvix_bmem *mem)
 {
     atomic_fetch_sub_explicit(&mem->bytes, (long)(sizeof(ptable) + (t->mask + 1) * sizeof(pslot)),
                               memory_order_relaxed);
-    kvix_rcu_free(&t->rcu);
+    kvix__rcu_free(&t->rcu);
 }
 
 static void table_put(ptable *t, uint64_t h, pidx n)
@@ -72,7 +72,7 @@ static int shard_rebuild(pos_be *be, pshard *sh, size_t want)
     return KVIX_OK;
 }
 
-void kvix_pos_reserve(void *vbe, size_t n)
+void kvix__pos_reserve(void *vbe, size_t n)
 {
     pos_be *be = vbe;
     size_t want = n / NSHARD + n / NSHARD / 16 + 16; /* keys spread unevenly: some room */
@@ -86,7 +86,7 @@ void kvix_pos_reserve(void *vbe, size_t n)
     }
 }
 
-int kvix_pos_shard_insert(pos_be *be, pshard *sh, uint64_t h, pidx n)
+int kvix__pos_shard_insert(pos_be *be, pshard *sh, uint64_t h, pidx n)
 {
     ptable *t = atomic_load_explicit(&sh->t, memory_order_relaxed);
     if (!t || (sh->used + sh->tomb + 1) * 4 > (t->mask + 1) * 3) {
@@ -108,7 +108,7 @@ int kvix_pos_shard_insert(pos_be *be, pshard *sh, uint64_t h, pidx n)
     return KVIX_OK;
 }
 
-void kvix_pos_prefetch(void *vbe, uint32_t pos0, const uint64_t *canon, size_t n)
+void kvix__pos_prefetch(void *vbe, uint32_t pos0, const uint64_t *canon, size_t n)
 {
     pos_be *be = vbe;
     kvix_rcu_lock(); /* another writer may replace a table meanwhile */
@@ -121,7 +121,7 @@ void kvix_pos_prefetch(void *vbe, uint32_t pos0, const uint64_t *canon, size_t n
     kvix_rcu_unlock();
 }
 
-void kvix_pos_prefetch_keys(void *vbe, const uint32_t *pos, const uint64_t *canon, size_t n)
+void kvix__pos_prefetch_keys(void *vbe, const uint32_t *pos, const uint64_t *canon, size_t n)
 {
     pos_be *be = vbe;
     for (size_t k = 0; k < n; k++) {
@@ -136,7 +136,7 @@ void kvix_pos_prefetch_keys(void *vbe, const uint32_t *pos, const uint64_t *cano
     }
 }
 
-void kvix_pos_prefetch_key_nodes(void *vbe, const uint32_t *pos, const uint64_t *canon,
+void kvix__pos_prefetch_key_nodes(void *vbe, const uint32_t *pos, const uint64_t *canon,
                                  size_t n)
 {
     pos_be *be = vbe;
@@ -164,7 +164,7 @@ void kvix_pos_prefetch_key_nodes(void *vbe, const uint32_t *pos, const uint64_t 
     kvix_rcu_unlock();
 }
 
-void kvix_pos_prefetch_del(void *vbe, const void *node)
+void kvix__pos_prefetch_del(void *vbe, const void *node)
 {
     pos_be *be = vbe;
     const pnode *n = node;
@@ -179,7 +179,7 @@ void kvix_pos_prefetch_del(void *vbe, const void *node)
         __builtin_prefetch(pn(be, n->parent));
 }
 
-void kvix_pos_shard_remove(pos_be *be, pshard *sh, uint64_t h, pidx n)
+void kvix__pos_shard_remove(pos_be *be, pshard *sh, uint64_t h, pidx n)
 {
     ptable *t = atomic_load_explicit(&sh->t, memory_order_relaxed);
     uint32_t want = slot_word(h, n);
@@ -292,7 +292,7 @@ static void slab_release(pos_be *be)
     be->free = PNIL;
 }
 
-pnode *kvix_pos_node_new(pos_be *be, uint32_t pos, uint64_t canon, uint64_t engine, pidx *num,
+pnode *kvix__pos_node_new(pos_be *be, uint32_t pos, uint64_t canon, uint64_t engine, pidx *num,
                          int *full)
 {
     pnode *n;
@@ -323,7 +323,7 @@ pnode *kvix_pos_node_new(pos_be *be, uint32_t pos, uint64_t canon, uint64_t engi
     return n;
 }
 
-void kvix_pos_node_free(pos_be *be, pidx i)
+void kvix__pos_node_free(pos_be *be, pidx i)
 {
     spin_lock(&be->slabmu);
     pn(be, i)->next = be->free;
@@ -332,7 +332,7 @@ void kvix_pos_node_free(pos_be *be, pidx i)
     spin_unlock(&be->slabmu);
 }
 
-void kvix_pos_node_retire(pos_be *be, pnode *n, pidx i)
+void kvix__pos_node_retire(pos_be *be, pnode *n, pidx i)
 {
     kvix_hs_retire(&n->h, &be->mem);
     spin_lock(&be->slabmu);
@@ -376,7 +376,7 @@ static void limbo_cb(struct rcu_head *head)
     atomic_fetch_sub_explicit(&be->pending, 1, memory_order_release);
 }
 
-void kvix_pos_limbo_drain(pos_be *be)
+void kvix__pos_limbo_drain(pos_be *be)
 {
     long nl = atomic_load_explicit(&be->nlimbo, memory_order_relaxed);
     if (nl < LIMBO_BATCH && !(nl > 0 && atomic_load_explicit(&be->unique, memory_order_relaxed) == 0))
@@ -402,7 +402,7 @@ void kvix_pos_limbo_drain(pos_be *be)
     call_rcu(&lb->rcu, limbo_cb);
 }
 
-void kvix_pos_store_free(pos_be *be)
+void kvix__pos_store_free(pos_be *be)
 {
     for (unsigned i = 0; i < NSHARD; i++) {
         ptable *t = atomic_load(&be->shard[i].t);

@@ -344,8 +344,8 @@ static void pos_destroy(void *vbe)
      * (tables and set records retired do not, and free themselves) */
     while (atomic_load_explicit(&be->pending, memory_order_acquire) > 0)
         sched_yield();
-    kvix_bmem_release(&be->mem);
-    kvix_pos_store_free(be);
+    kvix__bmem_release(&be->mem);
+    kvix__pos_store_free(be);
     for (size_t i = 0; i < KVIX_SLOTS_MAX / ORPH_CHUNK; i++)
         free(atomic_load(&be->orph[i]));
     free(be);
@@ -368,9 +368,9 @@ static int reclaim_step(pos_be *be, unsigned si, uint64_t h, pnode *n, pidx ni, 
                         uint64_t *canon)
 {
     if (n->parent == PNIL) {
-        kvix_pos_shard_remove(be, &be->shard[si], h, ni);
+        kvix__pos_shard_remove(be, &be->shard[si], h, ni);
         spin_unlock(&be->shard[si].mu);
-        kvix_pos_node_retire(be, n, ni);
+        kvix__pos_node_retire(be, n, ni);
         return 0;
     }
     pidx pnum = n->parent;
@@ -392,13 +392,13 @@ static int reclaim_step(pos_be *be, unsigned si, uint64_t h, pnode *n, pidx ni, 
             return 0;
         }
     }
-    kvix_pos_shard_remove(be, &be->shard[si], h, ni);
+    kvix__pos_shard_remove(be, &be->shard[si], h, ni);
     kid_unlink(be, &be->shard[pi], p, n, ni);
     int more = node_removable(p);
     *pos = p->pos;
     *canon = p->canon;
     unlock2(be, si, pi);
-    kvix_pos_node_retire(be, n, ni);
+    kvix__pos_node_retire(be, n, ni);
     return more;
 }
 
@@ -475,10 +475,10 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
         }
         int made = 0, full = 0;
         if (!n) {
-            n = kvix_pos_node_new(be, pos, canon, b->engine, &ni, &full);
-            if (!n || kvix_pos_shard_insert(be, sh, h, ni) < 0) {
+            n = kvix__pos_node_new(be, pos, canon, b->engine, &ni, &full);
+            if (!n || kvix__pos_shard_insert(be, sh, h, ni) < 0) {
                 if (n)
-                    kvix_pos_node_free(be, ni);
+                    kvix__pos_node_free(be, ni);
                 unlock2(be, si, pi);
                 return node_err(err, full);
             }
@@ -497,10 +497,10 @@ static int pos_add(void *vbe, kvix_binfo *b, uint32_t slot, unsigned tier, void 
                            : table_find(be, atomic_load_explicit(&ps->t, memory_order_relaxed), hp,
                                         pos - 1, parent_canon, &pnum);
             if (!p) { /* a parent nobody holds: a ghost, so holes stay exact */
-                p = kvix_pos_node_new(be, pos - 1, parent_canon, b->parent_engine, &pnum, &full);
-                if (!p || kvix_pos_shard_insert(be, ps, hp, pnum) < 0) {
+                p = kvix__pos_node_new(be, pos - 1, parent_canon, b->parent_engine, &pnum, &full);
+                if (!p || kvix__pos_shard_insert(be, ps, hp, pnum) < 0) {
                     if (p)
-                        kvix_pos_node_free(be, pnum);
+                        kvix__pos_node_free(be, pnum);
                     unlock2(be, si, pi);
                     if (made)
                         reclaim(be, pos, canon);
@@ -594,7 +594,7 @@ static void pos_del(void *vbe, void *node, uint32_t slot, unsigned tier)
     }
     if (reclaim_step(be, si, h, n, ni, &pos, &canon))
         reclaim(be, pos, canon);
-    kvix_pos_limbo_drain(be);
+    kvix__pos_limbo_drain(be);
 }
 
 static size_t pos_memory(void *vbe)
@@ -631,20 +631,20 @@ static _Atomic(kvix_nodedir *) *pos_nodedir(void *vbe)
     return &((pos_be *)vbe)->dir;
 }
 
-const kvix_backend_ops kvix_backend_positional_ops = {
+const kvix_backend_ops kvix__backend_positional_ops = {
     .name = "positional",
     .create = pos_create,
     .destroy = pos_destroy,
     .busy = pos_busy,
     .add = pos_add,
-    .prefetch = kvix_pos_prefetch,
-    .prefetch_del = kvix_pos_prefetch_del,
-    .prefetch_keys = kvix_pos_prefetch_keys,
-    .reserve = kvix_pos_reserve,
-    .prefetch_key_nodes = kvix_pos_prefetch_key_nodes,
+    .prefetch = kvix__pos_prefetch,
+    .prefetch_del = kvix__pos_prefetch_del,
+    .prefetch_keys = kvix__pos_prefetch_keys,
+    .reserve = kvix__pos_reserve,
+    .prefetch_key_nodes = kvix__pos_prefetch_key_nodes,
     .del = pos_del,
     .info = pos_info,
-    .query = kvix_pos_query,
+    .query = kvix__pos_query,
     .memory = pos_memory,
     .unique_blocks = pos_unique,
     .engine_off = offsetof(pnode, engine),

@@ -165,7 +165,7 @@ static inline rnode *kids_find(const rkids *k, uint64_t canon)
 static void kids_retire(radix_be *be, rkids *k)
 {
     atomic_fetch_sub_explicit(&be->mem.bytes, (long)kids_size(k->mask + 1), memory_order_relaxed);
-    kvix_rcu_free(&k->rcu);
+    kvix__rcu_free(&k->rcu);
 }
 
 /* Replace p's child table by one sized for `want` children (NULL for 0). */
@@ -259,7 +259,7 @@ static void reclaim(radix_be *be, rnode *n)
         if (k)
             kids_retire(be, k);
         atomic_fetch_sub_explicit(&be->mem.bytes, (long)sizeof *n, memory_order_relaxed);
-        kvix_rcu_free(&n->rcu);
+        kvix__rcu_free(&n->rcu);
         n = p;
     }
 }
@@ -316,7 +316,7 @@ static void radix_destroy(void *vbe)
     free(atomic_load(&be->root->kids));
     free(be->root);
     free(be->idx.s);
-    kvix_bmem_release(&be->mem);
+    kvix__bmem_release(&be->mem);
     pthread_mutex_destroy(&be->mu);
     free(be);
 }
@@ -400,7 +400,7 @@ static void radix_info(void *be, const void *node, kvix_binfo *out)
 static int push_list(kvix_qhits *out, const uint32_t *v, uint32_t n, uint32_t blocks,
                      kvix_err *err)
 {
-    return kvix_qhits_run(out, (size_t)(v - out->slot), n, blocks, err);
+    return kvix__qhits_run(out, (size_t)(v - out->slot), n, blocks, err);
 }
 
 /* Reorder v[0..n): the holders of k first; returns how many. */
@@ -421,7 +421,7 @@ static int radix_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err
     int rc = KVIX_OK;
     kvix_rcu_lock();
     int tiered = atomic_load_explicit(&be->mem.tiered, memory_order_relaxed) > 0;
-    uint64_t *marks = NULL; /* kvix_hs_marks(), on first need */
+    uint64_t *marks = NULL; /* kvix__hs_marks(), on first need */
     uint32_t *cand;
     rnode *pathbuf[64], **path = pathbuf; /* nodes walked, for tier counts */
     size_t first = out->nrun;
@@ -431,7 +431,7 @@ static int radix_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err
     if (!k)
         goto done;
     kvix_hview hv0 = kvix_hs_view(&k->h);
-    if ((rc = kvix_qhits_reserve(out, kvix_hv_room(hv0), err)) < 0)
+    if ((rc = kvix__qhits_reserve(out, kvix_hv_room(hv0), err)) < 0)
         goto done;
     cand = out->slot + out->n;
     nc = kvix_hv_list(hv0, cand);
@@ -462,7 +462,7 @@ static int radix_query(void *vbe, kvix_qchain *q, kvix_qhits *out, kvix_err *err
     if ((rc = push_list(out, cand, nc, i, err)) < 0)
         goto done;
     if (tiered && out->nrun > first) {
-        if ((rc = kvix_qhits_tiers(out, err)) < 0)
+        if ((rc = kvix__qhits_tiers(out, err)) < 0)
             goto done;
         for (size_t r = first; r < out->nrun; r++) {
             const kvix_qrun *run = &out->run[r];
@@ -502,7 +502,7 @@ static size_t radix_unique(void *vbe)
     return u > 0 ? (size_t)u : 0;
 }
 
-const kvix_backend_ops kvix_backend_radix_ops = {
+const kvix_backend_ops kvix__backend_radix_ops = {
     .name = "radix",
     .create = radix_create,
     .destroy = radix_destroy,

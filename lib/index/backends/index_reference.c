@@ -52,7 +52,7 @@ static void *ref_create(const kvix_index_opts *opts, kvix_err *err)
         kvix_err_set(err, KVIX_ESYS, "cannot create a lock");
         return NULL;
     }
-    kvix_hmap_init(&r->map, 2, sizeof(refnode *));
+    kvix__hmap_init(&r->map, 2, sizeof(refnode *));
     return r;
 }
 
@@ -63,11 +63,11 @@ static void ref_destroy(void *be)
         return;
     size_t it = 0;
     refnode **n;
-    while ((n = kvix_hmap_next(&r->map, &it, NULL))) {
+    while ((n = kvix__hmap_next(&r->map, &it, NULL))) {
         free((*n)->h.v);
         free(*n);
     }
-    kvix_hmap_release(&r->map);
+    kvix__hmap_release(&r->map);
     pthread_rwlock_destroy(&r->lock);
     free(r);
 }
@@ -93,7 +93,7 @@ static int ref_add(void *be, kvix_binfo *b, uint32_t slot, unsigned tier, void *
     uint64_t key[2] = {b->pos, b->canon};
     int rc = KVIX_OK, inserted = 0;
     pthread_rwlock_wrlock(&r->lock);
-    refnode **np = kvix_hmap_put(&r->map, key, &inserted);
+    refnode **np = kvix__hmap_put(&r->map, key, &inserted);
     if (np && inserted) {
         *np = aligned_alloc(KVIX_NODE_ALIGN, sizeof **np);
         if (*np) {
@@ -101,7 +101,7 @@ static int ref_add(void *be, kvix_binfo *b, uint32_t slot, unsigned tier, void *
             (*np)->b = *b;
             r->heap += sizeof **np;
         } else {
-            kvix_hmap_del(&r->map, key);
+            kvix__hmap_del(&r->map, key);
             np = NULL;
         }
     }
@@ -124,7 +124,7 @@ static int ref_add(void *be, kvix_binfo *b, uint32_t slot, unsigned tier, void *
         holder *v = realloc(h->v, cap * sizeof *v);
         if (!v) {
             if (inserted) {
-                kvix_hmap_del(&r->map, key);
+                kvix__hmap_del(&r->map, key);
                 r->heap -= sizeof *n;
                 free(n);
             }
@@ -164,7 +164,7 @@ static void ref_del(void *be, void *node, uint32_t slot, unsigned tier)
         uint64_t key[2] = {n->b.pos, n->b.canon};
         r->heap -= h->cap * sizeof *h->v + sizeof *n;
         free(h->v);
-        kvix_hmap_del(&r->map, key);
+        kvix__hmap_del(&r->map, key);
         free(n);
     }
     pthread_rwlock_unlock(&r->lock);
@@ -193,11 +193,11 @@ static int ref_query(void *be, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
     uint32_t *blk = NULL; /* hit j's match length so far */
     pthread_rwlock_rdlock(&r->lock);
     uint64_t key[2] = {0, kvix_qchain_at(q, 0)};
-    refnode *const *np = kvix_hmap_get(&r->map, key);
+    refnode *const *np = kvix__hmap_get(&r->map, key);
     const holders *h = np ? &(*np)->h : NULL;
     size_t m = h ? h->n : 0;
     /* Counts per tier always: the reference is the model, not the fast path. */
-    if (m && ((rc = kvix_qhits_tiers(out, err)) || (rc = kvix_qhits_reserve(out, m, err))))
+    if (m && ((rc = kvix__qhits_tiers(out, err)) || (rc = kvix__qhits_reserve(out, m, err))))
         goto out;
     if (m && !(blk = malloc(m * sizeof *blk))) {
         rc = kvix_err_set(err, KVIX_ENOMEM, "out of memory for query hits");
@@ -215,7 +215,7 @@ static int ref_query(void *be, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
     for (size_t pos = 1; pos < q->n && m; pos++) {
         key[0] = pos;
         key[1] = kvix_qchain_at(q, pos);
-        np = kvix_hmap_get(&r->map, key);
+        np = kvix__hmap_get(&r->map, key);
         if (!np)
             break;
         h = &(*np)->h;
@@ -238,7 +238,7 @@ static int ref_query(void *be, kvix_qchain *q, kvix_qhits *out, kvix_err *err)
     for (size_t j = 0, e; j < m; j = e) {
         for (e = j + 1; e < m && blk[e] == blk[j]; e++)
             ;
-        if ((rc = kvix_qhits_run(out, base + j, e - j, blk[j], err)))
+        if ((rc = kvix__qhits_run(out, base + j, e - j, blk[j], err)))
             goto out;
     }
 out:
@@ -250,7 +250,7 @@ out:
 static size_t ref_memory(void *be)
 {
     refbe *r = be;
-    return sizeof *r + kvix_hmap_memory(&r->map) + r->heap;
+    return sizeof *r + kvix__hmap_memory(&r->map) + r->heap;
 }
 
 static size_t ref_unique(void *be)
@@ -259,7 +259,7 @@ static size_t ref_unique(void *be)
     return kvix_hmap_size(&r->map);
 }
 
-const kvix_backend_ops kvix_backend_reference_ops = {
+const kvix_backend_ops kvix__backend_reference_ops = {
     .name = "reference",
     .create = ref_create,
     .destroy = ref_destroy,
