@@ -156,7 +156,9 @@ int kvix_enginesub_endpoint_canon(const char *ep, bool bind, char *out, kvix_err
         host[hl - 1] = '\0';
         if (inet_pton(AF_INET6, host + 1, a) == 1 && inet_ntop(AF_INET6, a, h + 1, sizeof h - 2)) {
             h[0] = '[';
-            strcat(h, "]");
+            size_t l = strlen(h); /* inet_ntop left room for the bracket */
+            h[l] = ']';
+            h[l + 1] = '\0';
         } else {
             snprintf(h, sizeof h, "%s]", host);
         }

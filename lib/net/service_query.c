@@ -148,8 +148,12 @@ static int put_dynamo_answer(const kvix_answer *ans, kvix_buf *b, kvix_err *err)
     s_end += sizeof mid - 1;
     memmove(s_end, t, (size_t)(t_end - t));
     s_end += t_end - t;
-    if (ans->top) /* asked for ("top"): say how many were left out */
-        s_end += sprintf(s_end, ",\"omitted\":%zu", ans->omitted);
+    if (ans->top) { /* asked for ("top"): say how many were left out */
+        static const char om[] = ",\"omitted\":";
+        memcpy(s_end, om, sizeof om - 1);
+        s_end += sizeof om - 1;
+        s_end += kvix_dec64_put(ans->omitted, s_end);
+    }
     *s_end++ = '}';
     *s_end = '\0';
     b->len = (size_t)(s_end - b->data);
