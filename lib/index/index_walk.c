@@ -96,34 +96,31 @@ static int ids_room(walker *k)
 static int list_states(walker *k, part *p)
 {
     k->nids = 0;
+    int rc = 0;
+    /* Both lists under the partition's lock, where pairs are made and
+     * released: a pair that moved between its state and p->eids between
+     * two separate looks was in neither (a save missed a worker). */
     kvix_rcu_lock();
-    slotmap m = slots_of(p);
-    for (uint32_t s = 0; s < m.n; s++) {
-        wstate *w = slotmap_ws(m, s);
-        if (!w)
-            continue;
-        if (ids_room(k)) {
-            kvix_rcu_unlock();
-            return -1;
-        }
-        k->ids[k->nids++] = (wdp){w->worker, w->dp};
-    }
-    kvix_rcu_unlock();
-    /* pairs that hold only their eid have no state: p->eids keeps them */
     pthread_mutex_lock(&p->lock);
+    slotmap m = slots_of(p);
+    for (uint32_t s = 0; s < m.n && !rc; s++) {
+        wstate *w = slotmap_ws(m, s);
+        if (w && !(rc = ids_room(k)))
+            k->ids[k->nids++] = (wdp){w->worker, w->dp};
+    }
+    /* pairs that hold only their eid have no state: p->eids keeps them */
     size_t it = 0;
     const uint64_t *key;
-    while (kvix__hmap_next(&p->eids, &it, &key)) {
-        if (ids_room(k)) {
-            pthread_mutex_unlock(&p->lock);
-            return -1;
-        }
-        k->ids[k->nids++] = (wdp){key[0], (uint32_t)key[1]};
-    }
+    while (!rc && kvix__hmap_next(&p->eids, &it, &key))
+        if (!(rc = ids_room(k)))
+            k->ids[k->nids++] = (wdp){key[0], (uint32_t)key[1]};
     pthread_mutex_unlock(&p->lock);
+    kvix_rcu_unlock();
+    if (rc)
+        return -1;
     if (k->nids > 1)
         qsort(k->ids, k->nids, sizeof *k->ids, wdp_cmp);
-    size_t u = 0; /* a pair released or made between the two lists is in both */
+    size_t u = 0; /* a pair is a state or an eid, never both: kept whole if not */
     for (size_t i = 0; i < k->nids; i++)
         if (!u || wdp_cmp(&k->ids[u - 1], &k->ids[i]))
             k->ids[u++] = k->ids[i];
